@@ -1,0 +1,44 @@
+//! Why a check could not be made at all, as opposed to a refusal (a [`crate::Decision`]) or a
+//! store failure that a limit's policy turns into a decision.
+
+use crate::StoreError;
+
+/// A request that can never be decided as asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// No limit has this name.
+    #[error("unknown limit {0:?}")]
+    UnknownLimit(String),
+    /// A check must name at least one limit.
+    #[error("no limit given")]
+    NoLimits,
+    /// The same limit was named twice in one check.
+    #[error("limit {0:?} is named twice")]
+    DuplicateLimit(String),
+    /// A cost of zero.
+    #[error("cost must be at least 1")]
+    ZeroCost,
+    /// A cost that this limit can never admit, however long the caller waits
+    /// (apart from "not now", which is a denied [`crate::Decision`]).
+    #[error("cost {cost} exceeds what limit {limit:?} can ever admit ({capacity})")]
+    CostExceedsCapacity {
+        /// The limit.
+        limit: String,
+        /// The cost asked.
+        cost: u64,
+        /// The most it admits at once.
+        capacity: u64,
+    },
+    /// The limit is keyed by a part the caller did not give.
+    #[error("limit {limit:?} needs key part {part:?}")]
+    MissingKeyPart {
+        /// The limit.
+        limit: String,
+        /// The missing part's name.
+        part: String,
+    },
+    /// The store failed where no policy applies (`reset`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

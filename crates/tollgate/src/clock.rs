@@ -1,0 +1,98 @@
+//! Where "now" comes from.
+//!
+//! Algorithms never read a clock: they take `now` as an argument. Only the [`Limiter`]
+//! facade and the memory store's sweeper ask a [`Clock`], so tests swap in a [`FakeClock`] and
+//! move time by hand instead of sleeping. With Redis the default is the server's own `TIME`, so
+//! no clock is asked at all (see [`Limiter`]).
+//!
+//! [`Limiter`]: crate::Limiter
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::Timestamp;
+use crate::timestamp::duration_micros;
+
+/// A source of wall-clock time.
+pub trait Clock: Debug + Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> Timestamp;
+}
+
+/// The operating system's wall clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        Timestamp::from_micros(duration_micros(since_epoch))
+    }
+}
+
+/// A clock that only moves when told to. Clones share the same time.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, FakeClock, Timestamp};
+///
+/// let clock = FakeClock::new(Timestamp::from_millis(1_000));
+/// let other = clock.clone();
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(other.now(), Timestamp::from_millis(1_005));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct FakeClock {
+    micros: Arc<AtomicU64>,
+}
+
+impl FakeClock {
+    /// A fake clock showing `start`.
+    pub fn new(start: Timestamp) -> Self {
+        FakeClock {
+            micros: Arc::new(AtomicU64::new(start.as_micros())),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.micros.fetch_add(duration_micros(by), Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `to` (which may be earlier: clocks do jump back).
+    pub fn set(&self, to: Timestamp) {
+        self.micros.store(to.as_micros(), Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_micros(self.micros.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The system clock reads a plausible present (after 2020).
+    #[test]
+    fn system_clock_is_after_2020() {
+        assert!(SystemClock.now() > Timestamp::from_millis(1_577_836_800_000));
+    }
+
+    /// A fake clock moves only when advanced or set.
+    #[test]
+    fn fake_clock_moves_by_hand() {
+        let c = FakeClock::new(Timestamp::from_micros(10));
+        assert_eq!(c.now(), Timestamp::from_micros(10));
+        c.advance(Duration::from_micros(7));
+        assert_eq!(c.now(), Timestamp::from_micros(17));
+        c.set(Timestamp::from_micros(3));
+        assert_eq!(c.now(), Timestamp::from_micros(3));
+    }
+}

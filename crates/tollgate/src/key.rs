@@ -1,0 +1,245 @@
+//! Keys: who is counted, built by exactly one function.
+//!
+//! `<prefix>:<limit>:{<name>=<value>,...}:<algorithm tag>`, for example
+//! `tollgate:sms:{user=42}:fw`. Why each piece:
+//! - every value is escaped: bytes outside `A-Z a-z 0-9 _ - . / @` become `%XX`, so no value can
+//!   forge `:`, `,`, `=`, a brace, a newline or another limit's namespace, and non-UTF-8 bytes
+//!   are written safely;
+//! - an escaped value longer than 64 bytes becomes `#` and 128 bits of its SHA-256 (a `#`
+//!   in a value is always escaped, so a digest cannot be forged either): a 1 MB header makes a
+//!   short key, and Redis memory per key stays bounded;
+//! - the braces are the Redis Cluster hash tag: every key of one (limit, key parts) is in
+//!   one slot, and limits keyed by the same parts share a slot, so checking them together is
+//!   one atomic script even on a cluster;
+//! - the algorithm tag means that changing a limit's algorithm starts from fresh state instead
+//!   of misreading (or tripping over the Redis type of) the old one.
+//!
+//! A property test checks that different inputs never make the same key.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::LazyLock;
+
+use sha2::{Digest, Sha256};
+
+use crate::{Limit, Namespace};
+
+/// Escaped values longer than this are replaced by a digest.
+pub const MAX_ESCAPED_PART: usize = 64;
+
+/// Seed for the in-process hash of keys, random per process so that hostile key values
+/// cannot aim at one bucket of the memory store's maps.
+static KEY_HASHER: LazyLock<foldhash::fast::RandomState> =
+    LazyLock::new(foldhash::fast::RandomState::default);
+
+/// A store key. Built only by [`Key::new`].
+#[derive(Clone)]
+pub struct Key {
+    text: Box<str>,
+    hash: u64,
+}
+
+impl Key {
+    /// The key for `limit` and the named `parts`, in `namespace`.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Key, Limit, Namespace, Quota};
+    ///
+    /// let sms = Limit::new("sms", Algorithm::FixedWindow, Quota::per_minute(100)?)?;
+    /// let key = Key::new(&Namespace::default(), &sms, &[("user", "42")]);
+    /// assert_eq!(key.as_str(), "tollgate:sms:{user=42}:fw");
+    /// let hostile = Key::new(&Namespace::default(), &sms, &[("user", "42}:x{")]);
+    /// assert_eq!(hostile.as_str(), "tollgate:sms:{user=42%7D%3Ax%7B}:fw");
+    /// # Ok::<(), tollgate::LimitError>(())
+    /// ```
+    pub fn new<V: AsRef<[u8]>>(namespace: &Namespace, limit: &Limit, parts: &[(&str, V)]) -> Key {
+        let mut text = String::with_capacity(48);
+        text.push_str(namespace.prefix());
+        text.push(':');
+        push_part(&mut text, limit.name().as_bytes());
+        text.push_str(":{");
+        for (i, (name, value)) in parts.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            push_part(&mut text, name.as_bytes());
+            text.push('=');
+            push_part(&mut text, value.as_ref());
+        }
+        text.push_str("}:");
+        text.push_str(limit.algorithm().key_tag());
+        let hash = KEY_HASHER.hash_one(&text);
+        Key {
+            text: text.into_boxed_str(),
+            hash,
+        }
+    }
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The Redis Cluster hash tag: the text between the braces.
+    pub fn hash_tag(&self) -> &str {
+        let start = self.text.find('{').map_or(0, |i| i + 1);
+        let end = self.text[start..]
+            .find('}')
+            .map_or(self.text.len(), |i| start + i);
+        &self.text[start..end]
+    }
+
+    /// A hash of the key, computed once, for in-process maps.
+    pub fn prehash(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// Appends `raw` escaped, or its digest when the escaped form would be too long.
+fn push_part(out: &mut String, raw: &[u8]) {
+    let escaped_len: usize = raw
+        .iter()
+        .map(|&b| if is_plain(b) { 1 } else { 3 })
+        .sum();
+    if escaped_len > MAX_ESCAPED_PART {
+        let digest = Sha256::digest(raw);
+        out.push('#');
+        for b in &digest[..16] {
+            push_hex(out, *b);
+        }
+        return;
+    }
+    for &b in raw {
+        if is_plain(b) {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            push_hex(out, b);
+        }
+    }
+}
+
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/' | b'@')
+}
+
+fn push_hex(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push(char::from(HEX[usize::from(b >> 4)]));
+    out.push(char::from(HEX[usize::from(b & 0xF)]));
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.text == other.text
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Quota};
+    use proptest::prelude::*;
+
+    fn limit(name: &str) -> Limit {
+        Limit::new(name, Algorithm::Gcra, Quota::per_second(1).expect("valid")).expect("valid")
+    }
+
+    /// The key has exactly one hash tag and stays inside its limit's namespace.
+    fn assert_confined(key: &Key, limit_name: &str) {
+        let s = key.as_str();
+        assert!(s.starts_with(&format!("tollgate:{limit_name}:{{")), "{s}");
+        assert!(s.ends_with("}:gcra"), "{s}");
+        assert_eq!(s.matches('{').count(), 1, "{s}");
+        assert_eq!(s.matches('}').count(), 1, "{s}");
+        assert!(s.bytes().all(|b| b.is_ascii_graphic()), "{s}");
+        assert!(s.len() <= 200, "{} bytes", s.len());
+    }
+
+    /// Hostile values — separators, braces, newlines, NUL, invalid UTF-8, 1 MB — stay
+    /// confined and short.
+    #[test]
+    fn hostile_parts_are_confined() {
+        let ns = Namespace::default();
+        let l = limit("api");
+        let big = vec![b'a'; 1 << 20];
+        let values: [&[u8]; 7] = [
+            b"a:b",
+            b"}{",
+            b"line\nbreak",
+            b"nul\0byte",
+            &[0xff, 0xfe, 0x80],
+            b"#0123",
+            &big,
+        ];
+        for v in values {
+            assert_confined(&Key::new(&ns, &l, &[("user", v)]), "api");
+        }
+        let long = Key::new(&ns, &l, &[("user", &big[..])]);
+        assert!(long.as_str().contains("user=#"), "{long}");
+    }
+
+    /// A value cannot pose as another part list or another limit.
+    #[test]
+    fn no_forged_separators() {
+        let ns = Namespace::default();
+        let a = Key::new(&ns, &limit("api"), &[("user", "1"), ("ip", "2")]);
+        let b = Key::new(&ns, &limit("api"), &[("user", "1,ip=2")]);
+        assert_ne!(a, b);
+        assert_eq!(a.hash_tag(), "user=1,ip=2");
+    }
+
+    fn part() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..12),
+            proptest::collection::vec(prop_oneof![Just(b'%'), Just(b'#'), Just(b','), Just(b'=')], 0..6),
+            proptest::collection::vec(any::<u8>(), 20..120),
+        ]
+    }
+
+    proptest! {
+        /// Distinct (limit, parts) inputs never produce the same key.
+        #[test]
+        fn distinct_inputs_distinct_keys(
+            a in proptest::collection::vec(("[a-c]{1,2}", part()), 0..3),
+            b in proptest::collection::vec(("[a-c]{1,2}", part()), 0..3),
+            la in "[xy]", lb in "[xy]",
+        ) {
+            let ns = Namespace::default();
+            let ka = Key::new(&ns, &limit(&la), &a.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect::<Vec<_>>());
+            let kb = Key::new(&ns, &limit(&lb), &b.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect::<Vec<_>>());
+            if la != lb || a != b {
+                prop_assert_ne!(ka.as_str(), kb.as_str());
+            } else {
+                prop_assert_eq!(ka, kb);
+            }
+        }
+
+        /// Any value stays confined in its limit's namespace.
+        #[test]
+        fn any_value_is_confined(v in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let k = Key::new(&Namespace::default(), &limit("api"), &[("user", v)]);
+            assert_confined(&k, "api");
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! A named limit: algorithm, quota, key shape and failure policy.
+
+use std::sync::Arc;
+
+use crate::rules::AnyRule;
+use crate::{Algorithm, LimitError, OnStoreError, Quota};
+
+/// The longest limit name or key part name.
+pub const MAX_NAME_LEN: usize = 64;
+/// The most sub-buckets a sliding window may have.
+pub const MAX_BUCKETS: u32 = 3_600;
+
+/// A named rule: `algorithm` applied to `quota`, keyed by named parts, with a failure policy.
+///
+/// ```
+/// use tollgate::{Algorithm, Limit, OnStoreError, Quota};
+///
+/// let sms = Limit::new("sms", Algorithm::FixedWindow, Quota::per_minute(100)?)?
+///     .keyed_by(["user"])?
+///     .on_store_error(OnStoreError::Deny);
+/// assert_eq!(sms.name(), "sms");
+/// assert!(Limit::new("bad name", Algorithm::Gcra, Quota::per_second(1)?).is_err());
+/// # Ok::<(), tollgate::LimitError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    quota: Quota,
+    rule: AnyRule,
+    key_parts: Option<Arc<[Box<str>]>>,
+    on_store_error: OnStoreError,
+}
+
+impl Limit {
+    /// A limit named `name` (1–64 characters of `A-Z a-z 0-9 _ - .`). Its failure policy is
+    /// [`OnStoreError::Deny`] until set, and it is keyed by every part the caller passes until
+    /// [`Limit::keyed_by`] says which.
+    ///
+    /// # Errors
+    /// [`LimitError`] naming `name`, or `buckets` for a sliding window whose bucket count is 0
+    /// or above [`MAX_BUCKETS`].
+    pub fn new(
+        name: impl Into<String>,
+        algorithm: Algorithm,
+        quota: Quota,
+    ) -> Result<Limit, LimitError> {
+        let name = name.into();
+        validate_name("name", &name)?;
+        if let Algorithm::SlidingWindow { buckets } = algorithm {
+            if buckets == 0 {
+                return Err(LimitError::Zero { field: "buckets" });
+            }
+            if buckets > MAX_BUCKETS {
+                return Err(LimitError::TooLarge {
+                    field: "buckets",
+                    max: MAX_BUCKETS.to_string(),
+                });
+            }
+        }
+        Ok(Limit {
+            name: name.into(),
+            algorithm,
+            quota,
+            rule: AnyRule::new(algorithm, &quota),
+            key_parts: None,
+            on_store_error: OnStoreError::Deny,
+        })
+    }
+
+    /// Keys this limit by exactly these parts, in this order (none: one global key).
+    ///
+    /// # Errors
+    /// [`LimitError`] naming `key` when a part name is not a valid name.
+    pub fn keyed_by<I, S>(mut self, parts: I) -> Result<Limit, LimitError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let parts: Vec<Box<str>> = parts
+            .into_iter()
+            .map(|p| {
+                let p = p.into();
+                validate_name("key", &p).map(|()| p.into_boxed_str())
+            })
+            .collect::<Result<_, _>>()?;
+        self.key_parts = Some(parts.into());
+        Ok(self)
+    }
+
+    /// Sets the failure policy.
+    pub fn on_store_error(mut self, policy: OnStoreError) -> Limit {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The limit's name, shared.
+    pub fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The algorithm applied to the quota.
+    pub fn rule(&self) -> &AnyRule {
+        &self.rule
+    }
+
+    /// The key part names, if fixed.
+    pub fn key_parts(&self) -> Option<&[Box<str>]> {
+        self.key_parts.as_deref()
+    }
+
+    /// The failure policy.
+    pub fn policy(&self) -> OnStoreError {
+        self.on_store_error
+    }
+
+    /// The largest cost that can ever pass: `burst` for token bucket and GCRA, `limit`
+    /// otherwise.
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.uses_burst() {
+            self.quota.burst()
+        } else {
+            self.quota.limit()
+        }
+    }
+}
+
+/// Names (limit names, key part names) are 1–64 characters of `A-Z a-z 0-9 _ - .`.
+pub(crate) fn validate_name(field: &'static str, name: &str) -> Result<(), LimitError> {
+    let reason = if name.is_empty() {
+        "must not be empty"
+    } else if name.len() > MAX_NAME_LEN {
+        "must be at most 64 characters"
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        "may only contain A-Z, a-z, 0-9, '_', '-' and '.'"
+    } else {
+        return Ok(());
+    };
+    Err(LimitError::InvalidName {
+        field,
+        value: name.chars().take(80).collect(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota() -> Quota {
+        Quota::per_second(10).expect("valid")
+    }
+
+    /// Bad names and bucket counts are refused, naming the field.
+    #[test]
+    fn invalid_limits_name_their_field() {
+        for name in ["", "a:b", "a{b}", "é", &"x".repeat(65)] {
+            let err = Limit::new(name, Algorithm::Gcra, quota()).expect_err(name);
+            assert_eq!(err.field(), "name");
+        }
+        let err = Limit::new("w", Algorithm::SlidingWindow { buckets: 0 }, quota())
+            .expect_err("0 buckets");
+        assert_eq!(err.field(), "buckets");
+        let err = Limit::new("l", Algorithm::Gcra, quota())
+            .and_then(|l| l.keyed_by(["user", "bad part"]))
+            .expect_err("bad part");
+        assert_eq!(err.field(), "key");
+    }
+
+    /// Capacity is the burst for smooth algorithms and the limit for windows.
+    #[test]
+    fn capacity_follows_algorithm() {
+        let q = quota().with_burst(3).expect("valid");
+        let gcra = Limit::new("g", Algorithm::Gcra, q).expect("valid");
+        let fixed = Limit::new("f", Algorithm::FixedWindow, q).expect("valid");
+        assert_eq!(gcra.capacity(), 3);
+        assert_eq!(fixed.capacity(), 10);
+    }
+}

@@ -1,0 +1,68 @@
+//! A validated request to a store: which (limit, key) pairs, at what cost.
+//!
+//! Stores can rely on what [`Request::new`] checked: at least one entry, no limit twice, and a
+//! cost between 1 and every limit's capacity. So no store re-validates, and "cost too large"
+//! is decided once, apart from "not now".
+
+use smallvec::SmallVec;
+
+use crate::{CheckError, Key, Limit};
+
+/// One limit and the key it counts.
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    /// The limit.
+    pub limit: &'a Limit,
+    /// The key, built by [`Key::new`].
+    pub key: Key,
+}
+
+/// One or several (limit, key) pairs decided together, all or nothing, at one cost.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    entries: SmallVec<[Entry<'a>; 2]>,
+    cost: u64,
+}
+
+impl<'a> Request<'a> {
+    /// A request for `entries` at `cost`.
+    ///
+    /// # Errors
+    /// [`CheckError::NoLimits`], [`CheckError::DuplicateLimit`], [`CheckError::ZeroCost`] or
+    /// [`CheckError::CostExceedsCapacity`].
+    pub fn new(
+        entries: impl IntoIterator<Item = Entry<'a>>,
+        cost: u64,
+    ) -> Result<Request<'a>, CheckError> {
+        let entries: SmallVec<[Entry<'a>; 2]> = entries.into_iter().collect();
+        if entries.is_empty() {
+            return Err(CheckError::NoLimits);
+        }
+        if cost == 0 {
+            return Err(CheckError::ZeroCost);
+        }
+        for (i, e) in entries.iter().enumerate() {
+            if entries[..i].iter().any(|p| p.limit.name() == e.limit.name()) {
+                return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
+            }
+            if cost > e.limit.capacity() {
+                return Err(CheckError::CostExceedsCapacity {
+                    limit: e.limit.name().to_owned(),
+                    cost,
+                    capacity: e.limit.capacity(),
+                });
+            }
+        }
+        Ok(Request { entries, cost })
+    }
+
+    /// The entries, in the caller's order.
+    pub fn entries(&self) -> &[Entry<'a>] {
+        &self.entries
+    }
+
+    /// The cost, between 1 and every entry's capacity.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+}

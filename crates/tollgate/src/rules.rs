@@ -1,0 +1,25 @@
+//! The five algorithms as pure functions of `(state, now, cost)`.
+//!
+//! Nothing here reads a clock, allocates a key or touches a store: a rule is a quota turned
+//! into arithmetic, and a state is plain data. The memory store runs these functions; each
+//! has a Lua twin in `tollgate-redis/lua/` with the same integer arithmetic, and a
+//! differential test holds the two to the same answers.
+
+mod any_rule;
+mod any_state;
+mod fixed_window;
+mod gcra;
+mod rule;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
+
+pub use any_rule::AnyRule;
+pub use any_state::AnyState;
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use rule::Rule;
+pub(crate) use rule::decision;
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{DEFAULT_BUCKETS, SlidingWindow, SlidingWindowState};
+pub use token_bucket::{TokenBucket, TokenBucketState};

@@ -1,0 +1,123 @@
+//! Any algorithm behind one type, so a store can hold limits of every algorithm.
+//!
+//! Dispatch is a `match`, not a trait object: the five cases are closed and the compiler
+//! inlines each arm.
+
+use crate::rules::{
+    AnyState, FixedWindow, Gcra, Rule, SlidingLog, SlidingWindow, TokenBucket, decision,
+};
+use crate::{Algorithm, Decision, Quota, Status};
+
+/// An algorithm with its quota applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum AnyRule {
+    FixedWindow(FixedWindow),
+    SlidingLog(SlidingLog),
+    SlidingWindow(SlidingWindow),
+    TokenBucket(TokenBucket),
+    Gcra(Gcra),
+}
+
+/// Runs `$body` with `$rule` bound to the concrete rule and `$state` to its state, taken from
+/// (or reset into) the matching `AnyState` variant.
+macro_rules! with_rule {
+    ($self:expr, $any:expr, |$rule:ident, $state:ident| $body:expr) => {
+        match $self {
+            AnyRule::FixedWindow($rule) => {
+                let $state = state_of!($any, FixedWindow);
+                $body
+            }
+            AnyRule::SlidingLog($rule) => {
+                let $state = state_of!($any, SlidingLog);
+                $body
+            }
+            AnyRule::SlidingWindow($rule) => {
+                let $state = state_of!($any, SlidingWindow);
+                $body
+            }
+            AnyRule::TokenBucket($rule) => {
+                let $state = state_of!($any, TokenBucket);
+                $body
+            }
+            AnyRule::Gcra($rule) => {
+                let $state = state_of!($any, Gcra);
+                $body
+            }
+        }
+    };
+}
+
+/// The `&mut` state of variant `$v`, replacing a state of another algorithm with a fresh
+/// one (keys carry their algorithm's tag, so this only happens to a state built by hand).
+macro_rules! state_of {
+    ($any:expr, $v:ident) => {{
+        if !matches!($any, AnyState::$v(_)) {
+            *$any = AnyState::$v(Default::default());
+        }
+        match $any {
+            AnyState::$v(s) => s,
+            _ => unreachable!("just set"),
+        }
+    }};
+}
+
+impl AnyRule {
+    /// `algorithm` applied to `quota`.
+    pub fn new(algorithm: Algorithm, quota: &Quota) -> Self {
+        match algorithm {
+            Algorithm::FixedWindow => AnyRule::FixedWindow(FixedWindow::new(quota)),
+            Algorithm::SlidingLog => AnyRule::SlidingLog(SlidingLog::new(quota)),
+            Algorithm::SlidingWindow { buckets } => {
+                AnyRule::SlidingWindow(SlidingWindow::new(quota, buckets))
+            }
+            Algorithm::TokenBucket => AnyRule::TokenBucket(TokenBucket::new(quota)),
+            Algorithm::Gcra => AnyRule::Gcra(Gcra::new(quota)),
+        }
+    }
+
+    /// The state of a key never seen.
+    pub fn empty_state(&self) -> AnyState {
+        match self {
+            AnyRule::FixedWindow(_) => AnyState::FixedWindow(Default::default()),
+            AnyRule::SlidingLog(_) => AnyState::SlidingLog(Default::default()),
+            AnyRule::SlidingWindow(_) => AnyState::SlidingWindow(Default::default()),
+            AnyRule::TokenBucket(_) => AnyState::TokenBucket(Default::default()),
+            AnyRule::Gcra(_) => AnyState::Gcra(Default::default()),
+        }
+    }
+
+    /// [`Rule::admits`] on any state.
+    ///
+    /// # Errors
+    /// `Err(retry_after_us)` when `cost` does not pass at `now`.
+    pub fn admits(&self, state: &mut AnyState, now: u64, cost: u64) -> Result<(), u64> {
+        with_rule!(self, state, |rule, s| rule.admits(s, now, cost))
+    }
+
+    /// [`Rule::charge`] on any state.
+    pub fn charge(&self, state: &mut AnyState, now: u64, cost: u64) {
+        with_rule!(self, state, |rule, s| rule.charge(s, now, cost))
+    }
+
+    /// [`Rule::status`] on any state.
+    pub fn status(&self, state: &mut AnyState, now: u64) -> Status {
+        with_rule!(self, state, |rule, s| rule.status(s, now))
+    }
+
+    /// The quota's limit.
+    pub fn limit(&self) -> u64 {
+        match self {
+            AnyRule::FixedWindow(r) => r.limit(),
+            AnyRule::SlidingLog(r) => r.limit(),
+            AnyRule::SlidingWindow(r) => r.limit(),
+            AnyRule::TokenBucket(r) => r.limit(),
+            AnyRule::Gcra(r) => r.limit(),
+        }
+    }
+
+    /// The decision for a state at `now`, `retry_us` being `Some` exactly when denied.
+    pub fn decision(&self, state: &mut AnyState, now: u64, retry_us: Option<u64>) -> Decision {
+        decision(self.limit(), self.status(state, now), retry_us)
+    }
+}

@@ -1,0 +1,84 @@
+//! Fixed window: one counter per key for the current clock-aligned window.
+//!
+//! Windows are aligned to the epoch (`[k × period, (k+1) × period)`), so every instance and
+//! every key switch windows at the same instant. The state remembers which window it counts,
+//! so a stale counter is never mistaken for the current one, whatever the expiry did. Cheap
+//! and simple, but a client can get up to 2 × limit through in one period across a window edge
+//! (the conformance suite shows it); use `sliding_log` or GCRA when that matters.
+
+use crate::rules::Rule;
+use crate::{Quota, Status};
+
+/// Fixed window for one quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    limit: u64,
+    period: u64,
+}
+
+/// Fixed window state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FixedWindowState {
+    /// Start of the counted window, µs since the epoch.
+    pub window: u64,
+    /// Units admitted in that window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// Fixed window with `quota`'s limit and period.
+    pub fn new(quota: &Quota) -> Self {
+        FixedWindow {
+            limit: quota.limit(),
+            period: quota.period_micros(),
+        }
+    }
+
+    /// Units counted at `now`: the stored count while its window has not ended.
+    fn live_count(&self, state: &FixedWindowState, now: u64) -> u64 {
+        if state.window + self.period > now {
+            state.count
+        } else {
+            0
+        }
+    }
+}
+
+impl Rule for FixedWindow {
+    type State = FixedWindowState;
+
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn admits(&self, state: &FixedWindowState, now: u64, cost: u64) -> Result<(), u64> {
+        let count = self.live_count(state, now);
+        if count + cost <= self.limit {
+            Ok(())
+        } else {
+            Err((state.window + self.period).saturating_sub(now))
+        }
+    }
+
+    fn charge(&self, state: &mut FixedWindowState, now: u64, cost: u64) {
+        if self.live_count(state, now) == 0 {
+            *state = FixedWindowState {
+                window: now - now % self.period,
+                count: 0,
+            };
+        }
+        state.count += cost;
+    }
+
+    fn status(&self, state: &FixedWindowState, now: u64) -> Status {
+        let count = self.live_count(state, now);
+        Status {
+            remaining: self.limit.saturating_sub(count),
+            reset_after_us: if count > 0 {
+                state.window + self.period - now
+            } else {
+                0
+            },
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The one shape every algorithm has, so that stores, tests and the Lua ports treat them alike.
+//!
+//! An algorithm is three pure functions of a state, the time and a cost: `admits` (would this
+//! cost pass now, and if not, how long until it would), `charge` (record an admitted cost) and
+//! `status` (remaining units and time to a full quota). [`Rule::check`] and [`Rule::peek`] are
+//! built from them once, here, so no algorithm can get "a denied call changes nothing" or
+//! "peek consumes nothing" wrong on its own. Every Lua script follows the same three steps.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use crate::{Decision, Status, Timestamp};
+
+/// An algorithm with its quota applied, ready to decide.
+///
+/// Costs passed in must be between 1 and the rule's capacity; [`crate::Request`] guarantees
+/// this for everything that goes through a store.
+pub trait Rule {
+    /// Per-key state. `Default` is the state of a key never seen (a full quota).
+    type State: Default + Clone + PartialEq + Debug + Send;
+
+    /// The quota's limit, reported in every [`Decision`].
+    fn limit(&self) -> u64;
+
+    /// `Ok` when `cost` units pass at `now`; otherwise the microseconds until they would.
+    ///
+    /// # Errors
+    /// `Err(retry_after_us)` when the cost does not pass now.
+    fn admits(&self, state: &Self::State, now: u64, cost: u64) -> Result<(), u64>;
+
+    /// Records `cost` admitted units at `now`. Called only after [`Rule::admits`] said yes.
+    fn charge(&self, state: &mut Self::State, now: u64, cost: u64);
+
+    /// Remaining units and time to a full quota at `now`.
+    fn status(&self, state: &Self::State, now: u64) -> Status;
+
+    /// Decides and, when admitted, consumes: `(state, now, cost) -> (decision, new state)`.
+    /// A denied call returns the state unchanged.
+    fn check(&self, mut state: Self::State, now: Timestamp, cost: u64) -> (Decision, Self::State) {
+        let decision = self.check_in_place(&mut state, now.as_micros(), cost);
+        (decision, state)
+    }
+
+    /// [`Rule::check`] on a state held in place (what stores do).
+    fn check_in_place(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        match self.admits(state, now, cost) {
+            Ok(()) => {
+                self.charge(state, now, cost);
+                decision(self.limit(), self.status(state, now), None)
+            }
+            Err(retry_us) => decision(self.limit(), self.status(state, now), Some(retry_us)),
+        }
+    }
+
+    /// Decides without consuming: would `cost` pass now, and the state as it is.
+    fn peek(&self, state: &Self::State, now: Timestamp, cost: u64) -> Decision {
+        let now = now.as_micros();
+        let retry = self.admits(state, now, cost).err();
+        decision(self.limit(), self.status(state, now), retry)
+    }
+}
+
+/// Builds a decision from a status; `retry_us` is `Some` exactly when denied.
+pub(crate) fn decision(limit: u64, status: Status, retry_us: Option<u64>) -> Decision {
+    Decision {
+        allowed: retry_us.is_none(),
+        limit,
+        remaining: status.remaining,
+        reset_after: Duration::from_micros(status.reset_after_us),
+        retry_after: retry_us.map(Duration::from_micros),
+    }
+}

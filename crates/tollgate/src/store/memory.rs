@@ -1,0 +1,442 @@
+//! The embedded store: state in this process's memory.
+//!
+//! It serves single-instance deployments, tests, the service when no Redis is configured, and
+//! the `local` failure policy. It runs the Rust [`crate::rules`] directly.
+//!
+//! Design choices, and why:
+//! - **Sharded `Mutex<HashMap>`**, not `dashmap`: an all-or-nothing check over several keys
+//!   must hold every key's lock at once. Shards are locked in ascending index order, so two
+//!   multi-key checks can never deadlock. The benchmark (`docs/benchmarks.md`) measured this
+//!   against `dashmap` on single-key checks and kept it.
+//! - **Keys hash once**: [`Key`] carries a hash computed when it is built, used both to pick the
+//!   shard and inside the map.
+//! - **Bounded memory**: a state that has fully replenished equals no state, so it is swept
+//!   (by a background thread every `sweep_interval`, and on demand when the key cap is hit). A
+//!   key cap answers [`StoreError::Full`] instead of growing without end.
+//! - The sweeper asks the store's [`Clock`]; give the store the same clock as the limiter.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::rules::AnyState;
+use crate::store::Decisions;
+use crate::{Clock, Key, Request, Store, StoreError, SystemClock, Timestamp};
+
+/// Default key cap.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+/// Default interval between background sweeps.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+const SHARDS: usize = 64;
+
+/// In-process rate-limit state. Cheap to clone: clones share the state.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shards: Box<[Mutex<Shard>]>,
+    len: AtomicUsize,
+    max_keys: usize,
+    clock: Arc<dyn Clock>,
+}
+
+type Shard = HashMap<Key, Slot, BuildHasherDefault<PrehashedKey>>;
+
+struct Slot {
+    state: AnyState,
+    /// From this instant (µs) the state equals a fresh one and may be dropped.
+    replenished_at: u64,
+}
+
+/// Configures a [`MemoryStore`].
+#[derive(Debug)]
+pub struct MemoryStoreBuilder {
+    max_keys: usize,
+    sweep_interval: Option<Duration>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryStoreBuilder {
+    /// The most keys held at once (default [`DEFAULT_MAX_KEYS`]).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// How often a background thread drops replenished keys (default
+    /// [`DEFAULT_SWEEP_INTERVAL`]); `None` for no thread (sweeps then happen only when the key
+    /// cap is reached, or by calling [`MemoryStore::sweep`]).
+    pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
+    /// The clock for `now: None` calls and for the sweeper (default [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Builds the store and starts its sweeper thread, which ends when the store is dropped.
+    pub fn build(self) -> MemoryStore {
+        let inner = Arc::new(Inner {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            len: AtomicUsize::new(0),
+            max_keys: self.max_keys,
+            clock: self.clock,
+        });
+        if let Some(interval) = self.sweep_interval {
+            spawn_sweeper(Arc::downgrade(&inner), interval);
+        }
+        MemoryStore { inner }
+    }
+}
+
+fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("tollgate-sweeper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(interval);
+                let Some(inner) = inner.upgrade() else { return };
+                let now = inner.clock.now().as_micros();
+                for shard in inner.shards.iter() {
+                    inner.sweep_shard(&mut lock(shard), now);
+                }
+            }
+        });
+    // Without a thread the store still works: the cap sweeps on demand.
+    drop(spawned);
+}
+
+impl MemoryStore {
+    /// A store with default settings.
+    pub fn new() -> MemoryStore {
+        MemoryStore::builder().build()
+    }
+
+    /// A builder for a store with custom settings.
+    pub fn builder() -> MemoryStoreBuilder {
+        MemoryStoreBuilder {
+            max_keys: DEFAULT_MAX_KEYS,
+            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Keys currently held.
+    pub fn len(&self) -> usize {
+        self.inner.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key that has fully replenished by the store clock's now; returns how many.
+    pub fn sweep(&self) -> usize {
+        let now = self.inner.clock.now().as_micros();
+        self.inner
+            .shards
+            .iter()
+            .map(|s| self.inner.sweep_shard(&mut lock(s), now))
+            .sum()
+    }
+
+    /// [`Store::check`] without the future: decides and charges at `now`.
+    ///
+    /// # Errors
+    /// [`StoreError::Full`] when the request needs new keys beyond the key cap.
+    pub fn check_at(&self, request: &Request<'_>, now: Timestamp) -> Result<Decisions, StoreError> {
+        self.inner.decide(request, now.as_micros(), true)
+    }
+
+    /// [`Store::peek`] without the future.
+    pub fn peek_at(&self, request: &Request<'_>, now: Timestamp) -> Decisions {
+        match self.inner.decide(request, now.as_micros(), false) {
+            Ok(d) => d,
+            Err(_) => unreachable!("peek inserts no key, so the cap cannot refuse it"),
+        }
+    }
+
+    /// [`Store::reset`] without the future.
+    pub fn reset_now(&self, request: &Request<'_>) {
+        for e in request.entries() {
+            let mut shard = lock(&self.inner.shards[shard_of(&e.key)]);
+            if shard.remove(&e.key).is_some() {
+                self.inner.len.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn now(&self, now: Option<Timestamp>) -> Timestamp {
+        now.unwrap_or_else(|| self.inner.clock.now())
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("len", &self.len())
+            .field("max_keys", &self.inner.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for MemoryStore {
+    async fn check(
+        &self,
+        request: &Request<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        self.check_at(request, self.now(now))
+    }
+
+    async fn peek(
+        &self,
+        request: &Request<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        Ok(self.peek_at(request, self.now(now)))
+    }
+
+    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
+        self.reset_now(request);
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Decides; when the key cap is reached, sweeps every shard once and tries again.
+    fn decide(&self, request: &Request<'_>, now: u64, charge: bool) -> Result<Decisions, StoreError> {
+        if let Some(decisions) = self.try_decide(request, now, charge) {
+            return Ok(decisions);
+        }
+        for shard in self.shards.iter() {
+            self.sweep_shard(&mut lock(shard), now);
+        }
+        self.try_decide(request, now, charge)
+            .ok_or(StoreError::Full {
+                max_keys: self.max_keys,
+            })
+    }
+
+    /// Evaluates every entry under all their shard locks; charges all when all admit and
+    /// `charge` is set. `None` when charging needs more keys than the cap leaves.
+    fn try_decide(&self, request: &Request<'_>, now: u64, charge: bool) -> Option<Decisions> {
+        let entries = request.entries();
+        let cost = request.cost();
+        let shard_ids: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        // Ascending lock order: no deadlock between multi-key checks.
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 2]> =
+            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let guard_of = |guards: &mut SmallVec<[(usize, MutexGuard<'_, Shard>); 2]>, id: usize| {
+            guards
+                .iter()
+                .position(|(i, _)| *i == id)
+                .unwrap_or_else(|| unreachable!("every entry's shard is locked"))
+        };
+
+        let mut retries: SmallVec<[Option<u64>; 2]> = SmallVec::new();
+        for (e, &id) in entries.iter().zip(&shard_ids) {
+            let g = guard_of(&mut guards, id);
+            let rule = e.limit.rule();
+            let retry = match guards[g].1.get_mut(&e.key) {
+                Some(slot) => rule.admits(&mut slot.state, now, cost).err(),
+                None => rule.admits(&mut rule.empty_state(), now, cost).err(),
+            };
+            retries.push(retry);
+        }
+        let all_admit = retries.iter().all(Option::is_none);
+
+        if all_admit && charge {
+            let new_keys = entries
+                .iter()
+                .zip(&shard_ids)
+                .filter(|(e, id)| {
+                    let g = guard_of(&mut guards, **id);
+                    !guards[g].1.contains_key(&e.key)
+                })
+                .count();
+            if new_keys > 0 && !self.reserve(new_keys) {
+                return None;
+            }
+        }
+
+        let mut decisions = Decisions::new();
+        for ((e, &id), retry) in entries.iter().zip(&shard_ids).zip(retries) {
+            let g = guard_of(&mut guards, id);
+            let rule = e.limit.rule();
+            let shard = &mut guards[g].1;
+            let decision = if all_admit && charge {
+                let slot = shard.entry(e.key.clone()).or_insert_with(|| Slot {
+                    state: rule.empty_state(),
+                    replenished_at: 0,
+                });
+                rule.charge(&mut slot.state, now, cost);
+                let status = rule.status(&mut slot.state, now);
+                slot.replenished_at = now + status.reset_after_us;
+                crate::rules::decision(rule.limit(), status, None)
+            } else {
+                match shard.get_mut(&e.key) {
+                    Some(slot) => rule.decision(&mut slot.state, now, retry),
+                    None => rule.decision(&mut rule.empty_state(), now, retry),
+                }
+            };
+            decisions.push(decision);
+        }
+        Some(decisions)
+    }
+
+    /// Reserves room for `n` new keys under the cap.
+    fn reserve(&self, n: usize) -> bool {
+        let before = self.len.fetch_add(n, Ordering::Relaxed);
+        if before + n <= self.max_keys {
+            return true;
+        }
+        self.len.fetch_sub(n, Ordering::Relaxed);
+        false
+    }
+
+    fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
+        let before = shard.len();
+        shard.retain(|_, slot| slot.replenished_at > now);
+        let removed = before - shard.len();
+        self.len.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+}
+
+fn shard_of(key: &Key) -> usize {
+    // Bits the map itself uses least (hashbrown takes the low bits and the top seven).
+    (key.prehash() >> 48) as usize % SHARDS
+}
+
+/// A poisoned shard still holds consistent data (no user code runs under the lock), so go on.
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Hasher for [`Key`], which hashes itself once, when built, and writes that hash here.
+#[derive(Default)]
+struct PrehashedKey(u64);
+
+impl Hasher for PrehashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached if something other than `Key` is hashed: fold the bytes in.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Entry, FakeClock, Limit, Namespace, Quota};
+
+    fn limit(name: &str, algorithm: Algorithm) -> Limit {
+        Limit::new(name, algorithm, Quota::per_minute(10).expect("valid")).expect("valid")
+    }
+
+    fn request<'a>(limit: &'a Limit, user: &str) -> Request<'a> {
+        let key = Key::new(&Namespace::default(), limit, &[("user", user)]);
+        Request::new([Entry { limit, key }], 1).expect("valid")
+    }
+
+    /// Replenished keys are swept, live ones stay.
+    #[test]
+    fn sweep_drops_only_replenished_state() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let store = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build();
+        let gcra = limit("g", Algorithm::Gcra);
+        let now = clock.now();
+        store.check_at(&request(&gcra, "a"), now).expect("room");
+        clock.advance(Duration::from_secs(3));
+        store.check_at(&request(&gcra, "b"), clock.now()).expect("room");
+        assert_eq!(store.len(), 2);
+        // "a" took one unit (6 s to replenish) at t0; at t0 + 6 s it is full again, "b" is not.
+        clock.advance(Duration::from_secs(3));
+        assert_eq!(store.sweep(), 1);
+        assert_eq!(store.len(), 1);
+        let d = store.peek_at(&request(&gcra, "b"), clock.now());
+        assert_eq!(d[0].remaining, 9, "b is still charged after the sweep");
+    }
+
+    /// The key cap refuses new keys with a clear error, after trying a sweep.
+    #[test]
+    fn key_cap_refuses_new_keys() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let store = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .max_keys(3)
+            .build();
+        let l = limit("f", Algorithm::FixedWindow);
+        for u in ["a", "b", "c"] {
+            store.check_at(&request(&l, u), clock.now()).expect("room");
+        }
+        let err = store
+            .check_at(&request(&l, "d"), clock.now())
+            .expect_err("full");
+        assert!(matches!(err, StoreError::Full { max_keys: 3 }), "{err}");
+        assert!(err.to_string().contains("3 keys"), "{err}");
+        // Existing keys still work, and once the window is over the cap frees itself.
+        store.check_at(&request(&l, "a"), clock.now()).expect("existing key");
+        clock.advance(Duration::from_secs(60));
+        store.check_at(&request(&l, "d"), clock.now()).expect("swept");
+        assert_eq!(store.len(), 1);
+    }
+
+    /// Many threads on one key admit exactly the limit.
+    #[test]
+    fn exact_under_thread_concurrency() {
+        let store = MemoryStore::builder().sweep_interval(None).build();
+        let l = Limit::new("c", Algorithm::SlidingLog, Quota::per_hour(1_000).expect("valid"))
+            .expect("valid");
+        let now = Timestamp::from_millis(5_000_000);
+        let admitted = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..500 {
+                        if store.check_at(&request(&l, "k"), now).expect("room")[0].allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(admitted.into_inner(), 1_000);
+    }
+}

@@ -1,0 +1,98 @@
+//! Why a store could not answer, classified so that callers decide by kind, not by message.
+//!
+//! The cause is kept as a boxed source because the core does not know the store's client
+//! library; `tollgate-redis` fills in the kind where it converts `redis::RedisError`.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+/// A boxed error cause.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store did not answer within the timeout.
+    #[error("store call timed out after {0:?}")]
+    Timeout(Duration),
+    /// The connection could not be made or was lost.
+    #[error("store connection failed")]
+    Connection(#[source] BoxError),
+    /// A cluster-level failure (moved slots, cluster down).
+    #[error("store cluster error")]
+    Cluster(#[source] BoxError),
+    /// The store ran our script and it failed.
+    #[error("store script failed")]
+    Script(#[source] BoxError),
+    /// The store answered something we cannot read.
+    #[error("unexpected store reply: {0}")]
+    Protocol(String),
+    /// The store keeps no more keys (memory store's key cap).
+    #[error("store is full: {max_keys} keys held and none has replenished")]
+    Full {
+        /// The configured cap.
+        max_keys: usize,
+    },
+    /// A circuit breaker skipped the store after repeated failures.
+    #[error("store skipped after repeated failures (circuit open)")]
+    CircuitOpen,
+}
+
+/// The kind of a [`StoreError`], for metrics labels and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum StoreErrorKind {
+    Timeout,
+    Connection,
+    Cluster,
+    Script,
+    Protocol,
+    Full,
+    CircuitOpen,
+}
+
+impl StoreErrorKind {
+    /// The label used in metrics: `timeout`, `connection`, `cluster`, `script`, `protocol`,
+    /// `full`, `circuit_open`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            StoreErrorKind::Timeout => "timeout",
+            StoreErrorKind::Connection => "connection",
+            StoreErrorKind::Cluster => "cluster",
+            StoreErrorKind::Script => "script",
+            StoreErrorKind::Protocol => "protocol",
+            StoreErrorKind::Full => "full",
+            StoreErrorKind::CircuitOpen => "circuit_open",
+        }
+    }
+}
+
+impl StoreError {
+    /// The kind of failure.
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::Timeout(_) => StoreErrorKind::Timeout,
+            StoreError::Connection(_) => StoreErrorKind::Connection,
+            StoreError::Cluster(_) => StoreErrorKind::Cluster,
+            StoreError::Script(_) => StoreErrorKind::Script,
+            StoreError::Protocol(_) => StoreErrorKind::Protocol,
+            StoreError::Full { .. } => StoreErrorKind::Full,
+            StoreError::CircuitOpen => StoreErrorKind::CircuitOpen,
+        }
+    }
+
+    /// Whether the same call may succeed later (the store is unreachable or busy), as opposed
+    /// to a failure that repeats until someone changes something (a broken script, a reply we
+    /// cannot read, a full store).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout(_)
+                | StoreError::Connection(_)
+                | StoreError::Cluster(_)
+                | StoreError::CircuitOpen
+        )
+    }
+}
