@@ -13,7 +13,7 @@ pub struct Fixture<S> {
     /// Key prefix for this test, so tests sharing one server never see each other's keys.
     pub namespace: Namespace,
     /// Dropped at the end of the test (kills spawned servers).
-    pub guard: Box<dyn Any + Send>,
+    pub guard: Box<dyn Any + Send + Sync>,
 }
 
 impl<S: Store> Fixture<S> {
