@@ -1,0 +1,612 @@
+//! The store conformance suite: one set of behaviours every [`Store`] must show, written
+//! once and run unchanged against the memory store, Redis and Redis Cluster.
+//!
+//! Use it from a store crate's integration tests:
+//! ```text
+//! async fn fixture(clock: tollgate::FakeClock) -> tollgate_testkit::Fixture<MyStore> { ... }
+//! tollgate_testkit::conformance_suite!(fixture);
+//! ```
+//! The macro expands to one `#[tokio::test]` per behaviour below (the caller needs `tokio`
+//! with `macros` and `rt-multi-thread`). Every check goes through a [`Limiter`] built with the
+//! test's [`FakeClock`], so stores are always given an explicit `now` and time moves only when a
+//! test advances it. Periods are minutes long: a Redis key's real TTL then always outlives the
+//! few real milliseconds a test takes.
+
+use std::time::Duration;
+
+use tollgate::{
+    Algorithm, CheckError, Clock, FakeClock, Limit, Limiter, OnStoreError, Quota, Store,
+    Timestamp, Verdict,
+};
+
+use crate::Fixture;
+
+/// Every test's start: 2030-01-01T00:00:00Z, aligned to every window used here.
+pub const START: Timestamp = Timestamp::from_micros(1_893_456_000_000_000);
+
+/// Expands to the whole suite for a fixture function
+/// `async fn(FakeClock) -> Fixture<impl Store>`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:path) => {
+        $crate::conformance_suite!(@each $fixture;
+            exactly_limit_admitted,
+            exact_under_concurrent_tasks,
+            denied_calls_change_nothing,
+            peek_consumes_nothing,
+            reset_forgets_the_key,
+            remaining_and_reset_after_track_each_call,
+            retry_after_is_exact,
+            cost_above_one,
+            cost_too_large_is_an_error,
+            multi_limit_is_all_or_nothing,
+            keys_are_independent,
+            fixed_window_admits_twice_the_limit_across_an_edge,
+            sliding_log_never_exceeds_the_limit_in_any_period,
+            sliding_window_stays_within_one_bucket_of_exact,
+        );
+    };
+    (@each $fixture:path; $($test:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                let clock = ::tollgate::FakeClock::new($crate::conformance::START);
+                let fixture = $fixture(clock.clone()).await;
+                $crate::conformance::$test(clock, fixture).await;
+            }
+        )*
+    };
+}
+
+/// A limiter over the store under test, with the test's clock.
+struct Harness<S> {
+    limiter: Limiter<S>,
+    clock: FakeClock,
+    _guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl<S: Store> Harness<S> {
+    fn new(clock: FakeClock, fixture: Fixture<S>, limits: Vec<Limit>) -> Harness<S> {
+        let limiter = Limiter::builder(fixture.store)
+            .namespace(fixture.namespace)
+            .clock(clock.clone())
+            .limits(limits)
+            .build()
+            .expect("distinct limit names");
+        Harness {
+            limiter,
+            clock,
+            _guard: fixture.guard,
+        }
+    }
+
+    async fn check(&self, limit: &str, user: &str, cost: u64) -> Verdict {
+        self.limiter
+            .check_n(limit, &[("user", user)], cost)
+            .await
+            .unwrap_or_else(|e| panic!("check {limit}/{user} cost {cost}: {e}"))
+    }
+
+    async fn peek(&self, limit: &str, user: &str, cost: u64) -> Verdict {
+        self.limiter
+            .peek(&[limit], &[("user", user)], cost)
+            .await
+            .unwrap_or_else(|e| panic!("peek {limit}/{user}: {e}"))
+    }
+
+    fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+/// Checks that a verdict came from the store, not from a failure policy.
+fn from_store(v: &Verdict, context: &str) {
+    assert!(
+        v.store_error().is_none(),
+        "{context}: the store failed ({:?}); conformance needs a working store",
+        v.store_error()
+    );
+}
+
+/// A per-user limit named after its algorithm, `limit` per `period`.
+fn limit_for(prefix: &str, algorithm: Algorithm, limit: u64, period: Duration) -> Limit {
+    Limit::new(
+        format!("{prefix}-{}", algorithm.key_tag()),
+        algorithm,
+        Quota::new(limit, period).expect("valid quota"),
+    )
+    .expect("valid limit")
+    .keyed_by(["user"])
+    .expect("valid part")
+    .on_store_error(OnStoreError::Deny)
+}
+
+/// One limit per algorithm: 5 per minute (sliding window: 60 buckets of 1 s).
+fn five_per_minute(prefix: &str) -> Vec<Limit> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|a| limit_for(prefix, a, 5, Duration::from_secs(60)))
+        .collect()
+}
+
+fn name(prefix: &str, algorithm: Algorithm) -> String {
+    format!("{prefix}-{}", algorithm.key_tag())
+}
+
+/// A fresh key admits exactly `limit` unit requests, then refuses.
+pub async fn exactly_limit_admitted<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let h = Harness::new(clock, fixture, five_per_minute("exact"));
+    for a in Algorithm::ALL {
+        let n = name("exact", a);
+        for i in 1..=5 {
+            let v = h.check(&n, "u", 1).await;
+            from_store(&v, &n);
+            assert!(v.is_allowed(), "{n}: request {i} of 5 refused: {v:?}");
+        }
+        for i in 0..10 {
+            let v = h.check(&n, "u", 1).await;
+            assert!(!v.is_allowed(), "{n}: request {} admitted past the limit", 6 + i);
+        }
+    }
+}
+
+/// Many tasks racing on one key admit exactly the limit.
+pub async fn exact_under_concurrent_tasks<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let limits = Algorithm::ALL
+        .into_iter()
+        .map(|a| limit_for("race", a, 20, Duration::from_secs(60)))
+        .collect();
+    let h = std::sync::Arc::new(Harness::new(clock, fixture, limits));
+    for a in Algorithm::ALL {
+        let n = name("race", a);
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let h = h.clone();
+                let n = n.clone();
+                tokio::spawn(async move { h.check(&n, "u", 1).await })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            let v = t.await.expect("task");
+            from_store(&v, &n);
+            admitted += usize::from(v.is_allowed());
+        }
+        assert_eq!(admitted, 20, "{n}: 64 concurrent requests, limit 20");
+    }
+}
+
+/// A refused request leaves the state exactly as it was.
+pub async fn denied_calls_change_nothing<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let h = Harness::new(clock, fixture, five_per_minute("deny"));
+    h.advance(Duration::from_secs(7));
+    for a in Algorithm::ALL {
+        let n = name("deny", a);
+        for _ in 0..5 {
+            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        }
+        h.advance(Duration::from_millis(1500));
+        let before = h.peek(&n, "u", 1).await;
+        assert!(!before.is_allowed(), "{n}: exhausted");
+        for _ in 0..5 {
+            let v = h.check(&n, "u", 1).await;
+            assert!(!v.is_allowed(), "{n}");
+            assert_eq!(v.decision(), before.decision(), "{n}: a denial reports the same state");
+        }
+        let after = h.peek(&n, "u", 1).await;
+        assert_eq!(after, before, "{n}: denied calls changed the state");
+        // And the refusal did not push the next admission later.
+        let wait = before.retry_after().expect("denied");
+        h.advance(wait);
+        assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}: still refused after {wait:?}");
+        h.advance(Duration::from_secs(120));
+    }
+}
+
+/// Peeking never consumes.
+pub async fn peek_consumes_nothing<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let h = Harness::new(clock, fixture, five_per_minute("peek"));
+    for a in Algorithm::ALL {
+        let n = name("peek", a);
+        for _ in 0..20 {
+            let v = h.peek(&n, "u", 1).await;
+            from_store(&v, &n);
+            assert!(v.is_allowed(), "{n}");
+            assert_eq!(v.decision().remaining, 5, "{n}: peek consumed");
+        }
+        assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        let v = h.peek(&n, "u", 5).await;
+        assert!(!v.is_allowed(), "{n}: 5 more do not fit after one");
+        assert_eq!(v.decision().remaining, 4, "{n}");
+        for _ in 0..4 {
+            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        }
+        assert!(!h.check(&n, "u", 1).await.is_allowed(), "{n}");
+    }
+}
+
+/// Reset forgets a key's state (and only that key's).
+pub async fn reset_forgets_the_key<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let h = Harness::new(clock, fixture, five_per_minute("reset"));
+    for a in Algorithm::ALL {
+        let n = name("reset", a);
+        for _ in 0..5 {
+            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+            assert!(h.check(&n, "other", 1).await.is_allowed(), "{n}");
+        }
+        assert!(!h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        h.limiter
+            .reset(&[n.as_str()], &[("user", "u")])
+            .await
+            .expect("reset");
+        let v = h.peek(&n, "u", 1).await;
+        assert_eq!(v.decision().remaining, 5, "{n}: reset left state behind");
+        assert_eq!(v.decision().reset_after, Duration::ZERO, "{n}");
+        for _ in 0..5 {
+            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        }
+        assert!(!h.check(&n, "other", 1).await.is_allowed(), "{n}: reset touched another key");
+    }
+}
+
+/// `remaining` and `reset_after` are exact after each call.
+pub async fn remaining_and_reset_after_track_each_call<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let h = Harness::new(clock, fixture, five_per_minute("track"));
+    // 10 s into a minute-aligned window, on a whole second.
+    h.advance(Duration::from_secs(10));
+    let s = Duration::from_secs;
+    for a in Algorithm::ALL {
+        let n = name("track", a);
+        for k in 1..=5u32 {
+            let v = h.check(&n, "u", 1).await;
+            let d = v.decision();
+            assert!(d.allowed, "{n}");
+            assert_eq!(d.limit, 5, "{n}");
+            assert_eq!(d.remaining, u64::from(5 - k), "{n}: after {k}");
+            let expected = match a {
+                // the window ends 50 s from now
+                Algorithm::FixedWindow => s(50),
+                // every entry expires one period after now
+                Algorithm::SlidingLog => s(60),
+                // the current 1 s bucket leaves the 61-bucket span 61 s from now
+                Algorithm::SlidingWindow { .. } => s(61),
+                // 12 s per unit
+                Algorithm::TokenBucket | Algorithm::Gcra => s(12) * k,
+            };
+            assert_eq!(d.reset_after, expected, "{n}: reset_after after {k}");
+            assert_eq!(d.retry_after, None, "{n}");
+        }
+        // 12 s later the smooth algorithms have one unit back; the windows do not.
+        h.advance(s(12));
+        let d = *h.peek(&n, "u", 1).await.decision();
+        let (remaining, reset_after) = match a {
+            Algorithm::FixedWindow => (0, s(38)),
+            Algorithm::SlidingLog => (0, s(48)),
+            Algorithm::SlidingWindow { .. } => (0, s(49)),
+            Algorithm::TokenBucket | Algorithm::Gcra => (1, s(48)),
+        };
+        assert_eq!(d.remaining, remaining, "{n}: remaining 12 s later");
+        assert_eq!(d.reset_after, reset_after, "{n}: reset_after 12 s later");
+        // Back to the same instant in the next algorithm's window.
+        h.advance(s(48));
+    }
+}
+
+/// Denied at `t`, still denied 1 ms before `t + retry_after`, admitted at it.
+pub async fn retry_after_is_exact<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let h = Harness::new(clock, fixture, five_per_minute("retry"));
+    // Odd offsets, so that nothing lines up by luck.
+    for (i, a) in Algorithm::ALL.into_iter().enumerate() {
+        let n = name("retry", a);
+        h.advance(Duration::from_millis(13_377 + 1_000 * i as u64));
+        for _ in 0..3 {
+            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        }
+        h.advance(Duration::from_millis(2_501));
+        for _ in 0..2 {
+            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        }
+        for round in 0..3 {
+            // Use up whatever came back, until refused.
+            let mut denied = h.check(&n, "u", 1).await;
+            for _ in 0..5 {
+                if !denied.is_allowed() {
+                    break;
+                }
+                denied = h.check(&n, "u", 1).await;
+            }
+            let wait = denied
+                .retry_after()
+                .unwrap_or_else(|| panic!("{n}: round {round}: expected a denial, got {denied:?}"));
+            assert!(wait > Duration::ZERO, "{n}");
+            h.advance(wait - Duration::from_millis(1));
+            let early = h.check(&n, "u", 1).await;
+            assert!(!early.is_allowed(), "{n}: admitted 1 ms before retry_after {wait:?}");
+            h.advance(Duration::from_millis(1));
+            let on_time = h.check(&n, "u", 1).await;
+            assert!(on_time.is_allowed(), "{n}: refused at retry_after {wait:?}: {on_time:?}");
+        }
+        h.advance(Duration::from_secs(120));
+    }
+}
+
+/// Costs above one are charged in full and refused as a whole.
+pub async fn cost_above_one<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let h = Harness::new(clock, fixture, five_per_minute("cost"));
+    h.advance(Duration::from_secs(1));
+    for a in Algorithm::ALL {
+        let n = name("cost", a);
+        let v = h.check(&n, "u", 3).await;
+        assert!(v.is_allowed(), "{n}");
+        assert_eq!(v.decision().remaining, 2, "{n}");
+        let v = h.check(&n, "u", 3).await;
+        assert!(!v.is_allowed(), "{n}: 3 more do not fit in 2");
+        assert_eq!(v.decision().remaining, 2, "{n}: a refused cost is not charged in part");
+        let v = h.check(&n, "u", 2).await;
+        assert!(v.is_allowed(), "{n}: 2 fit in 2");
+        assert_eq!(v.decision().remaining, 0, "{n}");
+        h.advance(Duration::from_secs(120));
+    }
+}
+
+/// A cost the limit can never admit is an error, not a denial; so is cost 0.
+pub async fn cost_too_large_is_an_error<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let mut limits = five_per_minute("big");
+    limits.push(
+        Limit::new(
+            "burst2",
+            Algorithm::Gcra,
+            Quota::per_minute(5).and_then(|q| q.with_burst(2)).expect("valid"),
+        )
+        .expect("valid"),
+    );
+    let h = Harness::new(clock, fixture, limits);
+    for a in Algorithm::ALL {
+        let n = name("big", a);
+        let err = h
+            .limiter
+            .check_n(&n, &[("user", "u")], 6)
+            .await
+            .expect_err("cost 6 > limit 5");
+        assert!(
+            matches!(err, CheckError::CostExceedsCapacity { cost: 6, capacity: 5, .. }),
+            "{n}: {err}"
+        );
+        let err = h.limiter.check_n(&n, &[("user", "u")], 0).await.expect_err("cost 0");
+        assert!(matches!(err, CheckError::ZeroCost), "{n}: {err}");
+        let v = h.peek(&n, "u", 1).await;
+        assert_eq!(v.decision().remaining, 5, "{n}: an invalid cost changed the state");
+    }
+    let err = h.limiter.check_n("burst2", &[("user", "u")], 3).await.expect_err("over burst");
+    assert!(matches!(err, CheckError::CostExceedsCapacity { capacity: 2, .. }), "{err}");
+}
+
+/// Several limits in one check: all are charged, or none is.
+pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let mut limits = Vec::new();
+    for a in Algorithm::ALL {
+        let tag = a.key_tag();
+        limits.push(
+            Limit::new(format!("global-{tag}"), a, Quota::per_minute(3).expect("valid"))
+                .expect("valid")
+                .keyed_by(Vec::<String>::new())
+                .expect("valid"),
+        );
+        limits.push(limit_for("client", a, 2, Duration::from_secs(60)));
+    }
+    let h = Harness::new(clock, fixture, limits);
+    for a in Algorithm::ALL {
+        let global = name("global", a);
+        let client = name("client", a);
+        let both = [global.as_str(), client.as_str()];
+        let check = |user: &'static str| {
+            let h = &h;
+            async move {
+                h.limiter
+                    .check_all(&both, &[("user", user)], 1)
+                    .await
+                    .expect("valid")
+            }
+        };
+        let remaining = |user: &'static str, limit: &str| {
+            let h = &h;
+            let limit = limit.to_owned();
+            async move {
+                h.limiter
+                    .peek(&[limit.as_str()], &[("user", user)], 1)
+                    .await
+                    .expect("valid")
+                    .decision()
+                    .remaining
+            }
+        };
+        assert!(check("a").await.is_allowed(), "{global}");
+        assert!(check("a").await.is_allowed(), "{global}");
+        // "a" is over its client limit: the global limit must not be charged.
+        let v = check("a").await;
+        from_store(&v, &global);
+        assert!(!v.is_allowed(), "{client}: a's third");
+        assert!(v.decisions()[0].decision.allowed, "{global}: global alone would pass");
+        assert!(!v.decisions()[1].decision.allowed, "{client}");
+        assert_eq!(remaining("a", &global).await, 1, "{global}: charged by a denied check");
+        // "b" takes the last global unit.
+        assert!(check("b").await.is_allowed(), "{global}");
+        // "c" is refused by the global limit: c's own limit must not be charged.
+        let v = check("c").await;
+        assert!(!v.is_allowed(), "{global}: exhausted");
+        assert!(!v.decisions()[0].decision.allowed, "{global}");
+        assert!(v.decisions()[1].decision.allowed, "{client}: c alone would pass");
+        assert_eq!(remaining("c", &client).await, 2, "{client}: charged by a denied check");
+        assert_eq!(remaining("b", &client).await, 1, "{client}");
+    }
+}
+
+/// Different keys, and different limits on one key, never share state.
+pub async fn keys_are_independent<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let mut limits = five_per_minute("one");
+    limits.extend(five_per_minute("two"));
+    let h = Harness::new(clock, fixture, limits);
+    for a in Algorithm::ALL {
+        let one = name("one", a);
+        let two = name("two", a);
+        for _ in 0..5 {
+            assert!(h.check(&one, "a", 1).await.is_allowed(), "{one}");
+        }
+        assert!(!h.check(&one, "a", 1).await.is_allowed(), "{one}");
+        for user in ["b", "a:", "A", "a}", "{a}"] {
+            let v = h.peek(&one, user, 1).await;
+            assert_eq!(v.decision().remaining, 5, "{one}: user {user:?} shares a's state");
+        }
+        assert_eq!(h.peek(&two, "a", 1).await.decision().remaining, 5, "{two}");
+    }
+}
+
+/// The fixed window lets 2 × limit through across a window edge; the sliding log does not.
+pub async fn fixed_window_admits_twice_the_limit_across_an_edge<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let h = Harness::new(clock, fixture, five_per_minute("edge"));
+    let fixed = name("edge", Algorithm::FixedWindow);
+    let log = name("edge", Algorithm::SlidingLog);
+    // 1 ms before the window ends.
+    h.advance(Duration::from_millis(59_999));
+    let mut admitted = (0, 0);
+    for _ in 0..5 {
+        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.is_allowed());
+        admitted.1 += usize::from(h.check(&log, "u", 1).await.is_allowed());
+    }
+    h.advance(Duration::from_millis(1));
+    for _ in 0..5 {
+        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.is_allowed());
+        admitted.1 += usize::from(h.check(&log, "u", 1).await.is_allowed());
+    }
+    assert_eq!(admitted, (10, 5), "(fixed window, sliding log) admitted within 2 ms");
+}
+
+/// A deterministic pseudo-random sequence of (gap ms, cost), the same for every store.
+fn arrivals(seed: u64, n: usize) -> Vec<(u64, u64)> {
+    let mut x = seed;
+    let mut next = move || {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    (0..n)
+        .map(|_| {
+            let r = next();
+            let gap = match r % 4 {
+                0 => 0,
+                1 => r % 300,
+                2 => r % 2_000,
+                _ => r % 7_000,
+            };
+            (gap, 1 + (r >> 32) % 2)
+        })
+        .collect()
+}
+
+/// Units admitted in `(t - period, t]` of `history` (time µs, cost).
+fn in_window(history: &[(u64, u64)], t: u64, period: u64) -> u64 {
+    history
+        .iter()
+        .filter(|&&(at, _)| at + period > t && at <= t)
+        .map(|&(_, c)| c)
+        .sum()
+}
+
+/// Random arrivals: the sliding log never has more than `limit` in any period, and refuses
+/// only when the limit is really reached.
+pub async fn sliding_log_never_exceeds_the_limit_in_any_period<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let period = Duration::from_secs(10);
+    let limit = limit_for("rand", Algorithm::SlidingLog, 7, period);
+    let n = limit.name().to_owned();
+    let h = Harness::new(clock, fixture, vec![limit]);
+    let p = period.as_micros() as u64;
+    let mut history = Vec::new();
+    for (gap, cost) in arrivals(7, 400) {
+        h.advance(Duration::from_millis(gap));
+        let t = h.now().as_micros();
+        let exact = in_window(&history, t, p);
+        let v = h.check(&n, "u", cost).await;
+        from_store(&v, &n);
+        assert_eq!(
+            v.is_allowed(),
+            exact + cost <= 7,
+            "{n}: at +{} µs with {exact} in the window, cost {cost}: {v:?}",
+            t - START.as_micros()
+        );
+        if v.is_allowed() {
+            history.push((t, cost));
+        }
+    }
+    for &(t, _) in &history {
+        assert!(in_window(&history, t, p) <= 7, "{n}: more than 7 in a period");
+    }
+    assert!(history.len() > 100, "{n}: the sequence exercised admissions");
+}
+
+/// Random arrivals: the sliding window never has more than `limit` in any period, and
+/// refuses only within one bucket of the exact log's answer.
+pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let period = Duration::from_secs(10);
+    let buckets = 10; // 1 s buckets
+    let limit = Limit::new(
+        "rand-sw",
+        Algorithm::SlidingWindow { buckets },
+        Quota::new(7, period).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid");
+    let h = Harness::new(clock, fixture, vec![limit]);
+    let p = period.as_micros() as u64;
+    let width = p / u64::from(buckets);
+    let mut history = Vec::new();
+    let mut early_refusals = 0;
+    for (gap, cost) in arrivals(11, 400) {
+        h.advance(Duration::from_millis(gap));
+        let t = h.now().as_micros();
+        let exact = in_window(&history, t, p);
+        let v = h.check("rand-sw", "u", cost).await;
+        from_store(&v, "rand-sw");
+        if v.is_allowed() {
+            assert!(exact + cost <= 7, "admitted over the limit at +{} µs", t - START.as_micros());
+            history.push((t, cost));
+        } else if exact + cost <= 7 {
+            // Refused early: only units of the oldest bucket (within one bucket width before
+            // the exact window) may explain it.
+            early_refusals += 1;
+            let lingering: u64 = history
+                .iter()
+                .filter(|&&(at, _)| at + p <= t && at + p + width > t)
+                .map(|&(_, c)| c)
+                .sum();
+            assert!(
+                exact + lingering + cost > 7,
+                "refused beyond one bucket's error at +{} µs: exact {exact}, lingering {lingering}",
+                t - START.as_micros()
+            );
+        }
+    }
+    for &(t, _) in &history {
+        assert!(in_window(&history, t, p) <= 7, "more than 7 in a period");
+    }
+    assert!(history.len() > 100, "the sequence exercised admissions");
+    assert!(early_refusals > 0, "the sequence exercised the quantization error");
+}
