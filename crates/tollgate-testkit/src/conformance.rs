@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, CheckError, Clock, FakeClock, Limit, Limiter, OnStoreError, Quota, Store,
-    Timestamp, Verdict,
+    Algorithm, CheckError, Clock, FakeClock, Limit, Limiter, OnStoreError, Quota, Store, Timestamp,
+    Verdict,
 };
 
 use crate::Fixture;
@@ -149,7 +149,11 @@ pub async fn exactly_limit_admitted<S: Store>(clock: FakeClock, fixture: Fixture
         }
         for i in 0..10 {
             let v = h.check(&n, "u", 1).await;
-            assert!(!v.is_allowed(), "{n}: request {} admitted past the limit", 6 + i);
+            assert!(
+                !v.is_allowed(),
+                "{n}: request {} admitted past the limit",
+                6 + i
+            );
         }
     }
 }
@@ -195,14 +199,21 @@ pub async fn denied_calls_change_nothing<S: Store>(clock: FakeClock, fixture: Fi
         for _ in 0..5 {
             let v = h.check(&n, "u", 1).await;
             assert!(!v.is_allowed(), "{n}");
-            assert_eq!(v.decision(), before.decision(), "{n}: a denial reports the same state");
+            assert_eq!(
+                v.decision(),
+                before.decision(),
+                "{n}: a denial reports the same state"
+            );
         }
         let after = h.peek(&n, "u", 1).await;
         assert_eq!(after, before, "{n}: denied calls changed the state");
         // And the refusal did not push the next admission later.
         let wait = before.retry_after().expect("denied");
         h.advance(wait);
-        assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}: still refused after {wait:?}");
+        assert!(
+            h.check(&n, "u", 1).await.is_allowed(),
+            "{n}: still refused after {wait:?}"
+        );
         h.advance(Duration::from_secs(120));
     }
 }
@@ -249,7 +260,10 @@ pub async fn reset_forgets_the_key<S: Store>(clock: FakeClock, fixture: Fixture<
         for _ in 0..5 {
             assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
         }
-        assert!(!h.check(&n, "other", 1).await.is_allowed(), "{n}: reset touched another key");
+        assert!(
+            !h.check(&n, "other", 1).await.is_allowed(),
+            "{n}: reset touched another key"
+        );
     }
 }
 
@@ -328,10 +342,16 @@ pub async fn retry_after_is_exact<S: Store>(clock: FakeClock, fixture: Fixture<S
             assert!(wait > Duration::ZERO, "{n}");
             h.advance(wait - Duration::from_millis(1));
             let early = h.check(&n, "u", 1).await;
-            assert!(!early.is_allowed(), "{n}: admitted 1 ms before retry_after {wait:?}");
+            assert!(
+                !early.is_allowed(),
+                "{n}: admitted 1 ms before retry_after {wait:?}"
+            );
             h.advance(Duration::from_millis(1));
             let on_time = h.check(&n, "u", 1).await;
-            assert!(on_time.is_allowed(), "{n}: refused at retry_after {wait:?}: {on_time:?}");
+            assert!(
+                on_time.is_allowed(),
+                "{n}: refused at retry_after {wait:?}: {on_time:?}"
+            );
         }
         h.advance(Duration::from_secs(120));
     }
@@ -348,7 +368,11 @@ pub async fn cost_above_one<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
         assert_eq!(v.decision().remaining, 2, "{n}");
         let v = h.check(&n, "u", 3).await;
         assert!(!v.is_allowed(), "{n}: 3 more do not fit in 2");
-        assert_eq!(v.decision().remaining, 2, "{n}: a refused cost is not charged in part");
+        assert_eq!(
+            v.decision().remaining,
+            2,
+            "{n}: a refused cost is not charged in part"
+        );
         let v = h.check(&n, "u", 2).await;
         assert!(v.is_allowed(), "{n}: 2 fit in 2");
         assert_eq!(v.decision().remaining, 0, "{n}");
@@ -363,7 +387,9 @@ pub async fn cost_too_large_is_an_error<S: Store>(clock: FakeClock, fixture: Fix
         Limit::new(
             "burst2",
             Algorithm::Gcra,
-            Quota::per_minute(5).and_then(|q| q.with_burst(2)).expect("valid"),
+            Quota::per_minute(5)
+                .and_then(|q| q.with_burst(2))
+                .expect("valid"),
         )
         .expect("valid"),
     );
@@ -376,16 +402,38 @@ pub async fn cost_too_large_is_an_error<S: Store>(clock: FakeClock, fixture: Fix
             .await
             .expect_err("cost 6 > limit 5");
         assert!(
-            matches!(err, CheckError::CostExceedsCapacity { cost: 6, capacity: 5, .. }),
+            matches!(
+                err,
+                CheckError::CostExceedsCapacity {
+                    cost: 6,
+                    capacity: 5,
+                    ..
+                }
+            ),
             "{n}: {err}"
         );
-        let err = h.limiter.check_n(&n, &[("user", "u")], 0).await.expect_err("cost 0");
+        let err = h
+            .limiter
+            .check_n(&n, &[("user", "u")], 0)
+            .await
+            .expect_err("cost 0");
         assert!(matches!(err, CheckError::ZeroCost), "{n}: {err}");
         let v = h.peek(&n, "u", 1).await;
-        assert_eq!(v.decision().remaining, 5, "{n}: an invalid cost changed the state");
+        assert_eq!(
+            v.decision().remaining,
+            5,
+            "{n}: an invalid cost changed the state"
+        );
     }
-    let err = h.limiter.check_n("burst2", &[("user", "u")], 3).await.expect_err("over burst");
-    assert!(matches!(err, CheckError::CostExceedsCapacity { capacity: 2, .. }), "{err}");
+    let err = h
+        .limiter
+        .check_n("burst2", &[("user", "u")], 3)
+        .await
+        .expect_err("over burst");
+    assert!(
+        matches!(err, CheckError::CostExceedsCapacity { capacity: 2, .. }),
+        "{err}"
+    );
 }
 
 /// Several limits in one check: all are charged, or none is.
@@ -394,10 +442,14 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
     for a in Algorithm::ALL {
         let tag = a.key_tag();
         limits.push(
-            Limit::new(format!("global-{tag}"), a, Quota::per_minute(3).expect("valid"))
-                .expect("valid")
-                .keyed_by(Vec::<String>::new())
-                .expect("valid"),
+            Limit::new(
+                format!("global-{tag}"),
+                a,
+                Quota::per_minute(3).expect("valid"),
+            )
+            .expect("valid")
+            .keyed_by(Vec::<String>::new())
+            .expect("valid"),
         );
         limits.push(limit_for("client", a, 2, Duration::from_secs(60)));
     }
@@ -433,17 +485,31 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
         let v = check("a").await;
         from_store(&v, &global);
         assert!(!v.is_allowed(), "{client}: a's third");
-        assert!(v.decisions()[0].decision.allowed, "{global}: global alone would pass");
+        assert!(
+            v.decisions()[0].decision.allowed,
+            "{global}: global alone would pass"
+        );
         assert!(!v.decisions()[1].decision.allowed, "{client}");
-        assert_eq!(remaining("a", &global).await, 1, "{global}: charged by a denied check");
+        assert_eq!(
+            remaining("a", &global).await,
+            1,
+            "{global}: charged by a denied check"
+        );
         // "b" takes the last global unit.
         assert!(check("b").await.is_allowed(), "{global}");
         // "c" is refused by the global limit: c's own limit must not be charged.
         let v = check("c").await;
         assert!(!v.is_allowed(), "{global}: exhausted");
         assert!(!v.decisions()[0].decision.allowed, "{global}");
-        assert!(v.decisions()[1].decision.allowed, "{client}: c alone would pass");
-        assert_eq!(remaining("c", &client).await, 2, "{client}: charged by a denied check");
+        assert!(
+            v.decisions()[1].decision.allowed,
+            "{client}: c alone would pass"
+        );
+        assert_eq!(
+            remaining("c", &client).await,
+            2,
+            "{client}: charged by a denied check"
+        );
         assert_eq!(remaining("b", &client).await, 1, "{client}");
     }
 }
@@ -462,7 +528,11 @@ pub async fn keys_are_independent<S: Store>(clock: FakeClock, fixture: Fixture<S
         assert!(!h.check(&one, "a", 1).await.is_allowed(), "{one}");
         for user in ["b", "a:", "A", "a}", "{a}"] {
             let v = h.peek(&one, user, 1).await;
-            assert_eq!(v.decision().remaining, 5, "{one}: user {user:?} shares a's state");
+            assert_eq!(
+                v.decision().remaining,
+                5,
+                "{one}: user {user:?} shares a's state"
+            );
         }
         assert_eq!(h.peek(&two, "a", 1).await.decision().remaining, 5, "{two}");
     }
@@ -488,7 +558,11 @@ pub async fn fixed_window_admits_twice_the_limit_across_an_edge<S: Store>(
         admitted.0 += usize::from(h.check(&fixed, "u", 1).await.is_allowed());
         admitted.1 += usize::from(h.check(&log, "u", 1).await.is_allowed());
     }
-    assert_eq!(admitted, (10, 5), "(fixed window, sliding log) admitted within 2 ms");
+    assert_eq!(
+        admitted,
+        (10, 5),
+        "(fixed window, sliding log) admitted within 2 ms"
+    );
 }
 
 /// A deterministic pseudo-random sequence of (gap ms, cost), the same for every store.
@@ -553,9 +627,15 @@ pub async fn sliding_log_never_exceeds_the_limit_in_any_period<S: Store>(
         }
     }
     for &(t, _) in &history {
-        assert!(in_window(&history, t, p) <= 7, "{n}: more than 7 in a period");
+        assert!(
+            in_window(&history, t, p) <= 7,
+            "{n}: more than 7 in a period"
+        );
     }
-    assert!(history.len() > 100, "{n}: the sequence exercised admissions");
+    assert!(
+        history.len() > 100,
+        "{n}: the sequence exercised admissions"
+    );
 }
 
 /// Random arrivals: the sliding window never has more than `limit` in any period, and
@@ -586,7 +666,11 @@ pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
         let v = h.check("rand-sw", "u", cost).await;
         from_store(&v, "rand-sw");
         if v.is_allowed() {
-            assert!(exact + cost <= 7, "admitted over the limit at +{} µs", t - START.as_micros());
+            assert!(
+                exact + cost <= 7,
+                "admitted over the limit at +{} µs",
+                t - START.as_micros()
+            );
             history.push((t, cost));
         } else if exact + cost <= 7 {
             // Refused early: only units of the oldest bucket (within one bucket width before
@@ -608,5 +692,8 @@ pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
         assert!(in_window(&history, t, p) <= 7, "more than 7 in a period");
     }
     assert!(history.len() > 100, "the sequence exercised admissions");
-    assert!(early_refusals > 0, "the sequence exercised the quantization error");
+    assert!(
+        early_refusals > 0,
+        "the sequence exercised the quantization error"
+    );
 }

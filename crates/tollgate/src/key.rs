@@ -97,10 +97,7 @@ impl Key {
 
 /// Appends `raw` escaped, or its digest when the escaped form would be too long.
 fn push_part(out: &mut String, raw: &[u8]) {
-    let escaped_len: usize = raw
-        .iter()
-        .map(|&b| if is_plain(b) { 1 } else { 3 })
-        .sum();
+    let escaped_len: usize = raw.iter().map(|&b| if is_plain(b) { 1 } else { 3 }).sum();
     if escaped_len > MAX_ESCAPED_PART {
         let digest = Sha256::digest(raw);
         out.push('#');
@@ -212,7 +209,10 @@ mod tests {
     fn part() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..12),
-            proptest::collection::vec(prop_oneof![Just(b'%'), Just(b'#'), Just(b','), Just(b'=')], 0..6),
+            proptest::collection::vec(
+                prop_oneof![Just(b'%'), Just(b'#'), Just(b','), Just(b'=')],
+                0..6
+            ),
             proptest::collection::vec(any::<u8>(), 20..120),
         ]
     }

@@ -60,7 +60,9 @@ pub use on_store_error::OnStoreError;
 pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
 pub use request::{Entry, Request};
 pub use status::Status;
-pub use store::{DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, Decisions, MemoryStore, MemoryStoreBuilder, Store};
+pub use store::{
+    DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, Decisions, MemoryStore, MemoryStoreBuilder, Store,
+};
 pub use store_error::{BoxError, StoreError, StoreErrorKind};
 pub use timestamp::Timestamp;
 pub use verdict::{LimitDecision, Source, Verdict};

@@ -234,13 +234,12 @@ impl<S: Store> Limiter<S> {
         };
         let mut parts: SmallVec<[(&str, &[u8]); 4]> = SmallVec::new();
         for name in names {
-            let value = key
-                .iter()
-                .find(|(n, _)| *n == &**name)
-                .ok_or_else(|| CheckError::MissingKeyPart {
+            let value = key.iter().find(|(n, _)| *n == &**name).ok_or_else(|| {
+                CheckError::MissingKeyPart {
                     limit: limit.name().to_owned(),
                     part: name.to_string(),
-                })?;
+                }
+            })?;
             parts.push((name, value.1.as_ref()));
         }
         Ok(Key::new(&self.namespace, limit, &parts))

@@ -42,7 +42,10 @@ impl<'a> Request<'a> {
             return Err(CheckError::ZeroCost);
         }
         for (i, e) in entries.iter().enumerate() {
-            if entries[..i].iter().any(|p| p.limit.name() == e.limit.name()) {
+            if entries[..i]
+                .iter()
+                .any(|p| p.limit.name() == e.limit.name())
+            {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
             if cost > e.limit.capacity() {

@@ -54,7 +54,10 @@ mod tests {
     /// Arithmetic saturates instead of wrapping.
     #[test]
     fn saturates() {
-        assert_eq!(Timestamp::ZERO.saturating_sub(Duration::from_secs(1)), Timestamp::ZERO);
+        assert_eq!(
+            Timestamp::ZERO.saturating_sub(Duration::from_secs(1)),
+            Timestamp::ZERO
+        );
         assert_eq!(
             Timestamp::from_millis(2).saturating_add(Duration::from_micros(5)),
             Timestamp::from_micros(2_005)

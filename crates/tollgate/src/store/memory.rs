@@ -222,7 +222,12 @@ impl Store for MemoryStore {
 
 impl Inner {
     /// Decides; when the key cap is reached, sweeps every shard once and tries again.
-    fn decide(&self, request: &Request<'_>, now: u64, charge: bool) -> Result<Decisions, StoreError> {
+    fn decide(
+        &self,
+        request: &Request<'_>,
+        now: u64,
+        charge: bool,
+    ) -> Result<Decisions, StoreError> {
         if let Some(decisions) = self.try_decide(request, now, charge) {
             return Ok(decisions);
         }
@@ -383,7 +388,9 @@ mod tests {
         let now = clock.now();
         store.check_at(&request(&gcra, "a"), now).expect("room");
         clock.advance(Duration::from_secs(3));
-        store.check_at(&request(&gcra, "b"), clock.now()).expect("room");
+        store
+            .check_at(&request(&gcra, "b"), clock.now())
+            .expect("room");
         assert_eq!(store.len(), 2);
         // "a" took one unit (6 s to replenish) at t0; at t0 + 6 s it is full again, "b" is not.
         clock.advance(Duration::from_secs(3));
@@ -412,9 +419,13 @@ mod tests {
         assert!(matches!(err, StoreError::Full { max_keys: 3 }), "{err}");
         assert!(err.to_string().contains("3 keys"), "{err}");
         // Existing keys still work, and once the window is over the cap frees itself.
-        store.check_at(&request(&l, "a"), clock.now()).expect("existing key");
+        store
+            .check_at(&request(&l, "a"), clock.now())
+            .expect("existing key");
         clock.advance(Duration::from_secs(60));
-        store.check_at(&request(&l, "d"), clock.now()).expect("swept");
+        store
+            .check_at(&request(&l, "d"), clock.now())
+            .expect("swept");
         assert_eq!(store.len(), 1);
     }
 
@@ -422,8 +433,12 @@ mod tests {
     #[test]
     fn exact_under_thread_concurrency() {
         let store = MemoryStore::builder().sweep_interval(None).build();
-        let l = Limit::new("c", Algorithm::SlidingLog, Quota::per_hour(1_000).expect("valid"))
-            .expect("valid");
+        let l = Limit::new(
+            "c",
+            Algorithm::SlidingLog,
+            Quota::per_hour(1_000).expect("valid"),
+        )
+        .expect("valid");
         let now = Timestamp::from_millis(5_000_000);
         let admitted = AtomicUsize::new(0);
         std::thread::scope(|s| {

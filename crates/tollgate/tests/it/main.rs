@@ -1,0 +1,5 @@
+//! Integration tests of the core: property tests of the pure algorithms and the limiter's
+//! failure policies.
+
+mod policies;
+mod properties;
