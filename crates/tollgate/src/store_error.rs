@@ -42,14 +42,20 @@ pub enum StoreError {
 /// The kind of a [`StoreError`], for metrics labels and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-#[allow(missing_docs)]
 pub enum StoreErrorKind {
+    /// [`StoreError::Timeout`].
     Timeout,
+    /// [`StoreError::Connection`].
     Connection,
+    /// [`StoreError::Cluster`].
     Cluster,
+    /// [`StoreError::Script`].
     Script,
+    /// [`StoreError::Protocol`].
     Protocol,
+    /// [`StoreError::Full`].
     Full,
+    /// [`StoreError::CircuitOpen`].
     CircuitOpen,
 }
 

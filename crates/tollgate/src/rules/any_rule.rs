@@ -10,12 +10,16 @@ use crate::{Algorithm, Decision, Quota, Status};
 
 /// An algorithm with its quota applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub enum AnyRule {
+    /// A fixed window rule.
     FixedWindow(FixedWindow),
+    /// A sliding log rule.
     SlidingLog(SlidingLog),
+    /// A sliding window rule.
     SlidingWindow(SlidingWindow),
+    /// A token bucket rule.
     TokenBucket(TokenBucket),
+    /// A GCRA rule.
     Gcra(Gcra),
 }
 

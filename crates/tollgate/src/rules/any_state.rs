@@ -6,11 +6,15 @@ use crate::rules::{
 
 /// One key's state, whichever algorithm it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub enum AnyState {
+    /// A fixed window state.
     FixedWindow(FixedWindowState),
+    /// A sliding log state.
     SlidingLog(SlidingLogState),
+    /// A sliding window state.
     SlidingWindow(SlidingWindowState),
+    /// A token bucket state.
     TokenBucket(TokenBucketState),
+    /// A GCRA state.
     Gcra(GcraState),
 }
