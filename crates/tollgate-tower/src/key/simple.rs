@@ -1,0 +1,173 @@
+//! The small extractors: a header, a value set by an earlier layer (the authenticated user),
+//! the route, and the global key.
+
+use std::any::type_name;
+use std::fmt::{self, Display};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use http::HeaderName;
+use http::request::Parts;
+
+use super::{KeyExtractor, KeyParts};
+use crate::KeyError;
+
+/// The value of a request header (an API key, a tenant id), as the part named after the
+/// header unless renamed.
+///
+/// A missing or empty header is a [`KeyError::MissingHeader`] (400 by default). The value is
+/// counted as sent; the core's key builder escapes it and replaces values longer than 64
+/// bytes by a digest. Secrets shorter than that appear as such in the store's keys.
+#[derive(Debug, Clone)]
+pub struct Header {
+    header: HeaderName,
+    name: Arc<str>,
+}
+
+impl Header {
+    /// Reads `header`, as the part of the same (lower-case) name.
+    pub fn new(header: HeaderName) -> Header {
+        let name = Arc::from(header.as_str());
+        Header { header, name }
+    }
+
+    /// Names the part `name` instead.
+    pub fn part_name(mut self, name: impl Into<Arc<str>>) -> Header {
+        self.name = name.into();
+        self
+    }
+}
+
+impl KeyExtractor for Header {
+    fn extract(&self, request: &Parts, key: &mut KeyParts) -> Result<(), KeyError> {
+        match request.headers.get(&self.header) {
+            Some(v) if !v.is_empty() => {
+                key.push(self.name.clone(), v.as_bytes());
+                Ok(())
+            }
+            _ => Err(KeyError::MissingHeader(self.header.as_str().to_owned())),
+        }
+    }
+
+    fn part_names(&self) -> Vec<&str> {
+        vec![&self.name]
+    }
+}
+
+/// The authenticated user, as an authentication layer placed before the rate limit layer
+/// puts it in the request extensions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UserId(pub String);
+
+impl Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A value of type `T` from the request extensions, formatted with `Display`.
+///
+/// Its absence means the layer that sets it did not run before this one:
+/// [`KeyError::MissingExtension`] (500 by default), never an unchecked pass.
+pub struct FromExtension<T> {
+    name: Arc<str>,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T: Display + Send + Sync + 'static> FromExtension<T> {
+    /// Reads `T` as the part `name`.
+    pub fn new(name: impl Into<Arc<str>>) -> FromExtension<T> {
+        FromExtension {
+            name: name.into(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl FromExtension<UserId> {
+    /// Reads [`UserId`] as the part `user`.
+    pub fn user() -> FromExtension<UserId> {
+        FromExtension::new("user")
+    }
+}
+
+impl<T> Clone for FromExtension<T> {
+    fn clone(&self) -> Self {
+        FromExtension {
+            name: self.name.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for FromExtension<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromExtension")
+            .field("name", &self.name)
+            .field("type", &type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: Display + Send + Sync + 'static> KeyExtractor for FromExtension<T> {
+    fn extract(&self, request: &Parts, key: &mut KeyParts) -> Result<(), KeyError> {
+        let value = request
+            .extensions
+            .get::<T>()
+            .ok_or(KeyError::MissingExtension(type_name::<T>()))?;
+        key.push(self.name.clone(), value.to_string());
+        Ok(())
+    }
+
+    fn part_names(&self) -> Vec<&str> {
+        vec![&self.name]
+    }
+}
+
+/// The route, as the part `route`: axum's matched path (`/users/{id}`) when present (feature
+/// `axum`), else the URI path.
+///
+/// The URI path is whatever the client sent, so without a router's matched path each distinct
+/// path is its own key; the store's key cap bounds the memory this can take.
+#[derive(Debug, Clone, Default)]
+pub struct Route {
+    _private: (),
+}
+
+impl Route {
+    /// The route extractor.
+    pub fn new() -> Route {
+        Route::default()
+    }
+}
+
+impl KeyExtractor for Route {
+    fn extract(&self, request: &Parts, key: &mut KeyParts) -> Result<(), KeyError> {
+        #[cfg(feature = "axum")]
+        if let Some(matched) = request.extensions.get::<axum::extract::MatchedPath>() {
+            key.push(Arc::from("route"), matched.as_str());
+            return Ok(());
+        }
+        key.push(Arc::from("route"), request.uri.path());
+        Ok(())
+    }
+
+    fn part_names(&self) -> Vec<&str> {
+        vec!["route"]
+    }
+}
+
+/// No part at all: every request shares one key (for limits keyed by nothing, e.g. a global
+/// limit on an endpoint).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Global;
+
+impl KeyExtractor for Global {
+    fn extract(&self, _request: &Parts, _key: &mut KeyParts) -> Result<(), KeyError> {
+        Ok(())
+    }
+
+    fn part_names(&self) -> Vec<&str> {
+        Vec::new()
+    }
+}
