@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             cost_above_one,
             cost_too_large_is_an_error,
             multi_limit_is_all_or_nothing,
+            one_limit_two_keys_is_all_or_nothing,
             keys_are_independent,
             fixed_window_admits_twice_the_limit_across_an_edge,
             sliding_log_never_exceeds_the_limit_in_any_period,
@@ -511,6 +512,43 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
             "{client}: charged by a denied check"
         );
         assert_eq!(remaining("b", &client).await, 1, "{client}");
+    }
+}
+
+/// One limit over two keys in one check (two clients at once): both charged, or neither.
+pub async fn one_limit_two_keys_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let limits = Algorithm::ALL
+        .into_iter()
+        .map(|a| limit_for("pair", a, 2, Duration::from_secs(60)))
+        .collect();
+    let h = Harness::new(clock, fixture, limits);
+    for a in Algorithm::ALL {
+        let n = name("pair", a);
+        let (ka, kb, kc) = ([("user", "a")], [("user", "b")], [("user", "c")]);
+        for _ in 0..2 {
+            assert!(h.check(&n, "a", 1).await.is_allowed(), "{n}");
+        }
+        let both: [(&str, &[(&str, &str)]); 2] = [(&n, &ka), (&n, &kb)];
+        let v = h.limiter.check_keyed(&both, 1).await.expect("valid");
+        from_store(&v, &n);
+        assert!(!v.is_allowed(), "{n}: a is exhausted");
+        assert_eq!(
+            h.peek(&n, "b", 1).await.decision().remaining,
+            2,
+            "{n}: b charged by a denied check"
+        );
+        let both: [(&str, &[(&str, &str)]); 2] = [(&n, &kb), (&n, &kc)];
+        let v = h.limiter.check_keyed(&both, 1).await.expect("valid");
+        assert!(v.is_allowed(), "{n}: b and c both have room");
+        assert_eq!(h.peek(&n, "b", 1).await.decision().remaining, 1, "{n}");
+        assert_eq!(h.peek(&n, "c", 1).await.decision().remaining, 1, "{n}");
+        let twice: [(&str, &[(&str, &str)]); 2] = [(&n, &kb), (&n, &kb)];
+        let err = h
+            .limiter
+            .check_keyed(&twice, 1)
+            .await
+            .expect_err("same key twice");
+        assert!(matches!(err, CheckError::DuplicateLimit(_)), "{n}: {err}");
     }
 }
 

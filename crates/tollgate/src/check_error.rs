@@ -13,8 +13,8 @@ pub enum CheckError {
     /// A check must name at least one limit.
     #[error("no limit given")]
     NoLimits,
-    /// The same limit was named twice in one check.
-    #[error("limit {0:?} is named twice")]
+    /// The same limit was named twice for the same key in one check.
+    #[error("limit {0:?} is named twice for the same key")]
     DuplicateLimit(String),
     /// A cost of zero.
     #[error("cost must be at least 1")]

@@ -184,6 +184,38 @@ impl<S: Store> Limiter<S> {
         Ok(self.verdict(&request, result, true))
     }
 
+    /// Checks `cost` units against several (limit, key) pairs, each with its own key parts,
+    /// all or nothing in one store call: either every pair admits and all are charged, or none
+    /// is. One limit may appear with different keys.
+    ///
+    /// # Errors
+    /// As [`Limiter::check_all`].
+    pub async fn check_keyed<V: AsRef<[u8]>>(
+        &self,
+        items: &[(&str, &[(&str, V)])],
+        cost: u64,
+    ) -> Result<Verdict, CheckError> {
+        let request = self.request_keyed(items, cost)?;
+        let started = Instant::now();
+        let result = self.store.check(&request, self.now()).await;
+        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
+        Ok(self.verdict(&request, result, true))
+    }
+
+    /// Answers as [`Limiter::check_keyed`] would, consuming nothing.
+    ///
+    /// # Errors
+    /// As [`Limiter::check_all`].
+    pub async fn peek_keyed<V: AsRef<[u8]>>(
+        &self,
+        items: &[(&str, &[(&str, V)])],
+        cost: u64,
+    ) -> Result<Verdict, CheckError> {
+        let request = self.request_keyed(items, cost)?;
+        let result = self.store.peek(&request, self.now()).await;
+        Ok(self.verdict(&request, result, false))
+    }
+
     /// Answers as [`Limiter::check_all`] would, consuming nothing.
     ///
     /// # Errors
@@ -251,8 +283,18 @@ impl<S: Store> Limiter<S> {
         key: &[(&str, V)],
         cost: u64,
     ) -> Result<Request<'_>, CheckError> {
+        let items: SmallVec<[(&str, &[(&str, V)]); 2]> =
+            limits.iter().map(|&name| (name, key)).collect();
+        self.request_keyed(&items, cost)
+    }
+
+    fn request_keyed<V: AsRef<[u8]>>(
+        &self,
+        items: &[(&str, &[(&str, V)])],
+        cost: u64,
+    ) -> Result<Request<'_>, CheckError> {
         let mut entries: SmallVec<[Entry<'_>; 2]> = SmallVec::new();
-        for &name in limits {
+        for &(name, key) in items {
             let limit = self
                 .limits
                 .get(name)

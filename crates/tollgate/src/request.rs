@@ -1,6 +1,7 @@
 //! A validated request to a store: which (limit, key) pairs, at what cost.
 //!
-//! Stores can rely on what [`Request::new`] checked: at least one entry, no limit twice, and a
+//! Stores can rely on what [`Request::new`] checked: at least one entry, no (limit, key) twice,
+//! and a
 //! cost between 1 and every limit's capacity. So no store re-validates, and "cost too large"
 //! is decided once, apart from "not now".
 
@@ -17,7 +18,8 @@ pub struct Entry<'a> {
     pub key: Key,
 }
 
-/// One or several (limit, key) pairs decided together, all or nothing, at one cost.
+/// One or several (limit, key) pairs decided together, all or nothing, at one cost. One limit
+/// may appear with several keys (an Envoy request limiting two clients at once).
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
     entries: SmallVec<[Entry<'a>; 2]>,
@@ -42,10 +44,7 @@ impl<'a> Request<'a> {
             return Err(CheckError::ZeroCost);
         }
         for (i, e) in entries.iter().enumerate() {
-            if entries[..i]
-                .iter()
-                .any(|p| p.limit.name() == e.limit.name())
-            {
+            if entries[..i].iter().any(|p| p.key == e.key) {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
             if cost > e.limit.capacity() {
