@@ -1,0 +1,66 @@
+//! The `[envoy]` config section: which descriptor goes to which limit, as the operator writes it.
+//!
+//! Plain data read with serde (unknown fields rejected). It is checked against the limits it
+//! names only when a [`crate::Snapshot`] is built from it, because the limits live in another
+//! section of the same file and may change with it on reload.
+//!
+//! ```toml
+//! [envoy]
+//! response_headers = true          # draft RateLimit / RateLimit-Policy headers for Envoy to add
+//!
+//! [[envoy.rules]]
+//! domain = "edge"                  # RateLimitRequest.domain
+//! limit = "per_ip"                 # a tollgate limit
+//! shadow = false                   # true: count would-be denials, always answer OK
+//! descriptor = [                   # the descriptor's entries, in order, all of them
+//!   { key = "generic_key", value = "login" },   # exact value
+//!   { key = "remote_address", part = "ip" },    # any value, used as key part "ip"
+//! ]
+//! ```
+
+use serde::Deserialize;
+
+/// The `[envoy]` section: response options and the rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoyRules {
+    /// Ask Envoy to add draft `RateLimit` / `RateLimit-Policy` headers (and `Retry-After` when
+    /// over limit) to the client's response, through `response_headers_to_add`.
+    #[serde(default)]
+    pub response_headers: bool,
+    /// The rules, tried in order; the first that matches a descriptor decides it.
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One `[[envoy.rules]]` entry: a descriptor shape and the limit it goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// The `domain` of the request.
+    pub domain: String,
+    /// The descriptor's entries, in order. A descriptor matches when it has exactly these
+    /// keys in this order, each with the given value (or any value when none is given).
+    pub descriptor: Vec<EntryConfig>,
+    /// The tollgate limit that decides a matching descriptor.
+    pub limit: String,
+    /// Report `OK` whatever the limit says, and count would-be denials in
+    /// `tollgate_shadow_denied_total{limit}`.
+    #[serde(default)]
+    pub shadow: bool,
+}
+
+/// One entry of a rule's descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryConfig {
+    /// The entry's key, as Envoy's rate limit action produces it (`remote_address`,
+    /// `generic_key`, a `descriptor_key` of your own …).
+    pub key: String,
+    /// The exact value to match; absent: any value.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// The limit's key part that takes this entry's value; absent: the entry only selects.
+    #[serde(default)]
+    pub part: Option<String>,
+}

@@ -1,0 +1,74 @@
+//! # tollgate-envoy
+//!
+//! The Envoy rate limit service (RLS v3, `envoy.service.ratelimit.v3.RateLimitService`) over
+//! gRPC, deciding with tollgate limits. Envoy's `envoy.filters.http.ratelimit` filter sends a
+//! domain and a list of descriptors (ordered key/value entries); [`EnvoyRules`] (the
+//! `[envoy]` config section, `[[envoy.rules]]`) says which descriptor goes to which tollgate
+//! limit and which entries become the key parts; [`RateLimitService`] answers with the
+//! overall code and one status per descriptor.
+//!
+//! The crate is a library to be mounted by `tollgate serve`: the service reads the current
+//! [`Snapshot`] (compiled rules + a shared [`tollgate::Limiter`]) on every call from a source
+//! the server swaps on config reload, and [`serve`] runs it next to the standard gRPC health
+//! service. It holds no config file, no runtime and no metrics exporter of its own.
+//!
+//! What Envoy relies on, and how it is met (see `docs/envoy.md`):
+//! - `OVER_LIMIT` when any descriptor is over its limit; the request's descriptors are checked
+//!   all or nothing (see [`RateLimitService`] for the one case where that is best effort);
+//! - a store failure follows each limit's failure policy; when a `deny` policy refuses, the
+//!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
+//!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
+//! - descriptors that match no rule are `OK` and charge nothing;
+//! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's.
+//!
+//! Mounting it:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use arc_swap::ArcSwap;
+//! use tollgate::{Algorithm, Limit, Limiter, MemoryStore, Quota};
+//! use tollgate_envoy::{EnvoyRules, RateLimitService, Snapshot};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! #[derive(serde::Deserialize)]
+//! struct Config {
+//!     envoy: EnvoyRules,
+//! }
+//! let config: Config = toml::from_str(
+//!     r#"
+//!     [[envoy.rules]]
+//!     domain = "edge"
+//!     limit = "per_ip"
+//!     descriptor = [{ key = "remote_address", part = "ip" }]
+//!     "#,
+//! )?;
+//! let per_ip = Limit::new("per_ip", Algorithm::Gcra, Quota::per_second(10)?)?.keyed_by(["ip"])?;
+//! let limiter = Arc::new(Limiter::builder(MemoryStore::new()).limit(per_ip).build()?);
+//! let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::new(&config.envoy, limiter.clone())?));
+//! let service = RateLimitService::new(snapshots.clone());
+//! // On reload, after validating the new file: the next call uses the new rules and limits.
+//! snapshots.store(Arc::new(Snapshot::new(&config.envoy, limiter)?));
+//! // In the server: tokio::spawn(tollgate_envoy::serve(listener, service, shutdown));
+//! # drop(service);
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod decide;
+mod headers;
+mod rules_error;
+mod serve;
+mod service;
+mod snapshot;
+mod unit;
+
+pub use config::{EntryConfig, EnvoyRules, RuleConfig};
+pub use envoy_types;
+pub use rules_error::RulesError;
+pub use serve::serve;
+pub use service::RateLimitService;
+pub use snapshot::Snapshot;
+pub use tonic;
+pub use unit::{RateUnit, rate_unit};

@@ -1,0 +1,153 @@
+//! The gRPC service: `ShouldRateLimit` over the current [`Snapshot`].
+//!
+//! The service holds no rules itself: each call asks its source for the current snapshot
+//! (one atomic load with [`arc_swap::ArcSwap`]), so the server can swap rules and limits on
+//! reload without restarting the listener, and a call in flight finishes with the snapshot it
+//! started with.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    self, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tollgate::Store;
+use tonic::{Request, Response, Status};
+
+use crate::decide::{Answer, Outcome, decide};
+use crate::headers::{ceil_secs, response_headers};
+use crate::{Snapshot, rate_unit};
+
+type Source<St> = Arc<dyn Fn() -> Arc<Snapshot<St>> + Send + Sync>;
+
+/// Envoy's `RateLimitService` over tollgate limits.
+///
+/// Each descriptor's status has `current_limit` (the limit's name and its rate in Envoy's
+/// units, see [`rate_unit`]), `limit_remaining` and `duration_until_reset` (until the key is
+/// back to a full quota, or, when denied, until this cost would pass if that is later;
+/// rounded up to whole seconds). A descriptor no rule matches is `OK` with no limit.
+pub struct RateLimitService<St> {
+    source: Source<St>,
+}
+
+impl<St: Store> RateLimitService<St> {
+    /// A service reading the snapshot `snapshots` holds at each call; store a new one to swap
+    /// rules and limits.
+    pub fn new(snapshots: Arc<ArcSwap<Snapshot<St>>>) -> RateLimitService<St> {
+        RateLimitService::from_fn(move || snapshots.load_full())
+    }
+
+    /// A service calling `current` for the snapshot at each call (for a server whose state
+    /// holds the snapshot among other things).
+    pub fn from_fn(
+        current: impl Fn() -> Arc<Snapshot<St>> + Send + Sync + 'static,
+    ) -> RateLimitService<St> {
+        RateLimitService {
+            source: Arc::new(current),
+        }
+    }
+
+    /// The tonic server wrapping this service, to add to a `tonic::transport::Server`.
+    pub fn into_server(self) -> RateLimitServiceServer<RateLimitService<St>> {
+        RateLimitServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<St: Store> rate_limit_service_server::RateLimitService for RateLimitService<St> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let snapshot = (self.source)();
+        let request = request.into_inner();
+        let answer = decide(&snapshot, &request).await?;
+        if !answer.allowed {
+            tracing::debug!(domain = %request.domain, "over limit");
+        }
+        Ok(Response::new(response(
+            &answer,
+            snapshot.response_headers(),
+        )))
+    }
+}
+
+fn response(answer: &Answer, with_headers: bool) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: if answer.allowed {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        statuses: answer
+            .outcomes
+            .iter()
+            .map(|o| o.as_ref().map_or_else(unmatched, status))
+            .collect(),
+        response_headers_to_add: if with_headers {
+            response_headers(answer)
+        } else {
+            Vec::new()
+        },
+        ..RateLimitResponse::default()
+    }
+}
+
+fn unmatched() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..DescriptorStatus::default()
+    }
+}
+
+fn status(o: &Outcome) -> DescriptorStatus {
+    let d = &o.decision;
+    let rate = rate_unit(&o.quota);
+    let until_reset = match d.retry_after {
+        Some(wait) if !d.allowed => d.reset_after.max(wait),
+        _ => d.reset_after,
+    };
+    DescriptorStatus {
+        code: if d.allowed || o.shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        current_limit: Some(RateLimit {
+            name: o.limit.to_string(),
+            requests_per_unit: rate.requests_per_unit,
+            unit: rate.unit as i32,
+        }),
+        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(pb_duration(until_reset)),
+        quota: None,
+    }
+}
+
+fn pb_duration(d: Duration) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(ceil_secs(d)).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+impl<St> Clone for RateLimitService<St> {
+    fn clone(&self) -> Self {
+        RateLimitService {
+            source: self.source.clone(),
+        }
+    }
+}
+
+impl<St> fmt::Debug for RateLimitService<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitService").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,195 @@
+//! What one call decides with: the compiled rules and the limiter they point into.
+//!
+//! A snapshot is built once per config (load or reload) and then shared read-only: the rules
+//! are validated against the limiter's limits here, so a call never meets an unknown limit or
+//! a missing key part. The server swaps whole snapshots, so a call sees either the old rules
+//! with the old limits or the new with the new, never a mix.
+//!
+//! Matching is a scan of the rules of the request's domain, in config order; rule sets are
+//! small (tens), and a hash index would have to give up "first match wins".
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate::{Limit, Limiter, MAX_NAME_LEN, Quota, Store};
+
+use crate::{EnvoyRules, RulesError};
+
+/// Compiled rules over a shared limiter.
+pub struct Snapshot<St> {
+    limiter: Arc<Limiter<St>>,
+    domains: HashMap<Box<str>, Vec<Rule>>,
+    response_headers: bool,
+}
+
+/// One compiled rule.
+#[derive(Debug)]
+pub(crate) struct Rule {
+    pub(crate) entries: Box<[RuleEntry]>,
+    pub(crate) limit: Arc<str>,
+    pub(crate) shadow: bool,
+    /// The limit's quota (for the status and headers).
+    pub(crate) quota: Quota,
+    /// The largest cost the limit can ever admit.
+    pub(crate) capacity: u64,
+    /// Whether the limit takes every key part it is given (no fixed key shape).
+    pub(crate) open_key: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct RuleEntry {
+    key: Box<str>,
+    value: Option<Box<str>>,
+    pub(crate) part: Option<Box<str>>,
+}
+
+impl<St: Store> Snapshot<St> {
+    /// Compiles `config` against the limits of `limiter`.
+    ///
+    /// # Errors
+    /// [`RulesError`] naming the field (`envoy.rules[i]…`) when a rule has an empty domain or
+    /// descriptor, names an unknown limit, gives a key part twice or one the limit is not keyed
+    /// by, or leaves one of the limit's key parts without an entry.
+    pub fn new(config: &EnvoyRules, limiter: Arc<Limiter<St>>) -> Result<Snapshot<St>, RulesError> {
+        let mut domains: HashMap<Box<str>, Vec<Rule>> = HashMap::new();
+        for (i, rule) in config.rules.iter().enumerate() {
+            let at = format!("envoy.rules[{i}]");
+            if rule.domain.is_empty() {
+                return Err(RulesError::new(format!("{at}.domain"), "must not be empty"));
+            }
+            if rule.descriptor.is_empty() {
+                return Err(RulesError::new(
+                    format!("{at}.descriptor"),
+                    "must have at least one entry",
+                ));
+            }
+            let limit = limiter.get(&rule.limit).ok_or_else(|| {
+                RulesError::new(
+                    format!("{at}.limit"),
+                    format!("unknown limit {:?}", rule.limit),
+                )
+            })?;
+            let mut entries = Vec::with_capacity(rule.descriptor.len());
+            let mut parts: Vec<&str> = Vec::new();
+            for (j, entry) in rule.descriptor.iter().enumerate() {
+                let at = format!("{at}.descriptor[{j}]");
+                if entry.key.is_empty() {
+                    return Err(RulesError::new(format!("{at}.key"), "must not be empty"));
+                }
+                if let Some(part) = &entry.part {
+                    check_part(&format!("{at}.part"), part, limit, &parts)?;
+                    parts.push(part);
+                }
+                entries.push(RuleEntry {
+                    key: entry.key.as_str().into(),
+                    value: entry.value.as_deref().map(Into::into),
+                    part: entry.part.as_deref().map(Into::into),
+                });
+            }
+            if let Some(needed) = limit.key_parts()
+                && let Some(missing) = needed.iter().find(|n| !parts.contains(&&***n))
+            {
+                return Err(RulesError::new(
+                    format!("{at}.descriptor"),
+                    format!(
+                        "limit {:?} is keyed by {missing:?}, which no entry's `part` gives",
+                        limit.name()
+                    ),
+                ));
+            }
+            domains
+                .entry(rule.domain.as_str().into())
+                .or_default()
+                .push(Rule {
+                    entries: entries.into(),
+                    limit: limit.name_arc().clone(),
+                    shadow: rule.shadow,
+                    quota: *limit.quota(),
+                    capacity: limit.capacity(),
+                    open_key: limit.key_parts().is_none(),
+                });
+        }
+        Ok(Snapshot {
+            limiter,
+            domains,
+            response_headers: config.response_headers,
+        })
+    }
+}
+
+impl<St> Snapshot<St> {
+    /// The limiter the rules point into.
+    pub fn limiter(&self) -> &Arc<Limiter<St>> {
+        &self.limiter
+    }
+
+    /// Whether responses carry draft rate-limit headers for Envoy to add.
+    pub fn response_headers(&self) -> bool {
+        self.response_headers
+    }
+
+    /// The first rule of `domain` whose descriptor shape `entries` has.
+    pub(crate) fn find(&self, domain: &str, entries: &[Entry]) -> Option<&Rule> {
+        self.domains
+            .get(domain)?
+            .iter()
+            .find(|rule| rule.matches(entries))
+    }
+}
+
+impl Rule {
+    fn matches(&self, entries: &[Entry]) -> bool {
+        self.entries.len() == entries.len()
+            && self.entries.iter().zip(entries).all(|(want, got)| {
+                *want.key == got.key && want.value.as_deref().is_none_or(|v| v == got.value)
+            })
+    }
+
+    /// The key parts a matching descriptor gives, as `(part name, value)`.
+    pub(crate) fn parts<'a>(&'a self, entries: &'a [Entry]) -> Vec<(&'a str, &'a str)> {
+        self.entries
+            .iter()
+            .zip(entries)
+            .filter_map(|(rule, got)| rule.part.as_deref().map(|p| (p, got.value.as_str())))
+            .collect()
+    }
+}
+
+/// A key part name: valid, not given twice, and one the limit is keyed by.
+fn check_part(field: &str, part: &str, limit: &Limit, seen: &[&str]) -> Result<(), RulesError> {
+    let valid = !part.is_empty()
+        && part.len() <= MAX_NAME_LEN
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !valid {
+        return Err(RulesError::new(
+            field,
+            format!("{part:?} is not a key part name (1-64 of A-Z a-z 0-9 _ - .)"),
+        ));
+    }
+    if seen.contains(&part) {
+        return Err(RulesError::new(field, format!("{part:?} is given twice")));
+    }
+    if let Some(keyed_by) = limit.key_parts()
+        && !keyed_by.iter().any(|k| &**k == part)
+    {
+        return Err(RulesError::new(
+            field,
+            format!("limit {:?} is not keyed by {part:?}", limit.name()),
+        ));
+    }
+    Ok(())
+}
+
+impl<St> fmt::Debug for Snapshot<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("limiter", &self.limiter)
+            .field("domains", &self.domains)
+            .field("response_headers", &self.response_headers)
+            .finish()
+    }
+}

@@ -1,0 +1,135 @@
+//! The `[envoy]` section: parsing and validation against the limits, naming the field.
+
+use std::sync::Arc;
+
+use tollgate::{Algorithm, Limit, Limiter, MemoryStore, Quota};
+use tollgate_envoy::{EnvoyRules, Snapshot};
+
+use crate::support::rules;
+
+fn limiter() -> Arc<Limiter<MemoryStore>> {
+    let limit = |name: &str, key: &[&str]| {
+        Limit::new(name, Algorithm::Gcra, Quota::per_second(5).expect("quota"))
+            .expect("limit")
+            .keyed_by(key.iter().copied())
+            .expect("key")
+    };
+    Arc::new(
+        Limiter::builder(MemoryStore::new())
+            .limit(limit("per_ip", &["ip"]))
+            .limit(limit("per_user_route", &["user", "route"]))
+            .build()
+            .expect("limiter"),
+    )
+}
+
+fn error_for(toml_text: &str) -> tollgate_envoy::RulesError {
+    Snapshot::new(&rules(toml_text), limiter()).expect_err("invalid rules")
+}
+
+/// A valid section compiles; defaults are off.
+#[test]
+fn valid_rules_compile() {
+    let r = rules(
+        r#"
+[[envoy.rules]]
+domain = "edge"
+limit = "per_user_route"
+descriptor = [{ key = "user_id", part = "user" }, { key = "path", part = "route" }, { key = "method", value = "POST" }]
+"#,
+    );
+    assert!(!r.response_headers);
+    assert!(!r.rules[0].shadow);
+    let snapshot = Snapshot::new(&r, limiter()).expect("valid");
+    assert!(!snapshot.response_headers());
+    assert_eq!(EnvoyRules::default().rules.len(), 0);
+}
+
+/// Unknown fields are refused by the parser, which names them.
+#[test]
+fn unknown_fields_are_refused() {
+    #[derive(Debug, serde::Deserialize)]
+    struct File {
+        #[allow(dead_code)]
+        envoy: EnvoyRules,
+    }
+    for (text, field) in [
+        ("[envoy]\nheaders = true\n", "headers"),
+        (
+            "[[envoy.rules]]\ndomain = \"d\"\nlimit = \"per_ip\"\ndescriptor = []\nshaddow = true\n",
+            "shaddow",
+        ),
+        (
+            "[[envoy.rules]]\ndomain = \"d\"\nlimit = \"per_ip\"\ndescriptor = [{ key = \"k\", prt = \"ip\" }]\n",
+            "prt",
+        ),
+    ] {
+        let err = toml::from_str::<File>(text).expect_err(text).to_string();
+        assert!(err.contains(field), "{err}");
+    }
+}
+
+/// Each invalid rule is refused with the path of the offending field.
+#[test]
+fn invalid_rules_name_their_field() {
+    let cases = [
+        (
+            r#"[[envoy.rules]]
+domain = ""
+limit = "per_ip"
+descriptor = [{ key = "ip", part = "ip" }]"#,
+            "envoy.rules[0].domain",
+        ),
+        (
+            r#"[[envoy.rules]]
+domain = "d"
+limit = "per_ip"
+descriptor = []"#,
+            "envoy.rules[0].descriptor",
+        ),
+        (
+            r#"[[envoy.rules]]
+domain = "d"
+limit = "per_ip"
+descriptor = [{ key = "ip", part = "ip" }]
+[[envoy.rules]]
+domain = "d"
+limit = "nope"
+descriptor = [{ key = "ip", part = "ip" }]"#,
+            "envoy.rules[1].limit",
+        ),
+        (
+            r#"[[envoy.rules]]
+domain = "d"
+limit = "per_ip"
+descriptor = [{ key = "ip", part = "user" }]"#,
+            "envoy.rules[0].descriptor[0].part",
+        ),
+        (
+            r#"[[envoy.rules]]
+domain = "d"
+limit = "per_user_route"
+descriptor = [{ key = "u", part = "user" }, { key = "v", part = "user" }]"#,
+            "envoy.rules[0].descriptor[1].part",
+        ),
+        (
+            r#"[[envoy.rules]]
+domain = "d"
+limit = "per_user_route"
+descriptor = [{ key = "u", part = "user" }]"#,
+            "envoy.rules[0].descriptor",
+        ),
+        (
+            r#"[[envoy.rules]]
+domain = "d"
+limit = "per_ip"
+descriptor = [{ key = "", part = "ip" }]"#,
+            "envoy.rules[0].descriptor[0].key",
+        ),
+    ];
+    for (text, field) in cases {
+        let err = error_for(text);
+        assert_eq!(err.field, field, "{text}\n{err}");
+        assert!(err.to_string().starts_with(field), "{err}");
+    }
+}

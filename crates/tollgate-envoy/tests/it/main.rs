@@ -1,0 +1,7 @@
+//! Integration tests: a tonic client against the service on `127.0.0.1:0` (memory store,
+//! FakeClock-driven limiter), and an independent Python `grpcio` client.
+
+mod config;
+mod python;
+mod rls;
+mod support;

@@ -1,0 +1,227 @@
+//! The harness: a store that can be taken down, a service on a free port, request builders.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate::{
+    Decisions, FakeClock, Limit, Limiter, MemoryStore, Request, Store, StoreError, Timestamp,
+};
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse,
+};
+use tollgate_envoy::tonic::transport::Channel;
+use tollgate_envoy::{EnvoyRules, RateLimitService, Snapshot};
+
+/// A start time on a minute boundary, so fixed windows reset after exactly 60 s.
+pub(crate) const START_MS: u64 = 1_700_000_040_000;
+
+/// A memory store that fails every call while `down` is set.
+#[derive(Debug, Default)]
+pub(crate) struct TestStore {
+    pub(crate) memory: MemoryStore,
+    pub(crate) down: AtomicBool,
+}
+
+impl TestStore {
+    fn failure(&self) -> Option<StoreError> {
+        self.down
+            .load(Ordering::SeqCst)
+            .then(|| StoreError::Connection("test store is down".into()))
+    }
+}
+
+impl Store for TestStore {
+    async fn check(
+        &self,
+        request: &Request<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        match self.failure() {
+            Some(e) => Err(e),
+            None => self.memory.check(request, now).await,
+        }
+    }
+
+    async fn peek(
+        &self,
+        request: &Request<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        match self.failure() {
+            Some(e) => Err(e),
+            None => self.memory.peek(request, now).await,
+        }
+    }
+
+    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
+        match self.failure() {
+            Some(e) => Err(e),
+            None => self.memory.reset(request).await,
+        }
+    }
+}
+
+pub(crate) type St = Arc<TestStore>;
+
+/// The service on a free port, with a connected client.
+pub(crate) struct Rls {
+    pub(crate) client: RateLimitServiceClient<Channel>,
+    pub(crate) clock: FakeClock,
+    pub(crate) store: St,
+    pub(crate) snapshots: Arc<ArcSwap<Snapshot<St>>>,
+    pub(crate) addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+}
+
+/// Parses an `[envoy]` section.
+pub(crate) fn rules(toml_text: &str) -> EnvoyRules {
+    #[derive(serde::Deserialize)]
+    struct File {
+        envoy: EnvoyRules,
+    }
+    toml::from_str::<File>(toml_text)
+        .expect("valid [envoy] section")
+        .envoy
+}
+
+impl Rls {
+    /// Starts the service with `limits` and the `[envoy]` section `rules_toml`.
+    pub(crate) async fn start(limits: Vec<Limit>, rules_toml: &str) -> Rls {
+        let clock = FakeClock::new(Timestamp::from_millis(START_MS));
+        let store: St = Arc::new(TestStore {
+            memory: MemoryStore::builder()
+                .clock(clock.clone())
+                .sweep_interval(None)
+                .build(),
+            down: AtomicBool::new(false),
+        });
+        let limiter = limiter(&store, &clock, limits);
+        let snapshot = Snapshot::new(&rules(rules_toml), limiter).expect("rules fit the limits");
+        let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let service = RateLimitService::new(snapshots.clone());
+        let server = tokio::spawn(async move {
+            tollgate_envoy::serve(listener, service, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("client connects");
+        Rls {
+            client,
+            clock,
+            store,
+            snapshots,
+            addr,
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    /// Swaps in new limits (same store and clock) and rules.
+    pub(crate) fn swap(&self, limits: Vec<Limit>, rules_toml: &str) {
+        let limiter = limiter(&self.store, &self.clock, limits);
+        let snapshot = Snapshot::new(&rules(rules_toml), limiter).expect("rules fit the limits");
+        self.snapshots.store(Arc::new(snapshot));
+    }
+
+    /// One `ShouldRateLimit` call that must succeed at the gRPC level.
+    pub(crate) async fn call(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.client
+            .should_rate_limit(request)
+            .await
+            .expect("ShouldRateLimit answers")
+            .into_inner()
+    }
+
+    /// Stops the server and waits for it.
+    pub(crate) async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task ends cleanly");
+        }
+    }
+}
+
+fn limiter(store: &St, clock: &FakeClock, limits: Vec<Limit>) -> Arc<Limiter<St>> {
+    Arc::new(
+        Limiter::builder(store.clone())
+            .limits(limits)
+            .clock(clock.clone())
+            .build()
+            .expect("distinct limit names"),
+    )
+}
+
+/// A request for `domain` with these descriptors (each a list of key/value entries).
+pub(crate) fn request(
+    domain: &str,
+    descriptors: &[&[(&str, &str)]],
+    hits_addend: u32,
+) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).to_owned(),
+                        value: (*v).to_owned(),
+                    })
+                    .collect(),
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend,
+    }
+}
+
+/// The process-wide debugging metrics recorder (installed on first use).
+pub(crate) fn metrics() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("no other metrics recorder");
+        snapshotter
+    })
+}
+
+/// The value of counter `name` with label `limit` = `limit` (0 when never incremented).
+pub(crate) fn counter(name: &str, limit: &str) -> u64 {
+    metrics()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key().name() == name
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "limit" && l.value() == limit)
+        })
+        .map(|(.., value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
