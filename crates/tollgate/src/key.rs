@@ -89,6 +89,13 @@ impl Key {
         &self.text[start..end]
     }
 
+    /// The limit's name, read back from the key (names never contain `:` or `{`).
+    pub fn limit_name(&self) -> &str {
+        let before_tag = self.text.find(":{").unwrap_or(0);
+        let start = self.text[..before_tag].rfind(':').map_or(0, |i| i + 1);
+        &self.text[start..before_tag]
+    }
+
     /// A hash of the key, computed once, for in-process maps.
     pub fn prehash(&self) -> u64 {
         self.hash
@@ -204,6 +211,7 @@ mod tests {
         let b = Key::new(&ns, &limit("api"), &[("user", "1,ip=2")]);
         assert_ne!(a, b);
         assert_eq!(a.hash_tag(), "user=1,ip=2");
+        assert_eq!(a.limit_name(), "api");
     }
 
     fn part() -> impl Strategy<Value = Vec<u8>> {

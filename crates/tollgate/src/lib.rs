@@ -54,7 +54,7 @@ pub use decision::Decision;
 pub use key::{Key, MAX_ESCAPED_PART};
 pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN};
 pub use limit_error::LimitError;
-pub use limiter::{Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
+pub use limiter::{KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
 pub use namespace::Namespace;
 pub use on_store_error::OnStoreError;
 pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};

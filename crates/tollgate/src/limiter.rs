@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,13 @@ use crate::{
     OnStoreError, Request, Store, StoreError, SystemClock, Timestamp, Verdict,
 };
 
+/// One (limit name, key parts) pair of [`Limiter::check_keyed`].
+pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
+
+/// At most one store-failure warning is logged per this interval; the rest are counted
+/// (`tollgate_store_errors_total`) and summed into the next warning.
+const WARN_INTERVAL_US: u64 = 1_000_000;
+
 /// How long a request denied by a `deny` policy is told to wait.
 pub const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -33,6 +41,9 @@ pub struct Limiter<S> {
     clock: Option<Arc<dyn Clock>>,
     /// The `local` policy's store, made on first use.
     local: OnceLock<MemoryStore>,
+    /// When the last store-failure warning was logged (µs), and failures since.
+    last_warning: AtomicU64,
+    unlogged_failures: AtomicU64,
 }
 
 /// Configures a [`Limiter`].
@@ -90,6 +101,8 @@ impl<S: Store> LimiterBuilder<S> {
             namespace: self.namespace,
             clock: self.clock,
             local: OnceLock::new(),
+            last_warning: AtomicU64::new(0),
+            unlogged_failures: AtomicU64::new(0),
         })
     }
 }
@@ -192,7 +205,7 @@ impl<S: Store> Limiter<S> {
     /// As [`Limiter::check_all`].
     pub async fn check_keyed<V: AsRef<[u8]>>(
         &self,
-        items: &[(&str, &[(&str, V)])],
+        items: &[KeyedLimit<'_, V>],
         cost: u64,
     ) -> Result<Verdict, CheckError> {
         let request = self.request_keyed(items, cost)?;
@@ -208,7 +221,7 @@ impl<S: Store> Limiter<S> {
     /// As [`Limiter::check_all`].
     pub async fn peek_keyed<V: AsRef<[u8]>>(
         &self,
-        items: &[(&str, &[(&str, V)])],
+        items: &[KeyedLimit<'_, V>],
         cost: u64,
     ) -> Result<Verdict, CheckError> {
         let request = self.request_keyed(items, cost)?;
@@ -283,14 +296,14 @@ impl<S: Store> Limiter<S> {
         key: &[(&str, V)],
         cost: u64,
     ) -> Result<Request<'_>, CheckError> {
-        let items: SmallVec<[(&str, &[(&str, V)]); 2]> =
+        let items: SmallVec<[KeyedLimit<'_, V>; 2]> =
             limits.iter().map(|&name| (name, key)).collect();
         self.request_keyed(&items, cost)
     }
 
     fn request_keyed<V: AsRef<[u8]>>(
         &self,
-        items: &[(&str, &[(&str, V)])],
+        items: &[KeyedLimit<'_, V>],
         cost: u64,
     ) -> Result<Request<'_>, CheckError> {
         let mut entries: SmallVec<[Entry<'_>; 2]> = SmallVec::new();
@@ -332,7 +345,7 @@ impl<S: Store> Limiter<S> {
             Err(error) => {
                 metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().as_str())
                     .increment(1);
-                tracing::warn!(kind = error.kind().as_str(), cause = %error, "store failed; limits follow their failure policy");
+                self.warn_rate_limited(&error);
                 self.apply_policies(request, &error, charge)
             }
         };
@@ -354,6 +367,29 @@ impl<S: Store> Limiter<S> {
             }
         }
         verdict
+    }
+
+    /// Logs a store failure, at most once per second: a dead store under load would otherwise
+    /// write one line per request.
+    fn warn_rate_limited(&self, error: &StoreError) {
+        let now = SystemClock.now().as_micros();
+        let last = self.last_warning.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < WARN_INTERVAL_US
+            || self
+                .last_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            self.unlogged_failures.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let also = self.unlogged_failures.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            kind = error.kind().as_str(),
+            cause = %error,
+            failures_since_last_warning = also,
+            "store failed; limits follow their failure policy"
+        );
     }
 
     /// Each limit's policy decides; `local` limits are checked on this instance's memory
