@@ -3,5 +3,9 @@
 
 pub mod conformance;
 mod fixture;
+mod redis_cluster;
+mod redis_server;
 
 pub use fixture::Fixture;
+pub use redis_cluster::{CLUSTER_TIMEOUT, RedisCluster};
+pub use redis_server::{RedisServer, START_TIMEOUT};

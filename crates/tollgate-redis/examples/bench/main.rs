@@ -1,0 +1,484 @@
+//! Benchmark of the Redis store — not a test: it asserts nothing about speed, it measures and
+//! prints a Markdown section for `docs/benchmarks.md`.
+//!
+//! `cargo run --release -p tollgate-redis --example bench` spawns its own `redis-server` and
+//! measures, in one run so that figures compare:
+//! 1. per algorithm, decisions/s and p50/p99 latency through [`RedisStore`] at 1, 64, 256 and
+//!    1024 concurrent tasks (one multiplexed connection; 10 000 keys, quota never exhausted);
+//! 2. the same script run by `redis-benchmark -P 16 -c 50` with `EVALSHA` (script loaded first;
+//!    a reply checked by hand with `redis-cli`, and Redis's `total_error_replies` checked to be
+//!    unchanged, since `redis-benchmark` counts error replies as successes), and the ratio of
+//!    the store's best figure to it;
+//! 3. a textbook floating-point GCRA script (`textbook_gcra.lua`) under the same
+//!    `redis-benchmark` load, against ours;
+//! 4. Redis memory per key per algorithm: 100 000 keys, change in `used_memory`, and the mean
+//!    `MEMORY USAGE` of sampled keys.
+//!
+//! `TOLLGATE_BENCH_SECS` sets the seconds per throughput cell (default 2).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Quota, Request, Store};
+use tollgate_redis::{RedisStore, entry_args, script_sha, script_source};
+use tollgate_testkit::RedisServer;
+
+const KEYS: u64 = 10_000;
+const MEMORY_KEYS: u64 = 100_000;
+const CONCURRENCY: [usize; 4] = [1, 64, 256, 1024];
+const TEXTBOOK: &str = include_str!("textbook_gcra.lua");
+const FLOOR: &str = include_str!("floor.lua");
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> BenchResult<()> {
+    let secs: u64 = std::env::var("TOLLGATE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut out = String::new();
+    out.push_str("## Redis store\n\n");
+    out.push_str(&format!(
+        "Measured by `cargo run --release -p tollgate-redis --example bench` on this project's \
+         machine (2 cores shared by client and server, loopback, redis-server {}), one run. \
+         Absolute figures drift ±15–25 % between runs; compare within one run.\n\n",
+        redis_version(&server)
+    ));
+
+    // 1. Through the store.
+    out.push_str(&format!(
+        "### Through `RedisStore` (one multiplexed connection, {KEYS} keys, {secs} s per cell)\n\n"
+    ));
+    out.push_str("| algorithm | tasks | decisions/s | p50 | p99 |\n|---|---:|---:|---:|---:|\n");
+    let mut best = Vec::new();
+    for algorithm in Algorithm::ALL {
+        let mut top = 0.0_f64;
+        for tasks in CONCURRENCY {
+            let r = rt.block_on(store_run(
+                &server,
+                algorithm,
+                tasks,
+                Duration::from_secs(secs),
+            ))?;
+            eprintln!(
+                "{algorithm} × {tasks}: {:.0}/s p50 {:?} p99 {:?}",
+                r.rate, r.p50, r.p99
+            );
+            out.push_str(&format!(
+                "| {algorithm} | {tasks} | {:.0} | {} | {} |\n",
+                r.rate,
+                micros(r.p50),
+                micros(r.p99)
+            ));
+            top = top.max(r.rate);
+        }
+        best.push((algorithm, top));
+    }
+
+    // 2. and 3. The script alone, under redis-benchmark.
+    out.push_str(
+        "\n### The script alone under `redis-benchmark -P 16 -c 50 -r 10000` (EVALSHA, server time)\n\n",
+    );
+    out.push_str("| algorithm | redis-benchmark EVALSHA/s | Redis CPU per call | store's best decisions/s | store ÷ script |\n|---|---:|---:|---:|---:|\n");
+    let mut gcra_args = Vec::new();
+    for (algorithm, top) in &best {
+        let limit = bench_limit(*algorithm);
+        let (tag, a, b, c) = entry_args(&limit);
+        let key = format!(
+            "rb:{}:{{__rand_int__}}:{}",
+            algorithm.name(),
+            algorithm.key_tag()
+        );
+        let sha = load(&server, script_source())?;
+        assert_eq!(
+            sha,
+            script_sha(),
+            "SCRIPT LOAD gave another SHA than the client computes"
+        );
+        let args: Vec<String> = [
+            "EVALSHA",
+            &sha,
+            "1",
+            &key,
+            "1",
+            "",
+            "1",
+            tag,
+            &a.to_string(),
+            &b.to_string(),
+            &c.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        check_by_hand(&server, &args, 5)?;
+        let (rate, cpu) = redis_benchmark(&server, &args)?;
+        eprintln!("redis-benchmark {algorithm}: {rate:.0}/s, {cpu:.1} µs CPU per call");
+        if *algorithm == Algorithm::Gcra {
+            gcra_args = args.clone();
+        }
+        out.push_str(&format!(
+            "| {algorithm} | {rate:.0} | {cpu:.1} µs | {top:.0} | {:.2} |\n",
+            top / rate
+        ));
+    }
+    let sha = load(&server, TEXTBOOK)?;
+    let args: Vec<String> = [
+        "EVALSHA",
+        &sha,
+        "1",
+        "tb:{__rand_int__}",
+        "1000",
+        "1000",
+        "1",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    check_by_hand(&server, &args, 4)?;
+    // The floor: the three commands any server-time GCRA needs (TIME, GET, SET with an
+    // expiry) with constant arguments and no arithmetic at all. No GCRA script can cost less.
+    let floor_sha = load(&server, FLOOR)?;
+    let floor_args: Vec<String> = ["EVALSHA", &floor_sha, "1", "fl:{__rand_int__}"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    check_by_hand(&server, &floor_args, 1)?;
+    // Alternate, three rounds, and take medians: the machine's load drifts.
+    let (mut ours, mut theirs, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        ours.push(redis_benchmark(&server, &gcra_args)?);
+        theirs.push(redis_benchmark(&server, &args)?);
+        floor.push(redis_benchmark(&server, &floor_args)?);
+    }
+    let median = |v: &mut Vec<(f64, f64)>| {
+        let mut rates: Vec<f64> = v.iter().map(|x| x.0).collect();
+        let mut cpus: Vec<f64> = v.iter().map(|x| x.1).collect();
+        rates.sort_by(f64::total_cmp);
+        cpus.sort_by(f64::total_cmp);
+        (rates[rates.len() / 2], cpus[cpus.len() / 2])
+    };
+    let (ours_rate, ours_cpu) = median(&mut ours);
+    let (tb_rate, tb_cpu) = median(&mut theirs);
+    let (floor_rate, floor_cpu) = median(&mut floor);
+    eprintln!("GCRA ours {ours:?} textbook {theirs:?} floor {floor:?}");
+    out.push_str(&format!(
+        "\nGCRA, ours (integer µs, `lua/gcra.lua` through the dispatcher) vs a textbook \
+         floating-point script (`examples/bench/textbook_gcra.lua`), same load, medians of 3 \
+         alternating runs: **{ours_rate:.0} vs {tb_rate:.0} EVALSHA/s ({:.2}×); Redis CPU per \
+         call {ours_cpu:.1} vs {tb_cpu:.1} µs ({:.2}×)** (target ≥ 1.5×).\n",
+        ours_rate / tb_rate,
+        tb_cpu / ours_cpu
+    ));
+    out.push_str(&format!(
+        "The floor (TIME, GET, SET … PX with constant arguments, no arithmetic; \
+         `examples/bench/floor.lua`): {floor_rate:.0} EVALSHA/s, {floor_cpu:.1} µs CPU per call, \
+         so the best any server-time GCRA script could do against the textbook one here is \
+         {:.2}× in CPU.\n",
+        tb_cpu / floor_cpu
+    ));
+
+    // 4. Memory.
+    out.push_str(&format!(
+        "\n### Redis memory per key ({MEMORY_KEYS} keys, one check each)\n\n\
+         `used_memory` change divided by the key count (what Redis really spends, key name \
+         included), and the mean `MEMORY USAGE` of 200 sampled keys (which under-reports). \
+         Key names are like `m:<algorithm>:{{user=12345}}:<tag>`.\n\n"
+    ));
+    out.push_str("| algorithm | units recorded per key | used_memory / key (B) | MEMORY USAGE (B) |\n|---|---:|---:|---:|\n");
+    for algorithm in Algorithm::ALL {
+        for cost in [1_u64, 50] {
+            let (per_key, usage) = rt.block_on(memory_run(&server, algorithm, cost))?;
+            eprintln!("memory {algorithm} cost {cost}: {per_key:.0} B, MEMORY USAGE {usage:.0} B");
+            out.push_str(&format!(
+                "| {algorithm} | {cost} | {per_key:.0} | {usage:.0} |\n"
+            ));
+        }
+    }
+    println!("{out}");
+    Ok(())
+}
+
+/// A quota no benchmark exhausts: 1000 per second per key (burst 1000).
+fn bench_limit(algorithm: Algorithm) -> Limit {
+    let quota = Quota::per_second(1_000).unwrap_or_else(|e| panic!("{e}"));
+    Limit::new(algorithm.name(), algorithm, quota).unwrap_or_else(|e| panic!("{e}"))
+}
+
+struct RunResult {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn store_run(
+    server: &RedisServer,
+    algorithm: Algorithm,
+    tasks: usize,
+    duration: Duration,
+) -> BenchResult<RunResult> {
+    let store = RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await?;
+    let ns = Namespace::new(format!("b{tasks}"))?;
+    let limit = Arc::new(bench_limit(algorithm));
+    let keys: Arc<Vec<Key>> = Arc::new(
+        (0..KEYS)
+            .map(|i| Key::new(&ns, &limit, &[("user", i.to_string())]))
+            .collect(),
+    );
+    let started = Instant::now();
+    let deadline = started + duration;
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (store, limit, keys) = (store.clone(), limit.clone(), keys.clone());
+            tokio::spawn(async move {
+                let mut rng = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut latencies = Vec::with_capacity(4096);
+                let mut errors = 0_u64;
+                while Instant::now() < deadline {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let key = keys[(rng % KEYS) as usize].clone();
+                    let request = match Request::new([Entry { limit: &limit, key }], 1) {
+                        Ok(r) => r,
+                        Err(_) => continue,
+                    };
+                    let t0 = Instant::now();
+                    if store.check(&request, None).await.is_err() {
+                        errors += 1;
+                    }
+                    latencies.push(t0.elapsed());
+                }
+                (latencies, errors)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for h in handles {
+        let (l, e) = h.await?;
+        all.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if errors > 0 {
+        return Err(format!("{errors} store errors during the run").into());
+    }
+    all.sort_unstable();
+    let at = |q: f64| {
+        all.get(((all.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    Ok(RunResult {
+        rate: all.len() as f64 / elapsed,
+        p50: at(0.50),
+        p99: at(0.99),
+    })
+}
+
+async fn memory_run(
+    server: &RedisServer,
+    algorithm: Algorithm,
+    cost: u64,
+) -> BenchResult<(f64, f64)> {
+    let mut con = redis::Client::open(server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await?;
+    let before = used_memory(&mut con).await?;
+    let store = RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await?;
+    let ns = Namespace::new("m")?;
+    let limit = Arc::new(Limit::new(
+        algorithm.name(),
+        algorithm,
+        Quota::per_hour(100)?,
+    )?);
+    let workers = 256_u64;
+    let handles: Vec<_> = (0..workers)
+        .map(|w| {
+            let (store, limit, ns) = (store.clone(), limit.clone(), ns.clone());
+            tokio::spawn(async move {
+                let mut i = w;
+                while i < MEMORY_KEYS {
+                    let key = Key::new(&ns, &limit, &[("user", i.to_string())]);
+                    let request = Request::new([Entry { limit: &limit, key }], cost)
+                        .map_err(|e| e.to_string())?;
+                    store
+                        .check(&request, None)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    i += workers;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await??;
+    }
+    let after = used_memory(&mut con).await?;
+    let mut usage = 0_u64;
+    let samples = 200_u64;
+    for i in 0..samples {
+        let key = Key::new(
+            &ns,
+            &limit,
+            &[("user", (i * 397 % MEMORY_KEYS).to_string())],
+        );
+        let u: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key.as_str())
+            .query_async(&mut con)
+            .await?;
+        usage += u.ok_or("sampled key missing")?;
+    }
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await?;
+    Ok((
+        (after as f64 - before as f64) / MEMORY_KEYS as f64,
+        usage as f64 / samples as f64,
+    ))
+}
+
+async fn used_memory(con: &mut redis::aio::MultiplexedConnection) -> BenchResult<u64> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(con).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| "no used_memory in INFO".into())
+}
+
+fn redis_version(server: &RedisServer) -> String {
+    let info = server.cmd(&["INFO", "server"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned()
+}
+
+/// `SCRIPT LOAD` of the exact text (final newline included), returning the SHA.
+fn load(server: &RedisServer, source: &str) -> BenchResult<String> {
+    let mut con = redis::Client::open(server.url())?.get_connection()?;
+    Ok(redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query(&mut con)?)
+}
+
+/// Runs the benchmark's command once with `redis-cli` (random key fixed) and checks the reply
+/// is an array of `items`, not an error such as NOSCRIPT.
+fn check_by_hand(server: &RedisServer, args: &[String], items: usize) -> BenchResult<()> {
+    let fixed: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("__rand_int__", "000000000042"))
+        .collect();
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(server.port().to_string())
+        .args(&fixed)
+        .output()?;
+    let reply = String::from_utf8_lossy(&out.stdout);
+    let lines = reply.lines().count();
+    if !out.status.success()
+        || reply.contains("ERR")
+        || reply.contains("NOSCRIPT")
+        || lines != items
+    {
+        return Err(format!("unexpected reply to {fixed:?}: {reply:?}").into());
+    }
+    eprintln!(
+        "checked by hand: {:?} -> {:?}",
+        fixed.get(8..),
+        reply.lines().collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// Runs `redis-benchmark -P 16 -c 50` on `args` and returns requests/s and Redis's CPU time
+/// per request in µs (from `/proc`: unlike throughput, it hardly moves when other processes
+/// load the machine), after checking that Redis sent no error reply during the run.
+fn redis_benchmark(server: &RedisServer, args: &[String]) -> BenchResult<(f64, f64)> {
+    const REQUESTS: u64 = 400_000;
+    let errors_before = error_replies(server);
+    let cpu_before = redis_cpu(server)?;
+    let out = Command::new("redis-benchmark")
+        .arg("-p")
+        .arg(server.port().to_string())
+        .args(["-P", "16", "-c", "50", "-r", "10000", "-q", "-n"])
+        .arg(REQUESTS.to_string())
+        .args(args)
+        .output()?;
+    let cpu = (redis_cpu(server)? - cpu_before).as_secs_f64() * 1e6 / REQUESTS as f64;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let errors = error_replies(server) - errors_before;
+    if errors > 0 {
+        return Err(format!("{errors} error replies during redis-benchmark: {text}").into());
+    }
+    let line = text
+        .split(['\r', '\n'])
+        .filter(|l| l.contains("requests per second"))
+        .last()
+        .ok_or_else(|| format!("no figure in redis-benchmark output: {text}"))?;
+    let figure = line
+        .split("requests per second")
+        .next()
+        .and_then(|s| s.rsplit([' ', ':']).find(|w| !w.is_empty()))
+        .and_then(|w| w.parse::<f64>().ok())
+        .ok_or_else(|| format!("cannot read {line:?}"))?;
+    Ok((figure, cpu))
+}
+
+/// CPU time (user + system) the redis-server process has used so far.
+fn redis_cpu(server: &RedisServer) -> BenchResult<Duration> {
+    let pid = server
+        .cmd(&["INFO", "server"])
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .map(|v| v.trim().to_owned())
+        .ok_or("no process_id in INFO")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which is in parentheses): utime and stime are the 14th
+    // and 15th fields of the whole line, in clock ticks (100 per second on Linux).
+    let after = stat.rsplit_once(')').ok_or("bad /proc stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11)
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or("no utime")?
+        + fields
+            .get(12)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or("no stime")?;
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+fn error_replies(server: &RedisServer) -> u64 {
+    server
+        .cmd(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_error_replies:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn micros(d: Duration) -> String {
+    if d >= Duration::from_millis(10) {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{} µs", d.as_micros())
+    }
+}

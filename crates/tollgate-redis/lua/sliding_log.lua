@@ -1,0 +1,63 @@
+-- sliding_log.lua: the time of every admitted unit, exact on every interval.
+-- Mirrors crates/tollgate/src/rules/sliding_log.rs exactly.
+--
+-- KEYS[i]  the key, a ZSET: one member per admitted unit, score = admission time (µs),
+--          member "<time µs>:<n>" where n numbers the units admitted at that same time
+--          (unique: members of one score are only ever added together and trimmed together)
+-- ARGV     (per entry, see check.lua) 'sl', limit (units), period (µs), unused
+-- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
+--          charged at this same `now`
+-- returns  allowed (1/0), remaining (units), reset_after (µs), retry_after (µs, -1 if allowed)
+--
+-- A unit admitted at t counts while t + period > now. Counting is ZCOUNT, so a denied call
+-- writes nothing; old members are trimmed only when admitting. Expiry: newest + period − now
+-- (+ slack), set with every admission.
+local function sliding_log(key, now, cost, limit, period, _, op)
+  local from = '(' .. fmt(now - period)
+  local count = redis.call('ZCOUNT', key, from, '+inf')
+  local allowed, retry = 1, -1
+  if op == 2 then
+    -- Remove the highest-numbered members of this instant, keeping numbers 0..n-1 dense.
+    local n = redis.call('ZCOUNT', key, fmt(now), fmt(now))
+    local take = cost
+    if take > n then take = n end
+    if take > 0 then
+      local mine = {}
+      for i = n - take, n - 1 do mine[#mine + 1] = fmt(now) .. ':' .. fmt(i) end
+      count = count - redis.call('ZREM', key, unpack(mine))
+    end
+  elseif count + cost > limit then
+    -- The oldest (count + cost − limit) live units must expire first.
+    local at = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT',
+      count + cost - limit - 1, 1)
+    retry = 0
+    if at[2] then
+      retry = tonumber(at[2]) + period - now
+      if retry < 0 then retry = 0 end
+    end
+    allowed = 0
+  elseif op == 1 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
+    local n0 = redis.call('ZCOUNT', key, fmt(now), fmt(now))
+    local args = {}
+    local stamp = fmt(now)
+    for i = 0, cost - 1 do
+      args[2 * i + 1] = stamp
+      args[2 * i + 2] = stamp .. ':' .. fmt(n0 + i)
+    end
+    redis.call('ZADD', key, unpack(args))
+    count = count + cost
+  end
+  local reset = 0
+  if count > 0 then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    reset = tonumber(newest[2]) + period - now
+    if reset < 0 then reset = 0 end
+    if op == 1 and allowed == 1 then
+      redis.call('PEXPIRE', key, ttl_ms(reset))
+    end
+  end
+  local remaining = limit - count
+  if remaining < 0 then remaining = 0 end
+  return allowed, remaining, reset, retry
+end

@@ -1,0 +1,148 @@
+//! A circuit breaker, so that a dead Redis costs no latency: after `threshold` consecutive
+//! transient failures the store answers [`StoreError::CircuitOpen`] at once for `cool_down`,
+//! then lets exactly one probe through; the probe's success closes the breaker, its failure
+//! opens it for another cool-down.
+//!
+//! Only transient failures count (timeouts, lost connections, cluster errors): a script or
+//! protocol error means Redis answered, so it resets the count. Lock-free (atomics): it sits
+//! on every call. Transitions are logged and exported as `tollgate_store_circuit_open` (gauge,
+//! 1 while open) and `tollgate_store_circuit_opened_total`; the errors themselves are counted
+//! by the limiter (`tollgate_store_errors_total`), not here.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tollgate::StoreError;
+
+/// Breaker state shared by every clone of a store.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    threshold: u32,
+    cool_down: Duration,
+    failures: AtomicU32,
+    /// Microseconds after `origin` until which the breaker stays open.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+    origin: Instant,
+}
+
+/// How a call was let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Permit {
+    /// The breaker is closed.
+    Closed,
+    /// The one probe after a cool-down.
+    Probe,
+}
+
+impl Breaker {
+    /// A closed breaker opening after `threshold` consecutive transient failures (0 = never).
+    pub(crate) fn new(threshold: u32, cool_down: Duration) -> Breaker {
+        Breaker {
+            threshold,
+            cool_down,
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            origin: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Lets a call through, or refuses it while open.
+    ///
+    /// # Errors
+    /// [`StoreError::CircuitOpen`] during a cool-down, or while another call is the probe.
+    pub(crate) fn admit(&self) -> Result<Permit, StoreError> {
+        if self.threshold == 0 || self.failures.load(Ordering::Acquire) < self.threshold {
+            return Ok(Permit::Closed);
+        }
+        if self.now() < self.open_until.load(Ordering::Acquire) {
+            return Err(StoreError::CircuitOpen);
+        }
+        match self
+            .probing
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(Permit::Probe),
+            Err(_) => Err(StoreError::CircuitOpen),
+        }
+    }
+
+    /// Records the outcome of a call let through by [`Breaker::admit`].
+    pub(crate) fn record<T>(&self, permit: Permit, result: &Result<T, StoreError>) {
+        let transient = matches!(result, Err(e) if e.is_transient());
+        if !transient {
+            let before = self.failures.swap(0, Ordering::AcqRel);
+            if self.threshold > 0 && before >= self.threshold {
+                tracing::info!("redis answers again; circuit closed");
+                metrics::gauge!("tollgate_store_circuit_open").set(0.0);
+            }
+        } else {
+            let failures = self
+                .failures
+                .fetch_add(1, Ordering::AcqRel)
+                .saturating_add(1);
+            if self.threshold > 0 && (permit == Permit::Probe || failures == self.threshold) {
+                let until = self.now().saturating_add(self.cool_down.as_micros() as u64);
+                self.open_until.store(until, Ordering::Release);
+                if permit == Permit::Closed {
+                    tracing::warn!(
+                        failures,
+                        cool_down_ms = self.cool_down.as_millis() as u64,
+                        "redis failing; circuit open, skipping it during the cool-down"
+                    );
+                    metrics::counter!("tollgate_store_circuit_opened_total").increment(1);
+                    metrics::gauge!("tollgate_store_circuit_open").set(1.0);
+                } else {
+                    tracing::debug!("probe failed; circuit stays open");
+                }
+            }
+        }
+        if permit == Permit::Probe {
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail() -> Result<(), StoreError> {
+        Err(StoreError::Timeout(Duration::from_millis(1)))
+    }
+
+    /// Opens after the threshold, refuses during the cool-down, probes once, closes on success.
+    #[test]
+    fn opens_probes_and_closes() {
+        let b = Breaker::new(3, Duration::ZERO);
+        for _ in 0..3 {
+            let p = b.admit().expect("closed");
+            b.record(p, &fail());
+        }
+        // Cool-down of zero: the next call is the probe, a concurrent one is refused.
+        let probe = b.admit().expect("probe");
+        assert_eq!(probe, Permit::Probe);
+        assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
+        b.record(probe, &Ok(()));
+        assert_eq!(b.admit().expect("closed again"), Permit::Closed);
+    }
+
+    /// During the cool-down every call is refused without trying.
+    #[test]
+    fn refuses_during_cool_down() {
+        let b = Breaker::new(1, Duration::from_secs(3600));
+        let p = b.admit().expect("closed");
+        b.record(p, &fail());
+        assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
+        // A script error is not transient: Redis answered. It does not open the breaker.
+        let b = Breaker::new(1, Duration::from_secs(3600));
+        let p = b.admit().expect("closed");
+        b.record::<()>(p, &Err(StoreError::Protocol("x".into())));
+        assert_eq!(b.admit().expect("still closed"), Permit::Closed);
+    }
+}

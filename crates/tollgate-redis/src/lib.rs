@@ -1,0 +1,54 @@
+//! # tollgate-redis
+//!
+//! [`RedisStore`]: the [`tollgate::Store`] on Redis or Redis Cluster, so that every instance
+//! of a service shares one limit. Each algorithm is a Lua function (`lua/<algorithm>.lua`)
+//! mirroring its Rust twin in `tollgate::rules` with the same integer arithmetic; a
+//! differential test holds the two to identical decisions.
+//!
+//! ## One script, N entries
+//! The five algorithm files, a prelude and a dispatcher (`lua/check.lua`) are concatenated
+//! into **one** script, loaded once and run by `EVALSHA`. One call carries every
+//! (limit, key) entry of a request in `KEYS[]`, each with its algorithm tag and parameters in
+//! `ARGV`, so a multi-limit request mixing algorithms is still one round trip and one atomic
+//! step: the dispatcher decides every entry first and charges them all only if all admit. A
+//! denied call writes nothing.
+//!
+//! ## Where all-or-nothing holds
+//! - **Single Redis**: always one script, atomic over every entry.
+//! - **Redis Cluster, entries in one hash slot** (limits keyed by the same parts share a hash
+//!   tag, hence a slot): one script on that slot's node, atomic.
+//! - **Redis Cluster, entries across slots**: one script per slot group, in order. If a later
+//!   group denies, the groups already charged are given back (script op 2). This is a weaker
+//!   guarantee: between the charge and the give-back, other callers see the units taken (they
+//!   may be refused when an atomic store would admit them, never admitted wrongly), and if the
+//!   give-back itself fails (node lost, timeout) the units stay taken until they replenish.
+//!   Every group uses the `now` the first group's script read, so all entries decide at one
+//!   instant.
+//!
+//! ## Time
+//! `now: None` uses the server's `TIME` inside the script, so instances whose clocks disagree
+//! decide identically (the trade-off: on a cluster, nodes' clocks may differ slightly; the
+//! first slot group's time is passed to the others). `now: Some` is the caller's clock, for
+//! tests and simulation.
+//!
+//! ## Failures
+//! Every call has a timeout (default 50 ms), errors are classified into
+//! [`tollgate::StoreErrorKind`]s, and a circuit breaker skips Redis for a cool-down after
+//! repeated transient failures ([`tollgate::StoreError::CircuitOpen`]), then lets one probe
+//! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors;
+//! this crate counts breaker transitions. Reconnection is the `redis` crate's
+//! `ConnectionManager` (single) or cluster client's: one multiplexed connection, no pool.
+
+mod breaker;
+mod error;
+mod script;
+mod slot;
+mod store;
+mod store_builder;
+
+pub use script::{entry_args, script_sha, script_source};
+pub use slot::slot_of;
+pub use store::RedisStore;
+pub use store_builder::{
+    DEFAULT_COOL_DOWN, DEFAULT_FAILURE_THRESHOLD, DEFAULT_TIMEOUT, RedisStoreBuilder,
+};

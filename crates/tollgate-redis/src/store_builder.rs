@@ -1,0 +1,140 @@
+//! How a [`RedisStore`] is configured: where Redis is, how long a call may take, and when the
+//! circuit breaker opens.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use tollgate::StoreError;
+
+use crate::breaker::Breaker;
+use crate::error::classify;
+use crate::store::{Connection, RedisStore};
+
+/// Default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default number of consecutive transient failures that open the circuit breaker.
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
+/// Default time the breaker stays open before letting a probe through.
+pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(1);
+
+#[derive(Clone)]
+pub(crate) enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+/// Configures a [`RedisStore`]; made by [`RedisStore::builder`] or
+/// [`RedisStore::cluster_builder`].
+pub struct RedisStoreBuilder {
+    target: Target,
+    timeout: Duration,
+    connect_timeout: Duration,
+    failure_threshold: u32,
+    cool_down: Duration,
+}
+
+impl RedisStoreBuilder {
+    pub(crate) fn new(target: Target) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            target,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: Duration::from_secs(1),
+            failure_threshold: DEFAULT_FAILURE_THRESHOLD,
+            cool_down: DEFAULT_COOL_DOWN,
+        }
+    }
+
+    /// The most one store call may take, all round trips included (default
+    /// [`DEFAULT_TIMEOUT`]); past it the call fails with [`StoreError::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long connecting (and each reconnection attempt) may take (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Open the breaker after `failures` consecutive transient failures (0: never) and keep it
+    /// open for `cool_down` before probing (defaults [`DEFAULT_FAILURE_THRESHOLD`],
+    /// [`DEFAULT_COOL_DOWN`]).
+    pub fn circuit_breaker(mut self, failures: u32, cool_down: Duration) -> Self {
+        self.failure_threshold = failures;
+        self.cool_down = cool_down;
+        self
+    }
+
+    /// Connects and builds the store.
+    ///
+    /// # Errors
+    /// [`StoreError::Connection`] (or another kind) when Redis cannot be reached or a URL is
+    /// invalid.
+    pub async fn build(self) -> Result<RedisStore, StoreError> {
+        let connection = match &self.target {
+            Target::Single(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(classify)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(200));
+                let manager = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(classify)?;
+                Connection::Single(manager)
+            }
+            Target::Cluster(urls) => {
+                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(self.connect_timeout)
+                    .retries(2)
+                    .build()
+                    .map_err(classify)?;
+                let conn = client.get_async_connection().await.map_err(classify)?;
+                Connection::Cluster(conn)
+            }
+        };
+        Ok(RedisStore::from_parts(
+            connection,
+            self.timeout,
+            Breaker::new(self.failure_threshold, self.cool_down),
+            describe(&self.target),
+        ))
+    }
+}
+
+/// Host and port of each node, without credentials (URLs may hold a password).
+fn describe(target: &Target) -> String {
+    let redact = |url: &str| match redis::parse_redis_url(url) {
+        Some(u) => format!(
+            "{}:{}",
+            u.host_str().unwrap_or("?"),
+            u.port()
+                .map_or_else(|| "6379".to_owned(), |p| p.to_string())
+        ),
+        None => "(invalid url)".to_owned(),
+    };
+    match target {
+        Target::Single(url) => redact(url),
+        Target::Cluster(urls) => format!(
+            "cluster[{}]",
+            urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+        ),
+    }
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("target", &describe(&self.target))
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("failure_threshold", &self.failure_threshold)
+            .field("cool_down", &self.cool_down)
+            .finish()
+    }
+}

@@ -1,0 +1,112 @@
+//! Redis Cluster specifics: keys spread over every master without CROSSSLOT errors, and a
+//! request whose keys span slots gives back what it took when a later slot denies.
+
+use std::time::Duration;
+
+use tollgate::{Algorithm, Entry, Key, Limit, Limiter, Quota, Request, Store};
+use tollgate_redis::slot_of;
+
+use crate::common::{cluster, cluster_store, scan, unique_namespace};
+
+/// Many clients' keys land on all three masters; every call succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_spread_over_every_master() {
+    let ns = unique_namespace("spread");
+    let limiter = Limiter::builder(cluster_store().await)
+        .namespace(ns.clone())
+        .limits(Algorithm::ALL.into_iter().map(|a| {
+            Limit::new(a.name(), a, Quota::per_minute(10).expect("valid"))
+                .expect("valid")
+                .keyed_by(["user"])
+                .expect("valid")
+        }))
+        .build()
+        .expect("limiter");
+    let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    for u in 0..200 {
+        let user = format!("u{u}");
+        // Five limits keyed alike: one slot, one script.
+        let v = limiter
+            .check_all(&names, &[("user", user.as_str())], 2)
+            .await
+            .expect("check");
+        assert!(
+            v.is_allowed() && v.store_error().is_none(),
+            "user {user}: {v:?}"
+        );
+    }
+    let pattern = format!("{}:*", ns.prefix());
+    let per_node: Vec<usize> = cluster()
+        .nodes()
+        .iter()
+        .map(|n| scan(n, &pattern).len())
+        .collect();
+    assert_eq!(
+        per_node.iter().sum::<usize>(),
+        200 * 5,
+        "keys per node: {per_node:?}"
+    );
+    assert!(
+        per_node.iter().all(|&n| n > 0),
+        "a master holds no key: {per_node:?}"
+    );
+}
+
+/// Entries in two slots: the first slot is charged, the second denies, the first is given
+/// back — for every algorithm in the first slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_slot_check_gives_back_what_it_took() {
+    let store = cluster_store().await;
+    let ns = unique_namespace("xslot");
+    let blocker = Limit::new("ip", Algorithm::Gcra, Quota::per_hour(2).expect("valid"))
+        .expect("valid")
+        .keyed_by(["ip"])
+        .expect("valid");
+    let blocker_key = Key::new(&ns, &blocker, &[("ip", "10.0.0.1")]);
+    let exhaust = Request::new(
+        [Entry {
+            limit: &blocker,
+            key: blocker_key.clone(),
+        }],
+        2,
+    )
+    .expect("valid");
+    let d = store.check(&exhaust, None).await.expect("check");
+    assert!(d[0].allowed, "{d:?}");
+    for alg in Algorithm::ALL {
+        let limit = Limit::new(alg.name(), alg, Quota::per_hour(5).expect("valid"))
+            .expect("valid")
+            .keyed_by(["user"])
+            .expect("valid");
+        // A user whose key is in another slot than the blocker's.
+        let key = (0..)
+            .map(|i| Key::new(&ns, &limit, &[("user", format!("u{i}"))]))
+            .find(|k| slot_of(k.as_str()) != slot_of(blocker_key.as_str()))
+            .expect("some user in another slot");
+        let both = Request::new(
+            [
+                Entry {
+                    limit: &limit,
+                    key: key.clone(),
+                },
+                Entry {
+                    limit: &blocker,
+                    key: blocker_key.clone(),
+                },
+            ],
+            1,
+        )
+        .expect("valid");
+        for round in 0..3 {
+            let d = store.check(&both, None).await.expect("cross-slot check");
+            assert!(d[0].allowed && !d[1].allowed, "{alg} round {round}: {d:?}");
+            assert!(
+                d[1].retry_after.is_some_and(|r| r > Duration::ZERO),
+                "{d:?}"
+            );
+        }
+        let alone = Request::new([Entry { limit: &limit, key }], 1).expect("valid");
+        let d = store.peek(&alone, None).await.expect("peek");
+        assert_eq!(d[0].remaining, 5, "{alg}: units were not given back: {d:?}");
+    }
+}

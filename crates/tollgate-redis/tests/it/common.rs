@@ -1,0 +1,108 @@
+//! What every test module shares: the spawned server and cluster, fixtures, key inspection.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::{FakeClock, Namespace};
+use tollgate_redis::RedisStore;
+use tollgate_testkit::{Fixture, RedisCluster, RedisServer};
+
+/// Timeout for stores in tests that are not about timeouts: generous, since the machine's
+/// two cores are shared with builds.
+pub(crate) const TEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+static SERVER: OnceLock<RedisServer> = OnceLock::new();
+static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// The Redis server shared by this test binary.
+pub(crate) fn server() -> &'static RedisServer {
+    SERVER.get_or_init(RedisServer::start)
+}
+
+/// The Redis Cluster shared by this test binary.
+pub(crate) fn cluster() -> &'static RedisCluster {
+    CLUSTER.get_or_init(RedisCluster::start)
+}
+
+/// A namespace no other test (or process) uses.
+pub(crate) fn unique_namespace(what: &str) -> Namespace {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    Namespace::new(format!("tg{}-{what}-{n}", std::process::id())).expect("valid prefix")
+}
+
+/// A store on the shared server.
+pub(crate) async fn redis_store() -> RedisStore {
+    RedisStore::builder(server().url())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "connect to {}: {e}\nlog:\n{}",
+                server().url(),
+                server().log()
+            )
+        })
+}
+
+/// A store on the shared cluster.
+pub(crate) async fn cluster_store() -> RedisStore {
+    RedisStore::cluster_builder(cluster().urls())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect to cluster: {e}\n{}", cluster().logs()))
+}
+
+/// The conformance suite's fixture on the shared server.
+pub(crate) async fn redis_fixture(_clock: FakeClock) -> Fixture<RedisStore> {
+    Fixture {
+        store: redis_store().await,
+        namespace: unique_namespace("conf"),
+        guard: Box::new(()),
+    }
+}
+
+/// The conformance suite's fixture on the shared cluster.
+pub(crate) async fn cluster_fixture(_clock: FakeClock) -> Fixture<RedisStore> {
+    Fixture {
+        store: cluster_store().await,
+        namespace: unique_namespace("cconf"),
+        guard: Box::new(()),
+    }
+}
+
+/// Every key matching `pattern` on `server`, by SCAN.
+pub(crate) fn scan(server: &RedisServer, pattern: &str) -> Vec<String> {
+    let mut con = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .unwrap_or_else(|e| panic!("connect: {e}\nlog:\n{}", server.log()));
+    let keys: Vec<String> = redis::cmd("SCAN")
+        .cursor_arg(0)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(1000)
+        .clone()
+        .iter(&mut con)
+        .expect("scan")
+        .collect::<Result<_, _>>()
+        .expect("scan keys");
+    keys
+}
+
+/// Keys matching `pattern` that have no expiry (TTL -1).
+pub(crate) fn keys_without_ttl(server: &RedisServer, pattern: &str) -> Vec<String> {
+    let mut con = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    scan(server, pattern)
+        .into_iter()
+        .filter(|k| {
+            let ttl: i64 = redis::cmd("PTTL").arg(k).query(&mut con).expect("pttl");
+            ttl == -1
+        })
+        .collect()
+}

@@ -1,0 +1,126 @@
+//! Differential test: the Lua scripts against the Rust rules. Seeded random call sequences
+//! (costs above one, multi-limit requests, peeks, time jumps) go to a `MemoryStore` and a
+//! `RedisStore` with the same explicit `now`; every decision must be identical, field by field.
+
+use std::time::Duration;
+
+use tollgate::{
+    Algorithm, Entry, Key, Limit, MemoryStore, Namespace, Quota, Request, Store, Timestamp,
+};
+
+use crate::common::{redis_store, unique_namespace};
+
+/// xorshift64*: a seeded generator, so a failure replays exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Limits of every algorithm with awkward numbers: periods not divisible by limits, bursts
+/// apart from limits, bucket counts that do not divide periods.
+fn limits() -> Vec<Limit> {
+    let q = |limit: u64, ms: u64| Quota::new(limit, Duration::from_millis(ms)).expect("valid");
+    let l = |name: &str, a: Algorithm, q: Quota| Limit::new(name, a, q).expect("valid");
+    vec![
+        l("fw", Algorithm::FixedWindow, q(7, 1_000)),
+        l("fw2", Algorithm::FixedWindow, q(3, 250)),
+        l("sl", Algorithm::SlidingLog, q(5, 1_000)),
+        l("sl2", Algorithm::SlidingLog, q(9, 333)),
+        l("sw", Algorithm::SlidingWindow { buckets: 7 }, q(8, 1_000)),
+        l("sw2", Algorithm::SlidingWindow { buckets: 3 }, q(4, 100)),
+        l("tb", Algorithm::TokenBucket, q(3, 1_000)),
+        l(
+            "tb2",
+            Algorithm::TokenBucket,
+            q(7, 300).with_burst(4).expect("valid"),
+        ),
+        l("gcra", Algorithm::Gcra, q(3, 1_000)),
+        l(
+            "gcra2",
+            Algorithm::Gcra,
+            q(6, 700).with_burst(11).expect("valid"),
+        ),
+    ]
+}
+
+/// Same sequence into both stores; every decision equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_and_rust_decide_identically() {
+    let redis = redis_store().await;
+    let memory = MemoryStore::builder().sweep_interval(None).build();
+    let ns: Namespace = unique_namespace("diff");
+    let limits = limits();
+    let users = ["a", "b", "c"];
+    for seed in [1_u64, 2, 3, 0xDEAD_BEEF] {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut now =
+            1_893_456_000_000_000 + rng.below(1_000_000) + (seed % 1_000) * 10_000_000_000;
+        for step in 0..600 {
+            // Time: mostly small steps, sometimes none, sometimes a jump past every period.
+            now += match rng.below(10) {
+                0 => 0,
+                1 => 2_000_000 + rng.below(5_000_000),
+                2..=5 => rng.below(1_000),
+                _ => rng.below(120_000),
+            };
+            let user = users[rng.below(users.len() as u64) as usize];
+            // One to three distinct limits, keyed alike (one slot).
+            let n = 1 + rng.below(3) as usize;
+            let mut chosen: Vec<&Limit> = Vec::new();
+            while chosen.len() < n {
+                let l = &limits[rng.below(limits.len() as u64) as usize];
+                if !chosen.iter().any(|c| c.name() == l.name()) {
+                    chosen.push(l);
+                }
+            }
+            let capacity = chosen
+                .iter()
+                .map(|l| l.capacity())
+                .min()
+                .expect("one limit");
+            let cost = if rng.below(3) == 0 {
+                1 + rng.below(capacity)
+            } else {
+                1
+            };
+            let entries = chosen.iter().map(|&limit| Entry {
+                limit,
+                key: Key::new(&ns, limit, &[("user", user)]),
+            });
+            let request = Request::new(entries, cost).expect("valid request");
+            let at = Timestamp::from_micros(now);
+            let peek = rng.below(5) == 0;
+            let (expected, got) = if peek {
+                (
+                    memory.peek_at(&request, at),
+                    redis.peek(&request, Some(at)).await,
+                )
+            } else {
+                (
+                    memory
+                        .check_at(&request, at)
+                        .expect("memory store has room"),
+                    redis.check(&request, Some(at)).await,
+                )
+            };
+            let got = got.unwrap_or_else(|e| panic!("seed {seed} step {step}: redis failed: {e}"));
+            let names: Vec<&str> = chosen.iter().map(|l| l.name()).collect();
+            assert_eq!(
+                got,
+                expected,
+                "seed {seed} step {step}: {} {names:?} user {user} cost {cost} at {now}",
+                if peek { "peek" } else { "check" }
+            );
+        }
+    }
+}

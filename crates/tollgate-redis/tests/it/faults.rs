@@ -1,0 +1,239 @@
+//! Faults: the script cache flushed, Redis killed and restarted, a client process killed in
+//! the middle of its calls. After each, every decision is still right (or follows the failure
+//! policy while Redis is away), and no tollgate key is left without an expiry.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Limit, Limiter, Namespace, OnStoreError, Quota, StoreErrorKind};
+use tollgate_redis::RedisStore;
+use tollgate_testkit::RedisServer;
+
+use crate::common::{keys_without_ttl, redis_store, scan, server, unique_namespace};
+
+const ROLE: &str = "TOLLGATE_IT_CHILD";
+
+fn every_algorithm(limit: u64, policy: OnStoreError) -> Vec<Limit> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|a| {
+            Limit::new(a.name(), a, Quota::per_hour(limit).expect("valid"))
+                .expect("valid")
+                .on_store_error(policy)
+        })
+        .collect()
+}
+
+fn assert_all_keys_expire(server: &RedisServer, ns: &Namespace) {
+    let pattern = format!("{}:*", ns.prefix());
+    let keys = scan(server, &pattern);
+    assert!(!keys.is_empty(), "the test wrote no key under {pattern}");
+    let persistent = keys_without_ttl(server, &pattern);
+    assert!(persistent.is_empty(), "keys without TTL: {persistent:?}");
+}
+
+/// `SCRIPT FLUSH` between calls: the next call reloads the script; counts stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_is_transparent() {
+    let ns = unique_namespace("flush");
+    let limiter = Limiter::builder(redis_store().await)
+        .namespace(ns.clone())
+        .limits(every_algorithm(20, OnStoreError::Deny))
+        .build()
+        .expect("limiter");
+    for alg in Algorithm::ALL {
+        let mut admitted = 0;
+        for i in 0..30 {
+            if i == 10 || i == 25 {
+                assert!(server().cmd(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
+            }
+            let v = limiter
+                .check(alg.name(), &[("user", "1")])
+                .await
+                .expect("check");
+            assert!(v.store_error().is_none(), "{alg} call {i}: {v:?}");
+            admitted += u64::from(v.is_allowed());
+        }
+        assert_eq!(admitted, 20, "{alg}");
+    }
+    assert_all_keys_expire(server(), &ns);
+}
+
+/// Redis killed: calls follow each limit's policy within the timeout, the breaker opens;
+/// Redis back on the same port: the same store answers again, no rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted() {
+    let mut redis = RedisServer::start();
+    let store = RedisStore::builder(redis.url())
+        .timeout(Duration::from_millis(50))
+        .circuit_breaker(3, Duration::from_millis(100))
+        .build()
+        .await
+        .expect("connect");
+    let ns = unique_namespace("kill");
+    let allow = Limit::new(
+        "open",
+        Algorithm::Gcra,
+        Quota::per_hour(100).expect("valid"),
+    )
+    .expect("valid")
+    .on_store_error(OnStoreError::Allow);
+    let deny = Limit::new(
+        "closed",
+        Algorithm::SlidingLog,
+        Quota::per_hour(100).expect("valid"),
+    )
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = Limiter::builder(store)
+        .namespace(ns.clone())
+        .limit(allow)
+        .limit(deny)
+        .build()
+        .expect("limiter");
+    let key = [("user", "1")];
+    for name in ["open", "closed"] {
+        let v = limiter.check(name, &key).await.expect("check");
+        assert!(
+            v.is_allowed() && v.store_error().is_none(),
+            "{name} before the kill: {v:?}"
+        );
+    }
+
+    redis.kill();
+    let mut kinds = Vec::new();
+    for i in 0..10 {
+        for name in ["open", "closed"] {
+            let started = Instant::now();
+            let v = limiter.check(name, &key).await.expect("check");
+            let took = started.elapsed();
+            // Bounded by the 50 ms timeout (generously: the machine is shared), not hanging
+            // on reconnection attempts.
+            assert!(
+                took < Duration::from_secs(2),
+                "{name} call {i} took {took:?}"
+            );
+            let kind = v
+                .store_error()
+                .unwrap_or_else(|| panic!("{name} call {i}: no store error while down: {v:?}"));
+            kinds.push(kind);
+            if name == "open" {
+                assert!(v.is_allowed(), "allow policy: {v:?}");
+            } else {
+                assert!(
+                    !v.is_allowed() && v.is_store_failure(),
+                    "deny policy: {v:?}"
+                );
+            }
+        }
+    }
+    assert!(
+        kinds.contains(&StoreErrorKind::CircuitOpen),
+        "the breaker never opened: {kinds:?}"
+    );
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = limiter.check("closed", &key).await.expect("check");
+        if v.store_error().is_none() {
+            assert!(v.is_allowed(), "fresh server, fresh quota: {v:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no recovery after restart: {v:?}\nlog:\n{}",
+            redis.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let v = limiter.check("open", &key).await.expect("check");
+    assert!(
+        v.is_allowed() && v.store_error().is_none(),
+        "after restart: {v:?}"
+    );
+    assert_all_keys_expire(&redis, &ns);
+}
+
+/// A client process SIGKILLed in the middle of its calls leaves no key without an expiry
+/// (each script writes state and expiry together, atomically).
+#[test]
+fn client_killed_mid_run_leaves_no_persistent_key() {
+    if let Ok(role) = std::env::var(ROLE) {
+        if role == "hammer" {
+            hammer();
+        }
+        return;
+    }
+    let server = server();
+    let ns = unique_namespace("sigkill");
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut child = Command::new(exe)
+        .args([
+            "faults::client_killed_mid_run_leaves_no_persistent_key",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE, "hammer")
+        .env("TOLLGATE_IT_URL", server.url())
+        .env("TOLLGATE_IT_NS", ns.prefix())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let pattern = format!("{}:*", ns.prefix());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Let it write a good number of keys, then kill it in full flight.
+    while scan(server, &pattern).len() < 200 {
+        assert!(Instant::now() < deadline, "the child wrote too few keys");
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("child exited early: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL the child");
+    child.wait().expect("reap the child");
+    assert_all_keys_expire(server, &ns);
+}
+
+/// The child role: many tasks checking many keys of every algorithm until killed (bounded).
+fn hammer() {
+    let url = std::env::var("TOLLGATE_IT_URL").expect("url");
+    let ns = Namespace::new(std::env::var("TOLLGATE_IT_NS").expect("ns")).expect("valid");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let store = RedisStore::builder(url).build().await.expect("connect");
+        let limiter = std::sync::Arc::new(
+            Limiter::builder(store)
+                .namespace(ns)
+                .limits(every_algorithm(5, OnStoreError::Allow))
+                .build()
+                .expect("limiter"),
+        );
+        let until = Instant::now() + Duration::from_secs(60);
+        let tasks: Vec<_> = (0..32)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut i = 0_u64;
+                    while Instant::now() < until {
+                        let user = format!("{t}-{}", i % 500);
+                        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+                        let _ = limiter
+                            .check_all(&names, &[("user", user.as_str())], 1)
+                            .await;
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+}

@@ -1,0 +1,12 @@
+//! Integration tests of the Redis store, against a `redis-server` and a three-master Redis
+//! Cluster spawned by this binary (one of each, shared by every test; each test uses its own
+//! connection and key namespace).
+
+mod cluster;
+mod common;
+mod concurrency;
+mod conformance_cluster;
+mod conformance_redis;
+mod differential;
+mod faults;
+mod server_time;

@@ -1,0 +1,292 @@
+//! The JSON bodies of the HTTP API, in and out.
+//!
+//! Requests are parsed by hand from the raw bytes (not axum's `Json` extractor) so that every
+//! malformed body gets the API's own `{"error": ...}` answer naming the field at fault.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use tollgate::{Algorithm, Decision, LimitDecision, Source};
+
+use crate::config::LimitConfig;
+use crate::duration;
+use crate::limits::Outcome;
+
+/// `POST /v1/check` and `/v1/peek`: `{"limit": "sms", "key": {"user": "42"}, "cost": 1}` or
+/// `{"limits": ["a", "b"], "key": {...}}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    limit: Option<String>,
+    limits: Option<Vec<String>>,
+    #[serde(default)]
+    key: BTreeMap<String, KeyValue>,
+    cost: Option<u64>,
+}
+
+/// `POST /v1/reset`: as a check, without a cost.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetRequest {
+    limit: Option<String>,
+    limits: Option<Vec<String>>,
+    #[serde(default)]
+    key: BTreeMap<String, KeyValue>,
+}
+
+/// A key part's value: a string, or an integer taken as its decimal text.
+#[derive(Debug)]
+pub struct KeyValue(String);
+
+impl<'de> Deserialize<'de> for KeyValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an integer")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyValue, E> {
+                Ok(KeyValue(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyValue, E> {
+                Ok(KeyValue(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyValue, E> {
+                Ok(KeyValue(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// Limit names, key parts and cost, as asked.
+pub type Parts = (Vec<String>, Vec<(String, String)>, u64);
+
+impl CheckRequest {
+    /// The limit names, key parts and cost (default 1).
+    ///
+    /// # Errors
+    /// When both or neither of `limit` and `limits` are given.
+    pub fn into_parts(self) -> Result<Parts, String> {
+        let names = names(self.limit, self.limits)?;
+        Ok((names, key_parts(self.key), self.cost.unwrap_or(1)))
+    }
+}
+
+impl ResetRequest {
+    /// The limit names and key parts.
+    ///
+    /// # Errors
+    /// As [`CheckRequest::into_parts`].
+    pub fn into_parts(self) -> Result<Parts, String> {
+        Ok((names(self.limit, self.limits)?, key_parts(self.key), 1))
+    }
+}
+
+fn names(limit: Option<String>, limits: Option<Vec<String>>) -> Result<Vec<String>, String> {
+    match (limit, limits) {
+        (Some(_), Some(_)) => Err("give either \"limit\" or \"limits\", not both".into()),
+        (Some(limit), None) => Ok(vec![limit]),
+        (None, Some(limits)) => Ok(limits),
+        (None, None) => Err("missing field \"limit\" (or \"limits\")".into()),
+    }
+}
+
+fn key_parts(key: BTreeMap<String, KeyValue>) -> Vec<(String, String)> {
+    key.into_iter().map(|(k, v)| (k, v.0)).collect()
+}
+
+/// Parses a JSON body, naming the field at fault.
+///
+/// # Errors
+/// A message for the client.
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err("request body is empty: expected a JSON object".into());
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        match path.as_str() {
+            "." => format!("invalid JSON: {}", e.inner()),
+            _ => format!("invalid JSON at {path}: {}", e.inner()),
+        }
+    })?;
+    de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+    Ok(value)
+}
+
+/// The answer to a check or peek. Top-level fields describe the most restrictive enforced
+/// limit; `decisions` lists every limit in the order asked.
+#[derive(Debug, Serialize)]
+pub struct VerdictBody {
+    /// Whether the request passes.
+    pub allowed: bool,
+    /// The most restrictive limit's quota (`RateLimit-Policy` `q=`).
+    pub limit: u64,
+    /// Its remaining unit-cost requests.
+    pub remaining: u64,
+    /// Until its key is back to a full quota, ms (rounded up).
+    pub reset_after_ms: u64,
+    /// When denied: until this cost would pass, ms (rounded up).
+    pub retry_after_ms: Option<u64>,
+    /// Each limit's decision.
+    pub decisions: Vec<DecisionBody>,
+}
+
+/// One limit's decision.
+#[derive(Debug, Serialize)]
+pub struct DecisionBody {
+    /// The limit's name.
+    pub limit: String,
+    /// Whether it admits (always `true` for a shadow limit).
+    pub allowed: bool,
+    /// Its quota.
+    pub quota: u64,
+    /// Remaining unit-cost requests.
+    pub remaining: u64,
+    /// Until full again, ms.
+    pub reset_after_ms: u64,
+    /// When denied: until this cost would pass, ms.
+    pub retry_after_ms: Option<u64>,
+    /// A shadow limit: never refuses.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
+    /// A shadow limit that would have refused.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow_denied: bool,
+    /// The store error, when the limit's failure policy decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_error: Option<&'static str>,
+}
+
+impl VerdictBody {
+    /// The body for `outcome`.
+    pub fn new(outcome: &Outcome) -> VerdictBody {
+        let allowed = outcome.is_allowed();
+        let decisions: Vec<DecisionBody> = outcome
+            .decisions
+            .iter()
+            .map(|(d, shadow)| decision_body(d, *shadow))
+            .collect();
+        let top: Option<&Decision> = match &outcome.enforced {
+            Some(verdict) => Some(verdict.decision()),
+            None => outcome
+                .decisions
+                .iter()
+                .map(|(d, _)| &d.decision)
+                .min_by_key(|d| d.remaining),
+        };
+        let (limit, remaining, reset_after, retry_after) =
+            top.map_or((0, 0, Duration::ZERO, None), |d| {
+                (
+                    d.limit,
+                    d.remaining,
+                    d.reset_after,
+                    d.retry_after.filter(|_| !allowed),
+                )
+            });
+        VerdictBody {
+            allowed,
+            limit,
+            remaining,
+            reset_after_ms: ceil_ms(reset_after),
+            retry_after_ms: retry_after.map(ceil_ms),
+            decisions,
+        }
+    }
+}
+
+fn decision_body(d: &LimitDecision, shadow: bool) -> DecisionBody {
+    let decision = &d.decision;
+    DecisionBody {
+        limit: d.limit.to_string(),
+        allowed: decision.allowed || shadow,
+        quota: decision.limit,
+        remaining: decision.remaining,
+        reset_after_ms: ceil_ms(decision.reset_after),
+        retry_after_ms: decision
+            .retry_after
+            .filter(|_| !decision.allowed)
+            .map(ceil_ms),
+        shadow,
+        shadow_denied: shadow && !decision.allowed,
+        store_error: match d.source {
+            Source::Store => None,
+            Source::Policy { error, .. } => Some(error.as_str()),
+        },
+    }
+}
+
+/// Milliseconds, rounded up.
+pub fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX)
+}
+
+/// `GET /v1/limits`.
+#[derive(Debug, Serialize)]
+pub struct LimitsBody {
+    /// `memory`, `redis` or `redis_cluster`.
+    pub store: &'static str,
+    /// The limits, in file order.
+    pub limits: Vec<LimitBody>,
+}
+
+/// One configured limit.
+#[derive(Debug, Serialize)]
+pub struct LimitBody {
+    /// Name.
+    pub name: String,
+    /// Algorithm (config name).
+    pub algorithm: &'static str,
+    /// Units per period.
+    pub limit: u64,
+    /// The period as written in config (`"1m"`).
+    pub period: String,
+    /// The period in ms.
+    pub period_ms: u64,
+    /// Burst, for token bucket and GCRA.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Sub-buckets, for the sliding window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<u32>,
+    /// Key part names.
+    pub key: Vec<String>,
+    /// Failure policy.
+    pub on_store_error: tollgate::OnStoreError,
+    /// Shadow (never refuses).
+    pub shadow: bool,
+}
+
+impl LimitBody {
+    /// The listing of one limit.
+    pub fn new(config: &LimitConfig) -> LimitBody {
+        let l = &config.limit;
+        let q = l.quota();
+        LimitBody {
+            name: l.name().to_owned(),
+            algorithm: l.algorithm().name(),
+            limit: q.limit(),
+            period: duration::format(q.period()),
+            period_ms: ceil_ms(q.period()),
+            burst: l.algorithm().uses_burst().then(|| q.burst()),
+            buckets: match l.algorithm() {
+                Algorithm::SlidingWindow { buckets } => Some(buckets),
+                _ => None,
+            },
+            key: l
+                .key_parts()
+                .unwrap_or_default()
+                .iter()
+                .map(|p| p.to_string())
+                .collect(),
+            on_store_error: l.policy(),
+            shadow: config.shadow,
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The HTTP API's routes and handlers: thin glue between JSON and [`Limits`].
+//!
+//! Bodies are capped at [`MAX_BODY`] bytes and parsed by [`crate::api::parse`]; every check
+//! runs on the limit set current when the request arrived (a reload never changes a request
+//! halfway).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sha2::{Digest, Sha256};
+use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Quota, Request, Store};
+
+use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest};
+use crate::config::Secret;
+use crate::limits::Limits;
+use crate::metrics;
+use crate::response::{ApiError, Reply};
+use crate::store::AnyStore;
+
+/// The largest request body accepted.
+pub const MAX_BODY: usize = 16 * 1024;
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    /// The current limit set, swapped by reloads.
+    pub limits: ArcSwap<Limits>,
+    /// The store, shared by every limit set.
+    pub store: AnyStore,
+    /// Bearer token for `/v1/reset`.
+    pub admin_token: Option<Secret>,
+    /// Prometheus exposition.
+    pub metrics: PrometheusHandle,
+    /// The readiness probe's limit and key.
+    probe: (Limit, Key),
+}
+
+impl AppState {
+    /// State for a server over `store` with `limits`.
+    pub fn new(
+        limits: Limits,
+        store: AnyStore,
+        namespace: &Namespace,
+        admin_token: Option<Secret>,
+    ) -> AppState {
+        let probe_limit = Quota::per_second(1)
+            .and_then(|q| Limit::new("readyz", Algorithm::Gcra, q))
+            .and_then(|l| l.keyed_by(["probe"]));
+        let probe_limit = match probe_limit {
+            Ok(limit) => limit,
+            Err(e) => unreachable!("the probe limit is valid: {e}"),
+        };
+        let probe_key = Key::new(namespace, &probe_limit, &[("probe", "readyz")]);
+        AppState {
+            limits: ArcSwap::from_pointee(limits),
+            store,
+            admin_token,
+            metrics: metrics::handle(),
+            probe: (probe_limit, probe_key),
+        }
+    }
+}
+
+/// The API's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/peek", post(peek))
+        .route("/v1/reset", post(reset))
+        .route("/v1/limits", get(list_limits))
+        .route("/metrics", get(render_metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// The body's bytes, or the API's error for an unreadable or oversized body.
+fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(MAX_BODY),
+        _ => ApiError::BadRequest(rejection.body_text()),
+    })
+}
+
+async fn check(
+    State(state): State<Arc<AppState>>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Reply, ApiError> {
+    let request: CheckRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
+    let limits = state.limits.load_full();
+    let asked = limits
+        .validate(&names, &key, cost)
+        .map_err(ApiError::BadRequest)?;
+    let outcome = limits
+        .check(&asked)
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(Reply::verdict(outcome, &limits))
+}
+
+async fn peek(
+    State(state): State<Arc<AppState>>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Reply, ApiError> {
+    let request: CheckRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
+    let limits = state.limits.load_full();
+    let asked = limits
+        .validate(&names, &key, cost)
+        .map_err(ApiError::BadRequest)?;
+    let outcome = limits
+        .peek(&asked)
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(Reply::verdict(outcome, &limits))
+}
+
+async fn reset(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Reply, ApiError> {
+    let Some(token) = &state.admin_token else {
+        return Err(ApiError::ResetDisabled);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !same_secret(given, token.expose()) {
+        return Err(ApiError::Unauthorized);
+    }
+    let request: ResetRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
+    let limits = state.limits.load_full();
+    let asked = limits
+        .validate(&names, &key, cost)
+        .map_err(ApiError::BadRequest)?;
+    match limits.reset(&asked).await {
+        Ok(()) => Ok(Reply::json(serde_json::json!({ "reset": names }))),
+        Err(tollgate::CheckError::Store(e)) => Err(ApiError::StoreUnavailable(e)),
+        Err(e) => Err(ApiError::Internal(e.into())),
+    }
+}
+
+/// Compares two secrets in time independent of where they differ (and of the given one's
+/// length): both are hashed first, then every byte of the digests is compared.
+fn same_secret(given: &str, expected: &str) -> bool {
+    let (a, b) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(expected.as_bytes()),
+    );
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+async fn list_limits(State(state): State<Arc<AppState>>) -> Json<LimitsBody> {
+    let limits = state.limits.load();
+    Json(LimitsBody {
+        store: state.store.kind(),
+        limits: limits.configs().iter().map(LimitBody::new).collect(),
+    })
+}
+
+async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
+    if let Some(per_limit) = state.store.memory_keys() {
+        for limit in state.limits.load().configs() {
+            let held = per_limit
+                .iter()
+                .find(|(name, _)| name == limit.limit.name())
+                .map_or(0, |(_, n)| *n);
+            metrics::keys(limit.limit.name(), held);
+        }
+    }
+    state.metrics.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Ready when the store answers a peek (which writes nothing) on a probe key.
+async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
+    let (limit, key) = &state.probe;
+    let request = Request::new(
+        [Entry {
+            limit,
+            key: key.clone(),
+        }],
+        1,
+    )
+    .map_err(|e| ApiError::Internal(e.into()))?;
+    state
+        .store
+        .peek(&request, None)
+        .await
+        .map_err(ApiError::StoreUnavailable)?;
+    Ok(Reply::json(
+        serde_json::json!({ "status": "ready", "store": state.store.kind() }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the exact token matches.
+    #[test]
+    fn secrets_compare_exactly() {
+        assert!(same_secret("token-1234", "token-1234"));
+        assert!(!same_secret("token-1235", "token-1234"));
+        assert!(!same_secret("", "token-1234"));
+        assert!(!same_secret("token-12345", "token-1234"));
+    }
+}

@@ -1,0 +1,18 @@
+//! The `tollgate` service: rate-limit decisions over HTTP, on the memory store or Redis.
+//!
+//! `main.rs` only parses the command line and wires these modules together; everything it
+//! runs is here, so integration tests drive the same code in-process:
+//! [`server::run`]`(listener, config, shutdown)`.
+
+pub mod api;
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod duration;
+pub mod http;
+pub mod limits;
+pub mod metrics;
+mod reload;
+pub mod response;
+pub mod server;
+pub mod store;

@@ -1,0 +1,57 @@
+//! The `tollgate` binary. It only wires things up: parse the command line, start tracing,
+//! load the config, bind, and hand over to the library ([`tollgate_server::server`],
+//! [`tollgate_server::bench`]).
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use tokio::net::TcpListener;
+use tollgate_server::cli::{self, Cli, Command};
+use tollgate_server::config::{Config, Overrides};
+use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, shutdown_signal};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    cli::init_tracing();
+    let overrides = Overrides::from_env();
+    match cli.command {
+        Command::Serve { config: path } => {
+            let config = match &path {
+                Some(path) => Config::load(path, &overrides)?,
+                None => Config::parse("", "(no config file)", &overrides)?,
+            };
+            let listener = TcpListener::bind(config.server.http)
+                .await
+                .with_context(|| format!("cannot listen on {}", config.server.http))?;
+            let mut server = Server::new(config);
+            if let Some(path) = path {
+                server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);
+            }
+            server.run(listener, shutdown_signal()).await?;
+        }
+        Command::CheckConfig { file } => {
+            let config = Config::load(&file, &overrides)?;
+            println!(
+                "{}: ok ({} limits, {} store)",
+                config.origin,
+                config.limits.len(),
+                config.store.backend.name()
+            );
+        }
+        Command::Bench(args) => {
+            tollgate_server::bench::run(args.into()).await?;
+        }
+    }
+    Ok(())
+}

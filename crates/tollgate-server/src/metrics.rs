@@ -1,0 +1,82 @@
+//! Prometheus exposition for `GET /metrics`.
+//!
+//! The core [`tollgate::Limiter`] records decisions, store errors and store latency through
+//! the process-wide `metrics` facade, so the exporter must be the process's global recorder:
+//! a per-server local recorder would not see calls made across `.await` points. It is
+//! therefore installed **once per process** ([`handle`]), and every server in the process
+//! (several, in tests) renders the same registry. Tests use distinct limit names to tell
+//! their series apart.
+//!
+//! This module adds only what the core does not count: the service's own series
+//! (`tollgate_shadow_denied_total`, `tollgate_config_reload_total`, `tollgate_keys`).
+//! It never counts a decision a second time.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Would-be denials of shadow limits, by limit.
+pub const SHADOW_DENIED: &str = "tollgate_shadow_denied_total";
+/// Config reloads, by result (`ok`, `error`).
+pub const CONFIG_RELOAD: &str = "tollgate_config_reload_total";
+/// Keys held by the memory store per limit (sampled at each scrape).
+pub const KEYS: &str = "tollgate_keys";
+/// Store call latency, recorded by the core limiter.
+pub const STORE_LATENCY: &str = "tollgate_store_latency_seconds";
+
+/// Buckets for latency histograms: 50 µs to 1 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process's Prometheus handle, installing the recorder on first use.
+///
+/// If another recorder was installed first (the service embedded in a program that has its
+/// own), the handle renders an empty registry and a warning says so.
+pub fn handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("another metrics recorder is installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        "tollgate_decisions_total",
+        "Decisions by limit and outcome (allowed, denied, store_error_allowed, store_error_denied)"
+    );
+    metrics::describe_counter!("tollgate_store_errors_total", "Store failures by kind");
+    metrics::describe_histogram!(STORE_LATENCY, metrics::Unit::Seconds, "Store call latency");
+    metrics::describe_counter!(SHADOW_DENIED, "Requests a shadow limit would have denied");
+    metrics::describe_counter!(CONFIG_RELOAD, "Config reloads by result (ok, error)");
+    metrics::describe_gauge!(KEYS, "Keys held by the memory store, by limit");
+}
+
+/// Counts a would-be denial of shadow limit `limit`.
+pub fn shadow_denied(limit: &str) {
+    metrics::counter!(SHADOW_DENIED, "limit" => limit.to_owned()).increment(1);
+}
+
+/// Counts a config reload attempt.
+pub fn config_reload(ok: bool) {
+    metrics::counter!(CONFIG_RELOAD, "result" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+/// Records the memory store's key count for `limit`.
+pub fn keys(limit: &str, count: u64) {
+    // A gauge is an f64; key counts are far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    metrics::gauge!(KEYS, "limit" => limit.to_owned()).set(count as f64);
+}

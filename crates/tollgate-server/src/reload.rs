@@ -1,0 +1,182 @@
+//! Hot reload of the limits.
+//!
+//! The config file is polled (its content compared with what was last seen) every interval,
+//! one second by default, and re-read on SIGHUP. A change is acted on once the content has
+//! stayed the same for one interval, so a file caught half-written (an editor truncates, then
+//! writes; a truncated file can be valid TOML with fewer limits) is never applied; a reload
+//! therefore lands one to two intervals after the edit.
+//!
+//! Polling rather than `notify`: one small read a second costs nothing next to the traffic a
+//! rate limiter serves, needs no extra dependency, and sees every way a file gets replaced
+//! (editors that write a new file and rename it over the old one, Kubernetes ConfigMaps that
+//! swap a symlink) without watch-descriptor bookkeeping.
+//!
+//! A valid new file swaps the limit set atomically over the same store, so counters of
+//! unchanged limits carry on (a limit whose algorithm changed starts afresh: its keys carry the
+//! algorithm's tag). An invalid file is refused with a logged error and
+//! `tollgate_config_reload_total{result="error"}`, and the old limits stay. `[server]` and
+//! `[store]` are read at start-up only; a change there is logged and waits for a restart.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::{Config, Overrides};
+use crate::http::AppState;
+use crate::limits::Limits;
+use crate::metrics;
+use crate::server::SharedClock;
+
+/// Everything a reload needs.
+#[derive(Debug)]
+pub(crate) struct Reloader {
+    path: PathBuf,
+    overrides: Overrides,
+    running: Config,
+    clock: Option<SharedClock>,
+    state: Arc<AppState>,
+    /// The content at the previous look.
+    last_seen: Option<String>,
+    /// The content last parsed (applied or refused).
+    last_handled: Option<String>,
+    /// A read failure was reported (reported once, not every second).
+    read_failed: bool,
+}
+
+impl Reloader {
+    pub(crate) fn new(
+        path: PathBuf,
+        overrides: Overrides,
+        running: Config,
+        clock: Option<SharedClock>,
+        state: Arc<AppState>,
+    ) -> Reloader {
+        // Nothing seen yet: the first look parses the file and compares its limits with the
+        // running ones, so an edit made between start-up and now is not missed.
+        let last_seen = None;
+        Reloader {
+            path,
+            overrides,
+            running,
+            clock,
+            state,
+            last_seen,
+            last_handled: None,
+            read_failed: false,
+        }
+    }
+
+    /// Reloads if the file's content changed and then stayed the same for one interval (or
+    /// at once, when `force`d by SIGHUP).
+    async fn poll(&mut self, force: bool) {
+        let text = match tokio::fs::read_to_string(&self.path).await {
+            Ok(text) => text,
+            Err(e) => {
+                if force || !self.read_failed {
+                    tracing::error!(path = %self.path.display(), cause = %e, "cannot read the config file; keeping the current limits");
+                    metrics::config_reload(false);
+                }
+                self.read_failed = true;
+                self.last_seen = None;
+                return;
+            }
+        };
+        self.read_failed = false;
+        if !force {
+            // Act only on content that has not changed for one interval: a file being
+            // written (truncated, then filled) is never read half-way.
+            let settled = self.last_seen.as_deref() == Some(text.as_str());
+            let handled = self.last_handled.as_deref() == Some(text.as_str());
+            if !settled || handled {
+                self.last_seen = Some(text);
+                return;
+            }
+        }
+        self.last_seen = Some(text.clone());
+        self.last_handled = Some(text.clone());
+        let origin = self.path.display().to_string();
+        match Config::parse(&text, &origin, &self.overrides) {
+            Ok(config) => self.apply(config),
+            Err(e) => {
+                tracing::error!(error = %e, "config reload refused; keeping the current limits");
+                metrics::config_reload(false);
+            }
+        }
+    }
+
+    fn apply(&mut self, config: Config) {
+        if config.store.backend != self.running.store.backend
+            || config.store.namespace != self.running.store.namespace
+            || config.server.http != self.running.server.http
+            || config.server.grpc != self.running.server.grpc
+            || config.server.admin_token != self.running.server.admin_token
+        {
+            tracing::warn!(
+                "[server] and [store] changes take effect on restart; reloading [[limits]] only"
+            );
+        }
+        if config.limits == self.running.limits {
+            tracing::debug!("config file read; limits unchanged");
+            return;
+        }
+        let limits = Limits::build(
+            config.limits.clone(),
+            self.state.store.clone(),
+            self.running.store.namespace.clone(),
+            self.clock.clone(),
+        );
+        match limits {
+            Ok(limits) => {
+                let names: Vec<&str> = config.limits.iter().map(|l| l.limit.name()).collect();
+                tracing::info!(limits = ?names, "config reloaded");
+                self.state.limits.store(Arc::new(limits));
+                metrics::config_reload(true);
+                self.running.limits = config.limits;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "config reload refused; keeping the current limits");
+                metrics::config_reload(false);
+            }
+        }
+    }
+}
+
+/// Starts polling every `interval` and listening for SIGHUP, until `stop` turns true. The
+/// SIGHUP handler is in place when this returns (so a SIGHUP sent after start-up is never
+/// the default "terminate").
+pub(crate) fn spawn(
+    reloader: Reloader,
+    interval: Duration,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot listen for SIGHUP; reloading on file change only");
+            None
+        }
+    };
+    tokio::spawn(run(reloader, interval, hangup, stop))
+}
+
+async fn run(
+    mut reloader: Reloader,
+    interval: Duration,
+    mut hangup: Option<tokio::signal::unix::Signal>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => reloader.poll(false).await,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => {
+                tracing::info!("SIGHUP: reloading the config file");
+                reloader.poll(true).await;
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}

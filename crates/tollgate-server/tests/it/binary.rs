@@ -1,0 +1,241 @@
+//! The real `tollgate` binary, end to end: serve, check, reload on edit, clean SIGTERM exit;
+//! and `check-config`'s exit codes.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::support::{Reply, eventually, one_limit, request};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// A `tollgate serve` process; killed on drop if still running.
+pub(crate) struct Process {
+    child: Child,
+    pub(crate) addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+impl Process {
+    /// Starts `tollgate serve --config <path>` and waits (10 s at most) for its listening line.
+    pub(crate) fn serve(config: &Path) -> Process {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "tollgate_server=debug")
+            .env_remove("TOLLGATE_HTTP")
+            .env_remove("TOLLGATE_REDIS_URL")
+            .env_remove("TOLLGATE_ADMIN_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tollgate");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("addr=").nth(1) {
+                    let _ = tx.send(
+                        addr.split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    );
+                }
+                if let Ok(mut l) = sink.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(addr) => addr.parse().expect("listening address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "tollgate did not start listening within 10 s; log:\n{}",
+                    log.lock().map(|l| l.clone()).unwrap_or_default()
+                );
+            }
+        };
+        Process { child, addr, log }
+    }
+
+    pub(crate) fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: &str) -> Reply {
+        request(self.addr, "POST", path, Bytes::from(body.to_owned()), &[]).await
+    }
+
+    /// Sends `signal` (e.g. `TERM`) with the `kill` command.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run `kill` (from procps)");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits (10 s at most) for the process to exit.
+    pub(crate) fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tollgate did not exit within 10 s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Serve from a file, check, edit the file and see the new limits, then SIGTERM: a clean exit.
+#[tokio::test]
+async fn serve_reload_and_terminate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    let server = "[server]\nhttp = \"127.0.0.1:0\"\n";
+    std::fs::write(
+        &path,
+        format!(
+            "{server}{}",
+            one_limit("e2e", "sliding_log", 1, "1h", r#""user""#, "deny")
+        ),
+    )
+    .expect("write");
+    let mut process = Process::serve(&path);
+    let body = r#"{"limit": "e2e", "key": {"user": "1"}}"#;
+    assert_eq!(process.post("/v1/check", body).await.status, 200);
+    let refused = process.post("/v1/check", body).await;
+    assert_eq!(refused.status, 429, "{refused:?}");
+
+    let edited = format!(
+        "{server}{}",
+        one_limit("e2e", "sliding_log", 3, "1h", r#""user""#, "deny")
+    );
+    std::fs::write(&path, edited).expect("write");
+    let reloaded = eventually(Duration::from_secs(10), || async {
+        process.post("/v1/check", body).await.status == 200
+    })
+    .await;
+    assert!(
+        reloaded,
+        "the raised limit never took effect; log:\n{}",
+        process.log()
+    );
+    assert!(
+        process.log().contains("config reloaded"),
+        "{}",
+        process.log()
+    );
+
+    process.signal("TERM");
+    let status = process.wait();
+    assert!(status.success(), "exit {status:?}; log:\n{}", process.log());
+    assert!(process.log().contains("shutting down"), "{}", process.log());
+}
+
+/// SIGHUP re-reads the file.
+#[tokio::test]
+async fn sighup_reloads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nhttp = \"127.0.0.1:0\"\n{}",
+            one_limit("hup", "gcra", 1, "1h", "", "deny")
+        ),
+    )
+    .expect("write");
+    let mut process = Process::serve(&path);
+    process.signal("HUP");
+    let seen = eventually(Duration::from_secs(10), || async {
+        process.log().contains("SIGHUP")
+    })
+    .await;
+    assert!(seen, "no reload on SIGHUP; log:\n{}", process.log());
+    assert_eq!(
+        process
+            .post("/v1/check", r#"{"limit": "hup"}"#)
+            .await
+            .status,
+        200,
+        "still serving"
+    );
+    process.signal("INT");
+    assert!(process.wait().success(), "log:\n{}", process.log());
+}
+
+/// `check-config` exits 0 on a valid file and non-zero naming the field on an invalid one.
+#[test]
+fn check_config_exit_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, one_limit("cc", "gcra", 1, "1s", "", "deny")).expect("write");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, one_limit("cc", "gcra", 1, "1 sec", "", "deny")).expect("write");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bad.toml: limits[0].period: \"1 sec\" is not a duration"),
+        "{stderr}"
+    );
+}
+
+/// An unreachable Redis stops start-up with a message naming it, password redacted.
+#[test]
+fn unreachable_redis_fails_without_leaking_the_password() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, one_limit("r", "gcra", 1, "1s", "", "deny")).expect("write");
+    // Port 1 on loopback: nothing listens there, the connection is refused at once.
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("TOLLGATE_HTTP", "127.0.0.1:0")
+        .env("TOLLGATE_REDIS_URL", "redis://:hunter2-secret@127.0.0.1:1")
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot open the redis store at redis://:***@127.0.0.1:1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2-secret"), "{stderr}");
+}

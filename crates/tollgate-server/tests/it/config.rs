@@ -1,0 +1,228 @@
+//! Config errors name the file, the field and the reason; secrets never show.
+
+use tollgate_server::config::{Backend, Config, Overrides};
+
+fn limit(extra: &str) -> String {
+    format!(
+        "[[limits]]\nname = \"ok\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\non_store_error = \"deny\"\n\n[[limits]]\n{extra}\n"
+    )
+}
+
+const GOOD: &str = "name = \"b\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1m\"\non_store_error = \"allow\"";
+
+fn error(text: &str) -> (Option<String>, String) {
+    let err = Config::parse(text, "cfg.toml", &Overrides::default()).expect_err(text);
+    (err.field().map(str::to_owned), err.to_string())
+}
+
+/// Each invalid field is named as written in the file, with the reason.
+#[test]
+fn errors_name_the_field() {
+    let cases: &[(String, &str, &str)] = &[
+        (
+            limit(&GOOD.replace("\"1m\"", "\"0s\"")),
+            "limits[1].period",
+            "must be at least 1ms",
+        ),
+        (
+            limit(&GOOD.replace("\"1m\"", "\"1 minute\"")),
+            "limits[1].period",
+            "is not a duration",
+        ),
+        (
+            limit(&GOOD.replace("limit = 10", "limit = 0")),
+            "limits[1].limit",
+            "must be at least 1",
+        ),
+        (
+            limit(&GOOD.replace("fixed_window", "leaky")),
+            "limits[1].algorithm",
+            "unknown algorithm",
+        ),
+        (
+            limit(&GOOD.replace("\"b\"", "\"b c\"")),
+            "limits[1].name",
+            "is invalid",
+        ),
+        (
+            limit(&GOOD.replace("\"b\"", "\"ok\"")),
+            "limits[1].name",
+            "already the name of limits[0]",
+        ),
+        (
+            limit(&GOOD.replace("on_store_error = \"allow\"", "")),
+            "limits[1]",
+            "missing field `on_store_error`",
+        ),
+        (
+            limit(&GOOD.replace("\"allow\"", "\"maybe\"")),
+            "limits[1].on_store_error",
+            "unknown variant `maybe`",
+        ),
+        (
+            limit(&format!("{GOOD}\nburst = 5")),
+            "limits[1].burst",
+            "only applies to token_bucket and gcra",
+        ),
+        (
+            limit(&format!("{GOOD}\nbuckets = 5")),
+            "limits[1].buckets",
+            "only applies to sliding_window",
+        ),
+        (
+            limit(&format!(
+                "{}\nbuckets = 0",
+                GOOD.replace("fixed_window", "sliding_window")
+            )),
+            "limits[1].buckets",
+            "must be at least 1",
+        ),
+        (
+            limit(&format!(
+                "{}\nburst = 0",
+                GOOD.replace("fixed_window", "gcra")
+            )),
+            "limits[1].burst",
+            "must be at least 1",
+        ),
+        (
+            limit(&format!("{GOOD}\nkey = [\"us er\"]")),
+            "limits[1].key",
+            "is invalid",
+        ),
+        (
+            limit(&format!("{GOOD}\nlimits = 3")),
+            "limits[1].limits",
+            "unknown field `limits`",
+        ),
+        (
+            limit(&GOOD.replace("limit = 10", "limit = \"10\"")),
+            "limits[1].limit",
+            "invalid type",
+        ),
+        (
+            "[server]\nhttp = \"localhost\"".into(),
+            "server.http",
+            "not a listen address",
+        ),
+        (
+            "[server]\nadmin_token = \"short\"".into(),
+            "server.admin_token",
+            "at least 8 characters",
+        ),
+        (
+            "[server]\nport = 1".into(),
+            "server.port",
+            "unknown field `port`",
+        ),
+        (
+            "[store]\nredis = \"localhost:6379\"".into(),
+            "store.redis",
+            "is not a URL",
+        ),
+        (
+            "[store]\nredis = \"redis://a\"\ncluster = [\"redis://b\"]".into(),
+            "store",
+            "not both",
+        ),
+        (
+            "[store]\ncluster = []".into(),
+            "store.cluster",
+            "at least one node",
+        ),
+        (
+            "[store]\ncluster = [\"redis://a:1\", \"http://b\"]".into(),
+            "store.cluster[1]",
+            "scheme",
+        ),
+        (
+            "[store]\ntimeout = \"0ms\"".into(),
+            "store.timeout",
+            "between 1ms and 30s",
+        ),
+        (
+            "[store]\nprefix = \"a b\"".into(),
+            "store.prefix",
+            "is invalid",
+        ),
+        ("[stor]\n".into(), "stor", "unknown field `stor`"),
+    ];
+    for (text, field, reason) in cases {
+        let (got_field, message) = error(text);
+        assert_eq!(got_field.as_deref(), Some(*field), "{message}");
+        assert!(
+            message.starts_with(&format!("cfg.toml: {field}: ")),
+            "{message}"
+        );
+        assert!(message.contains(reason), "expected {reason:?} in {message}");
+    }
+}
+
+/// A TOML syntax error names the file and the line.
+#[test]
+fn syntax_errors_name_the_line() {
+    let (_, message) = error("[server]\nhttp = \"127.0.0.1:1\"\nadmin_token = \n");
+    assert!(message.starts_with("cfg.toml: "), "{message}");
+    assert!(message.contains("(line 3)"), "{message}");
+}
+
+/// Defaults: memory store, 50 ms timeout, `tollgate` prefix, 127.0.0.1:8080; `key` absent
+/// means one global key.
+#[test]
+fn defaults() {
+    let config = Config::parse(&limit(GOOD), "cfg.toml", &Overrides::default()).expect("valid");
+    assert_eq!(config.store.backend, Backend::Memory);
+    assert_eq!(config.store.timeout, std::time::Duration::from_millis(50));
+    assert_eq!(config.store.namespace.prefix(), "tollgate");
+    assert_eq!(config.server.http.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.limits[1].limit.key_parts(), Some(&[][..]));
+    assert!(!config.limits[1].shadow);
+}
+
+/// Environment overrides replace the file's values, and a bad one is named by its variable.
+#[test]
+fn environment_overrides() {
+    let text = "[server]\nhttp = \"127.0.0.1:1\"\n[store]\ncluster = [\"redis://a:1\"]\n";
+    let overrides = Overrides {
+        http: Some("0.0.0.0:9000".into()),
+        redis_url: Some("redis://:pw-in-env@cache:6380/1".into()),
+        admin_token: Some("from-the-environment".into()),
+    };
+    let config = Config::parse(text, "cfg.toml", &overrides).expect("valid");
+    assert_eq!(config.server.http.to_string(), "0.0.0.0:9000");
+    assert!(
+        matches!(&config.store.backend, Backend::Redis(url) if url.expose() == "redis://:pw-in-env@cache:6380/1")
+    );
+    assert_eq!(
+        config.server.admin_token.as_ref().map(|t| t.expose()),
+        Some("from-the-environment")
+    );
+
+    let bad = Overrides {
+        http: Some("nowhere".into()),
+        ..Overrides::default()
+    };
+    let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
+    assert_eq!(err.field(), Some("TOLLGATE_HTTP"), "{err}");
+}
+
+/// Neither the Redis password nor the admin token appears in Debug output.
+#[test]
+fn secrets_are_redacted() {
+    let text = "[server]\nadmin_token = \"token-xyz-123\"\n[store]\nredis = \"redis://user:pa55word@cache:6379\"\n";
+    let config = Config::parse(text, "cfg.toml", &Overrides::default()).expect("valid");
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("pa55word"), "{debug}");
+    assert!(!debug.contains("token-xyz-123"), "{debug}");
+    assert!(debug.contains("redis://user:***@cache:6379"), "{debug}");
+}
+
+/// The shipped example is valid.
+#[test]
+fn shipped_example_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tollgate.toml");
+    let config = Config::load(std::path::Path::new(path), &Overrides::default())
+        .expect("examples/tollgate.toml");
+    assert!(config.limits.len() >= 3);
+    assert_eq!(config.store.backend, Backend::Memory);
+}

@@ -1,0 +1,184 @@
+//! The service on a spawned Redis: the API, store failure, and two processes sharing one limit.
+
+use tollgate_testkit::RedisServer;
+
+use crate::binary::Process;
+use crate::support::TestServer;
+
+fn config(url: &str, prefix: &str, http: &str) -> String {
+    format!(
+        r#"
+[server]
+http = "{http}"
+admin_token = "redis-admin-token"
+
+[store]
+redis = "{url}"
+prefix = "{prefix}"
+timeout = "2s"
+
+[[limits]]
+name = "redis_user"
+algorithm = "sliding_log"
+limit = 3
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+
+[[limits]]
+name = "redis_open"
+algorithm = "gcra"
+limit = 3
+period = "1h"
+key = ["user"]
+on_store_error = "allow"
+
+[[limits]]
+name = "redis_shared"
+algorithm = "sliding_log"
+limit = 50
+period = "1h"
+on_store_error = "deny"
+"#
+    )
+}
+
+/// Checks, peeks and resets on Redis; when Redis dies, `deny` answers 503, `allow` 200, and
+/// readiness fails.
+#[tokio::test]
+async fn api_on_redis_and_store_failure() {
+    let mut redis = RedisServer::start();
+    let server = TestServer::start(&config(&redis.url(), "api", "127.0.0.1:0")).await;
+    assert_eq!(server.get("/readyz").await.status, 200);
+    assert_eq!(server.get("/v1/limits").await.json["store"], "redis");
+    let body = r#"{"limit": "redis_user", "key": {"user": "1"}}"#;
+    for _ in 0..3 {
+        let reply = server.post("/v1/check", body).await;
+        assert_eq!(reply.status, 200, "{reply:?}\n{}", redis.log());
+    }
+    assert_eq!(server.post("/v1/check", body).await.status, 429);
+    assert_eq!(server.remaining("redis_user", r#"{"user": "2"}"#).await, 3);
+    let reset = server
+        .post_with(
+            "/v1/reset",
+            body,
+            &[("authorization", "Bearer redis-admin-token")],
+        )
+        .await;
+    assert_eq!(reset.status, 200, "{reset:?}");
+    assert_eq!(server.post("/v1/check", body).await.status, 200);
+
+    redis.kill();
+    let denied = server
+        .post(
+            "/v1/check",
+            r#"{"limit": "redis_user", "key": {"user": "3"}}"#,
+        )
+        .await;
+    assert_eq!(denied.status, 503, "{denied:?}");
+    assert!(
+        denied.json["decisions"][0]["store_error"].is_string(),
+        "{denied:?}"
+    );
+    let allowed = server
+        .post(
+            "/v1/check",
+            r#"{"limit": "redis_open", "key": {"user": "3"}}"#,
+        )
+        .await;
+    assert_eq!(allowed.status, 200, "{allowed:?}");
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    assert_eq!(
+        ready.error(),
+        "store unavailable",
+        "no details leak: {ready:?}"
+    );
+}
+
+/// Two `tollgate` processes on one Redis admit exactly the limit between them, under
+/// concurrent load split across both.
+#[tokio::test]
+async fn two_processes_share_one_limit_exactly() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, config(&redis.url(), "shared", "127.0.0.1:0")).expect("write");
+    let a = Process::serve(&path);
+    let b = Process::serve(&path);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let addr = if i % 2 == 0 { a.addr } else { b.addr };
+        tasks.push(tokio::spawn(async move {
+            let body = bytes::Bytes::from_static(br#"{"limit": "redis_shared"}"#);
+            crate::support::request(addr, "POST", "/v1/check", body, &[])
+                .await
+                .status
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            200 => allowed += 1,
+            429 => {}
+            other => panic!("unexpected status {other}; logs:\n{}\n{}", a.log(), b.log()),
+        }
+    }
+    assert_eq!(
+        allowed,
+        50,
+        "logs:\n{}\n{}\nredis:\n{}",
+        a.log(),
+        b.log(),
+        redis.log()
+    );
+}
+
+/// On a Redis Cluster: limits keyed by different parts live in different slots, and a check
+/// over both is still all or nothing (a refusal by one gives back the other's units).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_on_redis_cluster() {
+    let cluster = tollgate_testkit::RedisCluster::start();
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let toml = format!(
+        r#"
+[store]
+cluster = [{}]
+timeout = "500ms"
+
+[[limits]]
+name = "cl_user"
+algorithm = "gcra"
+limit = 5
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+
+[[limits]]
+name = "cl_ip"
+algorithm = "fixed_window"
+limit = 1
+period = "1h"
+key = ["ip"]
+on_store_error = "deny"
+"#,
+        urls.join(", ")
+    );
+    let server = TestServer::start(&toml).await;
+    assert_eq!(
+        server.get("/v1/limits").await.json["store"],
+        "redis_cluster"
+    );
+    let first = r#"{"limits": ["cl_user", "cl_ip"], "key": {"user": "1", "ip": "10.0.0.1"}}"#;
+    let reply = server.post("/v1/check", first).await;
+    assert_eq!(reply.status, 200, "{reply:?}\n{}", cluster.logs());
+    let second = r#"{"limits": ["cl_user", "cl_ip"], "key": {"user": "2", "ip": "10.0.0.1"}}"#;
+    let refused = server.post("/v1/check", second).await;
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(
+        server.remaining("cl_user", r#"{"user": "2"}"#).await,
+        5,
+        "user 2 was given back"
+    );
+    assert_eq!(server.get("/readyz").await.status, 200);
+}

@@ -1,0 +1,120 @@
+//! Hot reload in-process: a changed file swaps the limits, an invalid one is refused.
+
+use std::time::Duration;
+
+use tollgate_server::config::{Config, Overrides};
+use tollgate_server::server::Server;
+
+use crate::support::{TestServer, eventually, one_limit};
+
+/// Editing the file adds a limit and changes another while counters survive; an invalid edit
+/// is refused (old limits stay, `tollgate_config_reload_total{result="error"}` counts it).
+#[tokio::test]
+async fn file_changes_swap_limits_and_bad_files_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        one_limit("reload_a", "sliding_log", 3, "1h", r#""user""#, "deny"),
+    )
+    .expect("write");
+    let config = Config::load(&path, &Overrides::default()).expect("valid");
+    let server = TestServer::start_with(Server::new(config).watch(
+        &path,
+        Overrides::default(),
+        Duration::from_millis(20),
+    ))
+    .await;
+    let body = r#"{"limit": "reload_a", "key": {"user": "1"}}"#;
+    assert_eq!(server.post("/v1/check", body).await.status, 200);
+
+    let new = format!(
+        "{}{}",
+        one_limit("reload_a", "sliding_log", 5, "1h", r#""user""#, "deny"),
+        one_limit("reload_b", "gcra", 1, "1m", "", "allow")
+    );
+    std::fs::write(&path, new).expect("write");
+    let reloaded = eventually(Duration::from_secs(10), || async {
+        server.get("/v1/limits").await.json["limits"]
+            .as_array()
+            .is_some_and(|l| l.len() == 2)
+    })
+    .await;
+    assert!(reloaded, "the new limit never appeared");
+    assert_eq!(
+        server.remaining("reload_a", r#"{"user": "1"}"#).await,
+        4,
+        "the counter survived the reload"
+    );
+    assert_eq!(
+        server
+            .post("/v1/check", r#"{"limit": "reload_b"}"#)
+            .await
+            .status,
+        200
+    );
+
+    std::fs::write(&path, "[[limits]]\nname = \"broken\"\n").expect("write");
+    let refused = eventually(Duration::from_secs(10), || async {
+        server
+            .get("/metrics")
+            .await
+            .text
+            .contains(r#"tollgate_config_reload_total{result="error"}"#)
+    })
+    .await;
+    assert!(refused, "the invalid file was never looked at");
+    let limits = server.get("/v1/limits").await;
+    assert_eq!(
+        limits.json["limits"].as_array().map(Vec::len),
+        Some(2),
+        "{limits:?}"
+    );
+    assert_eq!(server.remaining("reload_a", r#"{"user": "1"}"#).await, 4);
+    server.stop().await;
+}
+
+/// Requests keep being answered while the limits are swapped again and again: every answer
+/// is a decision (200 or 429), none is an error or a dropped connection.
+#[tokio::test]
+async fn reloads_drop_no_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    let version = |limit: u64| one_limit("swap", "gcra", limit, "1h", r#""user""#, "deny");
+    std::fs::write(&path, version(10)).expect("write");
+    let config = Config::load(&path, &Overrides::default()).expect("valid");
+    let server = TestServer::start_with(Server::new(config).watch(
+        &path,
+        Overrides::default(),
+        Duration::from_millis(5),
+    ))
+    .await;
+    let addr = server.addr;
+    let load = tokio::spawn(async move {
+        let mut statuses = Vec::new();
+        for i in 0..300 {
+            let body = format!(r#"{{"limit": "swap", "key": {{"user": "{}"}}}}"#, i % 7);
+            let reply = crate::support::request(addr, "POST", "/v1/check", body.into(), &[]).await;
+            statuses.push(reply.status);
+        }
+        statuses
+    });
+    for limit in [11, 12, 13, 14, 15, 16] {
+        std::fs::write(&path, version(limit)).expect("write");
+        let seen = eventually(Duration::from_secs(10), || async {
+            server.get("/v1/limits").await.json["limits"][0]["limit"] == limit
+        })
+        .await;
+        assert!(
+            seen,
+            "limit {limit} never loaded: {:?}",
+            server.get("/v1/limits").await
+        );
+    }
+    let statuses = load.await.expect("load task");
+    assert_eq!(statuses.len(), 300);
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+}
