@@ -140,9 +140,7 @@ async fn enforce<St: Store>(
     let batches = batches(items);
     let mut verdicts = Vec::with_capacity(batches.len());
     if let [batch] = &batches[..] {
-        verdicts.push(
-            call(limiter, &batch.items, batch.items[0].cost, true).await?,
-        );
+        verdicts.push(call(limiter, &batch.items, batch.items[0].cost, true).await?);
     } else {
         for batch in &batches {
             let cost = batch.items[0].cost;
