@@ -18,7 +18,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use sha2::{Digest, Sha256};
 
@@ -35,7 +35,8 @@ static KEY_HASHER: LazyLock<foldhash::fast::RandomState> =
 /// A store key. Built only by [`Key::new`].
 #[derive(Clone)]
 pub struct Key {
-    text: Box<str>,
+    /// Shared: a request, a store map and a retry all hold the same text without copying it.
+    text: Arc<str>,
     hash: u64,
 }
 
@@ -70,7 +71,7 @@ impl Key {
         text.push_str(limit.algorithm().key_tag());
         let hash = KEY_HASHER.hash_one(&text);
         Key {
-            text: text.into_boxed_str(),
+            text: text.into(),
             hash,
         }
     }

@@ -81,6 +81,7 @@ impl AnyRule {
     }
 
     /// The state of a key never seen.
+    #[inline]
     pub fn empty_state(&self) -> AnyState {
         match self {
             AnyRule::FixedWindow(_) => AnyState::FixedWindow(Default::default()),
@@ -95,21 +96,25 @@ impl AnyRule {
     ///
     /// # Errors
     /// `Err(retry_after_us)` when `cost` does not pass at `now`.
+    #[inline]
     pub fn admits(&self, state: &mut AnyState, now: u64, cost: u64) -> Result<(), u64> {
         with_rule!(self, state, |rule, s| rule.admits(s, now, cost))
     }
 
     /// [`Rule::charge`] on any state.
+    #[inline]
     pub fn charge(&self, state: &mut AnyState, now: u64, cost: u64) {
         with_rule!(self, state, |rule, s| rule.charge(s, now, cost))
     }
 
     /// [`Rule::status`] on any state.
+    #[inline]
     pub fn status(&self, state: &mut AnyState, now: u64) -> Status {
         with_rule!(self, state, |rule, s| rule.status(s, now))
     }
 
     /// The quota's limit.
+    #[inline]
     pub fn limit(&self) -> u64 {
         match self {
             AnyRule::FixedWindow(r) => r.limit(),
@@ -121,6 +126,7 @@ impl AnyRule {
     }
 
     /// The decision for a state at `now`, `retry_us` being `Some` exactly when denied.
+    #[inline]
     pub fn decision(&self, state: &mut AnyState, now: u64, retry_us: Option<u64>) -> Decision {
         decision(self.limit(), self.status(state, now), retry_us)
     }
