@@ -32,6 +32,7 @@ impl<'a> Request<'a> {
     /// # Errors
     /// [`CheckError::NoLimits`], [`CheckError::DuplicateLimit`], [`CheckError::ZeroCost`] or
     /// [`CheckError::CostExceedsCapacity`].
+    #[inline]
     pub fn new(
         entries: impl IntoIterator<Item = Entry<'a>>,
         cost: u64,
