@@ -21,10 +21,15 @@ local function sliding_log(key, now, cost, limit, period, _, op)
     local n = redis.call('ZCOUNT', key, fmt(now), fmt(now))
     local take = cost
     if take > n then take = n end
-    if take > 0 then
+    local stamp = fmt(now)
+    local first = n - take
+    while first < n do
+      -- In batches: unpack() of thousands of values would overflow Lua's C stack.
+      local last = math.min(first + 999, n - 1)
       local mine = {}
-      for i = n - take, n - 1 do mine[#mine + 1] = fmt(now) .. ':' .. fmt(i) end
+      for i = first, last do mine[#mine + 1] = stamp .. ':' .. fmt(i) end
       count = count - redis.call('ZREM', key, unpack(mine))
+      first = last + 1
     end
   elseif count + cost > limit then
     -- The oldest (count + cost − limit) live units must expire first.
@@ -39,13 +44,19 @@ local function sliding_log(key, now, cost, limit, period, _, op)
   elseif op == 1 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
     local n0 = redis.call('ZCOUNT', key, fmt(now), fmt(now))
-    local args = {}
     local stamp = fmt(now)
-    for i = 0, cost - 1 do
-      args[2 * i + 1] = stamp
-      args[2 * i + 2] = stamp .. ':' .. fmt(n0 + i)
+    local i = 0
+    while i < cost do
+      -- In batches: unpack() of thousands of values would overflow Lua's C stack.
+      local last = math.min(i + 499, cost - 1)
+      local args = {}
+      for j = i, last do
+        args[#args + 1] = stamp
+        args[#args + 1] = stamp .. ':' .. fmt(n0 + j)
+      end
+      redis.call('ZADD', key, unpack(args))
+      i = last + 1
     end
-    redis.call('ZADD', key, unpack(args))
     count = count + cost
   end
   local reset = 0

@@ -7,11 +7,12 @@
 //!
 //! ## One script, N entries
 //! The five algorithm files, a prelude and a dispatcher (`lua/check.lua`) are concatenated
-//! into **one** script, loaded once and run by `EVALSHA`. One call carries every
+//! into **one** general script, loaded once and run by `EVALSHA`. One call carries every
 //! (limit, key) entry of a request in `KEYS[]`, each with its algorithm tag and parameters in
 //! `ARGV`, so a multi-limit request mixing algorithms is still one round trip and one atomic
 //! step: the dispatcher decides every entry first and charges them all only if all admit. A
-//! denied call writes nothing.
+//! denied call writes nothing. A request of a single limit runs that algorithm's
+//! single-entry script instead (same files, same arguments and reply, less Lua per call).
 //!
 //! ## Where all-or-nothing holds
 //! - **Single Redis**: always one script, atomic over every entry.
@@ -35,8 +36,10 @@
 //! Every call has a timeout (default 50 ms), errors are classified into
 //! [`tollgate::StoreErrorKind`]s, and a circuit breaker skips Redis for a cool-down after
 //! repeated transient failures ([`tollgate::StoreError::CircuitOpen`]), then lets one probe
-//! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors;
-//! this crate counts breaker transitions. Reconnection is the `redis` crate's
+//! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors
+//! (`tollgate_store_errors_total{kind}`); this crate adds only what the limiter cannot see:
+//! `tollgate_store_circuit_open` (gauge, 1 while open), `tollgate_store_circuit_opened_total`
+//! and `tollgate_redis_cross_slot_give_backs_total`. Reconnection is the `redis` crate's
 //! `ConnectionManager` (single) or cluster client's: one multiplexed connection, no pool.
 
 mod breaker;
@@ -46,7 +49,9 @@ mod slot;
 mod store;
 mod store_builder;
 
-pub use script::{entry_args, script_sha, script_source};
+pub use script::{
+    entry_args, script_sha, script_source, single_entry_script_sha, single_entry_script_source,
+};
 pub use slot::slot_of;
 pub use store::RedisStore;
 pub use store_builder::{

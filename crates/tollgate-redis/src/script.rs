@@ -1,10 +1,18 @@
-//! The one Lua script: its source (the `lua/` files concatenated), its arguments, and the
-//! decoding of its reply into typed decisions — in one place, so no caller indexes a reply.
+//! The Lua scripts: their source (the `lua/` files composed), their arguments, and the
+//! decoding of their reply into typed decisions — in one place, so no caller indexes a reply.
 //!
-//! Why one script for every algorithm and not one per algorithm: a request may combine limits
-//! of different algorithms, and all-or-nothing over them needs one atomic step. The algorithm
-//! files stay separate (each mirrors one `tollgate::rules` file and opens with its contract);
-//! only what Redis runs is concatenated.
+//! Two compositions of the same files, with one contract (`lua/check.lua`):
+//! - **the general script** — prelude, all five algorithm files, the dispatcher — decides N
+//!   entries of any algorithms all or nothing. A request may combine limits of different
+//!   algorithms, and all-or-nothing over them needs one atomic step.
+//! - **one single-entry script per algorithm** — prelude, that algorithm's file,
+//!   `lua/one.lua` — for requests of one limit, the common case: Redis then builds one
+//!   algorithm's closure per call instead of five and nothing dispatches (measured: about a
+//!   fifth less Redis CPU per call for GCRA).
+//!
+//! The algorithm files stay separate (each mirrors one `tollgate::rules` file and opens with
+//! its contract); only what Redis runs is composed. The arguments and the reply are the same
+//! for both, so one encoder and one decoder serve both.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -20,25 +28,49 @@ const SLIDING_WINDOW: &str = include_str!("../lua/sliding_window.lua");
 const TOKEN_BUCKET: &str = include_str!("../lua/token_bucket.lua");
 const GCRA: &str = include_str!("../lua/gcra.lua");
 const CHECK: &str = include_str!("../lua/check.lua");
+const ONE: &str = include_str!("../lua/one.lua");
+
+/// Each algorithm's file and the name of the function it defines, in [`Algorithm::ALL`] order.
+const ALGORITHMS: [(&str, &str); 5] = [
+    (FIXED_WINDOW, "fixed_window"),
+    (SLIDING_LOG, "sliding_log"),
+    (SLIDING_WINDOW, "sliding_window"),
+    (TOKEN_BUCKET, "token_bucket"),
+    (GCRA, "gcra"),
+];
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
-    [
-        PRELUDE,
-        FIXED_WINDOW,
-        SLIDING_LOG,
-        SLIDING_WINDOW,
-        TOKEN_BUCKET,
-        GCRA,
-        CHECK,
-    ]
-    .join("\n")
+    let mut parts = vec![PRELUDE];
+    parts.extend(ALGORITHMS.iter().map(|(file, _)| *file));
+    parts.push(CHECK);
+    parts.join("\n")
 });
 
-/// The script, loaded once per process; `invoke_async` sends EVALSHA and loads the script
-/// when a node answers NOSCRIPT (after a restart or `SCRIPT FLUSH`, on any cluster node).
+static ONE_SOURCES: LazyLock<[String; 5]> = LazyLock::new(|| {
+    ALGORITHMS
+        .map(|(file, function)| format!("{PRELUDE}\n{file}\nlocal algorithm = {function}\n{ONE}"))
+});
+
+/// The general script, loaded once per process; `invoke_async` sends EVALSHA and loads the
+/// script when a node answers NOSCRIPT (after a restart or `SCRIPT FLUSH`, on any cluster
+/// node).
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&SOURCE));
 
-/// The full text of the script Redis runs (for benchmarks and `SCRIPT LOAD` by hand: load it
+/// The single-entry scripts, in [`Algorithm::ALL`] order.
+static ONE_SCRIPTS: LazyLock<[Script; 5]> =
+    LazyLock::new(|| [0, 1, 2, 3, 4].map(|i| Script::new(&ONE_SOURCES[i])));
+
+fn index(algorithm: Algorithm) -> usize {
+    match algorithm {
+        Algorithm::FixedWindow => 0,
+        Algorithm::SlidingLog => 1,
+        Algorithm::SlidingWindow { .. } => 2,
+        Algorithm::TokenBucket => 3,
+        Algorithm::Gcra => 4,
+    }
+}
+
+/// The full text of the general script (for benchmarks and `SCRIPT LOAD` by hand: load it
 /// exactly, with its final newline, or the SHA differs).
 pub fn script_source() -> &'static str {
     &SOURCE
@@ -47,6 +79,16 @@ pub fn script_source() -> &'static str {
 /// The SHA1 of [`script_source`], as `EVALSHA` takes it.
 pub fn script_sha() -> &'static str {
     SCRIPT.get_hash()
+}
+
+/// The full text of the single-entry script of `algorithm` (what a one-limit request runs).
+pub fn single_entry_script_source(algorithm: Algorithm) -> &'static str {
+    &ONE_SOURCES[index(algorithm)]
+}
+
+/// The SHA1 of [`single_entry_script_source`].
+pub fn single_entry_script_sha(algorithm: Algorithm) -> &'static str {
+    ONE_SCRIPTS[index(algorithm)].get_hash()
 }
 
 /// What the script does with the entries (`ARGV[1]`).
@@ -94,11 +136,14 @@ pub fn entry_args(limit: &Limit) -> (&'static str, u64, u64, u64) {
 /// The invocation for `entries` (all in one slot on a cluster).
 pub(crate) fn invocation<'e>(
     op: Op,
-    entries: impl IntoIterator<Item = &'e Entry<'e>>,
+    entries: &[&'e Entry<'e>],
     cost: u64,
     now: Option<u64>,
 ) -> ScriptInvocation<'static> {
-    let mut inv = SCRIPT.prepare_invoke();
+    let mut inv = match entries {
+        [one] => ONE_SCRIPTS[index(one.limit.algorithm())].prepare_invoke(),
+        _ => SCRIPT.prepare_invoke(),
+    };
     inv.arg(op as u8);
     match now {
         Some(now) => inv.arg(now),
@@ -185,6 +230,14 @@ mod tests {
             assert!(script_source().contains(f), "missing {f}");
         }
         assert_eq!(script_sha().len(), 40);
+        for a in Algorithm::ALL {
+            let one = single_entry_script_source(a);
+            let defined = one.matches("local function ").count();
+            // fmt and ttl_ms from the prelude, and the algorithm's own function.
+            assert_eq!(defined, 3, "{a}: {defined} functions");
+            assert!(one.contains(&format!("local algorithm = {}", ALGORITHMS[index(a)].1)));
+            assert_ne!(single_entry_script_sha(a), script_sha());
+        }
     }
 
     /// A reply of the wrong shape is a protocol error, never a panic or a wrong decision.

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{ScriptInvocation, Value};
+use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
 use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, Request, Store, StoreError, Timestamp};
 
@@ -128,12 +128,25 @@ impl RedisStore {
         result
     }
 
+    /// Runs the script: EVALSHA, and on NOSCRIPT (a restarted node, `SCRIPT FLUSH`) the
+    /// `redis` crate loads the script and retries. Should the cache be flushed again between
+    /// that load and the retry, this tries twice more before giving up.
     async fn eval(&self, inv: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        let result = match &self.inner.connection {
-            Connection::Single(c) => inv.invoke_async(&mut c.clone()).await,
-            Connection::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
-        };
-        result.map_err(classify)
+        let mut attempts = 0;
+        loop {
+            let result = match &self.inner.connection {
+                Connection::Single(c) => inv.invoke_async(&mut c.clone()).await,
+                Connection::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+            };
+            match result {
+                Err(e)
+                    if attempts < 2 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    attempts += 1;
+                }
+                other => return other.map_err(classify),
+            }
+        }
     }
 
     /// Runs `op` on one group of entries (one slot), returning the script's `now`.
@@ -144,7 +157,7 @@ impl RedisStore {
         cost: u64,
         now: Option<u64>,
     ) -> Result<(u64, SmallVec<[Decision; 2]>), StoreError> {
-        let inv = invocation(op, entries.iter().copied(), cost, now);
+        let inv = invocation(op, entries, cost, now);
         let reply = self.eval(&inv).await?;
         decode(reply, entries.iter().copied())
     }

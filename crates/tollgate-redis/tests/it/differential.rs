@@ -8,7 +8,7 @@ use tollgate::{
     Algorithm, Entry, Key, Limit, MemoryStore, Namespace, Quota, Request, Store, Timestamp,
 };
 
-use crate::common::{redis_store, unique_namespace};
+use crate::common::{cluster_store, redis_store, unique_namespace};
 
 /// xorshift64*: a seeded generator, so a failure replays exactly.
 struct Rng(u64);
@@ -53,10 +53,54 @@ fn limits() -> Vec<Limit> {
     ]
 }
 
-/// Same sequence into both stores; every decision equal.
+/// Same sequence into both stores; every decision equal (single Redis).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lua_and_rust_decide_identically() {
+    differential(redis_store().await).await;
+}
+
+/// The same on the cluster (every request's limits share a slot: one script per request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_and_rust_decide_identically_on_a_cluster() {
+    differential(cluster_store().await).await;
+}
+
+/// Costs of thousands of units (a sliding log then adds thousands of members in one script).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_costs_decide_identically() {
     let redis = redis_store().await;
+    let memory = MemoryStore::builder().sweep_interval(None).build();
+    let ns = unique_namespace("large");
+    let q = Quota::new(20_000, Duration::from_secs(60)).expect("valid");
+    let mut now = 1_893_456_000_000_000_u64;
+    for a in Algorithm::ALL {
+        let limit = Limit::new(a.name(), a, q).expect("valid");
+        let key = Key::new(&ns, &limit, &[("user", "big")]);
+        for (step, cost) in [9_000_u64, 9_000, 5_000, 2_000, 20_000, 1]
+            .into_iter()
+            .enumerate()
+        {
+            now += 7_000_000;
+            let request = Request::new(
+                [Entry {
+                    limit: &limit,
+                    key: key.clone(),
+                }],
+                cost,
+            )
+            .expect("valid");
+            let at = Timestamp::from_micros(now);
+            let expected = memory.check_at(&request, at).expect("room");
+            let got = redis
+                .check(&request, Some(at))
+                .await
+                .unwrap_or_else(|e| panic!("{a} step {step} cost {cost}: redis failed: {e}"));
+            assert_eq!(got, expected, "{a} step {step} cost {cost}");
+        }
+    }
+}
+
+async fn differential(redis: tollgate_redis::RedisStore) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
     let ns: Namespace = unique_namespace("diff");
     let limits = limits();

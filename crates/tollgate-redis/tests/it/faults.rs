@@ -9,7 +9,7 @@ use tollgate::{Algorithm, Limit, Limiter, Namespace, OnStoreError, Quota, StoreE
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisServer;
 
-use crate::common::{keys_without_ttl, redis_store, scan, server, unique_namespace};
+use crate::common::{TEST_TIMEOUT, keys_without_ttl, scan, server, unique_namespace};
 
 const ROLE: &str = "TOLLGATE_IT_CHILD";
 
@@ -33,10 +33,17 @@ fn assert_all_keys_expire(server: &RedisServer, ns: &Namespace) {
 }
 
 /// `SCRIPT FLUSH` between calls: the next call reloads the script; counts stay exact.
+/// On its own server, so that the flushes do not race other tests' calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_is_transparent() {
+    let redis = RedisServer::start();
+    let store = RedisStore::builder(redis.url())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .expect("connect");
     let ns = unique_namespace("flush");
-    let limiter = Limiter::builder(redis_store().await)
+    let limiter = Limiter::builder(store)
         .namespace(ns.clone())
         .limits(every_algorithm(20, OnStoreError::Deny))
         .build()
@@ -45,7 +52,7 @@ async fn script_flush_mid_run_is_transparent() {
         let mut admitted = 0;
         for i in 0..30 {
             if i == 10 || i == 25 {
-                assert!(server().cmd(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
+                assert!(redis.cmd(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
             }
             let v = limiter
                 .check(alg.name(), &[("user", "1")])
@@ -56,7 +63,7 @@ async fn script_flush_mid_run_is_transparent() {
         }
         assert_eq!(admitted, 20, "{alg}");
     }
-    assert_all_keys_expire(server(), &ns);
+    assert_all_keys_expire(&redis, &ns);
 }
 
 /// Redis killed: calls follow each limit's policy within the timeout, the breaker opens;
