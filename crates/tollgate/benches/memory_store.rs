@@ -19,7 +19,6 @@
 //!   wall time for both, so the rate is the total throughput.
 
 use std::cell::{Cell, OnceCell};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,27 +81,7 @@ fn build_keys(limit: &Limit, n: usize) -> Vec<Key> {
     keys
 }
 
-/// Hashes a [`Key`] to its prehash, as the memory store's maps do.
-#[derive(Default, Clone)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type PrehashedState = BuildHasherDefault<Prehashed>;
+type PrehashedState = tollgate::BuildKeyHasher;
 
 /// Where one thread is: its virtual clock and its next key.
 #[derive(Clone, Copy)]

@@ -160,6 +160,31 @@ impl fmt::Display for Key {
     }
 }
 
+/// A [`Hasher`] for maps keyed by [`Key`]: a key hashes itself once, when built, and writes
+/// that hash here, so lookups never hash the key text again.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+/// Builds [`KeyHasher`]s: `HashMap<Key, V, BuildKeyHasher>`.
+pub type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached if something other than a `Key` is hashed: fold the bytes in.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

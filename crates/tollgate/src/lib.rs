@@ -51,7 +51,7 @@ pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use check_error::CheckError;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::Decision;
-pub use key::{Key, MAX_ESCAPED_PART};
+pub use key::{BuildKeyHasher, Key, KeyHasher, MAX_ESCAPED_PART};
 pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN};
 pub use limit_error::LimitError;
 pub use limiter::{KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};

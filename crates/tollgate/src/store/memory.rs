@@ -18,13 +18,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::key::BuildKeyHasher;
 use crate::rules::AnyState;
 use crate::store::Decisions;
 use crate::{Clock, Entry, Key, Request, Store, StoreError, SystemClock, Timestamp};
@@ -48,7 +48,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
 }
 
-type Shard = HashMap<Key, Slot, BuildHasherDefault<PrehashedKey>>;
+type Shard = HashMap<Key, Slot, BuildKeyHasher>;
 
 struct Slot {
     state: AnyState,
@@ -442,27 +442,6 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Hasher for [`Key`], which hashes itself once, when built, and writes that hash here.
-#[derive(Default)]
-struct PrehashedKey(u64);
-
-impl Hasher for PrehashedKey {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only reached if something other than `Key` is hashed: fold the bytes in.
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
 }
 
 #[cfg(test)]
