@@ -22,7 +22,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the HTTP API (memory store unless the config names Redis).
+    /// Serve the HTTP API, and the Envoy rate limit service when `server.grpc` is set
+    /// (memory store unless the config names Redis).
     Serve {
         /// The config file (TOML); watched and reloaded on change or SIGHUP.
         #[arg(long, short)]
@@ -75,7 +76,7 @@ pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                "tollgate=info,tollgate_server=info,tollgate_redis=info".into()
+                "tollgate=info,tollgate_server=info,tollgate_redis=info,tollgate_envoy=info".into()
             }),
         )
         .with_writer(std::io::stderr)

@@ -3,7 +3,10 @@
 //!
 //! Every error names the file, the field as written (`limits[2].period`) and what is wrong.
 //! Quotas and limits are built through the core constructors, so the core's own checks (and
-//! its field names) decide what is valid; nothing is validated twice. Secrets (the admin token,
+//! its field names) decide what is valid; nothing is validated twice. The `[envoy]` section
+//! is `tollgate_envoy`'s own type, checked against the limits by compiling it as the gRPC
+//! service will (`envoy.rules[1].limit: unknown limit "nope"`), so `check-config` and a
+//! reload refuse exactly what the service would. Secrets (the admin token,
 //! Redis passwords) are redacted in `Debug` output.
 
 mod raw;
@@ -15,7 +18,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use tollgate::{Algorithm, DEFAULT_MAX_KEYS, Limit, LimitError, Namespace, Quota};
+use tollgate::{
+    Algorithm, DEFAULT_MAX_KEYS, Limit, LimitError, Limiter, MemoryStore, Namespace, Quota,
+};
+pub use tollgate_envoy::EnvoyRules;
 
 use crate::duration;
 use raw::{RawConfig, RawLimit};
@@ -39,6 +45,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[[limits]]`, in file order.
     pub limits: Vec<LimitConfig>,
+    /// `[envoy]`: which Envoy descriptor goes to which limit (served on `server.grpc`).
+    pub envoy: EnvoyRules,
 }
 
 /// `[server]`: where to listen and who may reset.
@@ -46,7 +54,7 @@ pub struct Config {
 pub struct ServerConfig {
     /// HTTP API, metrics and health checks.
     pub http: SocketAddr,
-    /// Envoy rate limit service (accepted now, served by a later release).
+    /// Envoy rate limit service (gRPC, with the gRPC health service); none: not served.
     pub grpc: Option<SocketAddr>,
     /// Bearer token for `POST /v1/reset`; without one, reset is refused.
     pub admin_token: Option<Secret>,
@@ -110,12 +118,14 @@ pub struct LimitConfig {
     pub shadow: bool,
 }
 
-/// Environment overrides, read in one place: `TOLLGATE_HTTP`, `TOLLGATE_REDIS_URL`,
-/// `TOLLGATE_ADMIN_TOKEN`.
+/// Environment overrides, read in one place: `TOLLGATE_HTTP`, `TOLLGATE_GRPC`,
+/// `TOLLGATE_REDIS_URL`, `TOLLGATE_ADMIN_TOKEN`.
 #[derive(Clone, Default)]
 pub struct Overrides {
     /// `TOLLGATE_HTTP`: replaces `server.http`.
     pub http: Option<String>,
+    /// `TOLLGATE_GRPC`: replaces `server.grpc` (and serves the Envoy service).
+    pub grpc: Option<String>,
     /// `TOLLGATE_REDIS_URL`: replaces `store.redis` (and any `store.cluster`).
     pub redis_url: Option<String>,
     /// `TOLLGATE_ADMIN_TOKEN`: replaces `server.admin_token`.
@@ -128,6 +138,7 @@ impl Overrides {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
         Overrides {
             http: var("TOLLGATE_HTTP"),
+            grpc: var("TOLLGATE_GRPC"),
             redis_url: var("TOLLGATE_REDIS_URL"),
             admin_token: var("TOLLGATE_ADMIN_TOKEN"),
         }
@@ -138,6 +149,7 @@ impl fmt::Debug for Overrides {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Overrides")
             .field("http", &self.http)
+            .field("grpc", &self.grpc)
             .field("redis_url", &self.redis_url.as_deref().map(RedisUrl::parse))
             .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
             .finish()
@@ -237,13 +249,18 @@ impl Config {
             .or(raw.server.http.as_deref())
             .unwrap_or(DEFAULT_HTTP);
         let http = parse_addr(http_text).map_err(|r| invalid(http_field, r))?;
-        let grpc = raw
-            .server
+        let grpc_field = if overrides.grpc.is_some() {
+            "TOLLGATE_GRPC"
+        } else {
+            "server.grpc"
+        };
+        let grpc = overrides
             .grpc
             .as_deref()
+            .or(raw.server.grpc.as_deref())
             .map(parse_addr)
             .transpose()
-            .map_err(|r| invalid("server.grpc", r))?;
+            .map_err(|r| invalid(grpc_field, r))?;
         let token_field = if overrides.admin_token.is_some() {
             "TOLLGATE_ADMIN_TOKEN"
         } else {
@@ -322,6 +339,7 @@ impl Config {
             }
             limits.push(build_limit(l, i, origin)?);
         }
+        check_envoy(&raw.envoy, &limits).map_err(|e| invalid(&e.field, e.reason))?;
         Ok(Config {
             origin: origin.to_owned(),
             server: ServerConfig {
@@ -336,7 +354,34 @@ impl Config {
                 max_keys,
             },
             limits,
+            envoy: raw.envoy,
         })
+    }
+}
+
+/// Compiles the `[envoy]` rules against `limits` as the gRPC service will (over a throwaway
+/// memory store: compiling touches no counter), so that what it refuses is refused here.
+fn check_envoy(
+    rules: &EnvoyRules,
+    limits: &[LimitConfig],
+) -> Result<(), tollgate_envoy::RulesError> {
+    if rules.rules.is_empty() {
+        return Ok(());
+    }
+    let store = MemoryStore::builder()
+        .sweep_interval(None)
+        .max_keys(1)
+        .build();
+    let limiter = Limiter::builder(store)
+        .limits(limits.iter().map(|l| l.limit.clone()))
+        .build();
+    match limiter {
+        Ok(limiter) => tollgate_envoy::Snapshot::new(rules, std::sync::Arc::new(limiter)).map(drop),
+        // Names are checked unique above; the limiter refuses nothing else.
+        Err(e) => Err(tollgate_envoy::RulesError {
+            field: "limits".into(),
+            reason: e.to_string(),
+        }),
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! A [`Limits`] is immutable: a reload builds a new one over the **same** store (so counters
 //! survive) and swaps it in atomically; requests in flight finish on the set they started
-//! with.
+//! with. It also holds the Envoy rules compiled over the same limiter (one
+//! [`tollgate_envoy::Snapshot`]), so the HTTP API and the gRPC service share every counter
+//! and a reload swaps limits and rules together: no call sees new rules with old limits.
 //!
 //! Shadow limits are checked like the others but never refuse: a would-be denial is counted
 //! (`tollgate_shadow_denied_total`) and reported in the response's `decisions`. They are
@@ -15,6 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use tollgate::{CheckError, Clock, LimitDecision, LimitError, Limiter, Namespace, Verdict};
+use tollgate_envoy::{EnvoyRules, RulesError, Snapshot};
 
 use crate::config::LimitConfig;
 use crate::metrics;
@@ -27,11 +30,23 @@ pub const MAX_KEY_PARTS: usize = 16;
 /// The longest key part value, in bytes.
 pub const MAX_KEY_VALUE: usize = 1024;
 
-/// Named limits over the shared store.
+/// Named limits over the shared store, and the Envoy rules over them.
 pub struct Limits {
-    limiter: Limiter<AnyStore>,
+    limiter: Arc<Limiter<AnyStore>>,
     configs: Vec<LimitConfig>,
     shadow: HashSet<Arc<str>>,
+    envoy: Arc<Snapshot<AnyStore>>,
+}
+
+/// Why a limit set cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    /// The limiter refused the limits (two share a name).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// An `[envoy]` rule does not fit the limits.
+    #[error(transparent)]
+    Envoy(#[from] RulesError),
 }
 
 /// A validated request: names in the caller's order, key parts, cost.
@@ -59,32 +74,49 @@ impl Outcome {
 }
 
 impl Limits {
-    /// Builds the limiter for `configs` over `store`.
+    /// Builds the limiter for `configs` over `store`, and compiles the Envoy `rules` over it.
+    ///
+    /// A rule whose limit is a shadow limit is a shadow rule (a shadow limit never refuses,
+    /// whichever API asks).
     ///
     /// # Errors
-    /// [`LimitError`] if two limits share a name (the config loader refuses that first).
+    /// [`LimitsError`] if two limits share a name or a rule does not fit the limits (the
+    /// config loader refuses both first).
     pub fn build(
         configs: Vec<LimitConfig>,
+        rules: &EnvoyRules,
         store: AnyStore,
         namespace: Namespace,
         clock: Option<impl Clock>,
-    ) -> Result<Limits, LimitError> {
+    ) -> Result<Limits, LimitsError> {
         let mut builder = Limiter::builder(store)
             .namespace(namespace)
             .limits(configs.iter().map(|c| c.limit.clone()));
         if let Some(clock) = clock {
             builder = builder.clock(clock);
         }
-        let shadow = configs
+        let shadow: HashSet<Arc<str>> = configs
             .iter()
             .filter(|c| c.shadow)
             .map(|c| c.limit.name_arc().clone())
             .collect();
+        let limiter = Arc::new(builder.build()?);
+        let mut rules = rules.clone();
+        for rule in &mut rules.rules {
+            rule.shadow |= shadow.contains(rule.limit.as_str());
+        }
+        let envoy = Arc::new(Snapshot::new(&rules, Arc::clone(&limiter))?);
         Ok(Limits {
-            limiter: builder.build()?,
+            limiter,
             configs,
             shadow,
+            envoy,
         })
+    }
+
+    /// The Envoy rules compiled over this set's limiter, for the gRPC service.
+    pub fn envoy(&self) -> &Arc<Snapshot<AnyStore>> {
+        &self.envoy
     }
 
     /// The limits as configured, in file order.
@@ -245,6 +277,7 @@ impl fmt::Debug for Limits {
         f.debug_struct("Limits")
             .field("limiter", &self.limiter)
             .field("shadow", &self.shadow)
+            .field("envoy", &self.envoy)
             .finish()
     }
 }

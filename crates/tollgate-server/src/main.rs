@@ -34,7 +34,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let listener = TcpListener::bind(config.server.http)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.server.http))?;
+            // Bound here, like the HTTP listener, so a taken port stops start-up with its name.
+            let grpc = match config.server.grpc {
+                Some(addr) => Some(
+                    TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("cannot listen on {addr} (server.grpc)"))?,
+                ),
+                None => None,
+            };
             let mut server = Server::new(config);
+            if let Some(grpc) = grpc {
+                server = server.grpc_listener(grpc);
+            }
             if let Some(path) = path {
                 server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);
             }
@@ -43,9 +55,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig { file } => {
             let config = Config::load(&file, &overrides)?;
             println!(
-                "{}: ok ({} limits, {} store)",
+                "{}: ok ({} limits, {} envoy rules, {} store)",
                 config.origin,
                 config.limits.len(),
+                config.envoy.rules.len(),
                 config.store.backend.name()
             );
         }

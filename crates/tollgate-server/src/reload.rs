@@ -1,4 +1,4 @@
-//! Hot reload of the limits.
+//! Hot reload of the limits and the Envoy rules.
 //!
 //! The config file is polled (its content compared with what was last seen) every interval,
 //! one second by default, and re-read on SIGHUP. A change is acted on once the content has
@@ -11,11 +11,13 @@
 //! (editors that write a new file and rename it over the old one, Kubernetes ConfigMaps that
 //! swap a symlink) without watch-descriptor bookkeeping.
 //!
-//! A valid new file swaps the limit set atomically over the same store, so counters of
-//! unchanged limits carry on (a limit whose algorithm changed starts afresh: its keys carry the
-//! algorithm's tag). An invalid file is refused with a logged error and
-//! `tollgate_config_reload_total{result="error"}`, and the old limits stay. `[server]` and
-//! `[store]` are read at start-up only; a change there is logged and waits for a restart.
+//! A valid new file swaps the limit set, and the `[envoy]` rules compiled over it, atomically
+//! over the same store, so counters of unchanged limits carry on (a limit whose algorithm
+//! changed starts afresh: its keys carry the algorithm's tag) and the HTTP API and the gRPC
+//! service keep sharing them. An invalid file (an invalid `[envoy]` section included) is
+//! refused whole with a logged error and `tollgate_config_reload_total{result="error"}`, and
+//! the old limits and rules stay. `[server]` and `[store]` are read at start-up only; a change
+//! there is logged and waits for a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -117,12 +119,13 @@ impl Reloader {
                 "[server] and [store] changes take effect on restart; reloading [[limits]] only"
             );
         }
-        if config.limits == self.running.limits {
-            tracing::debug!("config file read; limits unchanged");
+        if config.limits == self.running.limits && config.envoy == self.running.envoy {
+            tracing::debug!("config file read; limits and envoy rules unchanged");
             return;
         }
         let limits = Limits::build(
             config.limits.clone(),
+            &config.envoy,
             self.state.store.clone(),
             self.running.store.namespace.clone(),
             self.clock.clone(),
@@ -130,10 +133,11 @@ impl Reloader {
         match limits {
             Ok(limits) => {
                 let names: Vec<&str> = config.limits.iter().map(|l| l.limit.name()).collect();
-                tracing::info!(limits = ?names, "config reloaded");
+                tracing::info!(limits = ?names, envoy_rules = config.envoy.rules.len(), "config reloaded");
                 self.state.limits.store(Arc::new(limits));
                 metrics::config_reload(true);
                 self.running.limits = config.limits;
+                self.running.envoy = config.envoy;
             }
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");

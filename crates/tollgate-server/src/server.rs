@@ -1,10 +1,13 @@
-//! Runs the service: opens the store, serves the HTTP API on a bound listener until the
-//! shutdown future resolves, and (when told the config file's path) reloads limits when the
-//! file changes or on SIGHUP.
+//! Runs the service: opens the store, serves the HTTP API on a bound listener and, when
+//! `server.grpc` is set, the Envoy rate limit service (with the gRPC health service) on a
+//! second one, until the shutdown future resolves; and (when told the config file's path)
+//! reloads limits and Envoy rules when the file changes or on SIGHUP.
 //!
 //! The shape is mini-redis's `run(listener, shutdown)`: the caller binds (tests bind
-//! `127.0.0.1:0`) and decides what "shutdown" means (`main`: SIGINT or SIGTERM). Shutdown is
-//! graceful: the listener stops accepting, requests in flight finish.
+//! `127.0.0.1:0`; [`Server::grpc_listener`] for the gRPC side, else `run` binds
+//! `server.grpc` itself) and decides what "shutdown" means (`main`: SIGINT or SIGTERM).
+//! Shutdown is graceful and reaches both servers at once: the listeners stop accepting,
+//! calls in flight finish. If either server fails, the other is shut down too.
 
 use std::fmt;
 use std::future::Future;
@@ -14,11 +17,12 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tollgate::{Clock, LimitError, StoreError, Timestamp};
+use tollgate::{Clock, StoreError, Timestamp};
+use tollgate_envoy::RateLimitService;
 
 use crate::config::{Config, Overrides};
 use crate::http::{self, AppState};
-use crate::limits::Limits;
+use crate::limits::{Limits, LimitsError};
 use crate::reload::{self, Reloader};
 use crate::store::AnyStore;
 
@@ -39,12 +43,24 @@ pub enum ServeError {
         #[source]
         source: StoreError,
     },
-    /// The limits could not be built.
+    /// The limits or the Envoy rules could not be built.
     #[error("invalid limits")]
-    Limits(#[from] LimitError),
-    /// Serving failed.
+    Limits(#[from] LimitsError),
+    /// The gRPC listen address could not be bound.
+    #[error("cannot listen on {addr} (server.grpc)")]
+    GrpcBind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving HTTP failed.
     #[error("serving failed")]
     Io(#[from] std::io::Error),
+    /// Serving gRPC failed.
+    #[error("serving gRPC failed")]
+    Grpc(#[from] tollgate_envoy::tonic::transport::Error),
 }
 
 /// A clock shared as a trait object (the limiter and memory store take one by value).
@@ -69,6 +85,7 @@ pub struct Server {
     config: Config,
     clock: Option<SharedClock>,
     watch: Option<(PathBuf, Overrides, Duration)>,
+    grpc: Option<TcpListener>,
 }
 
 impl Server {
@@ -78,7 +95,16 @@ impl Server {
             config,
             clock: None,
             watch: None,
+            grpc: None,
         }
+    }
+
+    /// Serve the Envoy rate limit service on `listener` (already bound, e.g. to
+    /// `127.0.0.1:0` in tests) instead of binding `server.grpc`; given one, it is served
+    /// even when `server.grpc` is not set.
+    pub fn grpc_listener(mut self, listener: TcpListener) -> Server {
+        self.grpc = Some(listener);
+        self
     }
 
     /// Decide at `clock`'s time (tests: a `FakeClock`).
@@ -112,7 +138,17 @@ impl Server {
             config,
             clock,
             watch,
+            grpc,
         } = self;
+        let grpc = match (grpc, config.server.grpc) {
+            (Some(listener), _) => Some(listener),
+            (None, Some(addr)) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ServeError::GrpcBind { addr, source })?,
+            ),
+            (None, None) => None,
+        };
         let store = AnyStore::open(&config.store, clock.clone())
             .await
             .map_err(|source| ServeError::Store {
@@ -123,6 +159,7 @@ impl Server {
         let namespace = config.store.namespace.clone();
         let limits = Limits::build(
             config.limits.clone(),
+            &config.envoy,
             store.clone(),
             namespace.clone(),
             clock.clone(),
@@ -134,30 +171,64 @@ impl Server {
             config.server.admin_token.clone(),
         ));
 
-        if let Some(grpc) = config.server.grpc {
-            tracing::warn!(%grpc, "server.grpc is accepted but not served by this release (Envoy RLS comes later)");
+        if grpc.is_none() && !config.envoy.rules.is_empty() {
+            tracing::warn!("[envoy] rules are configured but server.grpc is not set: not served");
         }
+        // One stop signal for everything: the caller's shutdown, or either server ending.
         let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
         let reloader = watch.map(|(path, overrides, interval)| {
             let reloader =
                 Reloader::new(path, overrides, config.clone(), clock, Arc::clone(&state));
-            reload::spawn(reloader, interval, stop_rx)
+            reload::spawn(reloader, interval, stop_rx.clone())
         });
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, store = store.kind(), limits = config.limits.len(), "listening");
+        let grpc_addr = match &grpc {
+            Some(l) => l.local_addr()?.to_string(),
+            None => "off".to_owned(),
+        };
+        tracing::info!(%addr, grpc = %grpc_addr, store = store.kind(), limits = config.limits.len(), "listening");
 
+        let grpc_task = grpc.map(|listener| {
+            let current = Arc::clone(&state);
+            let service =
+                RateLimitService::from_fn(move || Arc::clone(current.limits.load().envoy()));
+            let stopped = stopped(stop_rx.clone());
+            let stop_all = Arc::clone(&stop_tx);
+            tokio::spawn(async move {
+                let result = tollgate_envoy::serve(listener, service, stopped).await;
+                let _ = stop_all.send(true);
+                result
+            })
+        });
         let app = http::router(state);
+        let http_stopped = stopped(stop_rx);
+        let http_stop_all = Arc::clone(&stop_tx);
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
-                shutdown.await;
-                tracing::info!("shutting down");
+                tokio::select! {
+                    () = shutdown => tracing::info!("shutting down"),
+                    () = http_stopped => tracing::error!("the gRPC server stopped; shutting down"),
+                }
+                let _ = http_stop_all.send(true);
             })
             .await;
         let _ = stop_tx.send(true);
+        let grpc_result = match grpc_task {
+            Some(task) => match task.await {
+                Ok(result) => result,
+                Err(e) => {
+                    tracing::error!(cause = %e, "the gRPC server task failed");
+                    Ok(())
+                }
+            },
+            None => Ok(()),
+        };
         if let Some(task) = reloader {
             let _ = task.await;
         }
         result?;
+        grpc_result?;
         Ok(())
     }
 }
@@ -168,11 +239,18 @@ impl fmt::Debug for Server {
             .field("config", &self.config)
             .field("clock", &self.clock)
             .field("watch", &self.watch.as_ref().map(|(p, _, i)| (p, i)))
+            .field("grpc", &self.grpc)
             .finish()
     }
 }
 
-/// Serves `config` on `listener` until `shutdown` resolves (no reload, the store's time).
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Serves `config` on `listener` (and the Envoy service on `server.grpc`, when set) until
+/// `shutdown` resolves (no reload, the store's time).
 ///
 /// # Errors
 /// As [`Server::run`].

@@ -5,6 +5,13 @@ envoy-types crate source (the service file and every file it imports, transitive
 calls ShouldRateLimit and checks the answers. Exits non-zero on any mismatch.
 
 Usage: rls_client.py --addr HOST:PORT --protos <envoy-types>/proto --out <stub dir>
+                     [--unit MINUTE] [--wait-rule DOMAIN KEY LIMIT [--wait-secs 10]]
+
+Without --wait-rule, the server must have a limit "per_user" admitting 2 per UNIT, keyed by
+"user", and the rule: domain "py", descriptor [{ key = "user", part = "user" }].
+
+With --wait-rule, it only polls (every 50 ms, for --wait-secs at most) until a descriptor
+[(KEY, <fresh value>)] of DOMAIN is answered by LIMIT: a rule added by a config reload.
 """
 
 import argparse
@@ -12,6 +19,7 @@ import importlib
 import os
 import re
 import sys
+import time
 
 import grpc
 import grpc_tools
@@ -59,6 +67,9 @@ def main():
     ap.add_argument("--addr", required=True)
     ap.add_argument("--protos", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--unit", default="MINUTE", choices=["SECOND", "MINUTE", "HOUR", "DAY"])
+    ap.add_argument("--wait-rule", nargs=3, metavar=("DOMAIN", "KEY", "LIMIT"))
+    ap.add_argument("--wait-secs", type=float, default=10.0)
     a = ap.parse_args()
     generate(a.protos, a.out)
     rls = importlib.import_module("envoy.service.ratelimit.v3.rls_pb2")
@@ -81,12 +92,34 @@ def main():
         )
 
     checks = 0
+    unit_secs = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400}[a.unit]
 
     def expect(cond, what, resp):
         nonlocal checks
         if not cond:
             sys.exit(f"FAILED: {what}\n{resp}")
         checks += 1
+
+    if a.wait_rule:
+        domain, key, limit = a.wait_rule
+        deadline = time.monotonic() + a.wait_secs
+        with grpc.insecure_channel(a.addr) as channel:
+            stub = rls_grpc.RateLimitServiceStub(channel)
+            n = 0
+            while True:
+                n += 1
+                r = stub.ShouldRateLimit(request(domain, [[(key, f"probe-{n}")]]), timeout=10)
+                s = r.statuses[0]
+                if s.HasField("current_limit") and s.current_limit.name == limit:
+                    break
+                if time.monotonic() > deadline:
+                    sys.exit(f"FAILED: no rule of {domain!r} sent ({key!r}, ...) to {limit!r} "
+                             f"within {a.wait_secs}s\n{r}")
+                time.sleep(0.05)
+            expect(r.overall_code == Code.OK and s.code == Code.OK, "new rule admits", r)
+        print(f"rule {limit} answers after {n} calls")
+        print(f"all checks passed ({checks})")
+        return
 
     with grpc.insecure_channel(a.addr) as channel:
         stub = rls_grpc.RateLimitServiceStub(channel)
@@ -95,10 +128,10 @@ def main():
         expect(r.overall_code == Code.OK, "first call OK", r)
         s = r.statuses[0]
         expect(s.current_limit.name == "per_user", "limit name", r)
-        expect(s.current_limit.unit == Unit.MINUTE, "unit MINUTE", r)
+        expect(s.current_limit.unit == Unit.Value(a.unit), f"unit {a.unit}", r)
         expect(s.current_limit.requests_per_unit == 2, "2 per minute", r)
         expect(s.limit_remaining == 1, "1 remaining", r)
-        expect(1 <= s.duration_until_reset.seconds <= 60, "resets within the minute", r)
+        expect(1 <= s.duration_until_reset.seconds <= unit_secs, "resets within the unit", r)
 
         r = stub.ShouldRateLimit(request("py", [alice]), timeout=10)
         expect(r.overall_code == Code.OK and r.statuses[0].limit_remaining == 0, "second OK", r)

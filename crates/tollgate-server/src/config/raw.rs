@@ -6,6 +6,7 @@
 
 use serde::Deserialize;
 use tollgate::OnStoreError;
+use tollgate_envoy::EnvoyRules;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,6 +17,10 @@ pub(super) struct RawConfig {
     pub(super) store: RawStore,
     #[serde(default)]
     pub(super) limits: Vec<RawLimit>,
+    /// `[envoy]`: tollgate-envoy's own type (it rejects unknown fields too); checked against
+    /// the limits after they are built.
+    #[serde(default)]
+    pub(super) envoy: EnvoyRules,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -19,6 +19,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 pub(crate) struct Process {
     child: Child,
     pub(crate) addr: SocketAddr,
+    /// The gRPC (Envoy RLS) address, when `server.grpc` is set.
+    pub(crate) grpc: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
 }
 
@@ -30,6 +32,7 @@ impl Process {
             .arg(config)
             .env("RUST_LOG", "tollgate_server=debug")
             .env_remove("TOLLGATE_HTTP")
+            .env_remove("TOLLGATE_GRPC")
             .env_remove("TOLLGATE_REDIS_URL")
             .env_remove("TOLLGATE_ADMIN_TOKEN")
             .stdout(Stdio::null())
@@ -42,13 +45,8 @@ impl Process {
         let sink = Arc::clone(&log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("addr=").nth(1) {
-                    let _ = tx.send(
-                        addr.split_whitespace()
-                            .next()
-                            .unwrap_or_default()
-                            .to_owned(),
-                    );
+                if line.contains("addr=") {
+                    let _ = tx.send(line.clone());
                 }
                 if let Ok(mut l) = sink.lock() {
                     l.push_str(&line);
@@ -56,8 +54,18 @@ impl Process {
                 }
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(addr) => addr.parse().expect("listening address"),
+        // `listening addr=127.0.0.1:8080 grpc=127.0.0.1:8081 …` (`grpc=off` without one).
+        let field = |line: &str, name: &str| {
+            line.split(name)
+                .nth(1)
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<SocketAddr>().ok())
+        };
+        let (addr, grpc) = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => (
+                field(&line, " addr=").expect("listening address"),
+                field(&line, " grpc="),
+            ),
             Err(_) => {
                 let _ = child.kill();
                 panic!(
@@ -66,7 +74,12 @@ impl Process {
                 );
             }
         };
-        Process { child, addr, log }
+        Process {
+            child,
+            addr,
+            grpc,
+            log,
+        }
     }
 
     pub(crate) fn log(&self) -> String {

@@ -185,11 +185,16 @@ fn environment_overrides() {
     let text = "[server]\nhttp = \"127.0.0.1:1\"\n[store]\ncluster = [\"redis://a:1\"]\n";
     let overrides = Overrides {
         http: Some("0.0.0.0:9000".into()),
+        grpc: Some("0.0.0.0:9001".into()),
         redis_url: Some("redis://:pw-in-env@cache:6380/1".into()),
         admin_token: Some("from-the-environment".into()),
     };
     let config = Config::parse(text, "cfg.toml", &overrides).expect("valid");
     assert_eq!(config.server.http.to_string(), "0.0.0.0:9000");
+    assert_eq!(
+        config.server.grpc.map(|a| a.to_string()).as_deref(),
+        Some("0.0.0.0:9001")
+    );
     assert!(
         matches!(&config.store.backend, Backend::Redis(url) if url.expose() == "redis://:pw-in-env@cache:6380/1")
     );
@@ -204,6 +209,13 @@ fn environment_overrides() {
     };
     let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
     assert_eq!(err.field(), Some("TOLLGATE_HTTP"), "{err}");
+
+    let bad = Overrides {
+        grpc: Some("nowhere".into()),
+        ..Overrides::default()
+    };
+    let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
+    assert_eq!(err.field(), Some("TOLLGATE_GRPC"), "{err}");
 }
 
 /// Neither the Redis password nor the admin token appears in Debug output.
@@ -225,4 +237,6 @@ fn shipped_example_is_valid() {
         .expect("examples/tollgate.toml");
     assert!(config.limits.len() >= 3);
     assert_eq!(config.store.backend, Backend::Memory);
+    assert!(config.server.grpc.is_some(), "the example serves gRPC");
+    assert!(config.envoy.rules.len() >= 2, "the example has Envoy rules");
 }

@@ -1,10 +1,12 @@
 //! Integration tests for the `tollgate` service: the HTTP API in-process (memory and a spawned
-//! Redis), bad input, config errors, hot reload, and the real binary end to end.
+//! Redis), bad input, config errors, hot reload, the Envoy gRPC service, and the real binary
+//! end to end.
 
 mod api;
 mod bad_input;
 mod binary;
 mod config;
+mod grpc;
 mod redis;
 mod reload;
 mod support;

@@ -1,0 +1,431 @@
+//! The Envoy rate limit service mounted by `tollgate serve`: a tonic client in-process (one
+//! counter shared with the HTTP API, rules swapped by reload, graceful shutdown), the
+//! `[envoy]` section's config errors, and the real binary against the Python `grpcio` client.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse,
+};
+use tollgate_envoy::tonic::transport::Channel;
+use tollgate_server::config::{Config, Overrides};
+use tollgate_server::server::{self, Server};
+use tollgate_testkit::python;
+
+use crate::binary::Process;
+use crate::support::{TestServer, eventually, one_limit};
+
+type Client = RateLimitServiceClient<Channel>;
+
+/// Connects to the service, retrying for 10 s at most (a server may still be binding).
+async fn connect(addr: SocketAddr) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Client::connect(format!("http://{addr}")).await {
+            Ok(client) => return client,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "cannot connect to {addr}: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// One call with one descriptor.
+async fn call(client: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+    let request = RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).to_owned(),
+                    value: (*v).to_owned(),
+                })
+                .collect(),
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    client
+        .should_rate_limit(request)
+        .await
+        .expect("ShouldRateLimit answers")
+        .into_inner()
+}
+
+/// The limit that decided the first descriptor (empty when no rule matched).
+fn limit_name(response: &RateLimitResponse) -> &str {
+    response.statuses[0]
+        .current_limit
+        .as_ref()
+        .map_or("", |l| l.name.as_str())
+}
+
+fn code(response: &RateLimitResponse) -> Code {
+    Code::try_from(response.overall_code).expect("a known code")
+}
+
+/// A rule of domain `edge` sending `("user", <id>)` to `limit`.
+fn user_rule(limit: &str) -> String {
+    format!(
+        "\n[[envoy.rules]]\ndomain = \"edge\"\nlimit = \"{limit}\"\ndescriptor = [{{ key = \"user\", part = \"user\" }}]\n"
+    )
+}
+
+/// An in-process server with the gRPC service on its own `127.0.0.1:0` listener.
+async fn start(server: Server) -> (TestServer, Client) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind grpc");
+    let addr = listener.local_addr().expect("grpc addr");
+    let server = TestServer::start_with(server.grpc_listener(listener)).await;
+    let client = connect(addr).await;
+    (server, client)
+}
+
+/// `server::run` binds `server.grpc` itself and serves the Envoy service there: admitted,
+/// then OVER_LIMIT; shutting down stops the gRPC listener too.
+#[tokio::test]
+async fn run_serves_grpc_until_shutdown() {
+    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let text = format!(
+        "[server]\ngrpc = \"{grpc}\"\n{}{}",
+        one_limit("per_user", "sliding_log", 1, "1h", r#""user""#, "deny"),
+        user_rule("per_user")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    assert_eq!(config.server.grpc, Some(grpc));
+    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server::run(http, config, async {
+        let _ = stopped.await;
+    }));
+    let mut client = connect(grpc).await;
+
+    let first = call(&mut client, "edge", &[("user", "ada")]).await;
+    assert_eq!(code(&first), Code::Ok, "{first:?}");
+    assert_eq!(limit_name(&first), "per_user");
+    assert_eq!(first.statuses[0].limit_remaining, 0, "{first:?}");
+    let second = call(&mut client, "edge", &[("user", "ada")]).await;
+    assert_eq!(code(&second), Code::OverLimit, "{second:?}");
+    assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
+    let other = call(&mut client, "other", &[("user", "ada")]).await;
+    assert_eq!(code(&other), Code::Ok, "another domain: no rule");
+    assert_eq!(limit_name(&other), "");
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("both servers stop within 10 s")
+        .expect("server task")
+        .expect("clean shutdown");
+    assert!(
+        TcpStream::connect(grpc).await.is_err(),
+        "the gRPC listener is closed after shutdown"
+    );
+}
+
+/// HTTP `/v1/check` and gRPC `ShouldRateLimit` charge the same counter.
+#[tokio::test]
+async fn http_and_grpc_share_one_counter() {
+    let text = format!(
+        "{}{}",
+        one_limit("shared", "fixed_window", 3, "1m", r#""user""#, "deny"),
+        user_rule("shared")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let (server, mut client) = start(Server::new(config)).await;
+    let body = r#"{"limit": "shared", "key": {"user": "7"}}"#;
+
+    let http = server.post("/v1/check", body).await;
+    assert_eq!(http.status, 200, "{http:?}");
+    assert_eq!(http.json["remaining"], 2);
+    let grpc = call(&mut client, "edge", &[("user", "7")]).await;
+    assert_eq!(code(&grpc), Code::Ok);
+    assert_eq!(grpc.statuses[0].limit_remaining, 1, "{grpc:?}");
+    let http = server.post("/v1/check", body).await;
+    assert_eq!(http.status, 200, "{http:?}");
+    assert_eq!(http.json["remaining"], 0);
+    let grpc = call(&mut client, "edge", &[("user", "7")]).await;
+    assert_eq!(code(&grpc), Code::OverLimit, "{grpc:?}");
+    assert_eq!(server.post("/v1/check", body).await.status, 429);
+
+    // A new window for both.
+    server.clock.advance(Duration::from_secs(60));
+    let grpc = call(&mut client, "edge", &[("user", "7")]).await;
+    assert_eq!(code(&grpc), Code::Ok, "{grpc:?}");
+    assert_eq!(server.remaining("shared", r#"{"user": "7"}"#).await, 2);
+    server.stop().await;
+}
+
+/// A rule pointing at a shadow limit never refuses over gRPC either.
+#[tokio::test]
+async fn shadow_limits_never_refuse_over_grpc() {
+    let text = format!(
+        "{}shadow = true\n{}",
+        one_limit("trial", "fixed_window", 1, "1m", r#""user""#, "allow"),
+        user_rule("trial")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let (server, mut client) = start(Server::new(config)).await;
+    for _ in 0..3 {
+        let r = call(&mut client, "edge", &[("user", "s")]).await;
+        assert_eq!(code(&r), Code::Ok, "{r:?}");
+        assert_eq!(limit_name(&r), "trial");
+    }
+    assert_eq!(server.remaining("trial", r#"{"user": "s"}"#).await, 0);
+    server.stop().await;
+}
+
+/// The value of `tollgate_config_reload_total{result="error"}` (0 before the first error).
+async fn reload_errors(server: &TestServer) -> f64 {
+    let metrics = server.get("/metrics").await.text;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"tollgate_config_reload_total{result="error"} "#))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Editing the file swaps a rule to another limit; an edit whose `[envoy]` section is invalid
+/// is refused whole (neither its new limit nor its rules are used).
+#[tokio::test]
+async fn reload_changes_a_rule_and_refuses_an_invalid_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    let limits = format!(
+        "{}{}",
+        one_limit("strict", "fixed_window", 1, "1m", r#""user""#, "deny"),
+        one_limit("loose", "fixed_window", 100, "1m", r#""user""#, "deny")
+    );
+    std::fs::write(&path, format!("{limits}{}", user_rule("strict"))).expect("write");
+    let config = Config::load(&path, &Overrides::default()).expect("valid");
+    let (server, mut client) =
+        start(Server::new(config).watch(&path, Overrides::default(), Duration::from_millis(20)))
+            .await;
+    let r = call(&mut client, "edge", &[("user", "1")]).await;
+    assert_eq!(limit_name(&r), "strict");
+    let r = call(&mut client, "edge", &[("user", "1")]).await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+
+    std::fs::write(&path, format!("{limits}{}", user_rule("loose"))).expect("write");
+    let swapped = eventually(Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move { limit_name(&call(&mut client, "edge", &[("user", "probe")]).await) == "loose" }
+    })
+    .await;
+    assert!(swapped, "the rule never moved to \"loose\"");
+    let r = call(&mut client, "edge", &[("user", "1")]).await;
+    assert_eq!(code(&r), Code::Ok, "user 1 now goes to \"loose\": {r:?}");
+
+    let errors = reload_errors(&server).await;
+    let invalid = format!(
+        "{limits}{}{}",
+        one_limit("extra", "gcra", 1, "1s", "", "allow"),
+        user_rule("nope")
+    );
+    std::fs::write(&path, invalid).expect("write");
+    let refused = eventually(Duration::from_secs(10), || async {
+        reload_errors(&server).await > errors
+    })
+    .await;
+    assert!(refused, "the invalid file was never refused");
+    let listed = server.get("/v1/limits").await;
+    assert_eq!(
+        listed.json["limits"].as_array().map(Vec::len),
+        Some(2),
+        "the new limit of the refused file is not used: {listed:?}"
+    );
+    let r = call(&mut client, "edge", &[("user", "1")]).await;
+    assert_eq!(limit_name(&r), "loose", "the old rules stay: {r:?}");
+    server.stop().await;
+}
+
+fn config_error(text: &str) -> String {
+    Config::parse(text, "cfg.toml", &Overrides::default())
+        .expect_err(text)
+        .to_string()
+}
+
+/// `[envoy]` errors name the file and the field, like every other config error.
+#[test]
+fn envoy_errors_name_the_file_and_field() {
+    let limits = one_limit("per_ip", "gcra", 10, "1s", r#""ip""#, "local");
+    let ip_rule = "\n[[envoy.rules]]\ndomain = \"edge\"\nlimit = \"per_ip\"\ndescriptor = [{ key = \"remote_address\", part = \"ip\" }]\n";
+
+    let nope = ip_rule.replace("\"per_ip\"", "\"nope\"");
+    assert_eq!(
+        config_error(&format!("{limits}{ip_rule}{nope}")),
+        r#"cfg.toml: envoy.rules[1].limit: unknown limit "nope""#
+    );
+    assert_eq!(
+        config_error(&format!(
+            "{limits}{}",
+            ip_rule.replace("part = \"ip\"", "part = \"user\"")
+        )),
+        r#"cfg.toml: envoy.rules[0].descriptor[0].part: limit "per_ip" is not keyed by "user""#
+    );
+    let unknown = config_error(&format!("{limits}{}", ip_rule.replace("domain", "domian")));
+    assert!(
+        unknown.starts_with("cfg.toml: envoy.rules[0].domian: unknown field `domian`"),
+        "{unknown}"
+    );
+    let unknown = config_error(&format!("{limits}[envoy]\nheaders = true\n"));
+    assert!(
+        unknown.starts_with("cfg.toml: envoy.headers: unknown field `headers`"),
+        "{unknown}"
+    );
+
+    let config = Config::parse(
+        &format!("{limits}[envoy]\nresponse_headers = true\n{ip_rule}"),
+        "cfg.toml",
+        &Overrides::default(),
+    )
+    .expect("valid");
+    assert!(config.envoy.response_headers);
+    assert_eq!(config.envoy.rules.len(), 1);
+}
+
+/// `tollgate check-config` refuses an invalid `[envoy]` section.
+#[test]
+fn check_config_validates_the_envoy_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!(
+            "{}{}",
+            one_limit("cc", "gcra", 1, "1s", r#""user""#, "deny"),
+            user_rule("missing")
+        ),
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"bad.toml: envoy.rules[0].limit: unknown limit "missing""#),
+        "{stderr}"
+    );
+}
+
+/// The limits and rules the Python client's default checks expect (`per_user`: 2 per hour,
+/// domain `py`), on a sliding log so no window boundary falls between its calls.
+fn python_config(extra_rule: &str) -> String {
+    format!(
+        "[server]\nhttp = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n{}{}\n[envoy]\nresponse_headers = true\n\n[[envoy.rules]]\ndomain = \"py\"\nlimit = \"per_user\"\ndescriptor = [{{ key = \"user\", part = \"user\" }}]\n{extra_rule}",
+        one_limit("per_user", "sliding_log", 2, "1h", r#""user""#, "deny"),
+        one_limit("per_tenant", "gcra", 100, "1m", r#""tenant""#, "allow"),
+    )
+}
+
+/// Runs the Python client with `args` against `addr`; its stdout.
+async fn python_client(addr: SocketAddr, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = python::rls_client(addr, "server");
+        python::run(cmd.args(&args), "python client")
+    })
+    .await
+    .expect("python client task")
+}
+
+/// The real binary, with `[server] grpc` and `[envoy]` rules in its file, answers the
+/// independent Python client; the HTTP API sees the counters it charged; a rule added to the
+/// file answers after the reload; an invalid edit is refused; SIGTERM stops it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_serves_the_python_client_and_reloads_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, python_config("")).expect("write");
+    let mut process = Process::serve(&path);
+    let grpc = process
+        .grpc
+        .expect("the listening line names the gRPC address");
+
+    let stdout = python_client(grpc, &["--unit", "HOUR"]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    assert!(stdout.contains("OVER_LIMIT"), "{stdout}");
+    let peek = process
+        .post(
+            "/v1/peek",
+            r#"{"limit": "per_user", "key": {"user": "alice"}}"#,
+        )
+        .await;
+    assert_eq!(
+        peek.status, 429,
+        "alice's calls over gRPC count over HTTP: {peek:?}"
+    );
+
+    let mut client = connect(grpc).await;
+    let before = call(&mut client, "py", &[("tenant", "t1")]).await;
+    assert_eq!(
+        limit_name(&before),
+        "",
+        "no rule for tenants yet: {before:?}"
+    );
+    let tenant_rule = "\n[[envoy.rules]]\ndomain = \"py\"\nlimit = \"per_tenant\"\ndescriptor = [{ key = \"tenant\", part = \"tenant\" }]\n";
+    std::fs::write(&path, python_config(tenant_rule)).expect("write");
+    let stdout = python_client(
+        grpc,
+        &[
+            "--wait-rule",
+            "py",
+            "tenant",
+            "per_tenant",
+            "--wait-secs",
+            "10",
+        ],
+    )
+    .await;
+    assert!(stdout.contains("rule per_tenant answers"), "{stdout}");
+
+    std::fs::write(
+        &path,
+        python_config(&tenant_rule.replace("per_tenant", "nope")),
+    )
+    .expect("write");
+    let refused = eventually(Duration::from_secs(10), || async {
+        process.log().contains("config reload refused")
+    })
+    .await;
+    assert!(
+        refused,
+        "the invalid edit was not refused; log:\n{}",
+        process.log()
+    );
+    assert!(
+        process
+            .log()
+            .contains(r#"envoy.rules[1].limit: unknown limit "nope""#),
+        "{}",
+        process.log()
+    );
+    let after = call(&mut client, "py", &[("tenant", "t2")]).await;
+    assert_eq!(
+        limit_name(&after),
+        "per_tenant",
+        "the old rules stay: {after:?}"
+    );
+
+    drop(client);
+    process.signal("TERM");
+    let status = process.wait();
+    assert!(status.success(), "exit {status:?}; log:\n{}", process.log());
+    assert!(
+        TcpStream::connect(grpc).await.is_err(),
+        "the gRPC port is closed after exit"
+    );
+}
