@@ -97,22 +97,22 @@ async fn check(
     State(state): State<Arc<AppState>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Reply, ApiError> {
-    let request: CheckRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
-    let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
-    let limits = state.limits.load_full();
-    let asked = limits
-        .validate(&names, &key, cost)
-        .map_err(ApiError::BadRequest)?;
-    let outcome = limits
-        .check(&asked)
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
-    Ok(Reply::verdict(outcome, &limits))
+    decide(&state, bytes, true).await
 }
 
 async fn peek(
     State(state): State<Arc<AppState>>,
     bytes: Result<Bytes, BytesRejection>,
+) -> Result<Reply, ApiError> {
+    decide(&state, bytes, false).await
+}
+
+/// `/v1/check` (`charge`) and `/v1/peek`: the same request, the same validation, the same
+/// reply; only whether the limits are charged differs.
+async fn decide(
+    state: &AppState,
+    bytes: Result<Bytes, BytesRejection>,
+    charge: bool,
 ) -> Result<Reply, ApiError> {
     let request: CheckRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
     let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
@@ -120,10 +120,12 @@ async fn peek(
     let asked = limits
         .validate(&names, &key, cost)
         .map_err(ApiError::BadRequest)?;
-    let outcome = limits
-        .peek(&asked)
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    let outcome = if charge {
+        limits.check(&asked).await
+    } else {
+        limits.peek(&asked).await
+    }
+    .map_err(|e| ApiError::Internal(e.into()))?;
     Ok(Reply::verdict(outcome, &limits))
 }
 
