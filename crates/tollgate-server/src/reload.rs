@@ -165,6 +165,29 @@ pub(crate) fn spawn(
     tokio::spawn(run(reloader, interval, hangup, stop))
 }
 
+/// Without a config file there is nothing to reload, but SIGHUP must not terminate the
+/// service (its default action) either: it is logged and ignored, until `stop` turns true.
+pub(crate) fn ignore_hangup(mut stop: watch::Receiver<bool>) {
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => signal,
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot listen for SIGHUP");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                got = hangup.recv() => match got {
+                    Some(()) => tracing::info!("SIGHUP: started without --config, nothing to reload"),
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
 async fn run(
     mut reloader: Reloader,
     interval: Duration,

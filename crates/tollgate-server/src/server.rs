@@ -182,6 +182,9 @@ impl Server {
                 Reloader::new(path, overrides, config.clone(), clock, Arc::clone(&state));
             reload::spawn(reloader, interval, stop_rx.clone())
         });
+        if reloader.is_none() {
+            reload::ignore_hangup(stop_rx.clone());
+        }
         let addr = listener.local_addr()?;
         let grpc_addr = match &grpc {
             Some(l) => l.local_addr()?.to_string(),

@@ -27,11 +27,22 @@ pub(crate) struct Process {
 impl Process {
     /// Starts `tollgate serve --config <path>` and waits (10 s at most) for its listening line.
     pub(crate) fn serve(config: &Path) -> Process {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(config)
+        let mut command = Command::new(BIN);
+        command.args(["serve", "--config"]).arg(config);
+        Process::start(command)
+    }
+
+    /// Starts `tollgate serve` with no config file, on a free port.
+    fn serve_without_config() -> Process {
+        let mut command = Command::new(BIN);
+        command.arg("serve");
+        Process::start(command)
+    }
+
+    fn start(mut command: Command) -> Process {
+        let mut child = command
             .env("RUST_LOG", "tollgate_server=debug")
-            .env_remove("TOLLGATE_HTTP")
+            .env("TOLLGATE_HTTP", "127.0.0.1:0")
             .env_remove("TOLLGATE_GRPC")
             .env_remove("TOLLGATE_REDIS_URL")
             .env_remove("TOLLGATE_ADMIN_TOKEN")
@@ -168,6 +179,23 @@ async fn serve_reload_and_terminate() {
     let status = process.wait();
     assert!(status.success(), "exit {status:?}; log:\n{}", process.log());
     assert!(process.log().contains("shutting down"), "{}", process.log());
+}
+
+/// Started without a config file, the service survives SIGHUP (whose default action would
+/// terminate it) and keeps answering.
+#[tokio::test]
+async fn sighup_without_config_is_ignored() {
+    let mut process = Process::serve_without_config();
+    process.signal("HUP");
+    let logged = eventually(Duration::from_secs(10), || async {
+        process.log().contains("nothing to reload")
+    })
+    .await;
+    assert!(logged, "SIGHUP not handled; log:\n{}", process.log());
+    let health = request(process.addr, "GET", "/healthz", Bytes::new(), &[]).await;
+    assert_eq!(health.status, 200, "{}", process.log());
+    process.signal("TERM");
+    assert!(process.wait().success(), "{}", process.log());
 }
 
 /// SIGHUP re-reads the file.
