@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::BenchOptions;
+use crate::bench::{self, BenchOptions, GrpcTarget, Report};
 use crate::duration;
 
 /// A distributed rate limiter as a service.
@@ -34,38 +34,77 @@ pub enum Command {
         /// The config file (TOML).
         file: PathBuf,
     },
-    /// Drive a running service's POST /v1/check and report decisions/s and latency.
+    /// Drive a running service's POST /v1/check (or, with --grpc, its Envoy rate limit
+    /// service) and report decisions/s and latency.
     Bench(BenchArgs),
 }
 
 /// `tollgate bench` options.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The service's base URL.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    url: String,
+    /// The service's base URL [default: http://127.0.0.1:8080, with --grpc
+    /// http://127.0.0.1:8081].
+    #[arg(long)]
+    url: Option<String>,
     /// Connections, each with one request in flight.
     #[arg(long, short, default_value_t = 32)]
     concurrency: usize,
     /// How long to run, e.g. "10s".
     #[arg(long, short, default_value = "10s", value_parser = duration::parse)]
     duration: Duration,
-    /// The limit to check (default: the first one listed).
-    #[arg(long, short)]
+    /// The limit to check (default: the first one listed). HTTP only.
+    #[arg(long, short, conflicts_with = "grpc")]
     limit: Option<String>,
-    /// Distinct key values to cycle through.
+    /// Distinct key values to cycle through (with --grpc: values of the last descriptor entry,
+    /// sent as `<value>-<i>`; 1 sends the descriptor unchanged).
     #[arg(long, default_value_t = 10_000)]
     keys: u64,
+    /// Drive the Envoy rate limit service (gRPC ShouldRateLimit) instead of POST /v1/check.
+    #[arg(long, requires = "domain", requires = "descriptor")]
+    grpc: bool,
+    /// The request's domain (with --grpc).
+    #[arg(long, requires = "grpc")]
+    domain: Option<String>,
+    /// The descriptor's entries, `key=value[,key=value...]` in order (with --grpc); may be
+    /// repeated to add entries.
+    #[arg(long, requires = "grpc", value_delimiter = ',', value_parser = parse_entry)]
+    descriptor: Vec<(String, String)>,
 }
 
-impl From<BenchArgs> for BenchOptions {
-    fn from(a: BenchArgs) -> BenchOptions {
-        BenchOptions {
-            url: a.url,
-            concurrency: a.concurrency,
-            duration: a.duration,
-            limit: a.limit,
-            keys: a.keys,
+/// `key=value`, the key not empty.
+fn parse_entry(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected key=value, got {text:?}")),
+    }
+}
+
+impl BenchArgs {
+    /// Runs the benchmark these options describe ([`bench::run`] or [`bench::run_grpc`]).
+    ///
+    /// # Errors
+    /// As the bench run does.
+    pub async fn run(self) -> anyhow::Result<Report> {
+        let default_url = if self.grpc {
+            "http://127.0.0.1:8081"
+        } else {
+            "http://127.0.0.1:8080"
+        };
+        let options = BenchOptions {
+            url: self.url.unwrap_or_else(|| default_url.to_owned()),
+            concurrency: self.concurrency,
+            duration: self.duration,
+            limit: self.limit,
+            keys: self.keys,
+        };
+        if self.grpc {
+            let target = GrpcTarget {
+                domain: self.domain.unwrap_or_default(),
+                descriptor: self.descriptor,
+            };
+            bench::run_grpc(options, target).await
+        } else {
+            bench::run(options).await
         }
     }
 }

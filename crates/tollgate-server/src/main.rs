@@ -63,7 +63,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
         }
         Command::Bench(args) => {
-            tollgate_server::bench::run(args.into()).await?;
+            args.run().await?;
         }
     }
     Ok(())

@@ -22,6 +22,9 @@ pub(crate) struct Process {
     /// The gRPC (Envoy RLS) address, when `server.grpc` is set.
     pub(crate) grpc: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
+    /// The thread copying stderr into `log`; joined once the process has exited, so the log
+    /// holds every line the process wrote.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Process {
@@ -54,7 +57,7 @@ impl Process {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
         let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if line.contains("addr=") {
                     let _ = tx.send(line.clone());
@@ -90,6 +93,7 @@ impl Process {
             addr,
             grpc,
             log,
+            reader: Some(reader),
         }
     }
 
@@ -116,6 +120,10 @@ impl Process {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // stderr is closed now: the reader reaches its end.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
                 return status;
             }
             assert!(

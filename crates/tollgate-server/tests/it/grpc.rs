@@ -429,3 +429,50 @@ async fn binary_serves_the_python_client_and_reloads_rules() {
         "the gRPC port is closed after exit"
     );
 }
+
+/// `tollgate bench --grpc` drives `ShouldRateLimit`: with 4 keys of 5 calls each (the fake
+/// clock never leaves the window), both `OK` and `OVER_LIMIT` come back and are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_bench_counts_ok_and_over_limit() {
+    let text = format!(
+        "{}{}",
+        one_limit("bench_g", "fixed_window", 5, "1h", r#""user""#, "deny"),
+        user_rule("bench_g")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind grpc");
+    let grpc = listener.local_addr().expect("grpc addr");
+    let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+    drop(connect(grpc).await);
+
+    let report = tollgate_server::bench::run_grpc(
+        tollgate_server::bench::BenchOptions {
+            url: format!("http://{grpc}"),
+            concurrency: 4,
+            duration: Duration::from_millis(500),
+            limit: None,
+            keys: 4,
+        },
+        tollgate_server::bench::GrpcTarget {
+            domain: "edge".into(),
+            descriptor: vec![("user".into(), "u".into())],
+        },
+    )
+    .await
+    .expect("bench runs");
+    assert_eq!(report.other, 0, "{report:?}");
+    assert!(report.allowed > 0, "{report:?}");
+    assert!(report.allowed <= 20, "4 keys of 5 each: {report:?}");
+    assert!(report.denied > 0, "{report:?}");
+    assert_eq!(report.latency.len(), report.allowed + report.denied);
+    // The bench's keys are `u-0` … `u-3`, each used up (a peek at one is refused).
+    let peek = server
+        .post(
+            "/v1/peek",
+            r#"{"limit": "bench_g", "key": {"user": "u-2"}}"#,
+        )
+        .await;
+    assert_eq!(peek.status, 429, "{peek:?}");
+    assert_eq!(peek.json["remaining"], 0, "{peek:?}");
+    server.stop().await;
+}
