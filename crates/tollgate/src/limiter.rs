@@ -360,7 +360,7 @@ impl<S: Store> Limiter<S> {
                 };
                 metrics::counter!(
                     "tollgate_decisions_total",
-                    "limit" => d.limit.to_string(),
+                    "limit" => std::sync::Arc::clone(&d.limit),
                     "outcome" => outcome
                 )
                 .increment(1);
