@@ -1,13 +1,15 @@
 -- check.lua: tollgate's one script — decides N (limit, key) entries all or nothing.
 --
 -- Runs after prelude.lua and the five algorithm files (concatenated into one script, so one
--- EVALSHA and one SHA). Being Lua, it is atomic: no other command runs between reading and
--- writing, and no key can expire halfway through.
+-- EVALSHA and one SHA; gcra.lua wrapped as `local function gcra(key, now, inc, tau, op)`).
+-- Being Lua, it is atomic: no other command runs between reading and writing, and no key
+-- can expire halfway through.
 --
 -- KEYS[1..N]  one key per entry; all in one hash slot on a cluster (the caller groups them)
 -- ARGV[1]     op: 0 = peek (decide, write nothing), 1 = check (charge every entry if all
 --             admit, else nothing), 2 = give back `cost` charged at `now` (cross-slot undo)
--- ARGV[2]     now, µs since the epoch; empty = the server's clock (TIME)
+-- ARGV[2]     the clock: '' = the server's (TIME); 's<µs>' = the server's, at that instant;
+--             '<µs>' = the caller's, at that instant (µs since the epoch; see prelude.lua)
 -- ARGV[3]     cost, units (1 ≤ cost ≤ every entry's capacity; the caller checked)
 -- ARGV[4i..4i+3] for entry i (1-based; ARGV[4..7] is entry 1): algorithm tag
 --             (fw, sl, sw, tb, gcra) and three integer parameters, see each algorithm file
@@ -15,11 +17,10 @@
 --               reset_after (µs), retry_after (µs, -1 when allowed) }
 
 local op = tonumber(ARGV[1])
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
+local now, server = clock(ARGV[2])
+-- GCRA on the server's clock reads time from its key's expiry, not from `now`.
+local gcra_now = now
+if server then gcra_now = nil end
 local cost = tonumber(ARGV[3])
 
 -- Entry i's function and parameters, its arguments being ARGV[4i .. 4i+3].
@@ -28,7 +29,14 @@ local function run(i, mode)
   local alg = ARGV[a]
   local p1, p2, p3 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if alg == 'gcra' then
-    return gcra(KEYS[i], now, cost, p1, p2, p3, mode)
+    -- GCRA answers with one integer (see gcra.lua), turned here into the common four.
+    local inc, tau = cost * p1, p2
+    local r = gcra(KEYS[i], gcra_now, inc, tau, mode)
+    local allowed, used, retry = 1, r, -1
+    if r < 0 then allowed, used = 0, -1 - r; retry = used + inc - tau end
+    local left = tau - used
+    if left < 0 then left = 0 end
+    return allowed, math.floor(left / p1), used, retry
   elseif alg == 'fw' then
     return fixed_window(KEYS[i], now, cost, p1, p2, p3, mode)
   elseif alg == 'sl' then

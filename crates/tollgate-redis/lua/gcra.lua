@@ -1,41 +1,66 @@
--- gcra.lua: the generic cell rate algorithm, one integer per key.
+-- gcra.lua: the generic cell rate algorithm, one deadline per key.
 -- Mirrors crates/tollgate/src/rules/gcra.rs exactly.
 --
--- KEYS[i]  the key, a string: the theoretical arrival time `tat` (µs since the epoch)
--- ARGV     (per entry, see check.lua) 'gcra', T = emission interval (µs, ceil(period/limit)),
---          tau = T × burst (µs), unused
--- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
---          charged at this same `now`
--- returns  allowed (1/0), remaining (units), reset_after (µs), retry_after (µs, -1 if allowed)
+-- This file is a function BODY, not a function: tollgate-redis (src/script.rs) composes it
+-- twice, so that the algorithm is written once and its hot path pays for no closure:
+-- * the single-entry GCRA script is one_gcra.lua (which binds the inputs below from KEYS and
+--   ARGV) followed by this body;
+-- * the general script wraps it into the function `gcra(key, now, inc, tau, op)`,
+--   called by check.lua.
 --
--- Expiry: `tat` − now (+ slack), set with every write; denied calls write nothing.
-local function gcra(key, now, cost, t, tau, _, op)
-  local tat = tonumber(redis.call('GET', key) or '0') or 0
-  local allowed, retry = 1, -1
-  if op == 2 then
-    tat = tat - cost * t
-    if tat <= now then
-      redis.call('DEL', key)
-      tat = 0
-    else
-      redis.call('SET', key, fmt(tat), 'KEEPTTL')
-    end
-  else
-    local base = tat
-    if now > base then base = now end
-    local new_tat = base + cost * t
-    if new_tat - now <= tau then
-      if op == 1 then
-        tat = new_tat
-        redis.call('SET', key, fmt(tat), 'PX', ttl_ms(tat - now))
-      end
-    else
-      allowed, retry = 0, new_tat - tau - now
-    end
+-- Inputs   key  the key
+--          now  µs since the epoch on the caller's clock, or nil for the server's clock
+--          inc  cost × T: the units asked for, in µs (T = emission interval, ceil(period/limit))
+--          tau  T × burst (µs): how far ahead of now the theoretical arrival time may run
+--          op   0 = decide only, 1 = decide and charge when admitted, 2 = give back `inc`
+--               charged just before
+-- Returns  one integer. Admitted: `used` ≥ 0, the theoretical arrival time `tat` minus now
+--          after the call. Denied: −1 − `used` before the call (nothing written). The caller
+--          derives remaining, reset_after and retry_after from it with the same arithmetic as
+--          the Rust rule: remaining = ⌊(tau − used)/T⌋, reset_after = used, retry_after =
+--          used + inc − tau.
+--
+-- State, by clock:
+-- * Server's clock (production): `tat` IS the key's expiry. Redis keeps expiries in ms, so
+--   the value holds the µs below it: tat = expiry_ms × 1000 − value, value in 0..999.
+--   `PTTL` then reads tat − now directly from Redis's own clock — no `TIME`, no absolute time
+--   parsed — and an idle key disappears exactly when its quota is full again. Now is Redis's
+--   millisecond clock (as for every key expiry), so a decision may be up to 1 ms more
+--   cautious than with a µs clock, never less. A value outside 0..999 (a key written on a
+--   caller's clock) counts as 0: the key then looks fuller than it is, never emptier.
+-- * Caller's clock (tests, simulations): the value is `tat` in µs and the expiry tat − now
+--   plus one second of slack, rounded up to ms (Redis's clock and the caller's are unrelated).
+-- Every write sets the expiry; a denied call writes nothing; a key found without an expiry
+-- reads as full and is rewritten with one at its next admit.
+local used = 0
+if now then
+  local tat = tonumber(redis.call('GET', key))
+  if tat and tat > now then used = tat - now end
+else
+  local ms = redis.call('PTTL', key)
+  if ms > 0 then
+    local below = tonumber(redis.call('GET', key)) or 0
+    if below < 0 or below > 999 then below = 0 end
+    used = ms * 1000 - below
   end
-  local used = tat - now
-  if used < 0 then used = 0 end
-  local left = tau - used
-  if left < 0 then left = 0 end
-  return allowed, math.floor(left / t), used, retry
 end
+if op == 2 then
+  used = used - inc
+  if used <= 0 then
+    redis.call('DEL', key)
+    return 0
+  end
+else
+  local after = used + inc
+  if after > tau then return -1 - used end
+  if op ~= 1 then return used end
+  used = after
+end
+if now then
+  redis.call('SET', key, string.format('%d', now + used), 'PX',
+    string.format('%d', math.floor((used + 999) / 1000) + 1000))
+else
+  local ms = math.floor((used + 999) / 1000)
+  redis.call('SET', key, string.format('%d', ms * 1000 - used), 'PX', string.format('%d', ms))
+end
+return used

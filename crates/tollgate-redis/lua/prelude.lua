@@ -1,8 +1,10 @@
 -- prelude.lua: helpers shared by every algorithm; the first part of tollgate's one script.
 --
--- The script EVALSHA runs is prelude.lua, then the five algorithm files, then check.lua,
+-- The general script is prelude.lua, then the five algorithm files, then check.lua,
 -- concatenated in that order by tollgate-redis (src/script.rs). Each algorithm file defines
--- one local function; check.lua reads KEYS/ARGV and calls them.
+-- one function, local to the script (gcra.lua is a body that src/script.rs wraps into one);
+-- check.lua reads KEYS/ARGV and calls them. The single-entry scripts are prelude.lua, one algorithm file and
+-- one.lua — except GCRA's, one_gcra.lua then gcra.lua, which needs nothing from here.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53 (microseconds since the
 -- epoch stay below that for 285 years). Every value written to Redis is formatted with
@@ -18,4 +20,19 @@ end
 local function ttl_ms(us)
   if us < 0 then us = 0 end
   return fmt(math.floor((us + 999) / 1000) + 1000)
+end
+
+-- The instant to decide at, from ARGV[2]: '' = the server's clock (TIME); 's<µs>' = the
+-- server's clock at that instant (a give-back of a cross-slot request, which must undo at the
+-- instant it charged); '<µs>' = the caller's clock. Returns now, and whether it is the
+-- server's clock (GCRA keeps its state differently on each, see gcra.lua).
+local function clock(arg)
+  local now = tonumber(arg)
+  if now then return now, false end
+  now = tonumber(string.sub(arg, 2))
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
+  return now, true
 end

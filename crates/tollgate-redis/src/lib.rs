@@ -12,7 +12,8 @@
 //! `ARGV`, so a multi-limit request mixing algorithms is still one round trip and one atomic
 //! step: the dispatcher decides every entry first and charges them all only if all admit. A
 //! denied call writes nothing. A request of a single limit runs that algorithm's
-//! single-entry script instead (same files, same arguments and reply, less Lua per call).
+//! single-entry script instead (same files, less Lua per call; GCRA's takes two arguments and
+//! answers one integer).
 //!
 //! ## Where all-or-nothing holds
 //! - **Single Redis**: always one script, atomic over every entry.
@@ -23,14 +24,16 @@
 //!   guarantee: between the charge and the give-back, other callers see the units taken (they
 //!   may be refused when an atomic store would admit them, never admitted wrongly), and if the
 //!   give-back itself fails (node lost, timeout) the units stay taken until they replenish.
-//!   Every group uses the `now` the first group's script read, so all entries decide at one
-//!   instant.
+//!   Each group decides on its own node's clock (a key is always judged by the clock of the
+//!   node that holds it), and a give-back undoes at the instant its group charged.
 //!
 //! ## Time
-//! `now: None` uses the server's `TIME` inside the script, so instances whose clocks disagree
-//! decide identically (the trade-off: on a cluster, nodes' clocks may differ slightly; the
-//! first slot group's time is passed to the others). `now: Some` is the caller's clock, for
-//! tests and simulation.
+//! `now: None` uses the server's clock inside the script, so instances whose clocks disagree
+//! decide identically: `TIME`, or for GCRA the key's own expiry, which *is* its state
+//! (`lua/gcra.lua`). `now: Some` is the caller's clock, for tests and simulation; GCRA keeps
+//! its state differently there, so one key must not be shared between a limiter with a clock
+//! and one without (the server-clock side then reads the key as fuller than it is, never
+//! emptier).
 //!
 //! ## Failures
 //! Every call has a timeout (default 50 ms), errors are classified into
@@ -50,7 +53,8 @@ mod store;
 mod store_builder;
 
 pub use script::{
-    entry_args, script_sha, script_source, single_entry_script_sha, single_entry_script_source,
+    entry_args, script_sha, script_source, single_entry_args, single_entry_script_sha,
+    single_entry_script_source,
 };
 pub use slot::slot_of;
 pub use store::RedisStore;

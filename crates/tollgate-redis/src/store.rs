@@ -26,7 +26,7 @@ use tollgate::{Decision, Decisions, Entry, Request, Store, StoreError, Timestamp
 
 use crate::breaker::Breaker;
 use crate::error::classify;
-use crate::script::{Op, decode, invocation};
+use crate::script::{Op, TimeSource, decode, invocation};
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
 
@@ -149,17 +149,26 @@ impl RedisStore {
         }
     }
 
-    /// Runs `op` on one group of entries (one slot), returning the script's `now`.
+    /// Runs `op` on one group of entries (one slot) on clock `at`. Also returns the clock a
+    /// give-back of this group must use: the instant its script decided at (GCRA's
+    /// single-entry script on the server's clock reads no instant, and its give-back needs
+    /// none).
     async fn run_group(
         &self,
         op: Op,
         entries: &[&Entry<'_>],
         cost: u64,
-        now: Option<u64>,
-    ) -> Result<(u64, SmallVec<[Decision; 2]>), StoreError> {
-        let inv = invocation(op, entries, cost, now);
+        at: TimeSource,
+    ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
+        let inv = invocation(op, entries, cost, at);
         let reply = self.eval(&inv).await?;
-        decode(reply, entries.iter().copied())
+        let (now, decisions) = decode(reply, entries, cost)?;
+        let undo_at = match (at, now) {
+            (TimeSource::Caller(t), _) => TimeSource::Caller(t),
+            (_, Some(t)) => TimeSource::ServerInstant(t),
+            (at, None) => at,
+        };
+        Ok((undo_at, decisions))
     }
 
     async fn decide(
@@ -170,52 +179,50 @@ impl RedisStore {
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
         let cost = request.cost();
-        let now = now.map(Timestamp::as_micros);
+        let at = match now {
+            Some(t) => TimeSource::Caller(t.as_micros()),
+            None => TimeSource::Server,
+        };
         let groups = self.groups(entries);
         if groups.len() == 1 {
             let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-            let (_, decisions) = self.run_group(op, &group, cost, now).await?;
+            let (_, decisions) = self.run_group(op, &group, cost, at).await?;
             return Ok(decisions.into_iter().collect());
         }
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
-        let mut now = now;
-        let mut charged: SmallVec<[&Group; 4]> = SmallVec::new();
+        let mut charged: SmallVec<[(&Group, TimeSource); 4]> = SmallVec::new();
         let mut denied_at = None;
         for (g, group) in groups.iter().enumerate() {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            let result = self.run_group(op, &members, cost, now).await;
-            let (t, decisions) = match result {
+            let (undo_at, decisions) = match self.run_group(op, &members, cost, at).await {
                 Ok(r) => r,
                 Err(e) => {
-                    if let Some(t) = now {
-                        self.give_back(entries, &charged, cost, t).await;
-                    }
+                    self.give_back(entries, &charged, cost).await;
                     return Err(e);
                 }
             };
-            now = Some(t);
             let all = decisions.iter().all(|d| d.allowed);
             for (&i, d) in group.iter().zip(decisions) {
                 out[i] = Some(d);
             }
             if op == Op::Check {
                 if all {
-                    charged.push(group);
+                    charged.push((group, undo_at));
                 } else {
                     denied_at = Some(g);
                     break;
                 }
             }
         }
-        if let (Some(g), Some(t)) = (denied_at, now) {
+        if let Some(g) = denied_at {
             // Undo the groups already charged, and tell the rest how they stand.
-            for (i, d) in self.give_back(entries, &charged, cost, t).await {
+            for (i, d) in self.give_back(entries, &charged, cost).await {
                 out[i] = Some(d);
             }
             for group in &groups[g + 1..] {
                 let members: SmallVec<[&Entry<'_>; 2]> =
                     group.iter().map(|&i| &entries[i]).collect();
-                let (_, decisions) = self.run_group(Op::Peek, &members, cost, Some(t)).await?;
+                let (_, decisions) = self.run_group(Op::Peek, &members, cost, at).await?;
                 for (&i, d) in group.iter().zip(decisions) {
                     out[i] = Some(d);
                 }
@@ -226,25 +233,22 @@ impl RedisStore {
             .collect()
     }
 
-    /// Gives back `cost` on every charged group (best effort: a failure leaves the units taken
-    /// until they replenish, and is logged). Returns the decisions after the give-back.
+    /// Gives back `cost` on every charged group, each on the clock it was charged on (best
+    /// effort: a failure leaves the units taken until they replenish, and is logged). Returns
+    /// the decisions after the give-back.
     async fn give_back(
         &self,
         entries: &[Entry<'_>],
-        charged: &[&Group],
+        charged: &[(&Group, TimeSource)],
         cost: u64,
-        now: u64,
     ) -> Vec<(usize, Decision)> {
         let mut out = Vec::new();
         if charged.is_empty() {
             return out;
         }
-        for group in charged {
+        for &(group, at) in charged {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            match self
-                .run_group(Op::GiveBack, &members, cost, Some(now))
-                .await
-            {
+            match self.run_group(Op::GiveBack, &members, cost, at).await {
                 Ok((_, decisions)) => out.extend(group.iter().copied().zip(decisions)),
                 Err(e) => tracing::warn!(
                     cause = %e,

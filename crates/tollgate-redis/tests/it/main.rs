@@ -9,4 +9,5 @@ mod conformance_cluster;
 mod conformance_redis;
 mod differential;
 mod faults;
+mod gcra_server_clock;
 mod server_time;

@@ -1,0 +1,15 @@
+-- one_gcra.lua: the single-entry script of GCRA, the most common and cheapest request.
+--
+-- Composed as this file then gcra.lua (a function body): no prelude, no closure, and on the
+-- server's clock two or three Redis commands (PTTL, GET when the key exists, SET when
+-- admitted) and two arguments. Contract:
+--
+-- KEYS[1]  the key
+-- ARGV[1]  inc = cost × T (µs)
+-- ARGV[2]  tau = T × burst (µs)
+-- ARGV[3]  op (see gcra.lua); absent = 1, check
+-- ARGV[4]  now, µs since the epoch on the caller's clock; absent, empty or 's…' = the
+--          server's clock
+-- returns  one integer, as gcra.lua says
+local key, inc, tau = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local op, now = tonumber(ARGV[3]) or 1, tonumber(ARGV[4])

@@ -1,0 +1,194 @@
+//! GCRA on the server's clock, where its state is the key's expiry (`lua/gcra.lua`): the
+//! conformance suite and the differential test drive a fake clock, so they exercise the other
+//! encoding; these tests hold this one to the same arithmetic on Redis's real clock.
+//!
+//! Real time passes here, so bounds allow for it: every check below is a tolerance of tens of
+//! milliseconds around an exact figure, on quotas of seconds or hours.
+
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Decision, Entry, Key, Limit, Quota, Request, Store, Timestamp};
+use tollgate_redis::RedisStore;
+
+use crate::common::{redis_store, server, unique_namespace};
+
+/// Slack for real time elapsed between a call and the next assertion.
+const SLACK: Duration = Duration::from_millis(200);
+
+fn gcra(limit: u64, period: Duration) -> Limit {
+    Limit::new(
+        "g",
+        Algorithm::Gcra,
+        Quota::new(limit, period).expect("valid"),
+    )
+    .expect("valid")
+}
+
+async fn check(store: &RedisStore, limit: &Limit, key: &Key, cost: u64) -> Decision {
+    let request = Request::new(
+        [Entry {
+            limit,
+            key: key.clone(),
+        }],
+        cost,
+    )
+    .expect("valid");
+    store.check(&request, None).await.expect("check")[0]
+}
+
+/// One command on a connection of its own to the shared server.
+fn query<T: redis::FromRedisValue>(cmd: &str, key: &Key) -> T {
+    let mut con = redis::Client::open(server().url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    redis::cmd(cmd)
+        .arg(key.as_str())
+        .query(&mut con)
+        .unwrap_or_else(|e| panic!("{cmd} {key}: {e}"))
+}
+
+fn pttl_ms(key: &Key) -> i64 {
+    query("PTTL", key)
+}
+
+fn value(key: &Key) -> String {
+    query("GET", key)
+}
+
+fn within(actual: Duration, expected: Duration) -> bool {
+    actual <= expected && actual + SLACK >= expected
+}
+
+/// Ten per hour: each admit moves the key's expiry one interval (6 minutes) later, the
+/// decisions count down as the rule's do, and the eleventh is refused with the rule's wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_is_the_keys_expiry() {
+    let store = redis_store().await;
+    let ns = unique_namespace("gcra-expiry");
+    let limit = gcra(10, Duration::from_secs(3_600));
+    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let t = Duration::from_secs(360);
+    for i in 1..=10_u32 {
+        let d = check(&store, &limit, &key, 1).await;
+        assert!(d.allowed, "call {i}: {d:?}");
+        assert_eq!(d.remaining, u64::from(10 - i), "call {i}: {d:?}");
+        assert!(within(d.reset_after, t * i), "call {i}: {d:?}");
+        let expiry = Duration::from_millis(pttl_ms(&key).try_into().expect("has a TTL"));
+        assert!(within(expiry, t * i), "call {i}: PTTL {expiry:?}");
+        // A whole number of ms per interval: nothing below the ms to keep.
+        assert_eq!(value(&key), "0");
+    }
+    let d = check(&store, &limit, &key, 1).await;
+    assert!(!d.allowed, "{d:?}");
+    assert_eq!(d.remaining, 0);
+    let retry = d.retry_after.expect("denied");
+    assert!(within(retry, t), "{d:?}");
+    // Denied: nothing written, the expiry is where the tenth admit put it.
+    let expiry = Duration::from_millis(pttl_ms(&key).try_into().expect("has a TTL"));
+    assert!(within(expiry, t * 10), "PTTL {expiry:?}");
+}
+
+/// Three per second: T = 333 334 µs is not a whole number of ms, so the value keeps the µs
+/// below the expiry, and two admits add up to exactly 2 T.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microseconds_below_the_expiry_are_kept() {
+    let store = redis_store().await;
+    let ns = unique_namespace("gcra-us");
+    let limit = gcra(3, Duration::from_secs(1));
+    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let d = check(&store, &limit, &key, 1).await;
+    assert_eq!(d.reset_after, Duration::from_micros(333_334), "{d:?}");
+    // tat − now = 333 334 µs = 334 ms − 666 µs.
+    assert_eq!(value(&key), "666");
+    let started = Instant::now();
+    let d = check(&store, &limit, &key, 1).await;
+    let elapsed = started.elapsed();
+    let expected = Duration::from_micros(666_668);
+    // The second call sees the first's state aged by the time between them, on Redis's ms
+    // clock: 2 T minus whole ms elapsed (one more for a ms boundary crossed).
+    assert!(
+        d.reset_after <= expected && d.reset_after + elapsed + SLACK >= expected,
+        "{d:?}"
+    );
+    let below: u64 = value(&key).parse().expect("an integer");
+    let used = d.reset_after.as_micros() as u64;
+    assert_eq!(below, used.div_ceil(1000) * 1000 - used, "{d:?}");
+}
+
+/// Five per 250 ms: refused after the burst, admitted again once the wait it was given has
+/// passed (not more than a ms early), and the key is gone once the quota is full again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replenishes_on_the_servers_clock() {
+    let store = redis_store().await;
+    let ns = unique_namespace("gcra-real");
+    let limit = gcra(5, Duration::from_millis(250));
+    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    for i in 0..5 {
+        assert!(check(&store, &limit, &key, 1).await.allowed, "call {i}");
+    }
+    // Taken before the call: Redis decided after it, so the wait is measured from no later.
+    let refused_at = Instant::now();
+    let denied = check(&store, &limit, &key, 1).await;
+    assert!(!denied.allowed, "{denied:?}");
+    let retry = denied.retry_after.expect("denied");
+    assert!(retry <= Duration::from_millis(50), "{denied:?}");
+    // Bounded polling on real time: the quota is 250 ms, the deadline 5 s.
+    let deadline = refused_at + Duration::from_secs(5);
+    let admitted_at = loop {
+        if check(&store, &limit, &key, 1).await.allowed {
+            break Instant::now();
+        }
+        assert!(Instant::now() < deadline, "never admitted again");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert!(
+        admitted_at + Duration::from_millis(1) >= refused_at + retry,
+        "admitted {:?} after a refusal that said {retry:?}",
+        admitted_at - refused_at
+    );
+    // Idle, the key expires when its quota is full again: within 250 ms, no slack second.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while query::<bool>("EXISTS", &key) {
+        assert!(
+            Instant::now() < deadline,
+            "key still there: PTTL {}",
+            pttl_ms(&key)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let d = check(&store, &limit, &key, 1).await;
+    assert_eq!(d.remaining, 4, "{d:?}");
+}
+
+/// A key written on a caller's clock (tat in µs as the value), read on the server's clock,
+/// looks fuller than it is, never emptier: the mix is unsupported, but cannot over-admit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_clock_key_is_never_read_as_emptier() {
+    let store = redis_store().await;
+    let ns = unique_namespace("gcra-mixed");
+    let limit = gcra(3, Duration::from_secs(3_600));
+    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let request = Request::new(
+        [Entry {
+            limit: &limit,
+            key: key.clone(),
+        }],
+        3,
+    )
+    .expect("valid");
+    let now = Timestamp::from_micros(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_micros() as u64,
+    );
+    let d = store.check(&request, Some(now)).await.expect("check");
+    assert!(d[0].allowed && d[0].remaining == 0, "{d:?}");
+    let d = check(&store, &limit, &key, 1).await;
+    assert!(
+        !d.allowed,
+        "the server's clock admitted past a spent quota: {d:?}"
+    );
+    let retry = d.retry_after.expect("denied");
+    assert!(retry >= Duration::from_secs(1_200) - SLACK, "{d:?}");
+}
