@@ -9,9 +9,10 @@
 //! - Keys are `tollgate::Key`s built once, shuffled (so that map accesses are not in insertion
 //!   order), and reused. Every store — ours, `governor`, the `dashmap` comparator — is keyed by
 //!   those same `Key`s and hashes them with the same pass-through of [`Key::prehash`].
-//! - Our calls build a [`Request`] per call (cloning the prebuilt `Key` into it), as a caller of
-//!   the store does; the `gcra-prebuilt` cases reuse one prebuilt `Request` per key instead, to
-//!   show what building it costs.
+//! - Our calls build a [`SingleRequest`] per call (validating the cost, borrowing the prebuilt
+//!   `Key`) and call [`MemoryStore::check_single_at`], as a caller checking one key does; the
+//!   `gcra-request` cases build the general [`Request`] per call instead (cloning the `Key` into
+//!   it) and call [`MemoryStore::check_at`], to show what that path costs.
 //! - Time is virtual: each thread's clock moves 1 µs per call. Our stores get it as `now`;
 //!   `governor` reads the same value from a thread-local clock. Every key of a case is touched
 //!   once, untimed, before measuring, so the timed loop never inserts.
@@ -32,7 +33,7 @@ use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
 use tollgate::rules::AnyState;
 use tollgate::{
-    Algorithm, Decision, Decisions, Entry, Key, Limit, MemoryStore, Namespace, Quota, Request,
+    Algorithm, Decision, Entry, Key, Limit, MemoryStore, Namespace, Quota, Request, SingleRequest,
     Timestamp,
 };
 
@@ -233,37 +234,37 @@ struct Slot {
     replenished_at: u64,
 }
 
-/// A `DashMap` running the limit's rule (here [`tollgate::rules::Gcra`]) for single-entry
-/// requests, with the memory store's state layout. Only the map differs.
+/// A `DashMap` running the limit's rule (here [`tollgate::rules::Gcra`]) for single-pair
+/// requests, with the memory store's state layout and rule dispatch. Only the map differs.
 struct DashStore {
     map: DashMap<Key, Slot, PrehashedState>,
 }
 
 impl DashStore {
-    fn check_at(&self, request: &Request<'_>, now: Timestamp) -> Decisions {
-        let [entry] = request.entries() else {
-            unreachable!("the comparator takes single-entry requests")
-        };
-        let (rule, now, cost) = (entry.limit.rule(), now.as_micros(), request.cost());
-        let mut slot = match self.map.get_mut(&entry.key) {
+    fn check_single_at(&self, request: &SingleRequest<'_>, now: Timestamp) -> Decision {
+        let rule = request.limit().rule();
+        let (now, cost) = (now.as_micros(), request.cost());
+        let mut slot = match self.map.get_mut(request.key()) {
             Some(slot) => slot,
-            None => self.map.entry(entry.key.clone()).or_insert_with(|| Slot {
-                state: rule.empty_state(),
-                replenished_at: 0,
-            }),
+            None => self
+                .map
+                .entry(request.key().clone())
+                .or_insert_with(|| Slot {
+                    state: rule.empty_state(),
+                    replenished_at: 0,
+                }),
         };
-        let decision: Decision = match rule.admits(&mut slot.state, now, cost) {
-            Ok(()) => {
-                rule.charge(&mut slot.state, now, cost);
-                let d = rule.decision(&mut slot.state, now, None);
-                slot.replenished_at = now + d.reset_after.as_micros() as u64;
-                d
-            }
-            Err(retry) => rule.decision(&mut slot.state, now, Some(retry)),
-        };
-        let mut decisions = Decisions::new();
-        decisions.push(decision);
-        decisions
+        let (status, retry) = rule.decide(&mut slot.state, now, cost, true);
+        if retry.is_none() {
+            slot.replenished_at = now + status.reset_after_us;
+        }
+        Decision {
+            allowed: retry.is_none(),
+            limit: rule.limit(),
+            remaining: status.remaining,
+            reset_after: Duration::from_micros(status.reset_after_us),
+            retry_after: retry.map(Duration::from_micros),
+        }
     }
 }
 
@@ -275,6 +276,7 @@ fn limit(algorithm: Algorithm, quota: Quota) -> Limit {
         .expect("valid limit")
 }
 
+#[inline]
 fn request<'a>(limit: &'a Limit, key: &Key) -> Request<'a> {
     Request::new(
         [Entry {
@@ -360,13 +362,11 @@ fn benches(c: &mut Criterion) {
             // algorithm, which the deny limit shares).
             let deny_limit = limit_named_like(limit, deny);
             for threads in THREADS {
-                bench_case(c, "gcra-prebuilt", n, threads, &keys, &build, |keys| {
+                bench_case(c, "gcra-request", n, threads, &keys, &build, |keys| {
                     let store = new_store();
-                    let requests: Vec<Request<'_>> =
-                        keys.iter().map(|k| request(limit, k)).collect();
                     move |i, now| {
                         let decisions = store
-                            .check_at(&requests[i], Timestamp::from_micros(now))
+                            .check_at(&request(limit, &keys[i]), Timestamp::from_micros(now))
                             .expect("room for every key");
                         decisions[0].allowed
                     }
@@ -376,7 +376,8 @@ fn benches(c: &mut Criterion) {
                         map: DashMap::with_hasher(PrehashedState::default()),
                     };
                     move |i, now| {
-                        dash.check_at(&request(limit, &keys[i]), Timestamp::from_micros(now))[0]
+                        let request = SingleRequest::new(limit, &keys[i], 1).expect("valid");
+                        dash.check_single_at(&request, Timestamp::from_micros(now))
                             .allowed
                     }
                 });
@@ -402,14 +403,15 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-/// `decide` for a fresh [`MemoryStore`], building a request per call.
+/// `decide` for a fresh [`MemoryStore`], building a [`SingleRequest`] per call.
 fn ours<'k>(limit: &'k Limit, keys: &'k [Key]) -> impl Fn(usize, u64) -> bool + Sync + 'k {
     let store = new_store();
     move |i, now| {
-        let decisions = store
-            .check_at(&request(limit, &keys[i]), Timestamp::from_micros(now))
-            .expect("room for every key");
-        decisions[0].allowed
+        let request = SingleRequest::new(limit, &keys[i], 1).expect("valid");
+        store
+            .check_single_at(&request, Timestamp::from_micros(now))
+            .expect("room for every key")
+            .allowed
     }
 }
 

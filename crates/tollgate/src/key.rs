@@ -77,6 +77,7 @@ impl Key {
     }
 
     /// The key as stored.
+    #[inline]
     pub fn as_str(&self) -> &str {
         &self.text
     }
@@ -98,6 +99,7 @@ impl Key {
     }
 
     /// A hash of the key, computed once, for in-process maps.
+    #[inline]
     pub fn prehash(&self) -> u64 {
         self.hash
     }
@@ -135,6 +137,7 @@ fn push_hex(out: &mut String, b: u8) {
 }
 
 impl PartialEq for Key {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         self.hash == other.hash && self.text == other.text
     }
@@ -143,6 +146,7 @@ impl PartialEq for Key {
 impl Eq for Key {}
 
 impl Hash for Key {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u64(self.hash);
     }
@@ -169,6 +173,7 @@ pub struct KeyHasher(u64);
 pub type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
 
 impl Hasher for KeyHasher {
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
@@ -180,6 +185,7 @@ impl Hasher for KeyHasher {
         }
     }
 
+    #[inline]
     fn write_u64(&mut self, n: u64) {
         self.0 = n;
     }

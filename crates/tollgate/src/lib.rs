@@ -41,6 +41,7 @@ mod on_store_error;
 mod quota;
 mod request;
 pub mod rules;
+mod single_request;
 mod status;
 mod store;
 mod store_error;
@@ -59,6 +60,7 @@ pub use namespace::Namespace;
 pub use on_store_error::OnStoreError;
 pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
 pub use request::{Entry, Request};
+pub use single_request::SingleRequest;
 pub use status::Status;
 pub use store::{
     DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, Decisions, MemoryStore, MemoryStoreBuilder, Store,

@@ -95,26 +95,31 @@ impl Limit {
     }
 
     /// The limit's name.
+    #[inline]
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The limit's name, shared.
+    #[inline]
     pub fn name_arc(&self) -> &Arc<str> {
         &self.name
     }
 
     /// The algorithm.
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
 
     /// The quota.
+    #[inline]
     pub fn quota(&self) -> &Quota {
         &self.quota
     }
 
     /// The algorithm applied to the quota.
+    #[inline]
     pub fn rule(&self) -> &AnyRule {
         &self.rule
     }
@@ -125,12 +130,14 @@ impl Limit {
     }
 
     /// The failure policy.
+    #[inline]
     pub fn policy(&self) -> OnStoreError {
         self.on_store_error
     }
 
     /// The largest cost that can ever pass: `burst` for token bucket and GCRA, `limit`
     /// otherwise.
+    #[inline]
     pub fn capacity(&self) -> u64 {
         if self.algorithm.uses_burst() {
             self.quota.burst()

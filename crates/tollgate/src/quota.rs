@@ -125,6 +125,7 @@ impl Quota {
     }
 
     /// Units admitted per period.
+    #[inline]
     pub const fn limit(&self) -> u64 {
         self.limit
     }
@@ -135,11 +136,13 @@ impl Quota {
     }
 
     /// The period in microseconds.
+    #[inline]
     pub const fn period_micros(&self) -> u64 {
         self.period_us
     }
 
     /// Units admitted at once from a full token bucket / GCRA state.
+    #[inline]
     pub const fn burst(&self) -> u64 {
         self.burst
     }
@@ -151,6 +154,7 @@ impl Quota {
     }
 
     /// [`Quota::emission_interval`] in microseconds.
+    #[inline]
     pub const fn emission_interval_micros(&self) -> u64 {
         self.period_us.div_ceil(self.limit)
     }

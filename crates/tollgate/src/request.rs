@@ -32,12 +32,18 @@ impl<'a> Request<'a> {
     /// # Errors
     /// [`CheckError::NoLimits`], [`CheckError::DuplicateLimit`], [`CheckError::ZeroCost`] or
     /// [`CheckError::CostExceedsCapacity`].
-    #[inline]
+    #[inline(always)]
     pub fn new(
         entries: impl IntoIterator<Item = Entry<'a>>,
         cost: u64,
     ) -> Result<Request<'a>, CheckError> {
-        let entries: SmallVec<[Entry<'a>; 2]> = entries.into_iter().collect();
+        // Pushed one by one: `collect` goes through `SmallVec::extend`, which does not inline
+        // and costs a single-entry request more than the rest of a memory-store check.
+        let mut list: SmallVec<[Entry<'a>; 2]> = SmallVec::new();
+        for e in entries {
+            list.push(e);
+        }
+        let entries = list;
         if entries.is_empty() {
             return Err(CheckError::NoLimits);
         }
@@ -60,11 +66,13 @@ impl<'a> Request<'a> {
     }
 
     /// The entries, in the caller's order.
+    #[inline]
     pub fn entries(&self) -> &[Entry<'a>] {
         &self.entries
     }
 
     /// The cost, between 1 and every entry's capacity.
+    #[inline]
     pub fn cost(&self) -> u64 {
         self.cost
     }

@@ -17,6 +17,7 @@ impl Timestamp {
     pub const ZERO: Timestamp = Timestamp(0);
 
     /// A timestamp `micros` microseconds after the epoch.
+    #[inline]
     pub const fn from_micros(micros: u64) -> Self {
         Timestamp(micros)
     }
@@ -27,6 +28,7 @@ impl Timestamp {
     }
 
     /// Microseconds since the epoch.
+    #[inline]
     pub const fn as_micros(self) -> u64 {
         self.0
     }

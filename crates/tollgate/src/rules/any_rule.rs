@@ -113,6 +113,28 @@ impl AnyRule {
         with_rule!(self, state, |rule, s| rule.status(s, now))
     }
 
+    /// Decides `cost` at `now` and, when it passes and `charge` is set, charges it: one
+    /// dispatch for what [`AnyRule::admits`], [`AnyRule::charge`] and [`AnyRule::status`] do
+    /// in three, so that the chosen rule's arithmetic inlines into one piece of code. Returns
+    /// the status after the call and, when the cost does not pass, the µs until it would (a
+    /// denied call leaves the state as it was).
+    #[inline(always)]
+    pub fn decide(
+        &self,
+        state: &mut AnyState,
+        now: u64,
+        cost: u64,
+        charge: bool,
+    ) -> (Status, Option<u64>) {
+        with_rule!(self, state, |rule, s| {
+            let verdict = rule.admits(s, now, cost);
+            if verdict.is_ok() && charge {
+                rule.charge(s, now, cost);
+            }
+            (rule.status(s, now), verdict.err())
+        })
+    }
+
     /// The quota's limit.
     #[inline]
     pub fn limit(&self) -> u64 {

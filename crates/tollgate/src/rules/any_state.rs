@@ -5,14 +5,18 @@ use crate::rules::{
 };
 
 /// One key's state, whichever algorithm it belongs to.
+///
+/// The two queue-backed states are boxed so that the enum stays 32 bytes: a memory-store map
+/// entry (key, state, sweep deadline) then fills one 64-byte cache line instead of straddling
+/// two, which is what a lookup among a million keys pays for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnyState {
     /// A fixed window state.
     FixedWindow(FixedWindowState),
     /// A sliding log state.
-    SlidingLog(SlidingLogState),
+    SlidingLog(Box<SlidingLogState>),
     /// A sliding window state.
-    SlidingWindow(SlidingWindowState),
+    SlidingWindow(Box<SlidingWindowState>),
     /// A token bucket state.
     TokenBucket(TokenBucketState),
     /// A GCRA state.

@@ -47,10 +47,12 @@ impl FixedWindow {
 impl Rule for FixedWindow {
     type State = FixedWindowState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn admits(&self, state: &FixedWindowState, now: u64, cost: u64) -> Result<(), u64> {
         let count = self.live_count(state, now);
         if count + cost <= self.limit {
@@ -60,6 +62,7 @@ impl Rule for FixedWindow {
         }
     }
 
+    #[inline]
     fn charge(&self, state: &mut FixedWindowState, now: u64, cost: u64) {
         if self.live_count(state, now) == 0 {
             *state = FixedWindowState {
@@ -70,6 +73,7 @@ impl Rule for FixedWindow {
         state.count += cost;
     }
 
+    #[inline]
     fn status(&self, state: &FixedWindowState, now: u64) -> Status {
         let count = self.live_count(state, now);
         Status {

@@ -41,10 +41,12 @@ impl Gcra {
 impl Rule for Gcra {
     type State = GcraState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn admits(&self, state: &GcraState, now: u64, cost: u64) -> Result<(), u64> {
         let new_tat = state.tat.max(now) + cost * self.t;
         if new_tat - now <= self.tau {
@@ -54,10 +56,12 @@ impl Rule for Gcra {
         }
     }
 
+    #[inline]
     fn charge(&self, state: &mut GcraState, now: u64, cost: u64) {
         state.tat = state.tat.max(now) + cost * self.t;
     }
 
+    #[inline]
     fn status(&self, state: &GcraState, now: u64) -> Status {
         let used = state.tat.saturating_sub(now);
         Status {

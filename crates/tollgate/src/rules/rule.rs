@@ -61,6 +61,7 @@ pub trait Rule {
 }
 
 /// Builds a decision from a status; `retry_us` is `Some` exactly when denied.
+#[inline]
 pub(crate) fn decision(limit: u64, status: Status, retry_us: Option<u64>) -> Decision {
     Decision {
         allowed: retry_us.is_none(),

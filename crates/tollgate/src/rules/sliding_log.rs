@@ -42,10 +42,12 @@ impl SlidingLog {
 impl Rule for SlidingLog {
     type State = SlidingLogState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn admits(&self, state: &SlidingLogState, now: u64, cost: u64) -> Result<(), u64> {
         let first = self.first_live(state, now);
         let count = (state.entries.len() - first) as u64;
@@ -60,6 +62,7 @@ impl Rule for SlidingLog {
         }
     }
 
+    #[inline]
     fn charge(&self, state: &mut SlidingLogState, now: u64, cost: u64) {
         let first = self.first_live(state, now);
         state.entries.drain(..first);
@@ -69,6 +72,7 @@ impl Rule for SlidingLog {
         }
     }
 
+    #[inline]
     fn status(&self, state: &SlidingLogState, now: u64) -> Status {
         let first = self.first_live(state, now);
         let count = (state.entries.len() - first) as u64;

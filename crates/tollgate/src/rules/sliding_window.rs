@@ -69,10 +69,12 @@ impl SlidingWindow {
 impl Rule for SlidingWindow {
     type State = SlidingWindowState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn admits(&self, state: &SlidingWindowState, now: u64, cost: u64) -> Result<(), u64> {
         let (first, count) = self.live(state, now);
         if count + cost <= self.limit {
@@ -91,6 +93,7 @@ impl Rule for SlidingWindow {
         Err(0) // cost above the limit: never passes (refused before any store)
     }
 
+    #[inline]
     fn charge(&self, state: &mut SlidingWindowState, now: u64, cost: u64) {
         let (first, _) = self.live(state, now);
         state.buckets.drain(..first);
@@ -102,6 +105,7 @@ impl Rule for SlidingWindow {
         }
     }
 
+    #[inline]
     fn status(&self, state: &SlidingWindowState, now: u64) -> Status {
         let (_, count) = self.live(state, now);
         let newest = state.buckets.back().map_or(0, |&(i, _)| i);

@@ -56,10 +56,12 @@ impl TokenBucket {
 impl Rule for TokenBucket {
     type State = TokenBucketState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn admits(&self, state: &TokenBucketState, now: u64, cost: u64) -> Result<(), u64> {
         let (tokens, last) = self.refill(state, now);
         if tokens >= cost {
@@ -70,11 +72,13 @@ impl Rule for TokenBucket {
         }
     }
 
+    #[inline]
     fn charge(&self, state: &mut TokenBucketState, now: u64, cost: u64) {
         let (tokens, last) = self.refill(state, now);
         state.level = Some((tokens - cost, last));
     }
 
+    #[inline]
     fn status(&self, state: &TokenBucketState, now: u64) -> Status {
         let (tokens, last) = self.refill(state, now);
         let reset_after_us = if tokens >= self.burst {

@@ -76,6 +76,25 @@ fn in_window(history: &[(u64, u64)], t: u64, period: u64) -> u64 {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
 
+    /// `AnyRule::decide` (one dispatch, what the memory store runs) answers, charges and leaves
+    /// the state exactly as `admits`, `charge` and `status` in three, peek or check.
+    #[test]
+    fn one_dispatch_decides_as_three(a in algorithm(), q in quota(), xs in arrivals(), peeks in proptest::collection::vec(any::<bool>(), 120)) {
+        let mut i = 0;
+        replay(a, &q, &xs, |rule, before, now, cost, result| {
+            let charge = !peeks[i % peeks.len()];
+            i += 1;
+            let mut three = before.clone();
+            if result.is_ok() && charge {
+                rule.charge(&mut three, now, cost);
+            }
+            let expected = (rule.status(&mut three, now), result.err());
+            let mut one = before.clone();
+            assert_eq!(rule.decide(&mut one, now, cost, charge), expected, "{a}");
+            assert_eq!(one, three, "{a}: states differ");
+        });
+    }
+
     /// `retry_after` is exact to the microsecond: refused 1 µs before, admitted at it.
     #[test]
     fn retry_after_is_exact(a in algorithm(), q in quota(), xs in arrivals()) {
