@@ -21,15 +21,19 @@
 --          used + inc − tau.
 --
 -- State, by clock:
--- * Server's clock (production): `tat` IS the key's expiry. Redis keeps expiries in ms, so
---   the value holds the µs below it: tat = expiry_ms × 1000 − value, value in 0..999.
---   `PTTL` then reads tat − now directly from Redis's own clock — no `TIME`, no absolute time
---   parsed — and an idle key disappears exactly when its quota is full again. Now is Redis's
---   millisecond clock (as for every key expiry), so a decision may be up to 1 ms more
---   cautious than with a µs clock, never less. A value outside 0..999 (a key written on a
---   caller's clock) counts as 0: the key then looks fuller than it is, never emptier.
+-- * Server's clock (production): `tat` is in the key's expiry. Redis keeps expiries in ms, so
+--   the key expires one second (the slack every tollgate key gets) after `tat` rounded up to
+--   the ms, and its value holds the µs below that ms: tat = (expiry_ms − 1000) × 1000 − value,
+--   value in 0..999. `PTTL` then reads tat − now on Redis's own clock — no `TIME`, no absolute
+--   time parsed — and a key within its last second (PTTL ≤ 1000) is full without a `GET`. The
+--   slack keeps a key that is called again soon after it is full from being deleted and
+--   created anew on every call. Now is Redis's millisecond clock (as for every key expiry), so
+--   a decision may be up to 1 ms more cautious than with a µs clock, never less. A value
+--   outside 0..999 (a key written on a caller's clock) counts as 0: the key then reads as at
+--   least as spent as it is, never less.
 -- * Caller's clock (tests, simulations): the value is `tat` in µs and the expiry tat − now
---   plus one second of slack, rounded up to ms (Redis's clock and the caller's are unrelated).
+--   plus the same second of slack, rounded up to ms (Redis's clock and the caller's are
+--   unrelated).
 -- Every write sets the expiry; a denied call writes nothing; a key found without an expiry
 -- reads as full and is rewritten with one at its next admit.
 local used = 0
@@ -37,7 +41,7 @@ if now then
   local tat = tonumber(redis.call('GET', key))
   if tat and tat > now then used = tat - now end
 else
-  local ms = redis.call('PTTL', key)
+  local ms = redis.call('PTTL', key) - 1000
   if ms > 0 then
     local below = tonumber(redis.call('GET', key)) or 0
     if below < 0 or below > 999 then below = 0 end
@@ -61,6 +65,9 @@ if now then
     string.format('%d', math.floor((used + 999) / 1000) + 1000))
 else
   local ms = math.floor((used + 999) / 1000)
-  redis.call('SET', key, string.format('%d', ms * 1000 - used), 'PX', string.format('%d', ms))
+  -- Always 0 when T is a whole number of ms (most quotas): no formatting then.
+  local below = ms * 1000 - used
+  if below == 0 then below = '0' else below = string.format('%d', below) end
+  redis.call('SET', key, below, 'PX', string.format('%d', ms + 1000))
 end
 return used

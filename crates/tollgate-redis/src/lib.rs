@@ -32,8 +32,8 @@
 //! decide identically: `TIME`, or for GCRA the key's own expiry, which *is* its state
 //! (`lua/gcra.lua`). `now: Some` is the caller's clock, for tests and simulation; GCRA keeps
 //! its state differently there, so one key must not be shared between a limiter with a clock
-//! and one without (the server-clock side then reads the key as fuller than it is, never
-//! emptier).
+//! and one without (the server-clock side then reads the key as at least as spent as it is,
+//! never less; the other side reads it as unspent).
 //!
 //! ## Failures
 //! Every call has a timeout (default 50 ms), errors are classified into
