@@ -17,13 +17,16 @@ const SLACK: Duration = Duration::from_millis(200);
 /// What every tollgate key lives past its state's end (`lua/gcra.lua`).
 const SLACK_SECOND: Duration = Duration::from_secs(1);
 
-fn gcra(limit: u64, period: Duration) -> Limit {
-    Limit::new(
+/// A store, a GCRA limit of `limit` per `period` and one key of it, in a namespace of its own.
+async fn one_key(what: &str, limit: u64, period: Duration) -> (RedisStore, Limit, Key) {
+    let limit = Limit::new(
         "g",
         Algorithm::Gcra,
         Quota::new(limit, period).expect("valid"),
     )
-    .expect("valid")
+    .expect("valid");
+    let key = Key::new(&unique_namespace(what), &limit, &[("user", "1")]);
+    (redis_store().await, limit, key)
 }
 
 async fn check(store: &RedisStore, limit: &Limit, key: &Key, cost: u64) -> Decision {
@@ -66,10 +69,7 @@ fn within(actual: Duration, expected: Duration) -> bool {
 /// eleventh is refused with the rule's wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_is_the_keys_expiry() {
-    let store = redis_store().await;
-    let ns = unique_namespace("gcra-expiry");
-    let limit = gcra(10, Duration::from_secs(3_600));
-    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let (store, limit, key) = one_key("gcra-expiry", 10, Duration::from_secs(3_600)).await;
     let t = Duration::from_secs(360);
     for i in 1..=10_u32 {
         let d = check(&store, &limit, &key, 1).await;
@@ -98,10 +98,7 @@ async fn state_is_the_keys_expiry() {
 /// below the expiry, and two admits add up to exactly 2 T.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microseconds_below_the_expiry_are_kept() {
-    let store = redis_store().await;
-    let ns = unique_namespace("gcra-us");
-    let limit = gcra(3, Duration::from_secs(1));
-    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let (store, limit, key) = one_key("gcra-us", 3, Duration::from_secs(1)).await;
     let d = check(&store, &limit, &key, 1).await;
     assert_eq!(d.reset_after, Duration::from_micros(333_334), "{d:?}");
     // tat − now = 333 334 µs = 334 ms − 666 µs.
@@ -126,10 +123,7 @@ async fn microseconds_below_the_expiry_are_kept() {
 /// of slack, then expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replenishes_on_the_servers_clock() {
-    let store = redis_store().await;
-    let ns = unique_namespace("gcra-real");
-    let limit = gcra(5, Duration::from_millis(250));
-    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let (store, limit, key) = one_key("gcra-real", 5, Duration::from_millis(250)).await;
     for i in 0..5 {
         assert!(check(&store, &limit, &key, 1).await.allowed, "call {i}");
     }
@@ -188,10 +182,7 @@ async fn replenishes_on_the_servers_clock() {
 /// over-admit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_clock_key_is_never_read_as_less_spent() {
-    let store = redis_store().await;
-    let ns = unique_namespace("gcra-mixed");
-    let limit = gcra(3, Duration::from_secs(3_600));
-    let key = Key::new(&ns, &limit, &[("user", "1")]);
+    let (store, limit, key) = one_key("gcra-mixed", 3, Duration::from_secs(3_600)).await;
     let request = Request::new(
         [Entry {
             limit: &limit,
