@@ -54,13 +54,7 @@ impl<'a> Request<'a> {
             if entries[..i].iter().any(|p| p.key == e.key) {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
-            if cost > e.limit.capacity() {
-                return Err(CheckError::CostExceedsCapacity {
-                    limit: e.limit.name().to_owned(),
-                    cost,
-                    capacity: e.limit.capacity(),
-                });
-            }
+            fits(e.limit, cost)?;
         }
         Ok(Request { entries, cost })
     }
@@ -76,4 +70,17 @@ impl<'a> Request<'a> {
     pub fn cost(&self) -> u64 {
         self.cost
     }
+}
+
+/// `cost` within what `limit` can ever hold (else "cost too large", apart from "not now").
+#[inline]
+pub(crate) fn fits(limit: &Limit, cost: u64) -> Result<(), CheckError> {
+    if cost > limit.capacity() {
+        return Err(CheckError::CostExceedsCapacity {
+            limit: limit.name().to_owned(),
+            cost,
+            capacity: limit.capacity(),
+        });
+    }
+    Ok(())
 }

@@ -7,6 +7,7 @@
 //! and validated the same way, so [`crate::MemoryStore::check_single_at`] can decide with no
 //! per-call work beyond the decision.
 
+use crate::request::fits;
 use crate::{CheckError, Key, Limit};
 
 /// One (limit, key) pair at one cost, validated: cost between 1 and the limit's capacity.
@@ -27,13 +28,7 @@ impl<'a> SingleRequest<'a> {
         if cost == 0 {
             return Err(CheckError::ZeroCost);
         }
-        if cost > limit.capacity() {
-            return Err(CheckError::CostExceedsCapacity {
-                limit: limit.name().to_owned(),
-                cost,
-                capacity: limit.capacity(),
-            });
-        }
+        fits(limit, cost)?;
         Ok(SingleRequest { limit, key, cost })
     }
 

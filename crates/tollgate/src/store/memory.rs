@@ -131,10 +131,7 @@ fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
             loop {
                 std::thread::sleep(interval);
                 let Some(inner) = inner.upgrade() else { return };
-                let now = inner.clock.now().as_micros();
-                for shard in inner.shards.iter() {
-                    inner.sweep_shard(&mut lock(shard), now);
-                }
+                inner.sweep_all(inner.clock.now().as_micros());
             }
         });
     // Without a thread the store still works: the cap sweeps on demand.
@@ -194,12 +191,7 @@ impl MemoryStore {
 
     /// Drops every key that has fully replenished by the store clock's now; returns how many.
     pub fn sweep(&self) -> usize {
-        let now = self.inner.clock.now().as_micros();
-        self.inner
-            .shards
-            .iter()
-            .map(|s| self.inner.sweep_shard(&mut lock(s), now))
-            .sum()
+        self.inner.sweep_all(self.inner.clock.now().as_micros())
     }
 
     /// [`Store::check`] without the future: decides and charges at `now`.
@@ -353,9 +345,7 @@ impl Inner {
         now: u64,
         charge: bool,
     ) -> Result<Decisions, StoreError> {
-        for shard in self.shards.iter() {
-            self.sweep_shard(&mut lock(shard), now);
-        }
+        self.sweep_all(now);
         self.try_decide(request, now, charge)
             .ok_or(StoreError::Full {
                 max_keys: self.max_keys,
@@ -371,9 +361,7 @@ impl Inner {
         cost: u64,
         now: u64,
     ) -> Result<Decision, StoreError> {
-        for shard in self.shards.iter() {
-            self.sweep_shard(&mut lock(shard), now);
-        }
+        self.sweep_all(now);
         self.try_decide_one(limit, key, cost, now, true)
             .ok_or(StoreError::Full {
                 max_keys: self.max_keys,
@@ -420,14 +408,14 @@ impl Inner {
         charge: bool,
     ) -> Option<(Status, Option<u64>)> {
         let mut state = rule.empty_state();
-        let (status, retry) = rule.decide(&mut state, now, cost, false);
+        let (status, retry) = rule.decide(&mut state, now, cost, charge);
         if !charge || retry.is_some() {
             return Some((status, retry));
         }
+        // Charged a fresh state: kept only if the cap leaves room (else dropped, unseen).
         if !self.reserve(1) {
             return None;
         }
-        let (status, retry) = rule.decide(&mut state, now, cost, true);
         let replenished_at = now + status.reset_after_us;
         shard.insert(
             key.clone(),
@@ -526,6 +514,14 @@ impl Inner {
         }
         self.len.fetch_sub(n, Ordering::Relaxed);
         false
+    }
+
+    /// Drops every key fully replenished at `now`, one shard at a time; returns how many.
+    fn sweep_all(&self, now: u64) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| self.sweep_shard(&mut lock(shard), now))
+            .sum()
     }
 
     fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
