@@ -720,29 +720,36 @@ mod tests {
         assert_eq!(SingleRequest::new(&l, &key, 10).expect("valid").cost(), 10);
     }
 
-    /// Many threads on one key admit exactly the limit.
+    /// Many threads on one key admit exactly the limit, half of them through the general
+    /// path and half through the single-pair one, for every algorithm.
     #[test]
     fn exact_under_thread_concurrency() {
-        let store = MemoryStore::builder().sweep_interval(None).build();
-        let l = Limit::new(
-            "c",
-            Algorithm::SlidingLog,
-            Quota::per_hour(1_000).expect("valid"),
-        )
-        .expect("valid");
-        let now = Timestamp::from_millis(5_000_000);
-        let admitted = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..8 {
-                s.spawn(|| {
-                    for _ in 0..500 {
-                        if store.check_at(&request(&l, "k"), now).expect("room")[0].allowed {
-                            admitted.fetch_add(1, Ordering::Relaxed);
+        for algorithm in Algorithm::ALL {
+            let store = MemoryStore::builder().sweep_interval(None).build();
+            let l =
+                Limit::new("c", algorithm, Quota::per_hour(1_000).expect("valid")).expect("valid");
+            let key = Key::new(&Namespace::default(), &l, &[("user", "k")]);
+            let now = Timestamp::from_millis(5_000_000);
+            let admitted = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for t in 0..8 {
+                    let (store, l, key, admitted) = (&store, &l, &key, &admitted);
+                    s.spawn(move || {
+                        let single = SingleRequest::new(l, key, 1).expect("valid");
+                        for _ in 0..500 {
+                            let allowed = if t % 2 == 0 {
+                                store.check_single_at(&single, now).expect("room").allowed
+                            } else {
+                                store.check_at(&request(l, "k"), now).expect("room")[0].allowed
+                            };
+                            if allowed {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
-                    }
-                });
-            }
-        });
-        assert_eq!(admitted.into_inner(), 1_000);
+                    });
+                }
+            });
+            assert_eq!(admitted.into_inner(), 1_000, "{algorithm}");
+        }
     }
 }
