@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation, Value};
 use smallvec::SmallVec;
 use tollgate::rules::{Gcra, GcraState, Rule};
-use tollgate::{Algorithm, Decision, Entry, Limit, StoreError};
+use tollgate::{Algorithm, Decision, Entry, Limit, StoreError, Timestamp};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 const FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -267,30 +267,24 @@ pub(crate) fn decode(
 /// that state at now = 0, so the numbers are the memory store's by construction. A reply the
 /// rule contradicts is a protocol error.
 fn decode_gcra(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, StoreError> {
-    let rule = Gcra::new(limit.quota());
     let allowed = reply >= 0;
     let used = if allowed { reply } else { -1 - reply };
     let state = GcraState {
         tat: used.unsigned_abs(),
     };
-    let retry = rule.admits(&state, 0, cost).err();
-    let tau = limit.quota().emission_interval_micros() * limit.quota().burst();
-    if (allowed && state.tat > tau) || (!allowed && retry.is_none()) {
+    // What the rule says of that state: for a denial, the decision itself; for an admit (the
+    // state after it), the same numbers without a wait.
+    let ruled = Gcra::new(limit.quota()).peek(&state, Timestamp::from_micros(0), cost);
+    let (_, _, tau, _) = entry_args(limit);
+    if (allowed && state.tat > tau) || (!allowed && ruled.allowed) {
         return Err(StoreError::Protocol(format!(
             "script reply: GCRA {reply} contradicts the rule (cost {cost}, tau {tau} µs)"
         )));
     }
-    let status = rule.status(&state, 0);
     Ok(Decision {
         allowed,
-        limit: rule.limit(),
-        remaining: status.remaining,
-        reset_after: Duration::from_micros(status.reset_after_us),
-        retry_after: if allowed {
-            None
-        } else {
-            retry.map(Duration::from_micros)
-        },
+        retry_after: if allowed { None } else { ruled.retry_after },
+        ..ruled
     })
 }
 
