@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, CheckError, Clock, FakeClock, Limit, Limiter, OnStoreError, Quota, Store, Timestamp,
-    Verdict,
+    Algorithm, CheckError, Clock, FakeClock, Limit, Limiter, OnStoreError, Op, Outcome, Quota,
+    Store, Timestamp, Verdict,
 };
 
 use crate::Fixture;
@@ -89,10 +89,21 @@ impl<S: Store> Harness<S> {
     }
 
     async fn peek(&self, limit: &str, user: &str, cost: u64) -> Verdict {
-        self.limiter
-            .peek(&[limit], &[("user", user)], cost)
-            .await
-            .unwrap_or_else(|e| panic!("peek {limit}/{user}: {e}"))
+        let request = self
+            .limiter
+            .prepare(&[limit], &[("user", user)], cost)
+            .unwrap_or_else(|e| panic!("peek {limit}/{user}: {e}"));
+        self.limiter.decide(&request, Op::Peek).await
+    }
+
+    /// A check of several (limit, key) pairs, all or nothing.
+    async fn check_keyed(
+        &self,
+        items: &[(&str, &[(&str, &str)])],
+        cost: u64,
+    ) -> Result<Verdict, CheckError> {
+        let request = self.limiter.prepare_keyed(items, cost)?;
+        Ok(self.limiter.decide(&request, Op::Check).await)
     }
 
     fn advance(&self, by: Duration) {
@@ -146,12 +157,15 @@ pub async fn exactly_limit_admitted<S: Store>(clock: FakeClock, fixture: Fixture
         for i in 1..=5 {
             let v = h.check(&n, "u", 1).await;
             from_store(&v, &n);
-            assert!(v.is_allowed(), "{n}: request {i} of 5 refused: {v:?}");
+            assert!(
+                v.outcome() == Outcome::Allowed,
+                "{n}: request {i} of 5 refused: {v:?}"
+            );
         }
         for i in 0..10 {
             let v = h.check(&n, "u", 1).await;
             assert!(
-                !v.is_allowed(),
+                v.outcome() != Outcome::Allowed,
                 "{n}: request {} admitted past the limit",
                 6 + i
             );
@@ -179,7 +193,7 @@ pub async fn exact_under_concurrent_tasks<S: Store>(clock: FakeClock, fixture: F
         for t in tasks {
             let v = t.await.expect("task");
             from_store(&v, &n);
-            admitted += usize::from(v.is_allowed());
+            admitted += usize::from(v.outcome() == Outcome::Allowed);
         }
         assert_eq!(admitted, 20, "{n}: 64 concurrent requests, limit 20");
     }
@@ -192,14 +206,17 @@ pub async fn denied_calls_change_nothing<S: Store>(clock: FakeClock, fixture: Fi
     for a in Algorithm::ALL {
         let n = name("deny", a);
         for _ in 0..5 {
-            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
         h.advance(Duration::from_millis(1500));
         let before = h.peek(&n, "u", 1).await;
-        assert!(!before.is_allowed(), "{n}: exhausted");
+        assert!(before.outcome() != Outcome::Allowed, "{n}: exhausted");
         for _ in 0..5 {
             let v = h.check(&n, "u", 1).await;
-            assert!(!v.is_allowed(), "{n}");
+            assert!(v.outcome() != Outcome::Allowed, "{n}");
             assert_eq!(
                 v.decision(),
                 before.decision(),
@@ -212,7 +229,7 @@ pub async fn denied_calls_change_nothing<S: Store>(clock: FakeClock, fixture: Fi
         let wait = before.retry_after().expect("denied");
         h.advance(wait);
         assert!(
-            h.check(&n, "u", 1).await.is_allowed(),
+            h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
             "{n}: still refused after {wait:?}"
         );
         h.advance(Duration::from_secs(120));
@@ -227,17 +244,29 @@ pub async fn peek_consumes_nothing<S: Store>(clock: FakeClock, fixture: Fixture<
         for _ in 0..20 {
             let v = h.peek(&n, "u", 1).await;
             from_store(&v, &n);
-            assert!(v.is_allowed(), "{n}");
+            assert!(v.outcome() == Outcome::Allowed, "{n}");
             assert_eq!(v.decision().remaining, 5, "{n}: peek consumed");
         }
-        assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        assert!(
+            h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+            "{n}"
+        );
         let v = h.peek(&n, "u", 5).await;
-        assert!(!v.is_allowed(), "{n}: 5 more do not fit after one");
+        assert!(
+            v.outcome() != Outcome::Allowed,
+            "{n}: 5 more do not fit after one"
+        );
         assert_eq!(v.decision().remaining, 4, "{n}");
         for _ in 0..4 {
-            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
-        assert!(!h.check(&n, "u", 1).await.is_allowed(), "{n}");
+        assert!(
+            h.check(&n, "u", 1).await.outcome() != Outcome::Allowed,
+            "{n}"
+        );
     }
 }
 
@@ -247,22 +276,35 @@ pub async fn reset_forgets_the_key<S: Store>(clock: FakeClock, fixture: Fixture<
     for a in Algorithm::ALL {
         let n = name("reset", a);
         for _ in 0..5 {
-            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
-            assert!(h.check(&n, "other", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
+            assert!(
+                h.check(&n, "other", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
-        assert!(!h.check(&n, "u", 1).await.is_allowed(), "{n}");
-        h.limiter
-            .reset(&[n.as_str()], &[("user", "u")])
-            .await
-            .expect("reset");
+        assert!(
+            h.check(&n, "u", 1).await.outcome() != Outcome::Allowed,
+            "{n}"
+        );
+        let request = h
+            .limiter
+            .prepare(&[n.as_str()], &[("user", "u")], 1)
+            .expect("valid");
+        h.limiter.reset(&request).await.expect("reset");
         let v = h.peek(&n, "u", 1).await;
         assert_eq!(v.decision().remaining, 5, "{n}: reset left state behind");
         assert_eq!(v.decision().reset_after, Duration::ZERO, "{n}");
         for _ in 0..5 {
-            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
         assert!(
-            !h.check(&n, "other", 1).await.is_allowed(),
+            h.check(&n, "other", 1).await.outcome() != Outcome::Allowed,
             "{n}: reset touched another key"
         );
     }
@@ -322,17 +364,23 @@ pub async fn retry_after_is_exact<S: Store>(clock: FakeClock, fixture: Fixture<S
         let n = name("retry", a);
         h.advance(Duration::from_millis(13_377 + 1_000 * i as u64));
         for _ in 0..3 {
-            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
         h.advance(Duration::from_millis(2_501));
         for _ in 0..2 {
-            assert!(h.check(&n, "u", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "u", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
         for round in 0..3 {
             // Use up whatever came back, until refused.
             let mut denied = h.check(&n, "u", 1).await;
             for _ in 0..5 {
-                if !denied.is_allowed() {
+                if denied.outcome() != Outcome::Allowed {
                     break;
                 }
                 denied = h.check(&n, "u", 1).await;
@@ -344,13 +392,13 @@ pub async fn retry_after_is_exact<S: Store>(clock: FakeClock, fixture: Fixture<S
             h.advance(wait - Duration::from_millis(1));
             let early = h.check(&n, "u", 1).await;
             assert!(
-                !early.is_allowed(),
+                early.outcome() != Outcome::Allowed,
                 "{n}: admitted 1 ms before retry_after {wait:?}"
             );
             h.advance(Duration::from_millis(1));
             let on_time = h.check(&n, "u", 1).await;
             assert!(
-                on_time.is_allowed(),
+                on_time.outcome() == Outcome::Allowed,
                 "{n}: refused at retry_after {wait:?}: {on_time:?}"
             );
         }
@@ -365,17 +413,20 @@ pub async fn cost_above_one<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
     for a in Algorithm::ALL {
         let n = name("cost", a);
         let v = h.check(&n, "u", 3).await;
-        assert!(v.is_allowed(), "{n}");
+        assert!(v.outcome() == Outcome::Allowed, "{n}");
         assert_eq!(v.decision().remaining, 2, "{n}");
         let v = h.check(&n, "u", 3).await;
-        assert!(!v.is_allowed(), "{n}: 3 more do not fit in 2");
+        assert!(
+            v.outcome() != Outcome::Allowed,
+            "{n}: 3 more do not fit in 2"
+        );
         assert_eq!(
             v.decision().remaining,
             2,
             "{n}: a refused cost is not charged in part"
         );
         let v = h.check(&n, "u", 2).await;
-        assert!(v.is_allowed(), "{n}: 2 fit in 2");
+        assert!(v.outcome() == Outcome::Allowed, "{n}: 2 fit in 2");
         assert_eq!(v.decision().remaining, 0, "{n}");
         h.advance(Duration::from_secs(120));
     }
@@ -463,7 +514,7 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
             let h = &h;
             async move {
                 h.limiter
-                    .check_all(&both, &[("user", user)], 1)
+                    .check_all(&both, &[("user", user)])
                     .await
                     .expect("valid")
             }
@@ -471,21 +522,14 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
         let remaining = |user: &'static str, limit: &str| {
             let h = &h;
             let limit = limit.to_owned();
-            async move {
-                h.limiter
-                    .peek(&[limit.as_str()], &[("user", user)], 1)
-                    .await
-                    .expect("valid")
-                    .decision()
-                    .remaining
-            }
+            async move { h.peek(&limit, user, 1).await.decision().remaining }
         };
-        assert!(check("a").await.is_allowed(), "{global}");
-        assert!(check("a").await.is_allowed(), "{global}");
+        assert!(check("a").await.outcome() == Outcome::Allowed, "{global}");
+        assert!(check("a").await.outcome() == Outcome::Allowed, "{global}");
         // "a" is over its client limit: the global limit must not be charged.
         let v = check("a").await;
         from_store(&v, &global);
-        assert!(!v.is_allowed(), "{client}: a's third");
+        assert!(v.outcome() != Outcome::Allowed, "{client}: a's third");
         assert!(
             v.decisions()[0].decision.allowed,
             "{global}: global alone would pass"
@@ -497,10 +541,10 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
             "{global}: charged by a denied check"
         );
         // "b" takes the last global unit.
-        assert!(check("b").await.is_allowed(), "{global}");
+        assert!(check("b").await.outcome() == Outcome::Allowed, "{global}");
         // "c" is refused by the global limit: c's own limit must not be charged.
         let v = check("c").await;
-        assert!(!v.is_allowed(), "{global}: exhausted");
+        assert!(v.outcome() != Outcome::Allowed, "{global}: exhausted");
         assert!(!v.decisions()[0].decision.allowed, "{global}");
         assert!(
             v.decisions()[1].decision.allowed,
@@ -526,28 +570,30 @@ pub async fn one_limit_two_keys_is_all_or_nothing<S: Store>(clock: FakeClock, fi
         let n = name("pair", a);
         let (ka, kb, kc) = ([("user", "a")], [("user", "b")], [("user", "c")]);
         for _ in 0..2 {
-            assert!(h.check(&n, "a", 1).await.is_allowed(), "{n}");
+            assert!(
+                h.check(&n, "a", 1).await.outcome() == Outcome::Allowed,
+                "{n}"
+            );
         }
         let both: [(&str, &[(&str, &str)]); 2] = [(&n, &ka), (&n, &kb)];
-        let v = h.limiter.check_keyed(&both, 1).await.expect("valid");
+        let v = h.check_keyed(&both, 1).await.expect("valid");
         from_store(&v, &n);
-        assert!(!v.is_allowed(), "{n}: a is exhausted");
+        assert!(v.outcome() != Outcome::Allowed, "{n}: a is exhausted");
         assert_eq!(
             h.peek(&n, "b", 1).await.decision().remaining,
             2,
             "{n}: b charged by a denied check"
         );
         let both: [(&str, &[(&str, &str)]); 2] = [(&n, &kb), (&n, &kc)];
-        let v = h.limiter.check_keyed(&both, 1).await.expect("valid");
-        assert!(v.is_allowed(), "{n}: b and c both have room");
+        let v = h.check_keyed(&both, 1).await.expect("valid");
+        assert!(
+            v.outcome() == Outcome::Allowed,
+            "{n}: b and c both have room"
+        );
         assert_eq!(h.peek(&n, "b", 1).await.decision().remaining, 1, "{n}");
         assert_eq!(h.peek(&n, "c", 1).await.decision().remaining, 1, "{n}");
         let twice: [(&str, &[(&str, &str)]); 2] = [(&n, &kb), (&n, &kb)];
-        let err = h
-            .limiter
-            .check_keyed(&twice, 1)
-            .await
-            .expect_err("same key twice");
+        let err = h.check_keyed(&twice, 1).await.expect_err("same key twice");
         assert!(matches!(err, CheckError::DuplicateLimit(_)), "{n}: {err}");
     }
 }
@@ -561,9 +607,15 @@ pub async fn keys_are_independent<S: Store>(clock: FakeClock, fixture: Fixture<S
         let one = name("one", a);
         let two = name("two", a);
         for _ in 0..5 {
-            assert!(h.check(&one, "a", 1).await.is_allowed(), "{one}");
+            assert!(
+                h.check(&one, "a", 1).await.outcome() == Outcome::Allowed,
+                "{one}"
+            );
         }
-        assert!(!h.check(&one, "a", 1).await.is_allowed(), "{one}");
+        assert!(
+            h.check(&one, "a", 1).await.outcome() != Outcome::Allowed,
+            "{one}"
+        );
         for user in ["b", "a:", "A", "a}", "{a}"] {
             let v = h.peek(&one, user, 1).await;
             assert_eq!(
@@ -588,13 +640,13 @@ pub async fn fixed_window_admits_twice_the_limit_across_an_edge<S: Store>(
     h.advance(Duration::from_millis(59_999));
     let mut admitted = (0, 0);
     for _ in 0..5 {
-        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.is_allowed());
-        admitted.1 += usize::from(h.check(&log, "u", 1).await.is_allowed());
+        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.outcome() == Outcome::Allowed);
+        admitted.1 += usize::from(h.check(&log, "u", 1).await.outcome() == Outcome::Allowed);
     }
     h.advance(Duration::from_millis(1));
     for _ in 0..5 {
-        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.is_allowed());
-        admitted.1 += usize::from(h.check(&log, "u", 1).await.is_allowed());
+        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.outcome() == Outcome::Allowed);
+        admitted.1 += usize::from(h.check(&log, "u", 1).await.outcome() == Outcome::Allowed);
     }
     assert_eq!(
         admitted,
@@ -655,12 +707,12 @@ pub async fn sliding_log_never_exceeds_the_limit_in_any_period<S: Store>(
         let v = h.check(&n, "u", cost).await;
         from_store(&v, &n);
         assert_eq!(
-            v.is_allowed(),
+            v.outcome() == Outcome::Allowed,
             exact + cost <= 7,
             "{n}: at +{} µs with {exact} in the window, cost {cost}: {v:?}",
             t - START.as_micros()
         );
-        if v.is_allowed() {
+        if v.outcome() == Outcome::Allowed {
             history.push((t, cost));
         }
     }
@@ -703,7 +755,7 @@ pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
         let exact = in_window(&history, t, p);
         let v = h.check("rand-sw", "u", cost).await;
         from_store(&v, "rand-sw");
-        if v.is_allowed() {
+        if v.outcome() == Outcome::Allowed {
             assert!(
                 exact + cost <= 7,
                 "admitted over the limit at +{} µs",

@@ -33,8 +33,8 @@ use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
 use tollgate::rules::AnyState;
 use tollgate::{
-    Algorithm, Decision, Entry, Key, Limit, MemoryStore, Namespace, Quota, Request, SingleRequest,
-    Timestamp,
+    Algorithm, Decision, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request,
+    SingleRequest, Timestamp,
 };
 
 /// Key counts measured.
@@ -254,7 +254,7 @@ impl DashStore {
                     replenished_at: 0,
                 }),
         };
-        let (status, retry) = rule.decide(&mut slot.state, now, cost, true);
+        let (status, retry) = rule.decide(&mut slot.state, now, cost, Op::Check);
         if retry.is_none() {
             slot.replenished_at = now + status.reset_after_us;
         }
@@ -278,14 +278,7 @@ fn limit(algorithm: Algorithm, quota: Quota) -> Limit {
 
 #[inline]
 fn request<'a>(limit: &'a Limit, key: &Key) -> Request<'a> {
-    Request::new(
-        [Entry {
-            limit,
-            key: key.clone(),
-        }],
-        1,
-    )
-    .expect("valid request")
+    Request::new([Entry::new(limit, key.clone())], 1).expect("valid request")
 }
 
 fn new_store() -> MemoryStore {
@@ -366,7 +359,11 @@ fn benches(c: &mut Criterion) {
                     let store = new_store();
                     move |i, now| {
                         let decisions = store
-                            .check_at(&request(limit, &keys[i]), Timestamp::from_micros(now))
+                            .decide_at(
+                                &request(limit, &keys[i]),
+                                Op::Check,
+                                Timestamp::from_micros(now),
+                            )
                             .expect("room for every key");
                         decisions[0].allowed
                     }
@@ -409,7 +406,7 @@ fn ours<'k>(limit: &'k Limit, keys: &'k [Key]) -> impl Fn(usize, u64) -> bool + 
     move |i, now| {
         let request = SingleRequest::new(limit, &keys[i], 1).expect("valid");
         store
-            .check_single_at(&request, Timestamp::from_micros(now))
+            .decide_single_at(&request, Op::Check, Timestamp::from_micros(now))
             .expect("room for every key")
             .allowed
     }

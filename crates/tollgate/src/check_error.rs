@@ -1,7 +1,9 @@
 //! Why a check could not be made at all, as opposed to a refusal (a [`crate::Decision`]) or a
 //! store failure that a limit's policy turns into a decision.
-
-use crate::StoreError;
+//!
+//! Every face (HTTP API, tower layer, Envoy service) gets these from
+//! [`crate::Limiter::prepare`], before any store call, so a bad request changes nothing and
+//! each face only maps the kind to its status code.
 
 /// A request that can never be decided as asked.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +40,12 @@ pub enum CheckError {
         /// The missing part's name.
         part: String,
     },
-    /// The store failed where no policy applies (`reset`).
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    /// A key part value longer than [`crate::MAX_KEY_VALUE`] bytes.
+    #[error("key part {part:?} is longer than {max} bytes")]
+    KeyPartTooLong {
+        /// The part's name.
+        part: String,
+        /// The longest value accepted.
+        max: usize,
+    },
 }

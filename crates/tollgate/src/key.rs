@@ -27,6 +27,11 @@ use crate::{Limit, Namespace};
 /// Escaped values longer than this are replaced by a digest.
 pub const MAX_ESCAPED_PART: usize = 64;
 
+/// The longest key part value a check accepts, in bytes, whichever face it comes from (HTTP
+/// JSON, a header, an Envoy descriptor): a longer one is refused before its digest is
+/// computed ([`crate::CheckError::KeyPartTooLong`]).
+pub const MAX_KEY_VALUE: usize = 1024;
+
 /// Seed for the in-process hash of keys, random per process so that hostile key values
 /// cannot aim at one bucket of the memory store's maps.
 static KEY_HASHER: LazyLock<foldhash::fast::RandomState> =
@@ -164,12 +169,14 @@ impl fmt::Display for Key {
     }
 }
 
+#[doc(hidden)]
 /// A [`Hasher`] for maps keyed by [`Key`]: a key hashes itself once, when built, and writes
 /// that hash here, so lookups never hash the key text again.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KeyHasher(u64);
 
 /// Builds [`KeyHasher`]s: `HashMap<Key, V, BuildKeyHasher>`.
+#[doc(hidden)]
 pub type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
 
 impl Hasher for KeyHasher {

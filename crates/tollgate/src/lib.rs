@@ -9,7 +9,7 @@
 //! `(state, now, cost)` in [`rules`]; time is always passed in (see [`Clock`]).
 //!
 //! ```
-//! use tollgate::{Algorithm, Limit, Limiter, MemoryStore, OnStoreError, Quota};
+//! use tollgate::{Algorithm, Limit, Limiter, MemoryStore, OnStoreError, Outcome, Quota};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let rt = tokio::runtime::Builder::new_current_thread().build()?;
@@ -22,22 +22,47 @@
 //!     )
 //!     .build()?;
 //! let verdict = limiter.check("api", &[("user", "42")]).await?;
-//! assert!(verdict.is_allowed());
-//! assert_eq!(verdict.decision().remaining, 99);
+//! match verdict.outcome() {
+//!     Outcome::Allowed => assert_eq!(verdict.decision().remaining, 99),
+//!     Outcome::Limited { retry_after } => println!("429, retry in {retry_after:?}"),
+//!     Outcome::Unavailable { error, .. } => println!("503, the store failed: {error:?}"),
+//! }
 //! # Ok::<(), Box<dyn std::error::Error>>(()) })
 //! # }
 //! ```
+//!
+//! ## How a check goes
+//! [`Limiter::prepare`] builds the [`Request`] (keys built and everything validated once,
+//! [`CheckError`] otherwise), [`Limiter::decide`] runs it as an [`Op::Check`] or
+//! [`Op::Peek`] in one store call, and the [`Verdict`] holds one [`LimitDecision`] per limit.
+//! `check`, `check_n`, `check_all` and `check_all_n` do both steps for the common cases.
+//!
+//! ## How a store failure looks to a caller
+//! Never as an `Err`: a check always gets a verdict. When the store fails (Redis down, a
+//! timeout, an open circuit breaker, a full memory store), each limit's [`OnStoreError`]
+//! policy decides. [`Verdict::outcome`] then says [`Outcome::Unavailable`] when a `deny`
+//! policy refuses (answer 503, not 429: the client did nothing wrong), and
+//! [`Verdict::store_error`] names the failure when an `allow` or `local` policy let the
+//! request through. Failures are also counted (`tollgate_store_errors_total{kind}`) and logged
+//! at most once a second.
+//!
+//! ## One store type at run time
+//! [`Store`] is generic for speed; [`BoxStore`] erases it when the store is chosen at run
+//! time (the service's config, the tower layer, the Envoy service all use it).
 
 mod algorithm;
 mod check_error;
 mod clock;
 mod decision;
+mod decisions;
 mod key;
 mod limit;
 mod limit_error;
 mod limiter;
 mod namespace;
 mod on_store_error;
+mod op;
+mod outcome;
 mod quota;
 mod request;
 pub mod rules;
@@ -47,23 +72,30 @@ mod store;
 mod store_error;
 mod timestamp;
 mod verdict;
+pub mod wire;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use check_error::CheckError;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::Decision;
-pub use key::{BuildKeyHasher, Key, KeyHasher, MAX_ESCAPED_PART};
-pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN};
+pub use decisions::{Decisions, IntoIter as DecisionsIter};
+#[doc(hidden)]
+pub use key::{BuildKeyHasher, KeyHasher};
+pub use key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
+pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN, validate_name};
 pub use limit_error::LimitError;
 pub use limiter::{KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
 pub use namespace::Namespace;
 pub use on_store_error::OnStoreError;
+pub use op::Op;
+pub use outcome::Outcome;
 pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
 pub use request::{Entry, Request};
+#[doc(hidden)]
 pub use single_request::SingleRequest;
 pub use status::Status;
 pub use store::{
-    DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, Decisions, MemoryStore, MemoryStoreBuilder, Store,
+    BoxStore, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder, Store,
 };
 pub use store_error::{BoxError, StoreError, StoreErrorKind};
 pub use timestamp::Timestamp;

@@ -30,6 +30,7 @@ pub struct Limit {
     rule: AnyRule,
     key_parts: Option<Arc<[Box<str>]>>,
     on_store_error: OnStoreError,
+    shadow: bool,
 }
 
 impl Limit {
@@ -65,6 +66,7 @@ impl Limit {
             rule: AnyRule::new(algorithm, &quota),
             key_parts: None,
             on_store_error: OnStoreError::Deny,
+            shadow: false,
         })
     }
 
@@ -84,6 +86,17 @@ impl Limit {
                 validate_name("key", &p).map(|()| p.into_boxed_str())
             })
             .collect::<Result<_, _>>()?;
+        if let Some((_, twice)) = parts
+            .iter()
+            .enumerate()
+            .find(|(i, p)| parts[..*i].contains(p))
+        {
+            return Err(LimitError::InvalidName {
+                field: "key",
+                value: twice.to_string(),
+                reason: "is named twice",
+            });
+        }
         self.key_parts = Some(parts.into());
         Ok(self)
     }
@@ -92,6 +105,22 @@ impl Limit {
     pub fn on_store_error(mut self, policy: OnStoreError) -> Limit {
         self.on_store_error = policy;
         self
+    }
+
+    /// Shadow mode: the limit is decided and counted like any other, but never refuses. The
+    /// [`crate::Limiter`] checks it after the enforced limits of a request, on its own (charged
+    /// only when the enforced limits admit), reports its decision in the [`crate::Verdict`]
+    /// and counts its would-be denials in `tollgate_shadow_denied_total{limit}`. For trying a
+    /// limit on real traffic before enforcing it.
+    pub fn shadow(mut self, shadow: bool) -> Limit {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Whether the limit is in shadow mode.
+    #[inline]
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// The limit's name.
@@ -118,7 +147,8 @@ impl Limit {
         &self.quota
     }
 
-    /// The algorithm applied to the quota.
+    /// The algorithm applied to the quota (for stores).
+    #[doc(hidden)]
     #[inline]
     pub fn rule(&self) -> &AnyRule {
         &self.rule
@@ -147,8 +177,11 @@ impl Limit {
     }
 }
 
-/// Names (limit names, key part names) are 1–64 characters of `A-Z a-z 0-9 _ - .`.
-pub(crate) fn validate_name(field: &'static str, name: &str) -> Result<(), LimitError> {
+/// Checks a name (limit name, key part name): 1–64 characters of `A-Z a-z 0-9 _ - .`.
+///
+/// # Errors
+/// [`LimitError::InvalidName`] naming `field`.
+pub fn validate_name(field: &'static str, name: &str) -> Result<(), LimitError> {
     let reason = if name.is_empty() {
         "must not be empty"
     } else if name.len() > MAX_NAME_LEN {
@@ -190,6 +223,11 @@ mod tests {
             .and_then(|l| l.keyed_by(["user", "bad part"]))
             .expect_err("bad part");
         assert_eq!(err.field(), "key");
+        let err = Limit::new("l", Algorithm::Gcra, quota())
+            .and_then(|l| l.keyed_by(["user", "ip", "user"]))
+            .expect_err("a part named twice");
+        assert_eq!(err.field(), "key");
+        assert!(err.to_string().contains("named twice"), "{err}");
     }
 
     /// Capacity is the burst for smooth algorithms and the limit for windows.

@@ -1,8 +1,15 @@
 //! The facade a service holds: named limits, a store and (optionally) a clock.
 //!
-//! It turns names and key parts into a [`Request`], asks the store, applies each limit's
-//! failure policy when the store fails, and counts every decision through the `metrics`
-//! facade. It decides nothing itself: the store does, atomically.
+//! It owns the protocol of a check, the same for every face (library, tower layer, HTTP API,
+//! Envoy service):
+//! 1. [`Limiter::prepare`] turns names and key parts into a [`Request`]: each key built once,
+//!    everything that can be wrong with the request found once, as a typed [`CheckError`];
+//! 2. [`Limiter::decide`] runs it with an [`Op`] (check or peek): one store call for the
+//!    enforced limits, each limit's failure policy when the store fails, shadow limits after,
+//!    every decision counted through the `metrics` facade;
+//! 3. the [`Verdict`] says what happened, and its [`Outcome`](crate::Outcome) which of the three answers it is.
+//!
+//! It decides nothing itself: the store does, atomically.
 //!
 //! Time: by default the store's own (Redis `TIME`), so that instances whose clocks disagree
 //! still agree on every decision. [`LimiterBuilder::clock`] makes the limiter pass its clock's
@@ -16,14 +23,14 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use crate::store::Decisions;
 use crate::verdict::{LimitDecision, Source};
 use crate::{
-    CheckError, Clock, Decision, Entry, Key, Limit, LimitError, MemoryStore, Namespace,
-    OnStoreError, Request, Store, StoreError, SystemClock, Timestamp, Verdict,
+    CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
+    MemoryStore, Namespace, OnStoreError, Op, Request, Store, StoreError, SystemClock, Timestamp,
+    Verdict,
 };
 
-/// One (limit name, key parts) pair of [`Limiter::check_keyed`].
+/// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
 pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
 
 /// At most one store-failure warning is logged per this interval; the rest are counted
@@ -136,7 +143,7 @@ impl<S: Store> Limiter<S> {
     /// Checks one unit against `limit` for `key`, consuming it when allowed.
     ///
     /// ```
-    /// use tollgate::{Algorithm, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::{Algorithm, Limit, Limiter, MemoryStore, Outcome, Quota};
     ///
     /// # tokio_test();
     /// # fn tokio_test() { let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -145,23 +152,24 @@ impl<S: Store> Limiter<S> {
     ///     .limit(Limit::new("sms", Algorithm::Gcra, Quota::per_minute(2)?)?)
     ///     .build()?;
     /// let key = [("user", "42")];
-    /// assert!(limiter.check("sms", &key).await?.is_allowed());
-    /// assert!(limiter.check("sms", &key).await?.is_allowed());
-    /// let third = limiter.check("sms", &key).await?;
-    /// assert!(!third.is_allowed());
-    /// assert!(third.retry_after().is_some());
+    /// assert_eq!(limiter.check("sms", &key).await?.outcome(), Outcome::Allowed);
+    /// assert_eq!(limiter.check("sms", &key).await?.outcome(), Outcome::Allowed);
+    /// match limiter.check("sms", &key).await?.outcome() {
+    ///     Outcome::Limited { retry_after } => assert!(retry_after.as_secs() <= 30),
+    ///     other => panic!("expected a refusal, got {other:?}"),
+    /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap() }
     /// ```
     ///
     /// # Errors
     /// [`CheckError`] for an unknown limit or a missing key part. Store failures do not
-    /// surface: the limit's policy decides.
+    /// surface as errors: the limit's policy decides, and the verdict's [`Outcome`](crate::Outcome) says so.
     pub async fn check<V: AsRef<[u8]>>(
         &self,
         limit: &str,
         key: &[(&str, V)],
     ) -> Result<Verdict, CheckError> {
-        self.check_all(&[limit], key, 1).await
+        self.check_all_n(&[limit], key, 1).await
     }
 
     /// Checks `cost` units against `limit` for `key`.
@@ -174,184 +182,233 @@ impl<S: Store> Limiter<S> {
         key: &[(&str, V)],
         cost: u64,
     ) -> Result<Verdict, CheckError> {
-        self.check_all(&[limit], key, cost).await
+        self.check_all_n(&[limit], key, cost).await
     }
 
-    /// Checks `cost` units against every limit in `limits`, all or nothing: either every limit
+    /// Checks one unit against every limit in `limits`, all or nothing: either every limit
     /// admits and all are charged, or none is charged. Each limit takes the key parts it is
     /// keyed by from `key`.
     ///
     /// # Errors
-    /// As [`Limiter::check_n`], and [`CheckError::NoLimits`] / [`CheckError::DuplicateLimit`].
+    /// As [`Limiter::check`], and [`CheckError::NoLimits`] / [`CheckError::DuplicateLimit`].
     pub async fn check_all<V: AsRef<[u8]>>(
         &self,
         limits: &[&str],
         key: &[(&str, V)],
-        cost: u64,
     ) -> Result<Verdict, CheckError> {
-        let request = self.request(limits, key, cost)?;
-        let now = self.now();
-        let started = Instant::now();
-        let result = self.store.check(&request, now).await;
-        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
-        Ok(self.verdict(&request, result, true))
+        self.check_all_n(limits, key, 1).await
     }
 
-    /// Checks `cost` units against several (limit, key) pairs, each with its own key parts,
-    /// all or nothing in one store call: either every pair admits and all are charged, or none
-    /// is. One limit may appear with different keys.
+    /// Checks `cost` units against every limit in `limits`, all or nothing.
     ///
     /// # Errors
-    /// As [`Limiter::check_all`].
-    pub async fn check_keyed<V: AsRef<[u8]>>(
-        &self,
-        items: &[KeyedLimit<'_, V>],
-        cost: u64,
-    ) -> Result<Verdict, CheckError> {
-        let request = self.request_keyed(items, cost)?;
-        let started = Instant::now();
-        let result = self.store.check(&request, self.now()).await;
-        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
-        Ok(self.verdict(&request, result, true))
-    }
-
-    /// Answers as [`Limiter::check_keyed`] would, consuming nothing.
-    ///
-    /// # Errors
-    /// As [`Limiter::check_all`].
-    pub async fn peek_keyed<V: AsRef<[u8]>>(
-        &self,
-        items: &[KeyedLimit<'_, V>],
-        cost: u64,
-    ) -> Result<Verdict, CheckError> {
-        let request = self.request_keyed(items, cost)?;
-        let result = self.store.peek(&request, self.now()).await;
-        Ok(self.verdict(&request, result, false))
-    }
-
-    /// Answers as [`Limiter::check_all`] would, consuming nothing.
-    ///
-    /// # Errors
-    /// As [`Limiter::check_all`].
-    pub async fn peek<V: AsRef<[u8]>>(
+    /// As [`Limiter::check_all`] and [`Limiter::check_n`].
+    pub async fn check_all_n<V: AsRef<[u8]>>(
         &self,
         limits: &[&str],
         key: &[(&str, V)],
         cost: u64,
     ) -> Result<Verdict, CheckError> {
-        let request = self.request(limits, key, cost)?;
-        let result = self.store.peek(&request, self.now()).await;
-        Ok(self.verdict(&request, result, false))
+        let request = self.prepare(limits, key, cost)?;
+        Ok(self.decide(&request, Op::Check).await)
     }
 
-    /// Forgets `key`'s state for each of `limits`.
+    /// Prepares a check of `cost` units against `limits` for `key`: every key built once,
+    /// everything a check can refuse validated once, before any store call. The request can
+    /// then be decided as a check or a peek ([`Limiter::decide`]) or reset
+    /// ([`Limiter::reset`]).
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Limit, Limiter, MemoryStore, Op, Outcome, Quota};
+    ///
+    /// # tokio_test();
+    /// # fn tokio_test() { let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let limiter = Limiter::builder(MemoryStore::new())
+    ///     .limit(Limit::new("api", Algorithm::SlidingLog, Quota::per_minute(10)?)?.keyed_by(["user"])?)
+    ///     .build()?;
+    /// let request = limiter.prepare(&["api"], &[("user", "42")], 4)?;
+    /// assert_eq!(limiter.decide(&request, Op::Peek).await.decision().remaining, 10);
+    /// assert_eq!(limiter.decide(&request, Op::Check).await.outcome(), Outcome::Allowed);
+    /// assert_eq!(limiter.decide(&request, Op::Peek).await.decision().remaining, 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap() }
+    /// ```
     ///
     /// # Errors
-    /// As [`Limiter::check_all`], and [`CheckError::Store`] when the store fails.
-    pub async fn reset<V: AsRef<[u8]>>(
-        &self,
-        limits: &[&str],
-        key: &[(&str, V)],
-    ) -> Result<(), CheckError> {
-        let request = self.request(limits, key, 1)?;
-        if let Some(local) = self.local.get() {
-            local.reset_now(&request);
-        }
-        self.store.reset(&request).await?;
-        Ok(())
-    }
-
-    /// The key `limit` uses for `key` (for operators inspecting Redis).
-    ///
-    /// # Errors
-    /// [`CheckError::UnknownLimit`] or [`CheckError::MissingKeyPart`].
-    pub fn key<V: AsRef<[u8]>>(&self, limit: &str, key: &[(&str, V)]) -> Result<Key, CheckError> {
-        let limit = self
-            .limits
-            .get(limit)
-            .ok_or_else(|| CheckError::UnknownLimit(limit.to_owned()))?;
-        self.key_for(limit, key)
-    }
-
-    fn key_for<V: AsRef<[u8]>>(&self, limit: &Limit, key: &[(&str, V)]) -> Result<Key, CheckError> {
-        let Some(names) = limit.key_parts() else {
-            return Ok(Key::new(&self.namespace, limit, key));
-        };
-        let mut parts: SmallVec<[(&str, &[u8]); 4]> = SmallVec::new();
-        for name in names {
-            let value = key.iter().find(|(n, _)| *n == &**name).ok_or_else(|| {
-                CheckError::MissingKeyPart {
-                    limit: limit.name().to_owned(),
-                    part: name.to_string(),
-                }
-            })?;
-            parts.push((name, value.1.as_ref()));
-        }
-        Ok(Key::new(&self.namespace, limit, &parts))
-    }
-
-    fn request<V: AsRef<[u8]>>(
+    /// [`CheckError`]: unknown limit, missing key part, key part too long, no limit, a limit
+    /// named twice, a cost of 0 or above a limit's capacity.
+    pub fn prepare<V: AsRef<[u8]>>(
         &self,
         limits: &[&str],
         key: &[(&str, V)],
         cost: u64,
     ) -> Result<Request<'_>, CheckError> {
-        let items: SmallVec<[KeyedLimit<'_, V>; 2]> =
-            limits.iter().map(|&name| (name, key)).collect();
-        self.request_keyed(&items, cost)
+        let mut entries: SmallVec<[Entry<'_>; 2]> = SmallVec::new();
+        for &name in limits {
+            entries.push(self.entry(name, key)?);
+        }
+        Request::new(entries, cost)
     }
 
-    fn request_keyed<V: AsRef<[u8]>>(
+    /// Prepares a check of `cost` units against several (limit, key) pairs, each with its own
+    /// key parts, decided all or nothing in one store call. One limit may appear with
+    /// different keys (an Envoy request limiting two clients at once).
+    ///
+    /// # Errors
+    /// As [`Limiter::prepare`].
+    pub fn prepare_keyed<V: AsRef<[u8]>>(
         &self,
         items: &[KeyedLimit<'_, V>],
         cost: u64,
     ) -> Result<Request<'_>, CheckError> {
         let mut entries: SmallVec<[Entry<'_>; 2]> = SmallVec::new();
         for &(name, key) in items {
-            let limit = self
-                .limits
-                .get(name)
-                .ok_or_else(|| CheckError::UnknownLimit(name.to_owned()))?;
-            entries.push(Entry {
-                limit,
-                key: self.key_for(limit, key)?,
-            });
+            entries.push(self.entry(name, key)?);
         }
         Request::new(entries, cost)
+    }
+
+    /// Decides a prepared request: [`Op::Check`] charges the enforced limits all or nothing,
+    /// [`Op::Peek`] charges nothing. Shadow entries are decided after the enforced ones, each
+    /// on its own, charged only when the enforced ones admit a check. A store failure is
+    /// never an error here: each limit's [`OnStoreError`] policy decides, and the verdict's
+    /// [`Outcome`](crate::Outcome) tells a refusal by policy
+    /// ([`Outcome::Unavailable`](crate::Outcome::Unavailable)) from a refusal by a quota
+    /// ([`Outcome::Limited`](crate::Outcome::Limited)).
+    pub async fn decide(&self, request: &Request<'_>, op: Op) -> Verdict {
+        let now = self.now();
+        let entries = request.entries();
+        if !entries.iter().any(|e| e.shadow) {
+            return Verdict::new(self.run(request, op, now).await);
+        }
+        let mut out: SmallVec<[Option<LimitDecision>; 2]> =
+            SmallVec::from_elem(None, entries.len());
+        let (shadow, enforced): (SmallVec<[usize; 2]>, SmallVec<[usize; 2]>) =
+            (0..entries.len()).partition(|&i| entries[i].shadow);
+        let mut admitted = true;
+        if !enforced.is_empty() {
+            let part = subset(request, &enforced);
+            let decisions = self.run(&part, op, now).await;
+            admitted = decisions.iter().all(|d| d.decision.allowed);
+            for (i, d) in enforced.iter().zip(decisions) {
+                out[*i] = Some(d);
+            }
+        }
+        if op == Op::Check && admitted {
+            // Each shadow limit on its own: one would-be refusal must not keep another
+            // shadow limit from counting.
+            for &i in &shadow {
+                let decisions = self.run(&subset(request, &[i]), Op::Check, now).await;
+                for d in decisions {
+                    if !d.decision.allowed {
+                        metrics::counter!(
+                            "tollgate_shadow_denied_total",
+                            "limit" => Arc::clone(&d.limit)
+                        )
+                        .increment(1);
+                        tracing::debug!(limit = %d.limit, source = ?d.source, "shadow limit would refuse");
+                    }
+                    out[i] = Some(d);
+                }
+            }
+        } else {
+            // A refused request would not have reached a shadow limit either: report, do
+            // not charge.
+            let decisions = self.run(&subset(request, &shadow), Op::Peek, now).await;
+            for (i, d) in shadow.iter().zip(decisions) {
+                out[*i] = Some(d);
+            }
+        }
+        Verdict::new(out.into_iter().flatten().collect())
+    }
+
+    /// Forgets the key of every entry of `request` (in the store and in the `local`
+    /// fallback).
+    ///
+    /// # Errors
+    /// The store's failure: no policy applies to a reset.
+    pub async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
+        if let Some(local) = self.local.get() {
+            local.reset_now(request);
+        }
+        self.store.reset(request).await
+    }
+
+    /// The key `limit` uses for `key` (for operators inspecting Redis).
+    ///
+    /// # Errors
+    /// [`CheckError::UnknownLimit`], [`CheckError::MissingKeyPart`] or
+    /// [`CheckError::KeyPartTooLong`].
+    pub fn key<V: AsRef<[u8]>>(&self, limit: &str, key: &[(&str, V)]) -> Result<Key, CheckError> {
+        self.entry(limit, key).map(|e| e.key)
+    }
+
+    /// The entry for limit `name` and the parts of `key` it is keyed by: the one place a
+    /// key is built from a caller's parts.
+    fn entry<'l, V: AsRef<[u8]>>(
+        &'l self,
+        name: &str,
+        key: &[(&str, V)],
+    ) -> Result<Entry<'l>, CheckError> {
+        let limit = self
+            .limits
+            .get(name)
+            .ok_or_else(|| CheckError::UnknownLimit(name.to_owned()))?;
+        let mut parts: SmallVec<[(&str, &[u8]); 4]> = SmallVec::new();
+        match limit.key_parts() {
+            Some(names) => {
+                for part in names {
+                    let value = key.iter().find(|(n, _)| *n == &**part).ok_or_else(|| {
+                        CheckError::MissingKeyPart {
+                            limit: limit.name().to_owned(),
+                            part: part.to_string(),
+                        }
+                    })?;
+                    parts.push((part, value.1.as_ref()));
+                }
+            }
+            None => parts.extend(key.iter().map(|(n, v)| (*n, v.as_ref()))),
+        }
+        if let Some((part, _)) = parts.iter().find(|(_, v)| v.len() > MAX_KEY_VALUE) {
+            return Err(CheckError::KeyPartTooLong {
+                part: (*part).to_owned(),
+                max: MAX_KEY_VALUE,
+            });
+        }
+        Ok(Entry::new(limit, Key::new(&self.namespace, limit, &parts)))
     }
 
     fn now(&self) -> Option<Timestamp> {
         self.clock.as_ref().map(|c| c.now())
     }
 
-    /// Turns the store's answer, or its failure, into a verdict, and counts it.
-    fn verdict(
+    /// Asks the store (timing the call), applies the policies when it fails, and counts
+    /// every decision: the one path of every check and peek.
+    async fn run(
         &self,
         request: &Request<'_>,
-        result: Result<Decisions, StoreError>,
-        charge: bool,
-    ) -> Verdict {
-        let decisions = match result {
+        op: Op,
+        now: Option<Timestamp>,
+    ) -> SmallVec<[LimitDecision; 2]> {
+        let started = Instant::now();
+        let result = self.store.decide(request, op, now).await;
+        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
+        let decisions: SmallVec<[LimitDecision; 2]> = match result {
             Ok(decisions) => request
                 .entries()
                 .iter()
                 .zip(decisions)
-                .map(|(e, decision)| LimitDecision {
-                    limit: e.limit.name_arc().clone(),
-                    decision,
-                    source: Source::Store,
-                })
+                .map(|(e, decision)| limit_decision(e, decision, Source::Store))
                 .collect(),
             Err(error) => {
                 metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().as_str())
                     .increment(1);
                 self.warn_rate_limited(&error);
-                self.apply_policies(request, &error, charge)
+                self.apply_policies(request, &error, op)
             }
         };
-        let verdict = Verdict::new(decisions);
-        if charge {
-            for d in verdict.decisions() {
+        if op == Op::Check {
+            for d in &decisions {
                 let outcome = match (d.source, d.decision.allowed) {
                     (Source::Store, true) => "allowed",
                     (Source::Store, false) => "denied",
@@ -360,13 +417,13 @@ impl<S: Store> Limiter<S> {
                 };
                 metrics::counter!(
                     "tollgate_decisions_total",
-                    "limit" => std::sync::Arc::clone(&d.limit),
+                    "limit" => Arc::clone(&d.limit),
                     "outcome" => outcome
                 )
                 .increment(1);
             }
         }
-        verdict
+        decisions
     }
 
     /// Logs a store failure, at most once per second: a dead store under load would otherwise
@@ -398,30 +455,26 @@ impl<S: Store> Limiter<S> {
         &self,
         request: &Request<'_>,
         error: &StoreError,
-        charge: bool,
+        op: Op,
     ) -> SmallVec<[LimitDecision; 2]> {
         let kind = error.kind();
         let entries = request.entries();
         let any_deny = entries
             .iter()
             .any(|e| e.limit.policy() == OnStoreError::Deny);
-        let local_entries = entries
-            .iter()
-            .filter(|e| e.limit.policy() == OnStoreError::Local)
-            .cloned();
-        let mut local_decisions = match Request::new(local_entries, request.cost()) {
-            Ok(local_request) => {
-                let store = self.local.get_or_init(MemoryStore::new);
-                let now = self.now().unwrap_or_else(|| SystemClock.now());
-                if charge && !any_deny {
-                    store
-                        .check_at(&local_request, now)
-                        .unwrap_or_else(|_| deny_all(&local_request))
-                } else {
-                    store.peek_at(&local_request, now)
-                }
-            }
-            Err(_) => Decisions::new(), // no local limit in this request
+        let local: SmallVec<[usize; 2]> = (0..entries.len())
+            .filter(|&i| entries[i].limit.policy() == OnStoreError::Local)
+            .collect();
+        let mut local_decisions = if local.is_empty() {
+            Decisions::new()
+        } else {
+            let store = self.local.get_or_init(MemoryStore::new);
+            let now = self.now().unwrap_or_else(|| SystemClock.now());
+            let op = if any_deny { Op::Peek } else { op };
+            let local_request = subset(request, &local);
+            store
+                .decide_at(&local_request, op, now)
+                .unwrap_or_else(|_| deny_all(&local_request))
         }
         .into_iter();
         entries
@@ -442,16 +495,35 @@ impl<S: Store> Limiter<S> {
                         .next()
                         .unwrap_or_else(|| policy_denial(limit)),
                 };
-                LimitDecision {
-                    limit: e.limit.name_arc().clone(),
+                limit_decision(
+                    e,
                     decision,
-                    source: Source::Policy {
+                    Source::Policy {
                         policy,
                         error: kind,
                     },
-                }
+                )
             })
             .collect()
+    }
+}
+
+/// The entries at `indices` of a request, as a request of their own.
+fn subset<'a>(request: &Request<'a>, indices: &[usize]) -> Request<'a> {
+    let entries = indices
+        .iter()
+        .map(|&i| request.entries()[i].clone())
+        .collect();
+    Request::from_validated(entries, request.cost())
+}
+
+fn limit_decision(entry: &Entry<'_>, decision: Decision, source: Source) -> LimitDecision {
+    LimitDecision {
+        limit: entry.limit.name_arc().clone(),
+        quota: *entry.limit.quota(),
+        decision,
+        source,
+        shadow: entry.shadow,
     }
 }
 

@@ -1,9 +1,10 @@
 //! A validated request to a store: which (limit, key) pairs, at what cost.
 //!
-//! Stores can rely on what [`Request::new`] checked: at least one entry, no (limit, key) twice,
-//! and a
-//! cost between 1 and every limit's capacity. So no store re-validates, and "cost too large"
-//! is decided once, apart from "not now".
+//! A request is the prepared form of a check: [`crate::Limiter::prepare`] builds each key
+//! once and validates once, and the same request can then be decided ([`crate::Op::Check`] or
+//! [`crate::Op::Peek`]) or reset. Stores can rely on what [`Request::new`] checked: at least one
+//! entry, no (limit, key) twice, and a cost between 1 and every limit's capacity. So no store
+//! re-validates, and "cost too large" is decided once, apart from "not now".
 
 use smallvec::SmallVec;
 
@@ -16,6 +17,21 @@ pub struct Entry<'a> {
     pub limit: &'a Limit,
     /// The key, built by [`Key::new`].
     pub key: Key,
+    /// Decided but never refusing: the [`crate::Limiter`] checks shadow entries apart from the
+    /// others, after them, and counts their would-be denials. Stores ignore it.
+    pub shadow: bool,
+}
+
+impl<'a> Entry<'a> {
+    /// `limit` for `key`, a shadow entry when the limit is a shadow limit.
+    #[inline]
+    pub fn new(limit: &'a Limit, key: Key) -> Entry<'a> {
+        Entry {
+            shadow: limit.is_shadow(),
+            limit,
+            key,
+        }
+    }
 }
 
 /// One or several (limit, key) pairs decided together, all or nothing, at one cost. One limit
@@ -59,10 +75,25 @@ impl<'a> Request<'a> {
         Ok(Request { entries, cost })
     }
 
+    /// Entries already validated as part of a request of the same cost: a subset of a
+    /// request's entries needs no second check.
+    pub(crate) fn from_validated(entries: SmallVec<[Entry<'a>; 2]>, cost: u64) -> Request<'a> {
+        debug_assert!(!entries.is_empty());
+        Request { entries, cost }
+    }
+
     /// The entries, in the caller's order.
     #[inline]
     pub fn entries(&self) -> &[Entry<'a>] {
         &self.entries
+    }
+
+    /// Makes entry `index` a shadow entry (an Envoy rule in shadow mode over an enforced
+    /// limit). A limit's own shadow flag cannot be lifted this way.
+    pub fn set_shadow(&mut self, index: usize) {
+        if let Some(e) = self.entries.get_mut(index) {
+            e.shadow = true;
+        }
     }
 
     /// The cost, between 1 and every entry's capacity.

@@ -1,41 +1,35 @@
-//! The one trait every store implements.
+//! The one trait every store implements, and [`BoxStore`], the one way to pick a store at
+//! run time.
 //!
-//! A store holds per-key state and decides atomically: [`Store::check`] evaluates every entry
-//! of a [`Request`] and charges them all only if all admit, in one step that no concurrent
-//! caller can interleave with. Algorithms are not the store's business: it runs the
-//! [`crate::rules`] (memory) or their Lua twins (Redis).
+//! A store holds per-key state and decides atomically: [`Store::decide`] evaluates every
+//! entry of a [`Request`] and, for [`Op::Check`], charges them all only if all admit, in one
+//! step that no concurrent caller can interleave with. Algorithms are not the store's
+//! business: it runs the [`crate::rules`] (memory) or their Lua twins (Redis).
 //!
 //! `now` is `Some` when the caller's clock decides (tests, simulation, a limiter built with a
 //! clock) and `None` when the store's own time does (Redis `TIME`, so that instances with
 //! skewed clocks agree; the memory store's configured clock).
 
+mod boxed;
 mod memory;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use smallvec::SmallVec;
+use crate::{Decisions, Op, Request, StoreError, Timestamp};
 
-use crate::{Decision, Request, StoreError, Timestamp};
-
+pub use boxed::BoxStore;
 pub use memory::{DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder};
-
-/// One decision per entry of a request, in the request's order.
-pub type Decisions = SmallVec<[Decision; 2]>;
 
 /// Shared rate-limit state.
 pub trait Store: Send + Sync + 'static {
-    /// Decides every entry and, when all admit, charges them all; otherwise charges none.
-    fn check(
+    /// Decides every entry at `now` (the store's own time when `None`); for [`Op::Check`],
+    /// charges them all when all admit and none otherwise. A denied or peeked request writes
+    /// nothing.
+    fn decide(
         &self,
         request: &Request<'_>,
-        now: Option<Timestamp>,
-    ) -> impl Future<Output = Result<Decisions, StoreError>> + Send;
-
-    /// Decides every entry without charging anything.
-    fn peek(
-        &self,
-        request: &Request<'_>,
+        op: Op,
         now: Option<Timestamp>,
     ) -> impl Future<Output = Result<Decisions, StoreError>> + Send;
 
@@ -44,20 +38,13 @@ pub trait Store: Send + Sync + 'static {
 }
 
 impl<S: Store> Store for Arc<S> {
-    fn check(
+    fn decide(
         &self,
         request: &Request<'_>,
+        op: Op,
         now: Option<Timestamp>,
     ) -> impl Future<Output = Result<Decisions, StoreError>> + Send {
-        (**self).check(request, now)
-    }
-
-    fn peek(
-        &self,
-        request: &Request<'_>,
-        now: Option<Timestamp>,
-    ) -> impl Future<Output = Result<Decisions, StoreError>> + Send {
-        (**self).peek(request, now)
+        (**self).decide(request, op, now)
     }
 
     fn reset(&self, request: &Request<'_>) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -1,11 +1,12 @@
-//! The answer to a whole check: one decision per limit, and how each was reached.
+//! The answer to a whole check: one decision per limit, how each was reached, and the
+//! [`Outcome`] they add up to.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::{Decision, OnStoreError, StoreErrorKind};
+use crate::{Decision, OnStoreError, Outcome, POLICY_RETRY_AFTER, Quota, StoreErrorKind};
 
 /// How a limit's decision was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +27,29 @@ pub enum Source {
 pub struct LimitDecision {
     /// The limit's name.
     pub limit: Arc<str>,
+    /// The limit's quota (for `RateLimit-Policy`).
+    pub quota: Quota,
     /// Its decision.
     pub decision: Decision,
     /// How the decision was reached.
     pub source: Source,
+    /// A shadow limit: its decision is reported, never enforced.
+    pub shadow: bool,
 }
 
-/// The outcome of a check over one or several limits, all or nothing.
+impl LimitDecision {
+    /// Whether the decision comes from a real count (the store, or the `local` fallback), as
+    /// opposed to an `allow` or `deny` policy whose numbers are made up.
+    pub fn is_counted(&self) -> bool {
+        match self.source {
+            Source::Store => true,
+            Source::Policy { policy, .. } => policy == OnStoreError::Local,
+        }
+    }
+}
+
+/// The outcome of a check over one or several limits: all or nothing over the enforced
+/// limits; shadow limits are reported but never refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     decisions: SmallVec<[LimitDecision; 2]>,
@@ -44,34 +61,62 @@ impl Verdict {
         Verdict { decisions }
     }
 
-    /// Whether every limit admits (and so every limit was charged, for a check).
-    pub fn is_allowed(&self) -> bool {
-        self.decisions.iter().all(|d| d.decision.allowed)
+    /// What the verdict means for the request: allowed, limited (429) or unavailable (503).
+    /// Match on it: a refusal because Redis timed out is not a refusal because of a quota.
+    pub fn outcome(&self) -> Outcome {
+        let mut limited: Option<Duration> = None;
+        let mut unavailable: Option<StoreErrorKind> = None;
+        for d in self.enforced().filter(|d| !d.decision.allowed) {
+            let wait = d.decision.retry_after.unwrap_or(POLICY_RETRY_AFTER);
+            limited = limited.max(Some(wait));
+            if let Source::Policy {
+                policy: OnStoreError::Deny,
+                error,
+            } = d.source
+            {
+                unavailable.get_or_insert(error);
+            }
+        }
+        match (unavailable, limited) {
+            (Some(error), _) => Outcome::Unavailable {
+                error,
+                retry_after: POLICY_RETRY_AFTER,
+            },
+            (None, Some(retry_after)) => Outcome::Limited { retry_after },
+            (None, None) => Outcome::Allowed,
+        }
     }
 
-    /// Each limit's decision, in the order asked.
+    /// Each limit's decision, in the order asked, shadow limits included.
     pub fn decisions(&self) -> &[LimitDecision] {
         &self.decisions
     }
 
-    /// The most restrictive limit: when denied, the denial that lasts longest; when allowed,
-    /// the one with the fewest remaining units (then the longest reset).
+    /// The decisions of the enforced (not shadow) limits.
+    pub fn enforced(&self) -> impl Iterator<Item = &LimitDecision> {
+        self.decisions.iter().filter(|d| !d.shadow)
+    }
+
+    /// The most restrictive enforced limit (a shadow one when the request named only
+    /// shadow limits): when refused, the refusal that lasts longest; when allowed, the one
+    /// with the fewest remaining units (then the longest reset).
     pub fn decisive(&self) -> &LimitDecision {
         let first = &self.decisions[0];
-        if self.is_allowed() {
-            self.decisions.iter().fold(first, |best, d| {
-                let (a, b) = (&d.decision, &best.decision);
-                if (a.remaining, std::cmp::Reverse(a.reset_after))
-                    < (b.remaining, std::cmp::Reverse(b.reset_after))
-                {
-                    d
-                } else {
-                    best
-                }
-            })
+        let pool = || {
+            let enforced = self.decisions.iter().any(|d| !d.shadow);
+            self.decisions.iter().filter(move |d| d.shadow != enforced)
+        };
+        if self.outcome() == Outcome::Allowed {
+            pool()
+                .min_by_key(|d| {
+                    (
+                        d.decision.remaining,
+                        std::cmp::Reverse(d.decision.reset_after),
+                    )
+                })
+                .unwrap_or(first)
         } else {
-            self.decisions
-                .iter()
+            pool()
                 .filter(|d| !d.decision.allowed)
                 .max_by_key(|d| d.decision.retry_after.unwrap_or(Duration::ZERO))
                 .unwrap_or(first)
@@ -83,25 +128,9 @@ impl Verdict {
         &self.decisive().decision
     }
 
-    /// When denied: when to retry (the longest wait among the denials).
+    /// When refused: when to retry (the longest wait among the refusals).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.decision().retry_after
-    }
-
-    /// Whether the request is refused because the store failed and a limit's policy is
-    /// `deny` (HTTP 503), rather than because a quota is used up (HTTP 429).
-    pub fn is_store_failure(&self) -> bool {
-        !self.is_allowed()
-            && self.decisions.iter().any(|d| {
-                !d.decision.allowed
-                    && matches!(
-                        d.source,
-                        Source::Policy {
-                            policy: OnStoreError::Deny,
-                            ..
-                        }
-                    )
-            })
+        self.outcome().retry_after()
     }
 
     /// The store error, when any limit was decided by its failure policy.

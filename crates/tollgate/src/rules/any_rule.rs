@@ -6,7 +6,7 @@
 use crate::rules::{
     AnyState, FixedWindow, Gcra, Rule, SlidingLog, SlidingWindow, TokenBucket, decision,
 };
-use crate::{Algorithm, Decision, Quota, Status};
+use crate::{Algorithm, Decision, Op, Quota, Status};
 
 /// An algorithm with its quota applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,7 @@ impl AnyRule {
         with_rule!(self, state, |rule, s| rule.status(s, now))
     }
 
-    /// Decides `cost` at `now` and, when it passes and `charge` is set, charges it: one
+    /// Decides `cost` at `now` and, when it passes and `op` charges, charges it: one
     /// dispatch for what [`AnyRule::admits`], [`AnyRule::charge`] and [`AnyRule::status`] do
     /// in three, so that the chosen rule's arithmetic inlines into one piece of code. Returns
     /// the status after the call and, when the cost does not pass, the µs until it would (a
@@ -124,11 +124,11 @@ impl AnyRule {
         state: &mut AnyState,
         now: u64,
         cost: u64,
-        charge: bool,
+        op: Op,
     ) -> (Status, Option<u64>) {
         with_rule!(self, state, |rule, s| {
             let verdict = rule.admits(s, now, cost);
-            if verdict.is_ok() && charge {
+            if verdict.is_ok() && op.charges() {
                 rule.charge(s, now, cost);
             }
             (rule.status(s, now), verdict.err())

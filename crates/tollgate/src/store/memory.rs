@@ -9,7 +9,7 @@
 //!   multi-key checks can never deadlock. On single-key checks it also measured as fast as a
 //!   `dashmap` map running the same rule, or faster (`docs/benchmarks.md`), each shard's lock
 //!   on cache lines of its own.
-//! - **A single-pair path** ([`MemoryStore::check_single_at`]): one lock, one lookup, one
+//! - **A single-pair path** (`MemoryStore::decide_single_at`): one lock, one lookup, one
 //!   dispatch on the algorithm, the key cloned only on insert, the decision returned by value.
 //!   Most checks are one (limit, key) pair, and for them building a general [`Request`] cost
 //!   more than deciding.
@@ -30,10 +30,9 @@ use smallvec::SmallVec;
 
 use crate::key::BuildKeyHasher;
 use crate::rules::{AnyRule, AnyState};
-use crate::store::Decisions;
 use crate::{
-    Clock, Decision, Key, Limit, Request, SingleRequest, Status, Store, StoreError, SystemClock,
-    Timestamp,
+    Clock, Decision, Decisions, Key, Limit, Op, Request, SingleRequest, Status, Store, StoreError,
+    SystemClock, Timestamp,
 };
 
 /// Default key cap.
@@ -194,68 +193,56 @@ impl MemoryStore {
         self.inner.sweep_all(self.inner.clock.now().as_micros())
     }
 
-    /// [`Store::check`] without the future: decides and charges at `now`.
+    /// [`Store::decide`] without the future, at `now`.
     ///
     /// # Errors
-    /// [`StoreError::Full`] when the request needs new keys beyond the key cap.
+    /// [`StoreError::Full`] when a check needs new keys beyond the key cap (a peek never
+    /// stores a key, so it never fails).
     #[inline]
-    pub fn check_at(&self, request: &Request<'_>, now: Timestamp) -> Result<Decisions, StoreError> {
-        self.inner.decide(request, now.as_micros(), true)
+    pub fn decide_at(
+        &self,
+        request: &Request<'_>,
+        op: Op,
+        now: Timestamp,
+    ) -> Result<Decisions, StoreError> {
+        self.inner.decide(request, now.as_micros(), op)
     }
 
-    /// [`MemoryStore::check_at`] for a single (limit, key) pair, the fast path of most checks:
-    /// no [`Request`] to build, one decision returned by value.
+    /// [`MemoryStore::decide_at`] for a single (limit, key) pair: no [`Request`] to build,
+    /// one decision returned by value. The path of the benchmark against governor; services
+    /// go through the [`crate::Limiter`].
     ///
     /// ```
-    /// use tollgate::{Algorithm, Key, Limit, MemoryStore, Namespace, Quota, SingleRequest, Timestamp};
+    /// use tollgate::{Algorithm, Key, Limit, MemoryStore, Namespace, Op, Quota, SingleRequest, Timestamp};
     ///
     /// let limit = Limit::new("api", Algorithm::Gcra, Quota::per_second(2)?)?.keyed_by(["user"])?;
     /// let key = Key::new(&Namespace::default(), &limit, &[("user", "42")]); // build once, reuse
     /// let store = MemoryStore::new();
     /// let now = Timestamp::from_millis(1_000);
     /// let request = SingleRequest::new(&limit, &key, 1)?;
-    /// assert!(store.check_single_at(&request, now)?.allowed);
-    /// assert!(store.check_single_at(&request, now)?.allowed);
-    /// let third = store.check_single_at(&request, now)?;
+    /// assert!(store.decide_single_at(&request, Op::Check, now)?.allowed);
+    /// assert!(store.decide_single_at(&request, Op::Check, now)?.allowed);
+    /// let third = store.decide_single_at(&request, Op::Check, now)?;
     /// assert!(!third.allowed);
     /// assert_eq!(third.retry_after, Some(std::time::Duration::from_millis(500)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Full`] when the key is new and the key cap leaves no room for it.
+    /// [`StoreError::Full`] when a check's key is new and the key cap leaves no room for it.
+    #[doc(hidden)]
     #[inline]
-    pub fn check_single_at(
+    pub fn decide_single_at(
         &self,
         request: &SingleRequest<'_>,
+        op: Op,
         now: Timestamp,
     ) -> Result<Decision, StoreError> {
         let (limit, key, cost) = (request.limit(), request.key(), request.cost());
         let now = now.as_micros();
-        match self.inner.try_decide_one(limit, key, cost, now, true) {
-            Some(decision) => Ok(decision),
-            None => self.inner.sweep_and_decide_one(limit, key, cost, now),
-        }
-    }
-
-    /// [`MemoryStore::peek_at`] for a single (limit, key) pair.
-    #[inline]
-    pub fn peek_single_at(&self, request: &SingleRequest<'_>, now: Timestamp) -> Decision {
-        let (limit, key, cost) = (request.limit(), request.key(), request.cost());
-        match self
-            .inner
-            .try_decide_one(limit, key, cost, now.as_micros(), false)
-        {
-            Some(d) => d,
-            None => unreachable!("peek inserts no key, so the cap cannot refuse it"),
-        }
-    }
-
-    /// [`Store::peek`] without the future.
-    pub fn peek_at(&self, request: &Request<'_>, now: Timestamp) -> Decisions {
-        match self.inner.decide(request, now.as_micros(), false) {
-            Ok(d) => d,
-            Err(_) => unreachable!("peek inserts no key, so the cap cannot refuse it"),
+        match self.inner.try_decide_one(limit, key, cost, now, op) {
+            Ok(decision) => Ok(decision),
+            Err(NoRoom) => self.inner.sweep_and_decide_one(limit, key, cost, now),
         }
     }
 
@@ -290,20 +277,13 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn check(
+    async fn decide(
         &self,
         request: &Request<'_>,
+        op: Op,
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
-        self.check_at(request, self.now(now))
-    }
-
-    async fn peek(
-        &self,
-        request: &Request<'_>,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, StoreError> {
-        Ok(self.peek_at(request, self.now(now)))
+        self.decide_at(request, op, self.now(now))
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
@@ -315,25 +295,16 @@ impl Store for MemoryStore {
 impl Inner {
     /// Decides; when the key cap is reached, sweeps every shard once and tries again.
     #[inline]
-    fn decide(
-        &self,
-        request: &Request<'_>,
-        now: u64,
-        charge: bool,
-    ) -> Result<Decisions, StoreError> {
+    fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
         let first = match request.entries() {
             [e] => self
-                .try_decide_one(e.limit, &e.key, request.cost(), now, charge)
-                .map(|d| {
-                    let mut decisions = Decisions::new();
-                    decisions.push(d);
-                    decisions
-                }),
-            _ => self.try_decide(request, now, charge),
+                .try_decide_one(e.limit, &e.key, request.cost(), now, op)
+                .map(Decisions::from),
+            _ => self.try_decide(request, now, op),
         };
         match first {
-            Some(decisions) => Ok(decisions),
-            None => self.sweep_and_decide(request, now, charge),
+            Ok(decisions) => Ok(decisions),
+            Err(NoRoom) => self.sweep_and_decide(request, now, op),
         }
     }
 
@@ -343,13 +314,17 @@ impl Inner {
         &self,
         request: &Request<'_>,
         now: u64,
-        charge: bool,
+        op: Op,
     ) -> Result<Decisions, StoreError> {
         self.sweep_all(now);
-        self.try_decide(request, now, charge)
-            .ok_or(StoreError::Full {
-                max_keys: self.max_keys,
-            })
+        self.try_decide(request, now, op)
+            .map_err(|NoRoom| self.full())
+    }
+
+    fn full(&self) -> StoreError {
+        StoreError::Full {
+            max_keys: self.max_keys,
+        }
     }
 
     /// [`Inner::sweep_and_decide`] for a single pair.
@@ -362,10 +337,8 @@ impl Inner {
         now: u64,
     ) -> Result<Decision, StoreError> {
         self.sweep_all(now);
-        self.try_decide_one(limit, key, cost, now, true)
-            .ok_or(StoreError::Full {
-                max_keys: self.max_keys,
-            })
+        self.try_decide_one(limit, key, cost, now, Op::Check)
+            .map_err(|NoRoom| self.full())
     }
 
     /// [`Inner::try_decide`] for a single pair (most checks): one lock, one lookup, one
@@ -377,26 +350,26 @@ impl Inner {
         key: &Key,
         cost: u64,
         now: u64,
-        charge: bool,
-    ) -> Option<Decision> {
+        op: Op,
+    ) -> Result<Decision, NoRoom> {
         let rule = limit.rule();
         let mut shard = lock(&self.shards[shard_of(key)]);
         let (status, retry) = match shard.get_mut(key) {
             Some(slot) => {
-                let (status, retry) = rule.decide(&mut slot.state, now, cost, charge);
-                if charge && retry.is_none() {
+                let (status, retry) = rule.decide(&mut slot.state, now, cost, op);
+                if op.charges() && retry.is_none() {
                     slot.replenished_at = now + status.reset_after_us;
                 }
                 (status, retry)
             }
-            None => self.decide_new(&mut shard, rule, key, cost, now, charge)?,
+            None => self.decide_new(&mut shard, rule, key, cost, now, op)?,
         };
         drop(shard);
-        Some(crate::rules::decision(rule.limit(), status, retry))
+        Ok(crate::rules::decision(rule.limit(), status, retry))
     }
 
     /// [`Inner::try_decide_one`] for a key the shard does not hold: decides on a fresh state,
-    /// which is kept only when charged (`None` when the key cap leaves no room for it).
+    /// which is kept only when charged ([`NoRoom`] when the key cap leaves no room for it).
     #[cold]
     fn decide_new(
         &self,
@@ -405,16 +378,16 @@ impl Inner {
         key: &Key,
         cost: u64,
         now: u64,
-        charge: bool,
-    ) -> Option<(Status, Option<u64>)> {
+        op: Op,
+    ) -> Result<(Status, Option<u64>), NoRoom> {
         let mut state = rule.empty_state();
-        let (status, retry) = rule.decide(&mut state, now, cost, charge);
-        if !charge || retry.is_some() {
-            return Some((status, retry));
+        let (status, retry) = rule.decide(&mut state, now, cost, op);
+        if !op.charges() || retry.is_some() {
+            return Ok((status, retry));
         }
         // Charged a fresh state: kept only if the cap leaves room (else dropped, unseen).
         if !self.reserve(1) {
-            return None;
+            return Err(NoRoom);
         }
         let replenished_at = now + status.reset_after_us;
         shard.insert(
@@ -424,12 +397,13 @@ impl Inner {
                 replenished_at,
             },
         );
-        Some((status, retry))
+        Ok((status, retry))
     }
 
-    /// Evaluates every entry under all their shard locks; charges all when all admit and
-    /// `charge` is set. `None` when charging needs more keys than the cap leaves.
-    fn try_decide(&self, request: &Request<'_>, now: u64, charge: bool) -> Option<Decisions> {
+    /// Evaluates every entry under all their shard locks; for a check, charges all when all
+    /// admit. [`NoRoom`] when charging needs more keys than the cap leaves.
+    fn try_decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, NoRoom> {
+        let charge = op.charges();
         let entries = request.entries();
         let cost = request.cost();
         let shard_ids: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
@@ -468,7 +442,7 @@ impl Inner {
                 })
                 .count();
             if new_keys > 0 && !self.reserve(new_keys) {
-                return None;
+                return Err(NoRoom);
             }
         }
 
@@ -503,7 +477,7 @@ impl Inner {
             };
             decisions.push(decision);
         }
-        Some(decisions)
+        Ok(decisions)
     }
 
     /// Reserves room for `n` new keys under the cap.
@@ -533,6 +507,10 @@ impl Inner {
     }
 }
 
+/// The key cap leaves no room for the keys a check would store.
+#[derive(Debug)]
+struct NoRoom;
+
 #[inline]
 fn shard_of(key: &Key) -> usize {
     // Bits the map itself uses least (hashbrown takes the low bits and the top seven).
@@ -550,7 +528,7 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Algorithm, Entry, FakeClock, Limit, Namespace, Quota};
+    use crate::{Algorithm, Entry, FakeClock, Limit, Namespace, Op, Quota};
 
     fn limit(name: &str, algorithm: Algorithm) -> Limit {
         Limit::new(name, algorithm, Quota::per_minute(10).expect("valid")).expect("valid")
@@ -558,7 +536,7 @@ mod tests {
 
     fn request<'a>(limit: &'a Limit, user: &str) -> Request<'a> {
         let key = Key::new(&Namespace::default(), limit, &[("user", user)]);
-        Request::new([Entry { limit, key }], 1).expect("valid")
+        Request::new([Entry::new(limit, key)], 1).expect("valid")
     }
 
     /// Replenished keys are swept, live ones stay.
@@ -571,17 +549,21 @@ mod tests {
             .build();
         let gcra = limit("g", Algorithm::Gcra);
         let now = clock.now();
-        store.check_at(&request(&gcra, "a"), now).expect("room");
+        store
+            .decide_at(&request(&gcra, "a"), Op::Check, now)
+            .expect("room");
         clock.advance(Duration::from_secs(3));
         store
-            .check_at(&request(&gcra, "b"), clock.now())
+            .decide_at(&request(&gcra, "b"), Op::Check, clock.now())
             .expect("room");
         assert_eq!(store.len(), 2);
         // "a" took one unit (6 s to replenish) at t0; at t0 + 6 s it is full again, "b" is not.
         clock.advance(Duration::from_secs(3));
         assert_eq!(store.sweep(), 1);
         assert_eq!(store.len(), 1);
-        let d = store.peek_at(&request(&gcra, "b"), clock.now());
+        let d = store
+            .decide_at(&request(&gcra, "b"), Op::Peek, clock.now())
+            .expect("a peek stores nothing");
         assert_eq!(d[0].remaining, 9, "b is still charged after the sweep");
     }
 
@@ -596,20 +578,22 @@ mod tests {
             .build();
         let l = limit("f", Algorithm::FixedWindow);
         for u in ["a", "b", "c"] {
-            store.check_at(&request(&l, u), clock.now()).expect("room");
+            store
+                .decide_at(&request(&l, u), Op::Check, clock.now())
+                .expect("room");
         }
         let err = store
-            .check_at(&request(&l, "d"), clock.now())
+            .decide_at(&request(&l, "d"), Op::Check, clock.now())
             .expect_err("full");
         assert!(matches!(err, StoreError::Full { max_keys: 3 }), "{err}");
         assert!(err.to_string().contains("3 keys"), "{err}");
         // Existing keys still work, and once the window is over the cap frees itself.
         store
-            .check_at(&request(&l, "a"), clock.now())
+            .decide_at(&request(&l, "a"), Op::Check, clock.now())
             .expect("existing key");
         clock.advance(Duration::from_secs(60));
         store
-            .check_at(&request(&l, "d"), clock.now())
+            .decide_at(&request(&l, "d"), Op::Check, clock.now())
             .expect("swept");
         assert_eq!(store.len(), 1);
     }
@@ -623,10 +607,12 @@ mod tests {
         let now = Timestamp::from_millis(1_000_000);
         for i in 0..30 {
             store
-                .check_at(&request(&a, &i.to_string()), now)
+                .decide_at(&request(&a, &i.to_string()), Op::Check, now)
                 .expect("room");
         }
-        store.check_at(&request(&b, "k"), now).expect("room");
+        store
+            .decide_at(&request(&b, "k"), Op::Check, now)
+            .expect("room");
         assert_eq!(
             store.keys_per_limit(64),
             vec![("a".to_owned(), 30), ("b.x".to_owned(), 1)]
@@ -656,27 +642,30 @@ mod tests {
                 let user = ["a", "b"][(step % 2) as usize];
                 let cost = 1 + step % 3;
                 let key = Key::new(&Namespace::default(), &l, &[("user", user)]);
-                let request = Request::new(
-                    [Entry {
-                        limit: &l,
-                        key: key.clone(),
-                    }],
-                    cost,
-                )
-                .expect("valid");
+                let request = Request::new([Entry::new(&l, key.clone())], cost).expect("valid");
                 let one = SingleRequest::new(&l, &key, cost).expect("valid");
                 let now = clock.now();
                 if step % 5 == 0 {
-                    let peeked = single.peek_single_at(&one, now);
-                    assert_eq!(peeked, general.peek_at(&request, now)[0], "{algorithm}");
+                    let peeked = single
+                        .decide_single_at(&one, Op::Peek, now)
+                        .expect("a peek stores nothing");
                     assert_eq!(
                         peeked,
-                        single.peek_single_at(&one, now),
+                        general
+                            .decide_at(&request, Op::Peek, now)
+                            .expect("a peek stores nothing")[0],
+                        "{algorithm}"
+                    );
+                    assert_eq!(
+                        peeked,
+                        single
+                            .decide_single_at(&one, Op::Peek, now)
+                            .expect("a peek stores nothing"),
                         "{algorithm}: peek charged"
                     );
                 }
-                let expected = general.check_at(&request, now).expect("room")[0];
-                let got = single.check_single_at(&one, now).expect("room");
+                let expected = general.decide_at(&request, Op::Check, now).expect("room")[0];
+                let got = single.decide_single_at(&one, Op::Check, now).expect("room");
                 assert_eq!(got, expected, "{algorithm} step {step}");
             }
             assert_eq!(single.len(), general.len(), "{algorithm}");
@@ -691,7 +680,13 @@ mod tests {
             Key::new(&Namespace::default(), &l, &[("user", "b")]),
         );
         let now = clock.now();
-        let check = |k| capped.check_single_at(&SingleRequest::new(&l, k, 1).expect("valid"), now);
+        let check = |k| {
+            capped.decide_single_at(
+                &SingleRequest::new(&l, k, 1).expect("valid"),
+                Op::Check,
+                now,
+            )
+        };
         assert!(check(&a).expect("room").allowed);
         assert!(matches!(check(&b), Err(StoreError::Full { max_keys: 1 })));
     }
@@ -738,9 +733,15 @@ mod tests {
                         let single = SingleRequest::new(l, key, 1).expect("valid");
                         for _ in 0..500 {
                             let allowed = if t % 2 == 0 {
-                                store.check_single_at(&single, now).expect("room").allowed
+                                store
+                                    .decide_single_at(&single, Op::Check, now)
+                                    .expect("room")
+                                    .allowed
                             } else {
-                                store.check_at(&request(l, "k"), now).expect("room")[0].allowed
+                                store
+                                    .decide_at(&request(l, "k"), Op::Check, now)
+                                    .expect("room")[0]
+                                    .allowed
                             };
                             if allowed {
                                 admitted.fetch_add(1, Ordering::Relaxed);

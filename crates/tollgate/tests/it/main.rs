@@ -3,3 +3,4 @@
 
 mod policies;
 mod properties;
+mod protocol;

@@ -1,29 +1,12 @@
 //! The limiter's failure policies, on a store that always fails.
 
-use std::time::Duration;
-
 use tollgate::{
-    Algorithm, Decisions, FakeClock, Limit, Limiter, OnStoreError, Quota, Request, Source, Store,
-    StoreError, StoreErrorKind, Timestamp,
+    Algorithm, FakeClock, Limit, Limiter, OnStoreError, Outcome, Quota, Source, StoreError,
+    StoreErrorKind, Timestamp,
 };
+use tollgate_testkit::FailingStore;
 
-/// A store whose every call times out.
-#[derive(Debug)]
-struct DownStore;
-
-impl Store for DownStore {
-    async fn check(&self, _: &Request<'_>, _: Option<Timestamp>) -> Result<Decisions, StoreError> {
-        Err(StoreError::Timeout(Duration::from_millis(50)))
-    }
-    async fn peek(&self, _: &Request<'_>, _: Option<Timestamp>) -> Result<Decisions, StoreError> {
-        Err(StoreError::Timeout(Duration::from_millis(50)))
-    }
-    async fn reset(&self, _: &Request<'_>) -> Result<(), StoreError> {
-        Err(StoreError::Timeout(Duration::from_millis(50)))
-    }
-}
-
-fn limiter() -> Limiter<DownStore> {
+fn limiter() -> Limiter<FailingStore> {
     let limit = |name: &str, policy| {
         Limit::new(name, Algorithm::Gcra, Quota::per_minute(2).expect("valid"))
             .expect("valid")
@@ -31,7 +14,7 @@ fn limiter() -> Limiter<DownStore> {
             .expect("valid")
             .on_store_error(policy)
     };
-    Limiter::builder(DownStore)
+    Limiter::builder(FailingStore::down())
         .clock(FakeClock::new(Timestamp::from_millis(1_900_000_000_000)))
         .limit(limit("open", OnStoreError::Allow))
         .limit(limit("closed", OnStoreError::Deny))
@@ -47,12 +30,12 @@ async fn allow_and_deny() {
     let key = [("user", "1")];
     for _ in 0..5 {
         let v = l.check("open", &key).await.expect("valid");
-        assert!(v.is_allowed());
-        assert_eq!(v.store_error(), Some(StoreErrorKind::Timeout));
+        assert!(v.outcome() == Outcome::Allowed);
+        assert_eq!(v.store_error(), Some(StoreErrorKind::Connection));
     }
     let v = l.check("closed", &key).await.expect("valid");
-    assert!(!v.is_allowed());
-    assert!(v.is_store_failure(), "{v:?}");
+    assert!(v.outcome() != Outcome::Allowed);
+    assert!(matches!(v.outcome(), Outcome::Unavailable { .. }), "{v:?}");
     assert_eq!(v.retry_after(), Some(tollgate::POLICY_RETRY_AFTER));
 }
 
@@ -61,12 +44,15 @@ async fn allow_and_deny() {
 async fn local_counts_in_memory() {
     let l = limiter();
     let key = [("user", "1")];
-    assert!(l.check("local", &key).await.expect("valid").is_allowed());
-    assert!(l.check("local", &key).await.expect("valid").is_allowed());
+    assert!(l.check("local", &key).await.expect("valid").outcome() == Outcome::Allowed);
+    assert!(l.check("local", &key).await.expect("valid").outcome() == Outcome::Allowed);
     let v = l.check("local", &key).await.expect("valid");
-    assert!(!v.is_allowed(), "the local fallback enforces the quota");
     assert!(
-        !v.is_store_failure(),
+        v.outcome() != Outcome::Allowed,
+        "the local fallback enforces the quota"
+    );
+    assert!(
+        !matches!(v.outcome(), Outcome::Unavailable { .. }),
         "a local quota denial is a 429, not a 503"
     );
     assert!(matches!(
@@ -85,10 +71,10 @@ async fn mixed_policies_stay_all_or_nothing() {
     let key = [("user", "1")];
     for _ in 0..3 {
         let v = l
-            .check_all(&["local", "closed"], &key, 1)
+            .check_all(&["local", "closed"], &key)
             .await
             .expect("valid");
-        assert!(!v.is_allowed());
+        assert!(v.outcome() != Outcome::Allowed);
     }
     let v = l.check("local", &key).await.expect("valid");
     assert_eq!(
@@ -101,12 +87,8 @@ async fn mixed_policies_stay_all_or_nothing() {
 /// `reset` reports the store failure: no policy applies there.
 #[tokio::test]
 async fn reset_surfaces_store_errors() {
-    let err = limiter()
-        .reset(&["open"], &[("user", "1")])
-        .await
-        .expect_err("down");
-    assert!(
-        matches!(err, tollgate::CheckError::Store(StoreError::Timeout(_))),
-        "{err}"
-    );
+    let l = limiter();
+    let request = l.prepare(&["open"], &[("user", "1")], 1).expect("valid");
+    let err = l.reset(&request).await.expect_err("down");
+    assert!(matches!(err, StoreError::Connection(_)), "{err}");
 }

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use tollgate::rules::{AnyRule, AnyState};
-use tollgate::{Algorithm, Quota};
+use tollgate::{Algorithm, Op, Quota};
 
 /// A random quota: limit 1–20, period 1 ms–10 s, burst 1–30.
 fn quota() -> impl Strategy<Value = Quota> {
@@ -82,15 +82,15 @@ proptest! {
     fn one_dispatch_decides_as_three(a in algorithm(), q in quota(), xs in arrivals(), peeks in proptest::collection::vec(any::<bool>(), 120)) {
         let mut i = 0;
         replay(a, &q, &xs, |rule, before, now, cost, result| {
-            let charge = !peeks[i % peeks.len()];
+            let op = if peeks[i % peeks.len()] { Op::Peek } else { Op::Check };
             i += 1;
             let mut three = before.clone();
-            if result.is_ok() && charge {
+            if result.is_ok() && op == Op::Check {
                 rule.charge(&mut three, now, cost);
             }
             let expected = (rule.status(&mut three, now), result.err());
             let mut one = before.clone();
-            assert_eq!(rule.decide(&mut one, now, cost, charge), expected, "{a}");
+            assert_eq!(rule.decide(&mut one, now, cost, op), expected, "{a}");
             assert_eq!(one, three, "{a}: states differ");
         });
     }

@@ -1,0 +1,220 @@
+//! The protocol of one check, as every face sees it: prepare once, decide with an `Op`, read
+//! the `Outcome`; shadow limits; the one dynamic store type.
+
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use tollgate::{
+    Algorithm, BoxStore, CheckError, FakeClock, Limit, Limiter, MAX_KEY_VALUE, MemoryStore,
+    OnStoreError, Op, Outcome, Quota, Store, StoreErrorKind, Timestamp,
+};
+use tollgate_testkit::FailingStore;
+
+fn clock() -> FakeClock {
+    FakeClock::new(Timestamp::from_millis(1_900_000_000_000))
+}
+
+fn limit(name: &str, per_minute: u64) -> Limit {
+    Limit::new(
+        name,
+        Algorithm::SlidingLog,
+        Quota::per_minute(per_minute).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid")
+}
+
+fn limiter<S: Store>(store: S, limits: Vec<Limit>) -> Limiter<S> {
+    Limiter::builder(store)
+        .clock(clock())
+        .limits(limits)
+        .build()
+        .expect("valid")
+}
+
+fn memory() -> MemoryStore {
+    MemoryStore::builder().sweep_interval(None).build()
+}
+
+/// A quota refusal, a store failure under `deny`, and an admission are three outcomes that
+/// cannot be mistaken for one another.
+#[tokio::test]
+async fn three_outcomes() {
+    let key = [("user", "1")];
+    let up = limiter(memory(), vec![limit("sms", 1)]);
+    assert_eq!(
+        up.check("sms", &key).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    match up.check("sms", &key).await.expect("valid").outcome() {
+        Outcome::Limited { retry_after } => assert_eq!(retry_after, Duration::from_secs(60)),
+        other => panic!("a used-up quota is Limited, got {other:?}"),
+    }
+    let down = limiter(
+        FailingStore::down(),
+        vec![limit("sms", 1).on_store_error(OnStoreError::Deny)],
+    );
+    match down.check("sms", &key).await.expect("valid").outcome() {
+        Outcome::Unavailable { error, retry_after } => {
+            assert_eq!(error, StoreErrorKind::Connection);
+            assert_eq!(retry_after, tollgate::POLICY_RETRY_AFTER);
+        }
+        other => panic!("a store failure under deny is Unavailable, got {other:?}"),
+    }
+}
+
+/// A prepared request is decided as a peek (nothing charged) or a check, as often as asked,
+/// and reset through the same request.
+#[tokio::test]
+async fn prepare_once_decide_many() {
+    let l = limiter(memory(), vec![limit("a", 3), limit("b", 5)]);
+    let request = l.prepare(&["a", "b"], &[("user", "1")], 2).expect("valid");
+    for _ in 0..3 {
+        let v = l.decide(&request, Op::Peek).await;
+        assert_eq!(v.outcome(), Outcome::Allowed);
+        assert_eq!(v.decisions()[0].decision.remaining, 3, "a peek charged");
+    }
+    assert_eq!(
+        l.decide(&request, Op::Check).await.outcome(),
+        Outcome::Allowed
+    );
+    let v = l.decide(&request, Op::Check).await;
+    assert!(matches!(v.outcome(), Outcome::Limited { .. }), "{v:?}");
+    assert_eq!(
+        v.decisions()[1].decision.remaining,
+        3,
+        "b charged by a refused check"
+    );
+    l.reset(&request).await.expect("reset");
+    assert_eq!(l.decide(&request, Op::Peek).await.decision().remaining, 3);
+}
+
+/// Everything wrong with a request is found by `prepare`, before any store call.
+#[tokio::test]
+async fn prepare_refuses_bad_requests() {
+    let l = limiter(FailingStore::down(), vec![limit("a", 3)]);
+    let long = "x".repeat(MAX_KEY_VALUE + 1);
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], u64, &'a str);
+    let cases: [Case<'_>; 6] = [
+        (&["nope"], &[("user", "1")], 1, "unknown limit"),
+        (&["a"], &[("ip", "1")], 1, "needs key part"),
+        (&["a"], &[("user", &long)], 1, "longer than 1024 bytes"),
+        (&["a", "a"], &[("user", "1")], 1, "named twice"),
+        (&["a"], &[("user", "1")], 0, "at least 1"),
+        (&["a"], &[("user", "1")], 4, "exceeds"),
+    ];
+    for (limits, key, cost, expected) in cases {
+        let err = l.prepare(limits, key, cost).expect_err(expected);
+        assert!(err.to_string().contains(expected), "{err} vs {expected}");
+    }
+    let ok = "x".repeat(MAX_KEY_VALUE);
+    assert!(l.prepare(&["a"], &[("user", ok.as_str())], 1).is_ok());
+    assert!(matches!(
+        l.prepare(&["a"], &[("user", long.as_str())], 1),
+        Err(CheckError::KeyPartTooLong {
+            max: MAX_KEY_VALUE,
+            ..
+        })
+    ));
+}
+
+/// A shadow limit never refuses; it is charged only when the enforced limits admit, and
+/// each would-be refusal is counted, once per limit, in `tollgate_shadow_denied_total`.
+#[test]
+fn shadow_limits_report_but_never_refuse() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let l = limiter(
+                memory(),
+                vec![limit("enforced", 2), limit("trial", 1).shadow(true)],
+            );
+            let key = [("user", "1")];
+            let both = l.prepare(&["enforced", "trial"], &key, 1).expect("valid");
+            // 1st: both admit. 2nd: trial would refuse, the request passes.
+            for _ in 0..2 {
+                let v = l.decide(&both, Op::Check).await;
+                assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+            }
+            let v = l.decide(&both, Op::Peek).await;
+            assert!(v.decisions()[1].shadow);
+            assert!(!v.decisions()[1].decision.allowed, "trial is used up");
+            assert_eq!(v.decisive().limit.as_ref(), "enforced");
+            // 3rd: enforced refuses; trial is peeked, not charged nor counted.
+            let v = l.decide(&both, Op::Check).await;
+            assert!(matches!(v.outcome(), Outcome::Limited { .. }));
+            assert_eq!(v.decisive().limit.as_ref(), "enforced");
+            // Only shadow limits named: never refused, the decisive one is the shadow one.
+            let v = l.check("trial", &key).await.expect("valid");
+            assert_eq!(v.outcome(), Outcome::Allowed);
+            assert_eq!(v.decisive().limit.as_ref(), "trial");
+        });
+    });
+    let counted: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, _, _, _)| k.key().name() == "tollgate_shadow_denied_total")
+        .map(|(k, _, _, v)| {
+            let limit = k
+                .key()
+                .labels()
+                .find(|l| l.key() == "limit")
+                .map(|l| l.value().to_owned())
+                .unwrap_or_default();
+            match v {
+                DebugValue::Counter(n) => (limit, n),
+                other => panic!("not a counter: {other:?}"),
+            }
+        })
+        .collect();
+    assert_eq!(counted, [("trial".to_owned(), 2)]);
+}
+
+/// An Envoy rule in shadow mode makes one entry of a request shadow.
+#[tokio::test]
+async fn one_entry_can_be_made_shadow() {
+    let l = limiter(memory(), vec![limit("a", 1)]);
+    let mut request = l
+        .prepare_keyed(&[("a", &[("user", "1")]), ("a", &[("user", "2")])], 1)
+        .expect("valid");
+    request.set_shadow(1);
+    assert_eq!(
+        l.check("a", &[("user", "2")])
+            .await
+            .expect("valid")
+            .outcome(),
+        Outcome::Allowed
+    );
+    let v = l.decide(&request, Op::Check).await;
+    assert_eq!(
+        v.outcome(),
+        Outcome::Allowed,
+        "user 2 is a shadow entry: {v:?}"
+    );
+    assert!(!v.decisions()[1].decision.allowed);
+}
+
+/// The boxed store decides exactly as the store inside it, and gives it back.
+#[tokio::test]
+async fn box_store_is_transparent() {
+    let inner = memory();
+    let boxed = limiter(BoxStore::new(inner.clone()), vec![limit("a", 2)]);
+    let plain = limiter(memory(), vec![limit("a", 2)]);
+    for user in ["1", "1", "1", "2"] {
+        let key = [("user", user)];
+        let (b, p) = (
+            boxed.check("a", &key).await.expect("valid"),
+            plain.check("a", &key).await.expect("valid"),
+        );
+        assert_eq!(b, p);
+    }
+    assert_eq!(inner.len(), 2, "the boxed limiter wrote to the inner store");
+    assert!(boxed.store().downcast_ref::<MemoryStore>().is_some());
+    assert!(boxed.store().downcast_ref::<FailingStore>().is_none());
+}
