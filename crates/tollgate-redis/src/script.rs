@@ -381,10 +381,10 @@ mod tests {
     fn malformed_replies_are_protocol_errors() {
         let limit =
             Limit::new("g", Algorithm::Gcra, Quota::per_second(5).expect("valid")).expect("valid");
-        let entry = Entry {
-            key: Key::new(&Namespace::default(), &limit, &[("u", "1")]),
-            limit: &limit,
-        };
+        let entry = Entry::new(
+            &limit,
+            Key::new(&Namespace::default(), &limit, &[("u", "1")]),
+        );
         let entries = [entry];
         let cases = [
             Value::Int(1),
@@ -429,10 +429,10 @@ mod tests {
         // 5 per second: T = 200 000 µs, tau = 1 s.
         let limit =
             Limit::new("g", Algorithm::Gcra, Quota::per_second(5).expect("valid")).expect("valid");
-        let entry = Entry {
-            key: Key::new(&Namespace::default(), &limit, &[("u", "1")]),
-            limit: &limit,
-        };
+        let entry = Entry::new(
+            &limit,
+            Key::new(&Namespace::default(), &limit, &[("u", "1")]),
+        );
         let one = [&entry];
         let decide =
             |reply: Value, cost: u64| decode(reply, &one, cost).map(|(now, d)| (now, d[0]));

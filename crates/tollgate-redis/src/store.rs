@@ -34,7 +34,7 @@ use crate::store_builder::{RedisStoreBuilder, Target};
 /// and the circuit breaker.
 ///
 /// ```no_run
-/// use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Quota};
+/// use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota};
 /// use tollgate_redis::RedisStore;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -45,7 +45,7 @@ use crate::store_builder::{RedisStoreBuilder, Target};
 /// let limiter = Limiter::builder(store)
 ///     .limit(Limit::new("api", Algorithm::Gcra, Quota::per_second(10)?)?.on_store_error(OnStoreError::Local))
 ///     .build()?;
-/// assert!(limiter.check("api", &[("user", "42")]).await?.is_allowed());
+/// assert_eq!(limiter.check("api", &[("user", "42")]).await?.outcome(), Outcome::Allowed);
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -295,20 +295,17 @@ impl RedisStore {
 type Group = SmallVec<[usize; 2]>;
 
 impl Store for RedisStore {
-    async fn check(
+    async fn decide(
         &self,
         request: &Request<'_>,
+        op: tollgate::Op,
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
-        self.guarded(self.decide(request, now, Op::Check)).await
-    }
-
-    async fn peek(
-        &self,
-        request: &Request<'_>,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, StoreError> {
-        self.guarded(self.decide(request, now, Op::Peek)).await
+        let op = match op {
+            tollgate::Op::Check => Op::Check,
+            tollgate::Op::Peek => Op::Peek,
+        };
+        self.guarded(self.decide(request, now, op)).await
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {

@@ -42,15 +42,24 @@ pub enum KeyError {
     /// authentication layer, for a user id) and did not.
     #[error("no {0} in the request extensions: is the layer that sets it placed before this one?")]
     MissingExtension(&'static str),
+    /// A key part's value is longer than any face of tollgate accepts
+    /// ([`tollgate::MAX_KEY_VALUE`] bytes).
+    #[error("key part {part:?} is longer than {max} bytes")]
+    TooLong {
+        /// The part's name.
+        part: String,
+        /// The longest value accepted.
+        max: usize,
+    },
 }
 
 impl KeyError {
     /// The default status: 400 when the request is at fault, 500 when the server's setup is.
     pub fn status(&self) -> StatusCode {
         match self {
-            KeyError::BadForwardedEntry { .. } | KeyError::MissingHeader(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            KeyError::BadForwardedEntry { .. }
+            | KeyError::MissingHeader(_)
+            | KeyError::TooLong { .. } => StatusCode::BAD_REQUEST,
             KeyError::NoPeerAddress | KeyError::MissingExtension(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -115,7 +124,7 @@ impl Rejection {
             Rejection::RateLimited(r) => format!(
                 "rate limit {} exceeded; retry in {} s",
                 r.limit,
-                crate::headers::retry_after_secs(r.retry_after)
+                tollgate::wire::retry_after_secs(r.retry_after)
             ),
             Rejection::StoreUnavailable { .. } => {
                 "rate limiting is unavailable; try again shortly".to_owned()
@@ -170,4 +179,7 @@ pub enum ConfigError {
     /// Two extractors give a part of the same name.
     #[error("key part {0:?} is given by two extractors")]
     DuplicateKeyPart(String),
+    /// The limiter refused to prepare a check for another reason.
+    #[error("the limiter refuses this layer's check")]
+    Invalid(#[source] CheckError),
 }

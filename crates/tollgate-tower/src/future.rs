@@ -1,6 +1,6 @@
 //! The future a [`RateLimit`](crate::RateLimit) service returns.
 //!
-//! It is boxed: the check awaits the store through an erased limiter and then the inner
+//! It is boxed: the check awaits the store and then the inner
 //! service, and a named state machine for that would buy nothing measurable next to a store
 //! round trip.
 

@@ -4,6 +4,13 @@
 //! one layer on each route (or group of routes) that shares limits: a global limit on an
 //! endpoint and a per-client limit are two limits of one layer, so that a client refused by
 //! its own limit costs the global one nothing.
+//!
+//! What makes a layer unusable is found here, once, by the core itself: the layer asks the
+//! limiter to prepare a check with the parts its key extractor gives, so "unknown limit" or
+//! "keyed by a part nobody gives" mean exactly what they mean for every other face.
+//!
+//! The layer is generic over the limiter's store, so a layer over a known store costs no
+//! boxing; [`tollgate::BoxStore`] gives one layer type for a store chosen at run time.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -11,84 +18,95 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 use http::request::Parts;
-use tollgate::{Limiter, Store};
+use tollgate::{BoxStore, CheckError, Limiter, Store, wire};
 use tower_layer::Layer;
 
-use crate::checker::Checker;
-use crate::headers::{self, HeaderOptions};
+use crate::headers::HeaderOptions;
 use crate::respond::{Responder, problem_json};
 use crate::{ConfigError, KeyExtractor, RateLimit, Rejection};
 
 /// The cost of a request, from its head (e.g. by `Content-Length` or by route weight).
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 
-/// Rate limits the requests of the services it wraps.
-#[derive(Clone)]
-pub struct RateLimitLayer {
-    pub(crate) config: Arc<Config>,
+/// Rate limits the requests of the services it wraps, with the limits of a
+/// [`Limiter`] over store `St`.
+pub struct RateLimitLayer<St = BoxStore> {
+    pub(crate) config: Arc<Config<St>>,
 }
 
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) limiter: Arc<dyn Checker>,
+pub(crate) struct Config<St> {
+    pub(crate) limiter: Arc<Limiter<St>>,
     pub(crate) limits: Arc<[Arc<str>]>,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: CostFn,
     pub(crate) headers: HeaderOptions,
     pub(crate) policy: HeaderValue,
-    pub(crate) shadow: bool,
     pub(crate) responder: Responder,
+    /// Every limit is a shadow limit: a request with no key passes instead of being refused.
+    pub(crate) all_shadow: bool,
 }
 
-impl RateLimitLayer {
+impl<St> Clone for RateLimitLayer<St> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<St> Clone for Config<St> {
+    fn clone(&self) -> Self {
+        Config {
+            limiter: Arc::clone(&self.limiter),
+            limits: Arc::clone(&self.limits),
+            key: Arc::clone(&self.key),
+            cost: Arc::clone(&self.cost),
+            headers: self.headers,
+            policy: self.policy.clone(),
+            responder: Arc::clone(&self.responder),
+            all_shadow: self.all_shadow,
+        }
+    }
+}
+
+impl<St: Store> RateLimitLayer<St> {
     /// Checks `limits` of `limiter` together, keyed by what `key` extracts, at cost 1.
     ///
     /// # Errors
     /// [`ConfigError`] when no limit is given, a limit is unknown or named twice, a limit is
     /// keyed by a part `key` does not give, or two extractors give the same part.
-    pub fn new<St, I, N, K>(
+    pub fn new<I, N, K>(
         limiter: Arc<Limiter<St>>,
         limits: I,
         key: K,
-    ) -> Result<RateLimitLayer, ConfigError>
+    ) -> Result<RateLimitLayer<St>, ConfigError>
     where
-        St: Store,
         I: IntoIterator<Item = N>,
         N: AsRef<str>,
         K: KeyExtractor,
     {
         let names: Vec<Arc<str>> = limits.into_iter().map(|n| Arc::from(n.as_ref())).collect();
-        if names.is_empty() {
-            return Err(ConfigError::NoLimits);
-        }
         let given: Vec<&str> = key.part_names();
         let mut seen = HashSet::new();
         if let Some(dup) = given.iter().find(|p| !seen.insert(**p)) {
             return Err(ConfigError::DuplicateKeyPart((*dup).to_owned()));
         }
-        let mut quotas = Vec::with_capacity(names.len());
-        for (i, name) in names.iter().enumerate() {
-            if names[..i].contains(name) {
-                return Err(ConfigError::DuplicateLimit(name.to_string()));
-            }
-            let limit = limiter
-                .get(name)
-                .ok_or_else(|| ConfigError::UnknownLimit(name.to_string()))?;
-            if let Some(part) = limit
-                .key_parts()
-                .into_iter()
-                .flatten()
-                .find(|p| !given.contains(&&***p))
-            {
-                return Err(ConfigError::MissingKeyPart {
-                    limit: name.to_string(),
-                    part: part.to_string(),
-                    given: given.iter().map(|g| (*g).to_owned()).collect(),
-                });
-            }
-            quotas.push((&**name, *limit.quota()));
-        }
-        let policy = headers::policy_value(quotas.iter().map(|(n, q)| (*n, q)));
+        // The core's own validation, with the parts the extractor gives (values do not
+        // matter here): exactly what a request would meet.
+        let sample: Vec<(&str, &str)> = given.iter().map(|p| (*p, "")).collect();
+        let refs: Vec<&str> = names.iter().map(|n| &**n).collect();
+        let request = limiter
+            .prepare(&refs, &sample, 1)
+            .map_err(|e| ConfigError::from_check(e, &given))?;
+        let entries = request.entries();
+        let policy = wire::policy(
+            entries
+                .iter()
+                .filter(|e| !e.shadow)
+                .map(|e| (e.limit.name(), e.limit.quota())),
+        );
+        let all_shadow = entries.iter().all(|e| e.shadow);
+        drop(request);
         Ok(RateLimitLayer {
             config: Arc::new(Config {
                 limiter,
@@ -96,9 +114,11 @@ impl RateLimitLayer {
                 key: Arc::new(key),
                 cost: Arc::new(|_: &Parts| 1),
                 headers: HeaderOptions::default(),
-                policy,
-                shadow: false,
+                // Only printable ASCII is written, always a valid header value.
+                policy: HeaderValue::try_from(policy)
+                    .unwrap_or_else(|_| HeaderValue::from_static("")),
                 responder: Arc::new(problem_json),
+                all_shadow,
             }),
         })
     }
@@ -123,13 +143,6 @@ impl RateLimitLayer {
         self
     }
 
-    /// Shadow mode: decide, count and send headers as usual, but never refuse. Would-be
-    /// refusals are counted in `tollgate_shadow_denied_total{limit}`.
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        Arc::make_mut(&mut self.config).shadow = shadow;
-        self
-    }
-
     /// Builds refusals with `respond` instead of [`problem_json`]. The layer still adds
     /// `Retry-After` (unless set) and the rate-limit fields.
     pub fn respond_with(
@@ -151,27 +164,44 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S, St> Layer<S> for RateLimitLayer<St> {
+    type Service = RateLimit<S, St>;
 
-    fn layer(&self, inner: S) -> RateLimit<S> {
+    fn layer(&self, inner: S) -> RateLimit<S, St> {
         RateLimit::new(inner, self.config.clone())
     }
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<St> fmt::Debug for RateLimitLayer<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config.fmt(f)
     }
 }
 
-impl fmt::Debug for Config {
+impl<St> fmt::Debug for Config<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("limits", &self.limits)
             .field("key_parts", &self.key.part_names())
             .field("headers", &self.headers)
-            .field("shadow", &self.shadow)
             .finish_non_exhaustive()
+    }
+}
+
+impl ConfigError {
+    /// The layer's reading of what the core refused when preparing a check with the parts
+    /// the key extractor gives.
+    fn from_check(error: CheckError, given: &[&str]) -> ConfigError {
+        match error {
+            CheckError::NoLimits => ConfigError::NoLimits,
+            CheckError::UnknownLimit(name) => ConfigError::UnknownLimit(name),
+            CheckError::DuplicateLimit(name) => ConfigError::DuplicateLimit(name),
+            CheckError::MissingKeyPart { limit, part } => ConfigError::MissingKeyPart {
+                limit,
+                part,
+                given: given.iter().map(|g| (*g).to_owned()).collect(),
+            },
+            other => ConfigError::Invalid(other),
+        }
     }
 }

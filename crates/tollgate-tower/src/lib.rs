@@ -8,16 +8,21 @@
 //!   in one store call), how the key is taken from the request ([`KeyExtractor`]), what a
 //!   request costs, which headers are sent and how refusals look.
 //! - [`RateLimit`] is the service; it decides in `call`, because the key comes from the request.
-//! - [`headers`] writes `RateLimit-Policy`, `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
-//!   `Retry-After` and, optionally, the legacy `X-RateLimit-*` fields.
+//! - [`headers`] writes `RateLimit-Policy`, `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10,
+//!   values from [`tollgate::wire`], shared with the service and the Envoy face), `Retry-After`
+//!   and, optionally, the legacy `X-RateLimit-*` fields.
 //! - Refusals are `application/problem+json` ([`problem_json`]) or, for tonic clients,
 //!   trailers-only gRPC answers ([`grpc`]); any other shape through
 //!   [`RateLimitLayer::respond_with`].
 //!
 //! Guide: `docs/tower.md`. Example: `examples/axum.rs`.
 //!
-//! The store is erased behind an `Arc`, so one layer type runs on the memory store and on
-//! Redis alike. Refusals are responses, never errors: the service's error is the inner
+//! The layer is a thin shell over the core's protocol: it takes the key from the request,
+//! [`tollgate::Limiter::prepare`]s the check, [`tollgate::Limiter::decide`]s it, and turns the
+//! [`tollgate::Outcome`] into a response. Validation, shadow limits
+//! ([`tollgate::Limit::shadow`]: decided and counted, never refusing) and failure policies are
+//! the limiter's. It is generic over the store; use [`tollgate::BoxStore`] for one layer type
+//! whatever the store. Refusals are responses, never errors: the service's error is the inner
 //! service's, so the layer fits axum's `Router::layer` (which wants `Infallible`).
 //!
 //! ```
@@ -36,7 +41,6 @@
 //! ```
 
 mod body;
-mod checker;
 pub mod error;
 pub mod future;
 pub mod headers;

@@ -11,23 +11,24 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, header};
-use tollgate::{CheckError, POLICY_RETRY_AFTER, Verdict};
+use http::{HeaderValue, Request, Response, header};
+use tollgate::{BoxStore, CheckError, Op, Outcome, Store, Verdict, wire};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::headers::{self, RATELIMIT_POLICY};
 use crate::layer::Config;
-use crate::{KeyParts, RateLimited, Rejection, ResponseBody};
+use crate::{KeyError, KeyParts, RateLimited, Rejection, ResponseBody};
 
-/// Rate limits the requests of `S`. Made by [`crate::RateLimitLayer`].
-pub struct RateLimit<S> {
+/// Rate limits the requests of `S` with a limiter over store `St`. Made by
+/// [`crate::RateLimitLayer`].
+pub struct RateLimit<S, St = BoxStore> {
     inner: S,
-    config: Arc<Config>,
+    config: Arc<Config<St>>,
 }
 
-impl<S> RateLimit<S> {
-    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
+impl<S, St> RateLimit<S, St> {
+    pub(crate) fn new(inner: S, config: Arc<Config<St>>) -> Self {
         RateLimit { inner, config }
     }
 
@@ -37,7 +38,7 @@ impl<S> RateLimit<S> {
     }
 }
 
-impl<S: Clone> Clone for RateLimit<S> {
+impl<S: Clone, St> Clone for RateLimit<S, St> {
     fn clone(&self) -> Self {
         RateLimit {
             inner: self.inner.clone(),
@@ -46,7 +47,7 @@ impl<S: Clone> Clone for RateLimit<S> {
     }
 }
 
-impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+impl<S: fmt::Debug, St> fmt::Debug for RateLimit<S, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -55,11 +56,12 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     }
 }
 
-impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S>
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, St>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: 'static,
+    St: Store,
     ReqB: Send + 'static,
     ResB: 'static,
 {
@@ -80,12 +82,12 @@ where
 }
 
 /// What to do with a request once the limiter has spoken.
-enum Outcome {
+enum Decided {
     Pass(Option<Verdict>),
     Refuse(Rejection, Option<Verdict>),
 }
 
-impl Config {
+impl<St: Store> Config<St> {
     async fn handle<S, ReqB, ResB>(
         &self,
         mut inner: S,
@@ -95,17 +97,9 @@ impl Config {
         S: Service<Request<ReqB>, Response = Response<ResB>>,
     {
         let (mut parts, body) = request.into_parts();
-        let outcome = self.decide(&parts).await;
-        let outcome = match outcome {
-            Outcome::Refuse(rejection, verdict) if self.shadow => {
-                self.count_shadow(&rejection, verdict.as_ref());
-                Outcome::Pass(verdict)
-            }
-            other => other,
-        };
-        match outcome {
-            Outcome::Refuse(rejection, verdict) => Ok(self.refuse(rejection, verdict.as_ref())),
-            Outcome::Pass(verdict) => {
+        match self.decide(&parts).await {
+            Decided::Refuse(rejection, verdict) => Ok(self.refuse(rejection, verdict.as_ref())),
+            Decided::Pass(verdict) => {
                 if let Some(v) = &verdict {
                     parts.extensions.insert(v.clone());
                 }
@@ -117,53 +111,37 @@ impl Config {
         }
     }
 
-    async fn decide(&self, parts: &http::request::Parts) -> Outcome {
+    async fn decide(&self, parts: &http::request::Parts) -> Decided {
         let cost = (self.cost)(parts).max(1);
         let mut key = KeyParts::new();
         if let Err(error) = self.key.extract(parts, &mut key) {
+            if self.all_shadow {
+                tracing::debug!(cause = %error, "no rate-limit key; only shadow limits: passed");
+                return Decided::Pass(None);
+            }
             tracing::debug!(cause = %error, "no rate-limit key");
-            return Outcome::Refuse(Rejection::NoKey(error), None);
+            return Decided::Refuse(Rejection::NoKey(error), None);
         }
         let names: Vec<&str> = self.limits.iter().map(|n| &**n).collect();
         let key: Vec<(&str, &[u8])> = key.iter().collect();
-        let verdict = match self.limiter.check_all(&names, &key, cost).await {
-            Ok(verdict) => verdict,
-            Err(CheckError::CostExceedsCapacity {
-                limit,
-                cost,
-                capacity,
-            }) => {
-                return Outcome::Refuse(
-                    Rejection::TooCostly {
-                        limit,
-                        cost,
-                        capacity,
-                    },
-                    None,
-                );
-            }
-            Err(error) => {
-                tracing::error!(cause = %error, "rate-limit check failed: the layer is misconfigured");
-                return Outcome::Refuse(Rejection::Invalid(Arc::new(error)), None);
-            }
+        let request = match self.limiter.prepare(&names, &key, cost) {
+            Ok(request) => request,
+            Err(error) => return Decided::Refuse(rejection_of(error), None),
         };
-        if verdict.is_allowed() {
-            return Outcome::Pass(Some(verdict));
-        }
-        let retry_after = verdict.retry_after().unwrap_or(POLICY_RETRY_AFTER);
-        let rejection = if verdict.is_store_failure() {
-            Rejection::StoreUnavailable {
-                error: verdict.store_error(),
-                retry_after,
-            }
-        } else {
-            Rejection::RateLimited(RateLimited {
+        let verdict = self.limiter.decide(&request, Op::Check).await;
+        let rejection = match verdict.outcome() {
+            Outcome::Allowed => return Decided::Pass(Some(verdict)),
+            Outcome::Limited { retry_after } => Rejection::RateLimited(RateLimited {
                 limit: verdict.decisive().limit.clone(),
                 retry_after,
-            })
+            }),
+            Outcome::Unavailable { error, retry_after } => Rejection::StoreUnavailable {
+                error: Some(error),
+                retry_after,
+            },
         };
-        tracing::debug!(limit = %verdict.decisive().limit, ?retry_after, "request refused");
-        Outcome::Refuse(rejection, Some(verdict))
+        tracing::debug!(limit = %verdict.decisive().limit, reason = %rejection.detail(), "request refused");
+        Decided::Refuse(rejection, Some(verdict))
     }
 
     fn refuse<B>(
@@ -176,7 +154,7 @@ impl Config {
             response
                 .headers_mut()
                 .entry(header::RETRY_AFTER)
-                .or_insert_with(|| headers::retry_after_value(retry_after));
+                .or_insert_with(|| HeaderValue::from(wire::retry_after_secs(retry_after)));
         }
         self.write_headers(response.headers_mut(), verdict);
         response.extensions_mut().insert(rejection);
@@ -184,26 +162,34 @@ impl Config {
     }
 
     fn write_headers(&self, headers: &mut http::HeaderMap, verdict: Option<&Verdict>) {
-        headers.insert(RATELIMIT_POLICY, self.policy.clone());
+        if !self.policy.is_empty() {
+            headers.insert(RATELIMIT_POLICY, self.policy.clone());
+        }
         if let Some(verdict) = verdict {
             headers::write_verdict(headers, verdict, self.headers);
         }
     }
+}
 
-    /// Shadow mode: counts, per limit, a refusal that was not made.
-    fn count_shadow(&self, rejection: &Rejection, verdict: Option<&Verdict>) {
-        let denied: Vec<String> = match verdict {
-            Some(v) => v
-                .decisions()
-                .iter()
-                .filter(|d| !d.decision.allowed)
-                .map(|d| d.limit.to_string())
-                .collect(),
-            None => self.limits.iter().map(|l| l.to_string()).collect(),
-        };
-        for limit in denied {
-            tracing::debug!(%limit, reason = %rejection.detail(), "shadow mode: would refuse");
-            metrics::counter!("tollgate_shadow_denied_total", "limit" => limit).increment(1);
+/// A request the core refused to prepare: the client's doing (a cost no limit admits, a key
+/// part too long) or the layer's (500, logged).
+fn rejection_of(error: CheckError) -> Rejection {
+    match error {
+        CheckError::CostExceedsCapacity {
+            limit,
+            cost,
+            capacity,
+        } => Rejection::TooCostly {
+            limit,
+            cost,
+            capacity,
+        },
+        CheckError::KeyPartTooLong { part, max } => {
+            Rejection::NoKey(KeyError::TooLong { part, max })
+        }
+        error => {
+            tracing::error!(cause = %error, "rate-limit check failed: the layer is misconfigured");
+            Rejection::Invalid(Arc::new(error))
         }
     }
 }

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Quota, Request, Store};
+use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store};
 use tollgate_redis::{
     RedisStore, script_sha, script_source, single_entry_args, single_entry_script_sha,
     single_entry_script_source,
@@ -253,12 +253,12 @@ async fn store_run(
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = keys[(rng % KEYS) as usize].clone();
-                    let request = match Request::new([Entry { limit: &limit, key }], 1) {
+                    let request = match Request::new([Entry::new(&limit, key)], 1) {
                         Ok(r) => r,
                         Err(_) => continue,
                     };
                     let t0 = Instant::now();
-                    if store.check(&request, None).await.is_err() {
+                    if store.decide(&request, Op::Check, None).await.is_err() {
                         errors += 1;
                     }
                     latencies.push(t0.elapsed());
@@ -319,10 +319,10 @@ async fn memory_run(
                 let mut i = w;
                 while i < MEMORY_KEYS {
                     let key = Key::new(&ns, &limit, &[("user", i.to_string())]);
-                    let request = Request::new([Entry { limit: &limit, key }], cost)
-                        .map_err(|e| e.to_string())?;
+                    let request =
+                        Request::new([Entry::new(&limit, key)], cost).map_err(|e| e.to_string())?;
                     store
-                        .check(&request, None)
+                        .decide(&request, Op::Check, None)
                         .await
                         .map_err(|e| e.to_string())?;
                     i += workers;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Entry, Key, Limit, Limiter, Quota, Request, Store};
+use tollgate::{Algorithm, Entry, Key, Limit, Limiter, Op, Outcome, Quota, Request, Store};
 use tollgate_redis::slot_of;
 
 use crate::common::{cluster, cluster_store, scan, unique_namespace};
@@ -27,11 +27,11 @@ async fn keys_spread_over_every_master() {
         let user = format!("u{u}");
         // Five limits keyed alike: one slot, one script.
         let v = limiter
-            .check_all(&names, &[("user", user.as_str())], 2)
+            .check_all_n(&names, &[("user", user.as_str())], 2)
             .await
             .expect("check");
         assert!(
-            v.is_allowed() && v.store_error().is_none(),
+            v.outcome() == Outcome::Allowed && v.store_error().is_none(),
             "user {user}: {v:?}"
         );
     }
@@ -63,15 +63,11 @@ async fn cross_slot_check_gives_back_what_it_took() {
         .keyed_by(["ip"])
         .expect("valid");
     let blocker_key = Key::new(&ns, &blocker, &[("ip", "10.0.0.1")]);
-    let exhaust = Request::new(
-        [Entry {
-            limit: &blocker,
-            key: blocker_key.clone(),
-        }],
-        2,
-    )
-    .expect("valid");
-    let d = store.check(&exhaust, None).await.expect("check");
+    let exhaust = Request::new([Entry::new(&blocker, blocker_key.clone())], 2).expect("valid");
+    let d = store
+        .decide(&exhaust, Op::Check, None)
+        .await
+        .expect("check");
     assert!(d[0].allowed, "{d:?}");
     for alg in Algorithm::ALL {
         let limit = Limit::new(alg.name(), alg, Quota::per_hour(5).expect("valid"))
@@ -85,28 +81,25 @@ async fn cross_slot_check_gives_back_what_it_took() {
             .expect("some user in another slot");
         let both = Request::new(
             [
-                Entry {
-                    limit: &limit,
-                    key: key.clone(),
-                },
-                Entry {
-                    limit: &blocker,
-                    key: blocker_key.clone(),
-                },
+                Entry::new(&limit, key.clone()),
+                Entry::new(&blocker, blocker_key.clone()),
             ],
             1,
         )
         .expect("valid");
         for round in 0..3 {
-            let d = store.check(&both, None).await.expect("cross-slot check");
+            let d = store
+                .decide(&both, Op::Check, None)
+                .await
+                .expect("cross-slot check");
             assert!(d[0].allowed && !d[1].allowed, "{alg} round {round}: {d:?}");
             assert!(
                 d[1].retry_after.is_some_and(|r| r > Duration::ZERO),
                 "{d:?}"
             );
         }
-        let alone = Request::new([Entry { limit: &limit, key }], 1).expect("valid");
-        let d = store.peek(&alone, None).await.expect("peek");
+        let alone = Request::new([Entry::new(&limit, key)], 1).expect("valid");
+        let d = store.decide(&alone, Op::Peek, None).await.expect("peek");
         assert_eq!(d[0].remaining, 5, "{alg}: units were not given back: {d:?}");
     }
 }

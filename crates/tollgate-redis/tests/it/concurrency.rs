@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Limit, Limiter, Namespace, OnStoreError, Quota, Timestamp};
+use tollgate::{Algorithm, Limit, Limiter, Namespace, OnStoreError, Outcome, Quota, Timestamp};
 use tollgate_redis::RedisStore;
 
 use crate::common::{server, unique_namespace};
@@ -190,7 +190,7 @@ fn child_race() {
                         };
                         let v = l.check(a.name(), &[("k", "one")]).await.expect("check");
                         assert!(v.store_error().is_none(), "{a}: store failed: {v:?}");
-                        if v.is_allowed() {
+                        if v.outcome() == Outcome::Allowed {
                             won.push(a.name());
                         }
                     }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Entry, Key, Limit, MemoryStore, Namespace, Quota, Request, Store, Timestamp,
+    Algorithm, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request, Store, Timestamp,
 };
 
 use crate::common::{cluster_store, redis_store, unique_namespace};
@@ -81,18 +81,11 @@ async fn large_costs_decide_identically() {
             .enumerate()
         {
             now += 7_000_000;
-            let request = Request::new(
-                [Entry {
-                    limit: &limit,
-                    key: key.clone(),
-                }],
-                cost,
-            )
-            .expect("valid");
+            let request = Request::new([Entry::new(&limit, key.clone())], cost).expect("valid");
             let at = Timestamp::from_micros(now);
-            let expected = memory.check_at(&request, at).expect("room");
+            let expected = memory.decide_at(&request, Op::Check, at).expect("room");
             let got = redis
-                .check(&request, Some(at))
+                .decide(&request, Op::Check, Some(at))
                 .await
                 .unwrap_or_else(|e| panic!("{a} step {step} cost {cost}: redis failed: {e}"));
             assert_eq!(got, expected, "{a} step {step} cost {cost}");
@@ -137,24 +130,25 @@ async fn differential(redis: tollgate_redis::RedisStore) {
             } else {
                 1
             };
-            let entries = chosen.iter().map(|&limit| Entry {
-                limit,
-                key: Key::new(&ns, limit, &[("user", user)]),
-            });
+            let entries = chosen
+                .iter()
+                .map(|&limit| Entry::new(limit, Key::new(&ns, limit, &[("user", user)])));
             let request = Request::new(entries, cost).expect("valid request");
             let at = Timestamp::from_micros(now);
             let peek = rng.below(5) == 0;
             let (expected, got) = if peek {
                 (
-                    memory.peek_at(&request, at),
-                    redis.peek(&request, Some(at)).await,
+                    memory
+                        .decide_at(&request, Op::Peek, at)
+                        .expect("a peek stores nothing"),
+                    redis.decide(&request, Op::Peek, Some(at)).await,
                 )
             } else {
                 (
                     memory
-                        .check_at(&request, at)
+                        .decide_at(&request, Op::Check, at)
                         .expect("memory store has room"),
-                    redis.check(&request, Some(at)).await,
+                    redis.decide(&request, Op::Check, Some(at)).await,
                 )
             };
             let got = got.unwrap_or_else(|e| panic!("seed {seed} step {step}: redis failed: {e}"));

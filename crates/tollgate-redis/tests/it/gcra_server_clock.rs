@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Decision, Entry, Key, Limit, Quota, Request, Store, Timestamp};
+use tollgate::{Algorithm, Decision, Entry, Key, Limit, Op, Quota, Request, Store, Timestamp};
 use tollgate_redis::RedisStore;
 
 use crate::common::{redis_store, server, unique_namespace};
@@ -30,15 +30,11 @@ async fn one_key(what: &str, limit: u64, period: Duration) -> (RedisStore, Limit
 }
 
 async fn check(store: &RedisStore, limit: &Limit, key: &Key, cost: u64) -> Decision {
-    let request = Request::new(
-        [Entry {
-            limit,
-            key: key.clone(),
-        }],
-        cost,
-    )
-    .expect("valid");
-    store.check(&request, None).await.expect("check")[0]
+    let request = Request::new([Entry::new(limit, key.clone())], cost).expect("valid");
+    store
+        .decide(&request, Op::Check, None)
+        .await
+        .expect("check")[0]
 }
 
 /// One command on a connection of its own to the shared server.
@@ -183,21 +179,17 @@ async fn replenishes_on_the_servers_clock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_clock_key_is_never_read_as_less_spent() {
     let (store, limit, key) = one_key("gcra-mixed", 3, Duration::from_secs(3_600)).await;
-    let request = Request::new(
-        [Entry {
-            limit: &limit,
-            key: key.clone(),
-        }],
-        3,
-    )
-    .expect("valid");
+    let request = Request::new([Entry::new(&limit, key.clone())], 3).expect("valid");
     let now = Timestamp::from_micros(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after 1970")
             .as_micros() as u64,
     );
-    let d = store.check(&request, Some(now)).await.expect("check");
+    let d = store
+        .decide(&request, Op::Check, Some(now))
+        .await
+        .expect("check");
     assert!(d[0].allowed && d[0].remaining == 0, "{d:?}");
     let d = check(&store, &limit, &key, 1).await;
     assert!(

@@ -1,7 +1,6 @@
 //! Integration tests of the tower layer: through `ServiceExt::oneshot` on a plain service, and
 //! through a real axum server driven by an HTTP client. Time is a `FakeClock`.
 
-mod failing_store;
 mod headers;
 mod keys;
 mod limits;

@@ -1,5 +1,5 @@
-//! Store down: each limit's failure policy decides (503 for `deny`, not 429). Shadow mode:
-//! decisions and headers as usual, no refusal, would-be refusals counted.
+//! Store down: each limit's failure policy decides (503 for `deny`, not 429). Shadow limits:
+//! decided and counted as usual, never refusing, never shown to the client.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,22 +9,28 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tollgate::{Algorithm, Limit, OnStoreError};
 use tollgate_tower::{ClientIp, RateLimitLayer, Rejection};
 
-use crate::failing_store::FailingStore;
 use crate::support::*;
+use tollgate_testkit::FailingStore;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn failing_layer(policies: &[(&str, OnStoreError)]) -> RateLimitLayer {
+    failing_layer_of(policies, false)
+}
+
+fn failing_layer_of(policies: &[(&str, OnStoreError)], shadow: bool) -> RateLimitLayer {
     let clock = clock();
     let limits: Vec<Limit> = policies
         .iter()
         .map(|(name, policy)| {
-            limit(name, Algorithm::Gcra, 2, MINUTE, &["ip"]).on_store_error(*policy)
+            limit(name, Algorithm::Gcra, 2, MINUTE, &["ip"])
+                .on_store_error(*policy)
+                .shadow(shadow)
         })
         .collect();
     let names: Vec<&str> = policies.iter().map(|(n, _)| *n).collect();
     RateLimitLayer::new(
-        limiter(FailingStore, &clock, limits),
+        limiter(FailingStore::down(), &clock, limits),
         names,
         ClientIp::new(),
     )
@@ -84,8 +90,8 @@ async fn store_down_mixed_policies() {
     assert_status(&resp, StatusCode::SERVICE_UNAVAILABLE);
 }
 
-/// Shadow mode refuses nothing but sends the headers it would have sent and counts each
-/// would-be refusal per limit; store-down denials are counted too.
+/// Shadow limits refuse nothing and show nothing to the client (no `RateLimit` item, no
+/// `Retry-After`), but count each would-be refusal per limit; store-down denials too.
 #[test]
 fn shadow_mode_never_refuses() {
     let recorder = DebuggingRecorder::new();
@@ -99,20 +105,26 @@ fn shadow_mode_never_refuses() {
             let limiter = limiter(
                 memory(&clock),
                 &clock,
-                vec![limit("quiet", Algorithm::FixedWindow, 1, MINUTE, &["ip"])],
+                vec![limit("quiet", Algorithm::FixedWindow, 1, MINUTE, &["ip"]).shadow(true)],
             );
             let layer = RateLimitLayer::new(Arc::clone(&limiter), ["quiet"], ClientIp::new())
-                .expect("layer")
-                .shadow(true);
+                .expect("layer");
             let svc = service(&layer);
             assert_eq!(statuses(&svc, 3, || from("192.0.2.1")).await, [200; 3]);
             let resp = send(&svc, from("192.0.2.1")).await;
             assert_status(&resp, StatusCode::OK);
-            assert_eq!(header(&resp, "ratelimit"), r#""quiet";r=0;t=60"#);
+            assert_eq!(header(&resp, "ratelimit"), "");
+            assert_eq!(header(&resp, "ratelimit-policy"), "");
             assert_eq!(header(&resp, "retry-after"), "");
             assert_eq!(body_text(resp).await, "ok");
+            // The decision is still there for the application to read.
+            let quiet = limiter
+                .prepare(&["quiet"], &[("ip", "192.0.2.1")], 1)
+                .expect("valid");
+            let v = limiter.decide(&quiet, tollgate::Op::Peek).await;
+            assert!(v.decisions()[0].shadow && !v.decisions()[0].decision.allowed);
 
-            let down = service(&failing_layer(&[("strict", OnStoreError::Deny)]).shadow(true));
+            let down = service(&failing_layer_of(&[("strict", OnStoreError::Deny)], true));
             assert_eq!(statuses(&down, 2, || from("192.0.2.1")).await, [200, 200]);
         });
     });

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tollgate::{
-    Algorithm, FakeClock, Limit, Limiter, MemoryStore, OnStoreError, Quota, Store, Timestamp,
+    Algorithm, BoxStore, FakeClock, Limit, Limiter, MemoryStore, OnStoreError, Quota, Store,
+    Timestamp,
 };
 use tollgate_tower::{RateLimitLayer, ResponseBody};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -44,14 +45,15 @@ pub(crate) fn limit(
         .on_store_error(OnStoreError::Deny)
 }
 
-/// A limiter over `store` with `limits`, deciding at `clock`'s time.
+/// A limiter over `store` (boxed: one layer type whatever the store) with `limits`,
+/// deciding at `clock`'s time.
 pub(crate) fn limiter<S: Store>(
     store: S,
     clock: &FakeClock,
     limits: Vec<Limit>,
-) -> Arc<Limiter<S>> {
+) -> Arc<Limiter<BoxStore>> {
     Arc::new(
-        Limiter::builder(store)
+        Limiter::builder(BoxStore::new(store))
             .limits(limits)
             .clock(clock.clone())
             .build()
@@ -63,9 +65,9 @@ pub(crate) fn limiter<S: Store>(
 pub(crate) type Resp = Response<ResponseBody<Full<Bytes>>>;
 
 /// Wraps an inner service that answers 200 "ok" in `layer`.
-pub(crate) fn service(
-    layer: &RateLimitLayer,
-) -> impl Service<Request<String>, Response = Resp, Error = Infallible, Future: Send> + Clone + use<>
+pub(crate) fn service<St: Store>(
+    layer: &RateLimitLayer<St>,
+) -> impl Service<Request<String>, Response = Resp, Error = Infallible, Future: Send> + Clone + use<St>
 {
     layer.layer(service_fn(|_req: Request<String>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
