@@ -1,39 +1,30 @@
 //! One `ShouldRateLimit` call: descriptors to limits, limits to one answer.
 //!
-//! Enforced descriptors (rules without `shadow`) are checked all or nothing: every
-//! descriptor becomes one (limit, key) pair of one [`Limiter::check_keyed`] call, a single
-//! atomic store call, whatever key parts each descriptor fills. The one exception is a request
-//! whose descriptors carry different `hits_addend`s (one call has one cost): its descriptors
-//! go into one batch per cost, every batch is peeked first, and only if all admit are they
-//! checked in turn. That is all or nothing except under a race (a concurrent caller taking the
-//! last units between the peek and a later batch's check leaves earlier batches charged).
+//! Matched descriptors become (limit, key) entries of one request prepared by the core
+//! ([`Limiter::prepare_keyed`]) and decided in one atomic store call; a rule in shadow mode
+//! makes its entry a shadow entry ([`tollgate::Request::set_shadow`]), which the limiter
+//! decides after the others and never lets refuse. Validation, shadow counting and failure
+//! policies are the limiter's, as for every face.
+//!
+//! The one exception to "one call" is a request whose descriptors carry different
+//! `hits_addend`s (a request has one cost): its descriptors go into one batch per cost, every
+//! batch is peeked first, and only if all admit are they checked in turn. That is all or
+//! nothing except under a race (a concurrent caller taking the last units between the peek
+//! and a later batch's check leaves earlier batches charged, shadow entries included).
 //!
 //! Descriptors naming the same limit and key are one check of their summed cost (Envoy's own
 //! service counts each descriptor, so the same counter hit twice takes two units).
 //!
-//! A descriptor whose cost exceeds its limit's capacity can never pass: the request is over
-//! limit and nothing is charged. Shadow descriptors are checked one by one after the enforced
-//! ones, and charged only when the enforced ones admitted (a request refused anyway would not
-//! have reached a shadow limit either); their denials are counted, never reported.
-
-use std::sync::Arc;
+//! A descriptor whose cost exceeds its limit's capacity can never pass: when its rule is
+//! enforced, the request is over limit and nothing is charged; a shadow one is reported as
+//! refusing and charged nothing.
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tollgate::{Decision, Limiter, Quota, Source, Store, Verdict};
+use tollgate::{LimitDecision, Limiter, Op, Outcome, Store, Verdict};
 use tonic::Status;
 
 use crate::Snapshot;
 use crate::snapshot::Rule;
-
-/// What one matched descriptor got.
-#[derive(Debug, Clone)]
-pub(crate) struct Outcome {
-    pub(crate) limit: Arc<str>,
-    pub(crate) quota: Quota,
-    pub(crate) decision: Decision,
-    pub(crate) source: Source,
-    pub(crate) shadow: bool,
-}
 
 /// The answer to a request before it is put in protobuf.
 #[derive(Debug)]
@@ -41,7 +32,7 @@ pub(crate) struct Answer {
     /// Whether every enforced descriptor admits.
     pub(crate) allowed: bool,
     /// One per descriptor, in order; `None` where no rule matched.
-    pub(crate) outcomes: Vec<Option<Outcome>>,
+    pub(crate) outcomes: Vec<Option<LimitDecision>>,
 }
 
 /// One matched descriptor.
@@ -55,18 +46,12 @@ struct Item<'a> {
     cost: u64,
 }
 
-/// Descriptors one `check_keyed` can take: those of one cost.
-#[derive(Debug, Default)]
-struct Batch<'i, 'a> {
-    items: Vec<&'i Item<'a>>,
-}
-
 /// Decides `request` with the rules and limiter of `snapshot`.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for an empty domain or no descriptor; `UNAVAILABLE` when the store
-/// failed and a limit's `deny` policy refused; `INTERNAL` if the limiter refuses a request the
-/// snapshot should have made valid.
+/// `INVALID_ARGUMENT` for an empty domain, no descriptor or a descriptor the limiter refuses
+/// (a value longer than [`tollgate::MAX_KEY_VALUE`]); `UNAVAILABLE` when the store failed and
+/// a limit's `deny` policy refused.
 pub(crate) async fn decide<St: Store>(
     snapshot: &Snapshot<St>,
     request: &RateLimitRequest,
@@ -101,92 +86,75 @@ pub(crate) async fn decide<St: Store>(
         .collect();
     let items = merge_same_key(found);
     let limiter = snapshot.limiter();
-    let mut outcomes = vec![None; request.descriptors.len()];
-    let (enforced, shadow): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
-        items.iter().partition(|i| !i.rule.shadow);
-    let allowed = enforce(limiter, &enforced, &mut outcomes).await?;
-    for item in shadow {
-        let outcome = shadow_check(limiter, item, allowed).await?;
-        fill(&mut outcomes, item, &outcome);
+    let mut answer = Answer {
+        allowed: true,
+        outcomes: vec![None; request.descriptors.len()],
+    };
+    let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
+        items.iter().partition(|i| i.cost <= i.rule.capacity);
+    if too_costly.iter().any(|i| !i.rule.shadow) {
+        // Can never pass: charge nothing, report each limit's current state.
+        answer.allowed = false;
+        let all: Vec<&Item<'_>> = items.iter().collect();
+        for batch in batches(&all) {
+            let verdict = run(limiter, &batch, Op::Peek).await?;
+            answer.fill(&batch, &verdict);
+        }
+    } else {
+        for batch in batches(&too_costly) {
+            let verdict = run(limiter, &batch, Op::Peek).await?;
+            answer.fill(&batch, &verdict);
+        }
+        answer.allowed = enforce(limiter, &fits, &mut answer).await?;
     }
-    Ok(Answer { allowed, outcomes })
+    for item in too_costly {
+        for &slot in &item.slots {
+            if let Some(d) = &mut answer.outcomes[slot] {
+                d.decision.allowed = false;
+            }
+        }
+    }
+    Ok(answer)
 }
 
-/// Checks the enforced descriptors all or nothing; fills their outcomes.
+/// Checks the descriptors that can pass, all or nothing across batches (but for the race
+/// described above); fills their outcomes and says whether the enforced ones admit.
 async fn enforce<St: Store>(
     limiter: &Limiter<St>,
     items: &[&Item<'_>],
-    outcomes: &mut [Option<Outcome>],
+    answer: &mut Answer,
 ) -> Result<bool, Status> {
-    if items.is_empty() {
-        return Ok(true);
-    }
-    if items.iter().any(|i| i.cost > i.rule.capacity) {
-        // Can never pass: charge nothing, report each limit's current state.
-        for item in items {
-            let cap = item.rule.capacity;
-            let verdict = call(limiter, &[item], item.cost.min(cap), false).await?;
-            if verdict.is_store_failure() {
-                return Err(unavailable());
-            }
-            let mut outcome = outcome(item, &verdict, 0);
-            if item.cost > cap {
-                outcome.decision.allowed = false;
-            }
-            fill(outcomes, item, &outcome);
-        }
-        return Ok(false);
-    }
     let batches = batches(items);
     let mut verdicts = Vec::with_capacity(batches.len());
     if let [batch] = &batches[..] {
-        verdicts.push(call(limiter, &batch.items, batch.items[0].cost, true).await?);
+        verdicts.push(run(limiter, batch, Op::Check).await?);
     } else {
         for batch in &batches {
-            let cost = batch.items[0].cost;
-            verdicts.push(call(limiter, &batch.items, cost, false).await?);
+            verdicts.push(run(limiter, batch, Op::Peek).await?);
         }
-        if verdicts.iter().all(Verdict::is_allowed) {
+        if verdicts.iter().all(|v| v.outcome() == Outcome::Allowed) {
             for (batch, verdict) in batches.iter().zip(&mut verdicts) {
-                let cost = batch.items[0].cost;
-                *verdict = call(limiter, &batch.items, cost, true).await?;
-                if !verdict.is_allowed() {
+                *verdict = run(limiter, batch, Op::Check).await?;
+                if verdict.outcome() != Outcome::Allowed {
                     break;
                 }
             }
         }
     }
-    if verdicts.iter().any(Verdict::is_store_failure) {
-        return Err(unavailable());
-    }
     for (batch, verdict) in batches.iter().zip(&verdicts) {
-        for (i, item) in batch.items.iter().enumerate() {
-            fill(outcomes, item, &outcome(item, verdict, i));
-        }
+        answer.fill(batch, verdict);
     }
-    Ok(verdicts.iter().all(Verdict::is_allowed))
+    Ok(verdicts.iter().all(|v| v.outcome() == Outcome::Allowed))
 }
 
-/// Checks one shadow descriptor on its own (charging only if the request is admitted);
-/// counts a would-be denial.
-async fn shadow_check<St: Store>(
-    limiter: &Limiter<St>,
-    item: &Item<'_>,
-    admitted: bool,
-) -> Result<Outcome, Status> {
-    let cap = item.rule.capacity;
-    let charge = admitted && item.cost <= cap;
-    let verdict = call(limiter, &[item], item.cost.min(cap), charge).await?;
-    let mut outcome = outcome(item, &verdict, 0);
-    if item.cost > cap {
-        outcome.decision.allowed = false;
+impl Answer {
+    fn fill(&mut self, batch: &[&Item<'_>], verdict: &Verdict) {
+        for (item, d) in batch.iter().zip(verdict.decisions()) {
+            for &slot in &item.slots {
+                self.outcomes[slot] = Some(d.clone());
+            }
+        }
     }
-    if admitted && !outcome.decision.allowed && !verdict.is_store_failure() {
-        metrics::counter!("tollgate_shadow_denied_total", "limit" => item.rule.limit.to_string())
-            .increment(1);
-        tracing::debug!(limit = %item.rule.limit, "shadow limit would deny");
-    }
-    Ok(outcome)
 }
 
 /// Descriptors that name the same limit (same rule kind: enforced or shadow) and the same
@@ -221,57 +189,51 @@ fn same_key(a: &Item<'_>, b: &Item<'_>) -> bool {
     x == y
 }
 
-fn fill(outcomes: &mut [Option<Outcome>], item: &Item<'_>, outcome: &Outcome) {
-    for &slot in &item.slots {
-        outcomes[slot] = Some(outcome.clone());
-    }
-}
-
-/// Groups items into one batch per cost.
-fn batches<'i, 'a>(items: &[&'i Item<'a>]) -> Vec<Batch<'i, 'a>> {
-    let mut batches: Vec<Batch<'i, 'a>> = Vec::new();
+/// Groups items into one batch per cost (a too costly item at its limit's capacity, for a
+/// peek).
+fn batches<'i, 'a, I>(items: I) -> Vec<Vec<&'i Item<'a>>>
+where
+    I: IntoIterator<Item = &'i &'i Item<'a>>,
+    'a: 'i,
+{
+    let mut batches: Vec<Vec<&'i Item<'a>>> = Vec::new();
     for &item in items {
-        match batches.iter_mut().find(|b| b.items[0].cost == item.cost) {
-            Some(batch) => batch.items.push(item),
-            None => batches.push(Batch { items: vec![item] }),
+        match batches.iter_mut().find(|b| cost(b[0]) == cost(item)) {
+            Some(batch) => batch.push(item),
+            None => batches.push(vec![item]),
         }
     }
     batches
 }
 
-/// Checks (or peeks) `items`, each with its own key, at one cost, in one store call.
-async fn call<St: Store>(
+fn cost(item: &Item<'_>) -> u64 {
+    item.cost.min(item.rule.capacity)
+}
+
+/// Prepares `batch` (each item with its own key, shadow rules as shadow entries) and decides
+/// it with `op` in one store call.
+async fn run<St: Store>(
     limiter: &Limiter<St>,
-    items: &[&Item<'_>],
-    cost: u64,
-    charge: bool,
+    batch: &[&Item<'_>],
+    op: Op,
 ) -> Result<Verdict, Status> {
-    let pairs: Vec<(&str, &[(&str, &str)])> = items
+    let pairs: Vec<(&str, &[(&str, &str)])> = batch
         .iter()
         .map(|i| (&*i.rule.limit, i.parts.as_slice()))
         .collect();
-    let result = if charge {
-        limiter.check_keyed(&pairs, cost).await
-    } else {
-        limiter.peek_keyed(&pairs, cost).await
-    };
-    result.map_err(|error| {
-        tracing::error!(%error, "limiter refused a request built from validated rules");
-        Status::internal("rate limit check failed")
-    })
-}
-
-fn outcome(item: &Item<'_>, verdict: &Verdict, i: usize) -> Outcome {
-    let d = &verdict.decisions()[i];
-    Outcome {
-        limit: d.limit.clone(),
-        quota: item.rule.quota,
-        decision: d.decision,
-        source: d.source,
-        shadow: item.rule.shadow,
+    let mut request = limiter
+        .prepare_keyed(&pairs, cost(batch[0]))
+        .map_err(|error| Status::invalid_argument(error.to_string()))?;
+    for (i, item) in batch.iter().enumerate() {
+        if item.rule.shadow {
+            request.set_shadow(i);
+        }
     }
-}
-
-fn unavailable() -> Status {
-    Status::unavailable("rate limit store unavailable and a limit's failure policy is deny")
+    let verdict = limiter.decide(&request, op).await;
+    if let Outcome::Unavailable { .. } = verdict.outcome() {
+        return Err(Status::unavailable(
+            "rate limit store unavailable and a limit's failure policy is deny",
+        ));
+    }
+    Ok(verdict)
 }

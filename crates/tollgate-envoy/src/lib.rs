@@ -14,7 +14,9 @@
 //!
 //! What Envoy relies on, and how it is met (see `docs/envoy.md`):
 //! - `OVER_LIMIT` when any descriptor is over its limit; the request's descriptors are checked
-//!   all or nothing (see [`RateLimitService`] for the one case where that is best effort);
+//!   all or nothing, in one store call prepared and decided by the core
+//!   ([`tollgate::Limiter::prepare_keyed`]; descriptors with different `hits_addend`s are the
+//!   one case where that is best effort, see `decide.rs`);
 //! - a store failure follows each limit's failure policy; when a `deny` policy refuses, the
 //!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);

@@ -18,11 +18,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use tollgate::Store;
+use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
-use crate::decide::{Answer, Outcome, decide};
-use crate::headers::{ceil_secs, response_headers};
+use crate::decide::{Answer, decide};
+use crate::headers::response_headers;
 use crate::{Snapshot, rate_unit};
 
 type Source<St> = Arc<dyn Fn() -> Arc<Snapshot<St>> + Send + Sync>;
@@ -107,7 +107,7 @@ fn unmatched() -> DescriptorStatus {
     }
 }
 
-fn status(o: &Outcome) -> DescriptorStatus {
+fn status(o: &LimitDecision) -> DescriptorStatus {
     let d = &o.decision;
     let rate = rate_unit(&o.quota);
     let until_reset = match d.retry_after {
@@ -133,7 +133,7 @@ fn status(o: &Outcome) -> DescriptorStatus {
 
 fn pb_duration(d: Duration) -> PbDuration {
     PbDuration {
-        seconds: i64::try_from(ceil_secs(d)).unwrap_or(i64::MAX),
+        seconds: i64::try_from(wire::ceil_secs(d)).unwrap_or(i64::MAX),
         nanos: 0,
     }
 }

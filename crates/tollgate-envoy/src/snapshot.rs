@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use tollgate::{Limit, Limiter, MAX_NAME_LEN, Quota, Store};
+use tollgate::{Limit, Limiter, Store, validate_name};
 
 use crate::{EnvoyRules, RulesError};
 
@@ -30,8 +30,6 @@ pub(crate) struct Rule {
     pub(crate) entries: Box<[RuleEntry]>,
     pub(crate) limit: Arc<str>,
     pub(crate) shadow: bool,
-    /// The limit's quota (for the status and headers).
-    pub(crate) quota: Quota,
     /// The largest cost the limit can ever admit.
     pub(crate) capacity: u64,
     /// Whether the limit takes every key part it is given (no fixed key shape).
@@ -106,7 +104,6 @@ impl<St: Store> Snapshot<St> {
                     entries: entries.into(),
                     limit: limit.name_arc().clone(),
                     shadow: rule.shadow,
-                    quota: *limit.quota(),
                     capacity: limit.capacity(),
                     open_key: limit.key_parts().is_none(),
                 });
@@ -159,17 +156,12 @@ impl Rule {
 
 /// A key part name: valid, not given twice, and one the limit is keyed by.
 fn check_part(field: &str, part: &str, limit: &Limit, seen: &[&str]) -> Result<(), RulesError> {
-    let valid = !part.is_empty()
-        && part.len() <= MAX_NAME_LEN
-        && part
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if !valid {
-        return Err(RulesError::new(
+    validate_name("part", part).map_err(|e| {
+        RulesError::new(
             field,
-            format!("{part:?} is not a key part name (1-64 of A-Z a-z 0-9 _ - .)"),
-        ));
-    }
+            format!("{part:?} is not a key part name (1-64 of A-Z a-z 0-9 _ - .): {e}"),
+        )
+    })?;
     if seen.contains(&part) {
         return Err(RulesError::new(field, format!("{part:?} is given twice")));
     }

@@ -1,6 +1,5 @@
 //! The service's answers, through a real tonic client.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tollgate::{Algorithm, Limit, OnStoreError, Quota};
@@ -327,7 +326,7 @@ fn policy_limits() -> Vec<Limit> {
 #[tokio::test]
 async fn store_down_follows_each_policy() {
     let mut rls = Rls::start(policy_limits(), POLICIES).await;
-    rls.store.down.store(true, Ordering::SeqCst);
+    rls.store.set_down(true);
 
     let err = rls
         .client
@@ -353,7 +352,7 @@ async fn store_down_follows_each_policy() {
         .expect_err("one deny policy refuses the request");
     assert_eq!(err.code(), tonic::Code::Unavailable);
 
-    rls.store.down.store(false, Ordering::SeqCst);
+    rls.store.set_down(false);
     let r = rls.call(request("d", &[&[("k", "deny")]], 0)).await;
     assert_eq!(
         (code(&r), remaining(&r, 0)),
@@ -496,6 +495,29 @@ async fn malformed_requests_are_invalid_argument() {
             .expect_err("refused");
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     }
+    rls.stop().await;
+}
+
+/// A descriptor value longer than any face accepts (`MAX_KEY_VALUE`, as the HTTP API) is
+/// refused as INVALID_ARGUMENT and makes no counter; one at the bound is counted.
+#[tokio::test]
+async fn oversized_descriptor_values_are_refused() {
+    let mut rls = Rls::start(vec![per_minute("per_ip", 2, &["ip"])], PER_IP).await;
+    let huge = "1".repeat(1 << 20);
+    let err = rls
+        .client
+        .should_rate_limit(request("edge", &[&[("remote_address", huge.as_str())]], 0))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("longer than 1024 bytes"), "{err:?}");
+    assert_eq!(rls.store.memory().len(), 0, "a refused descriptor made a counter");
+    let at_bound = "1".repeat(tollgate::MAX_KEY_VALUE);
+    let r = rls
+        .call(request("edge", &[&[("remote_address", at_bound.as_str())]], 0))
+        .await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!(rls.store.memory().len(), 1);
     rls.stop().await;
 }
 

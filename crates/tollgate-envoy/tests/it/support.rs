@@ -1,7 +1,7 @@
-//! The harness: a store that can be taken down, a service on a free port, request builders.
+//! The harness: a store that can be taken down (the testkit's `FailingStore`), a service on a
+//! free port, request builders.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -9,9 +9,7 @@ use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate::{
-    Decisions, FakeClock, Limit, Limiter, MemoryStore, Request, Store, StoreError, Timestamp,
-};
+use tollgate::{FakeClock, Limit, Limiter, MemoryStore, Timestamp};
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -20,57 +18,12 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
 };
 use tollgate_envoy::tonic::transport::Channel;
 use tollgate_envoy::{EnvoyRules, RateLimitService, Snapshot};
+use tollgate_testkit::FailingStore;
 
 /// A start time on a minute boundary, so fixed windows reset after exactly 60 s.
 pub(crate) const START_MS: u64 = 1_700_000_040_000;
 
-/// A memory store that fails every call while `down` is set.
-#[derive(Debug, Default)]
-pub(crate) struct TestStore {
-    pub(crate) memory: MemoryStore,
-    pub(crate) down: AtomicBool,
-}
-
-impl TestStore {
-    fn failure(&self) -> Option<StoreError> {
-        self.down
-            .load(Ordering::SeqCst)
-            .then(|| StoreError::Connection("test store is down".into()))
-    }
-}
-
-impl Store for TestStore {
-    async fn check(
-        &self,
-        request: &Request<'_>,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, StoreError> {
-        match self.failure() {
-            Some(e) => Err(e),
-            None => self.memory.check(request, now).await,
-        }
-    }
-
-    async fn peek(
-        &self,
-        request: &Request<'_>,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, StoreError> {
-        match self.failure() {
-            Some(e) => Err(e),
-            None => self.memory.peek(request, now).await,
-        }
-    }
-
-    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
-        match self.failure() {
-            Some(e) => Err(e),
-            None => self.memory.reset(request).await,
-        }
-    }
-}
-
-pub(crate) type St = Arc<TestStore>;
+pub(crate) type St = FailingStore;
 
 /// The service on a free port, with a connected client.
 pub(crate) struct Rls {
@@ -98,13 +51,12 @@ impl Rls {
     /// Starts the service with `limits` and the `[envoy]` section `rules_toml`.
     pub(crate) async fn start(limits: Vec<Limit>, rules_toml: &str) -> Rls {
         let clock = FakeClock::new(Timestamp::from_millis(START_MS));
-        let store: St = Arc::new(TestStore {
-            memory: MemoryStore::builder()
+        let store: St = FailingStore::new(
+            MemoryStore::builder()
                 .clock(clock.clone())
                 .sweep_interval(None)
                 .build(),
-            down: AtomicBool::new(false),
-        });
+        );
         let limiter = limiter(&store, &clock, limits);
         let snapshot = Snapshot::new(&rules(rules_toml), limiter).expect("rules fit the limits");
         let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
