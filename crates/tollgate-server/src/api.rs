@@ -5,15 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 
 use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
-use tollgate::{Algorithm, Decision, LimitDecision, Source};
+use tollgate::wire::ceil_millis;
+use tollgate::{Algorithm, LimitDecision, Outcome, Source, Verdict};
 
 use crate::config::LimitConfig;
 use crate::duration;
-use crate::limits::Outcome;
 
 /// `POST /v1/check` and `/v1/peek`: `{"limit": "sms", "key": {"user": "42"}, "cost": 1}` or
 /// `{"limits": ["a", "b"], "key": {...}}`.
@@ -165,66 +164,40 @@ pub struct DecisionBody {
 }
 
 impl VerdictBody {
-    /// The body for `outcome`.
-    pub fn new(outcome: &Outcome) -> VerdictBody {
-        let allowed = outcome.is_allowed();
-        let decisions: Vec<DecisionBody> = outcome
-            .decisions
-            .iter()
-            .map(|(d, shadow)| decision_body(d, *shadow))
-            .collect();
-        let top: Option<&Decision> = match &outcome.enforced {
-            Some(verdict) => Some(verdict.decision()),
-            None => outcome
-                .decisions
-                .iter()
-                .map(|(d, _)| &d.decision)
-                .min_by_key(|d| d.remaining),
-        };
-        let (limit, remaining, reset_after, retry_after) =
-            top.map_or((0, 0, Duration::ZERO, None), |d| {
-                (
-                    d.limit,
-                    d.remaining,
-                    d.reset_after,
-                    d.retry_after.filter(|_| !allowed),
-                )
-            });
+    /// The body for `verdict`.
+    pub fn new(verdict: &Verdict) -> VerdictBody {
+        let allowed = verdict.outcome() == Outcome::Allowed;
+        let top = verdict.decision();
         VerdictBody {
             allowed,
-            limit,
-            remaining,
-            reset_after_ms: ceil_ms(reset_after),
-            retry_after_ms: retry_after.map(ceil_ms),
-            decisions,
+            limit: top.limit,
+            remaining: top.remaining,
+            reset_after_ms: ceil_millis(top.reset_after),
+            retry_after_ms: top.retry_after.filter(|_| !allowed).map(ceil_millis),
+            decisions: verdict.decisions().iter().map(decision_body).collect(),
         }
     }
 }
 
-fn decision_body(d: &LimitDecision, shadow: bool) -> DecisionBody {
+fn decision_body(d: &LimitDecision) -> DecisionBody {
     let decision = &d.decision;
     DecisionBody {
         limit: d.limit.to_string(),
-        allowed: decision.allowed || shadow,
+        allowed: decision.allowed || d.shadow,
         quota: decision.limit,
         remaining: decision.remaining,
-        reset_after_ms: ceil_ms(decision.reset_after),
+        reset_after_ms: ceil_millis(decision.reset_after),
         retry_after_ms: decision
             .retry_after
             .filter(|_| !decision.allowed)
-            .map(ceil_ms),
-        shadow,
-        shadow_denied: shadow && !decision.allowed,
+            .map(ceil_millis),
+        shadow: d.shadow,
+        shadow_denied: d.shadow && !decision.allowed,
         store_error: match d.source {
             Source::Store => None,
             Source::Policy { error, .. } => Some(error.as_str()),
         },
     }
-}
-
-/// Milliseconds, rounded up.
-pub fn ceil_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX)
 }
 
 /// `GET /v1/limits`.
@@ -273,7 +246,7 @@ impl LimitBody {
             algorithm: l.algorithm().name(),
             limit: q.limit(),
             period: duration::format(q.period()),
-            period_ms: ceil_ms(q.period()),
+            period_ms: ceil_millis(q.period()),
             burst: l.algorithm().uses_burst().then(|| q.burst()),
             buckets: match l.algorithm() {
                 Algorithm::SlidingWindow { buckets } => Some(buckets),

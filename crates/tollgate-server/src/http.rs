@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
-use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Quota, Request, Store};
+use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store};
 
 use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest};
 use crate::config::Secret;
@@ -97,36 +97,30 @@ async fn check(
     State(state): State<Arc<AppState>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Reply, ApiError> {
-    decide(&state, bytes, true).await
+    decide(&state, bytes, Op::Check).await
 }
 
 async fn peek(
     State(state): State<Arc<AppState>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Reply, ApiError> {
-    decide(&state, bytes, false).await
+    decide(&state, bytes, Op::Peek).await
 }
 
-/// `/v1/check` (`charge`) and `/v1/peek`: the same request, the same validation, the same
-/// reply; only whether the limits are charged differs.
+/// `/v1/check` and `/v1/peek`: the same request, the same validation, the same reply; only
+/// the [`Op`] differs.
 async fn decide(
     state: &AppState,
     bytes: Result<Bytes, BytesRejection>,
-    charge: bool,
+    op: Op,
 ) -> Result<Reply, ApiError> {
     let request: CheckRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
     let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
     let limits = state.limits.load_full();
-    let asked = limits
-        .validate(&names, &key, cost)
-        .map_err(ApiError::BadRequest)?;
-    let outcome = if charge {
-        limits.check(&asked).await
-    } else {
-        limits.peek(&asked).await
-    }
-    .map_err(|e| ApiError::Internal(e.into()))?;
-    Ok(Reply::verdict(outcome, &limits))
+    let request = limits
+        .prepare(&names, &key, cost)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(Reply::verdict(limits.decide(&request, op).await))
 }
 
 async fn reset(
@@ -148,14 +142,14 @@ async fn reset(
     let request: ResetRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
     let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
     let limits = state.limits.load_full();
-    let asked = limits
-        .validate(&names, &key, cost)
-        .map_err(ApiError::BadRequest)?;
-    match limits.reset(&asked).await {
-        Ok(()) => Ok(Reply::json(serde_json::json!({ "reset": names }))),
-        Err(tollgate::CheckError::Store(e)) => Err(ApiError::StoreUnavailable(e)),
-        Err(e) => Err(ApiError::Internal(e.into())),
-    }
+    let request = limits
+        .prepare(&names, &key, cost)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    limits
+        .reset(&request)
+        .await
+        .map_err(ApiError::StoreUnavailable)?;
+    Ok(Reply::json(serde_json::json!({ "reset": names })))
 }
 
 /// Compares two secrets in time independent of where they differ (and of the given one's
@@ -204,17 +198,12 @@ async fn healthz() -> Json<serde_json::Value> {
 /// Ready when the store answers a peek (which writes nothing) on a probe key.
 async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
     let (limit, key) = &state.probe;
-    let request = Request::new(
-        [Entry {
-            limit,
-            key: key.clone(),
-        }],
-        1,
-    )
-    .map_err(|e| ApiError::Internal(e.into()))?;
+    let request = Request::new([Entry::new(limit, key.clone())], 1)
+        .map_err(|e| ApiError::Internal(e.into()))?;
     state
         .store
-        .peek(&request, None)
+        .boxed()
+        .decide(&request, Op::Peek, None)
         .await
         .map_err(ApiError::StoreUnavailable)?;
     Ok(Reply::json(

@@ -8,14 +8,14 @@
 //! their series apart.
 //!
 //! This module adds only what the core does not count: the service's own series
-//! (`tollgate_shadow_denied_total`, `tollgate_config_reload_total`, `tollgate_keys`).
-//! It never counts a decision a second time.
+//! (`tollgate_config_reload_total`, `tollgate_keys`). It never counts a decision a second
+//! time; shadow limits' would-be denials (`tollgate_shadow_denied_total`) are the limiter's.
 
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Would-be denials of shadow limits, by limit.
+/// Would-be denials of shadow limits, by limit (counted by the core limiter).
 pub const SHADOW_DENIED: &str = "tollgate_shadow_denied_total";
 /// Config reloads, by result (`ok`, `error`).
 pub const CONFIG_RELOAD: &str = "tollgate_config_reload_total";
@@ -62,11 +62,6 @@ fn describe() {
     metrics::describe_counter!(SHADOW_DENIED, "Requests a shadow limit would have denied");
     metrics::describe_counter!(CONFIG_RELOAD, "Config reloads by result (ok, error)");
     metrics::describe_gauge!(KEYS, "Keys held by the memory store, by limit");
-}
-
-/// Counts a would-be denial of shadow limit `limit`.
-pub fn shadow_denied(limit: &str) {
-    metrics::counter!(SHADOW_DENIED, "limit" => limit.to_owned()).increment(1);
 }
 
 /// Counts a config reload attempt.

@@ -1,57 +1,35 @@
 //! The one place that decides HTTP status codes.
 //!
 //! A handler returns `Result<Reply, ApiError>`:
-//! - [`Reply::Verdict`]: 200 when allowed, 429 when a quota refuses, 503 when the store failed
-//!   and a limit's policy is `deny` ([`tollgate::Verdict::is_store_failure`]); refusals carry
+//! - [`Reply::Verdict`]: the verdict's [`Outcome`] picks the status: 200 allowed, 429
+//!   limited, 503 when the store failed and a limit's policy is `deny`. Refusals carry
 //!   `Retry-After` (whole seconds, rounded up, never 0), and every verdict the
-//!   `RateLimit-Policy` / `RateLimit` fields of the tower layer (`tollgate_tower::headers`,
-//!   reused, not copied);
+//!   `RateLimit-Policy` / `RateLimit` fields, whose values are [`tollgate::wire`]'s (the same
+//!   as the tower layer's and the Envoy service's);
 //! - [`ApiError`]: 4xx for the client's mistakes (never logged: they are not ours to fix),
 //!   5xx for ours (logged with their cause; the client sees only a generic message).
 
 use axum::Json;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use tollgate::POLICY_RETRY_AFTER;
-use tollgate_tower::headers::{
-    RATELIMIT, RATELIMIT_POLICY, policy_value, rate_limit_value, retry_after_value,
-};
+use tollgate::{Outcome, Verdict, wire};
 
 use crate::api::VerdictBody;
-use crate::limits::{Limits, Outcome};
 
 /// A successful answer.
 #[derive(Debug)]
 pub enum Reply {
-    /// A check or peek.
-    Verdict {
-        /// The decisions (boxed: a verdict holds its decisions inline).
-        outcome: Box<Outcome>,
-        /// The limit set that decided (for the policy header).
-        policy: Option<HeaderValue>,
-    },
+    /// A check or peek (boxed: a verdict holds its decisions inline).
+    Verdict(Box<Verdict>),
     /// Any other JSON body, with 200.
     Json(serde_json::Value),
 }
 
 impl Reply {
-    /// A verdict reply, with `RateLimit-Policy` built from `limits` for the enforced limits.
-    pub fn verdict(outcome: Outcome, limits: &Limits) -> Reply {
-        let policy = outcome.enforced.as_ref().map(|verdict| {
-            let quotas = verdict.decisions().iter().filter_map(|d| {
-                limits
-                    .configs()
-                    .iter()
-                    .find(|c| c.limit.name_arc() == &d.limit)
-                    .map(|c| (c.limit.name(), c.limit.quota()))
-            });
-            policy_value(quotas)
-        });
-        Reply::Verdict {
-            outcome: Box::new(outcome),
-            policy,
-        }
+    /// A verdict reply.
+    pub fn verdict(verdict: Verdict) -> Reply {
+        Reply::Verdict(Box::new(verdict))
     }
 
     /// A 200 JSON reply.
@@ -133,35 +111,38 @@ impl IntoResponse for Reply {
     fn into_response(self) -> Response {
         match self {
             Reply::Json(body) => Json(body).into_response(),
-            Reply::Verdict { outcome, policy } => {
+            Reply::Verdict(verdict) => {
                 let mut headers = HeaderMap::new();
-                if let Some(policy) = policy {
-                    headers.insert(RATELIMIT_POLICY, policy);
+                let decisions = verdict.decisions();
+                insert(
+                    &mut headers,
+                    wire::RATELIMIT_POLICY,
+                    wire::policy_of(decisions),
+                );
+                if let Some(value) = wire::rate_limit(decisions, false) {
+                    insert(&mut headers, wire::RATELIMIT, value);
                 }
-                let status = match &outcome.enforced {
-                    None => StatusCode::OK,
-                    Some(verdict) => {
-                        if let Some(value) = rate_limit_value(verdict, false) {
-                            headers.insert(RATELIMIT, value);
-                        }
-                        if verdict.is_allowed() {
-                            StatusCode::OK
-                        } else {
-                            let retry = verdict.retry_after().unwrap_or(POLICY_RETRY_AFTER);
-                            headers.insert(header::RETRY_AFTER, retry_after_value(retry));
-                            if verdict.is_store_failure() {
-                                StatusCode::SERVICE_UNAVAILABLE
-                            } else {
-                                StatusCode::TOO_MANY_REQUESTS
-                            }
-                        }
-                    }
+                let status = match verdict.outcome() {
+                    Outcome::Allowed => StatusCode::OK,
+                    Outcome::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+                    Outcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 };
-                if !outcome.is_allowed() {
+                if let Some(secs) = wire::retry_after(&verdict) {
+                    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
                     tracing::debug!(status = status.as_u16(), "refused");
                 }
-                (status, headers, Json(VerdictBody::new(&outcome))).into_response()
+                (status, headers, Json(VerdictBody::new(&verdict))).into_response()
             }
         }
+    }
+}
+
+/// Inserts a `wire` value (printable ASCII, always a valid header value) unless it is empty.
+fn insert(headers: &mut HeaderMap, name: &'static str, value: String) {
+    if value.is_empty() {
+        return;
+    }
+    if let Ok(value) = HeaderValue::try_from(value) {
+        headers.insert(HeaderName::from_static(name), value);
     }
 }

@@ -511,10 +511,18 @@ async fn oversized_descriptor_values_are_refused() {
         .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("longer than 1024 bytes"), "{err:?}");
-    assert_eq!(rls.store.memory().len(), 0, "a refused descriptor made a counter");
+    assert_eq!(
+        rls.store.memory().len(),
+        0,
+        "a refused descriptor made a counter"
+    );
     let at_bound = "1".repeat(tollgate::MAX_KEY_VALUE);
     let r = rls
-        .call(request("edge", &[&[("remote_address", at_bound.as_str())]], 0))
+        .call(request(
+            "edge",
+            &[&[("remote_address", at_bound.as_str())]],
+            0,
+        ))
         .await;
     assert_eq!(code(&r), Code::Ok, "{r:?}");
     assert_eq!(rls.store.memory().len(), 1);
