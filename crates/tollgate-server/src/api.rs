@@ -21,7 +21,7 @@ use crate::duration;
 pub struct CheckRequest {
     limit: Option<String>,
     limits: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "key_parts_once")]
     key: BTreeMap<String, KeyValue>,
     cost: Option<u64>,
 }
@@ -32,8 +32,36 @@ pub struct CheckRequest {
 pub struct ResetRequest {
     limit: Option<String>,
     limits: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "key_parts_once")]
     key: BTreeMap<String, KeyValue>,
+}
+
+/// The `key` object, refusing a part named twice (`{"user": "A", "user": "B"}`), as serde
+/// refuses a top-level field given twice: a JSON parser would keep the last value silently,
+/// and which user is charged must not depend on that.
+fn key_parts_once<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, KeyValue>, D::Error> {
+    struct Parts;
+    impl<'de> Visitor<'de> for Parts {
+        type Value = BTreeMap<String, KeyValue>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object of key parts")
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut parts = BTreeMap::new();
+            while let Some((name, value)) = map.next_entry::<String, KeyValue>()? {
+                if parts.contains_key(&name) {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate key part `{name}`"
+                    )));
+                }
+                parts.insert(name, value);
+            }
+            Ok(parts)
+        }
+    }
+    deserializer.deserialize_map(Parts)
 }
 
 /// A key part's value: a string, or an integer taken as its decimal text.

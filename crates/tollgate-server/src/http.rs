@@ -134,7 +134,7 @@ async fn reset(
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .unwrap_or_default();
     if !same_secret(given, token.expose()) {
         return Err(ApiError::Unauthorized);
@@ -150,6 +150,15 @@ async fn reset(
         .await
         .map_err(ApiError::StoreUnavailable)?;
     Ok(Reply::json(serde_json::json!({ "reset": names })))
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive
+/// (RFC 9110 §11.1), so `bearer` and `BEARER` work too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
 }
 
 /// Compares two secrets in time independent of where they differ (and of the given one's
@@ -214,6 +223,17 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scheme is matched in any case; the token exactly.
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR  t0k"] {
+            assert_eq!(bearer_token(value), Some("t0k"), "{value}");
+        }
+        for value in ["Basic t0k", "Bearert0k", "t0k", ""] {
+            assert_eq!(bearer_token(value), None, "{value}");
+        }
+    }
 
     /// Only the exact token matches.
     #[test]

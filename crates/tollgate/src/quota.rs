@@ -42,8 +42,8 @@ impl Quota {
     /// `limit` units per `period`; `burst` defaults to `limit`.
     ///
     /// # Errors
-    /// [`LimitError`] naming `limit` (zero or above [`MAX_UNITS`]) or `period` (below
-    /// [`MIN_PERIOD`] or above [`MAX_PERIOD`]).
+    /// [`LimitError`] naming `limit` (zero, above [`MAX_UNITS`], or more than one unit per
+    /// microsecond of the period) or `period` (below [`MIN_PERIOD`] or above [`MAX_PERIOD`]).
     pub fn new(limit: u64, period: Duration) -> Result<Quota, LimitError> {
         if limit == 0 {
             return Err(LimitError::Zero { field: "limit" });
@@ -66,9 +66,18 @@ impl Quota {
                 max: "366 days".into(),
             });
         }
+        let period_us = duration_micros(period);
+        if limit > period_us {
+            // Time is counted in whole microseconds: more than one unit per µs would round
+            // the emission interval to 1 µs and silently admit fewer than asked.
+            return Err(LimitError::TooLarge {
+                field: "limit",
+                max: format!("{period_us} for this period (one unit per microsecond)"),
+            });
+        }
         Ok(Quota {
             limit,
-            period_us: duration_micros(period),
+            period_us,
             burst: limit,
         })
     }
@@ -170,6 +179,8 @@ mod tests {
         let cases = [
             (Quota::new(0, Duration::from_secs(1)), "limit"),
             (Quota::new(MAX_UNITS + 1, Duration::from_secs(1)), "limit"),
+            (Quota::new(1_000_001, Duration::from_secs(1)), "limit"),
+            (Quota::new(MAX_UNITS, Duration::from_secs(1)), "limit"),
             (Quota::new(1, Duration::ZERO), "period"),
             (Quota::new(1, Duration::from_micros(999)), "period"),
             (Quota::new(1, MAX_PERIOD + Duration::from_secs(1)), "period"),

@@ -37,6 +37,25 @@ pub enum StoreError {
     /// A circuit breaker skipped the store after repeated failures.
     #[error("store skipped after repeated failures (circuit open)")]
     CircuitOpen,
+    /// The store is out of memory and refuses writes (Redis `OOM`: `maxmemory` reached with
+    /// a `noeviction` policy). Lasts until someone frees memory or raises the limit.
+    #[error("store is out of memory and refuses writes")]
+    OutOfMemory(#[source] BoxError),
+    /// The store refuses writes because it is a replica (Redis `READONLY`), usually during a
+    /// failover, until the client reaches the new primary.
+    #[error("store is read-only (a replica)")]
+    ReadOnly(#[source] BoxError),
+    /// The store does not have our script even after it was loaded again (Redis `NOSCRIPT`,
+    /// repeatedly: the script cache is being flushed, or scripting is disabled).
+    #[error("store lost the script")]
+    NoScript(#[source] BoxError),
+    /// The store is busy running another script (Redis `BUSY`).
+    #[error("store is busy running a script")]
+    Busy(#[source] BoxError),
+    /// The store refuses our credentials or permissions (Redis `NOAUTH`, `WRONGPASS`,
+    /// `NOPERM`).
+    #[error("store refused our credentials or permissions")]
+    Auth(#[source] BoxError),
 }
 
 /// The kind of a [`StoreError`], for metrics labels and logs.
@@ -57,11 +76,21 @@ pub enum StoreErrorKind {
     Full,
     /// [`StoreError::CircuitOpen`].
     CircuitOpen,
+    /// [`StoreError::OutOfMemory`].
+    OutOfMemory,
+    /// [`StoreError::ReadOnly`].
+    ReadOnly,
+    /// [`StoreError::NoScript`].
+    NoScript,
+    /// [`StoreError::Busy`].
+    Busy,
+    /// [`StoreError::Auth`].
+    Auth,
 }
 
 impl StoreErrorKind {
     /// The label used in metrics: `timeout`, `connection`, `cluster`, `script`, `protocol`,
-    /// `full`, `circuit_open`.
+    /// `full`, `circuit_open`, `oom`, `readonly`, `noscript`, `busy`, `auth`.
     pub const fn as_str(&self) -> &'static str {
         match self {
             StoreErrorKind::Timeout => "timeout",
@@ -71,6 +100,11 @@ impl StoreErrorKind {
             StoreErrorKind::Protocol => "protocol",
             StoreErrorKind::Full => "full",
             StoreErrorKind::CircuitOpen => "circuit_open",
+            StoreErrorKind::OutOfMemory => "oom",
+            StoreErrorKind::ReadOnly => "readonly",
+            StoreErrorKind::NoScript => "noscript",
+            StoreErrorKind::Busy => "busy",
+            StoreErrorKind::Auth => "auth",
         }
     }
 }
@@ -86,6 +120,11 @@ impl StoreError {
             StoreError::Protocol(_) => StoreErrorKind::Protocol,
             StoreError::Full { .. } => StoreErrorKind::Full,
             StoreError::CircuitOpen => StoreErrorKind::CircuitOpen,
+            StoreError::OutOfMemory(_) => StoreErrorKind::OutOfMemory,
+            StoreError::ReadOnly(_) => StoreErrorKind::ReadOnly,
+            StoreError::NoScript(_) => StoreErrorKind::NoScript,
+            StoreError::Busy(_) => StoreErrorKind::Busy,
+            StoreError::Auth(_) => StoreErrorKind::Auth,
         }
     }
 
@@ -99,6 +138,8 @@ impl StoreError {
                 | StoreError::Connection(_)
                 | StoreError::Cluster(_)
                 | StoreError::CircuitOpen
+                | StoreError::ReadOnly(_)
+                | StoreError::Busy(_)
         )
     }
 }

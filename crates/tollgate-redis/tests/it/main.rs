@@ -10,4 +10,5 @@ mod conformance_redis;
 mod differential;
 mod faults;
 mod gcra_server_clock;
+mod server_errors;
 mod server_time;

@@ -185,6 +185,17 @@ async fn reset_needs_the_admin_token() {
         .await;
     assert_eq!(ok.status, 200, "{ok:?}");
     assert_eq!(server.post("/v1/check", body).await.status, 200);
+    // The scheme is case-insensitive (RFC 9110): a lowercase `bearer` works too.
+    assert_eq!(server.post("/v1/check", body).await.status, 429);
+    let lower = server
+        .post_with(
+            "/v1/reset",
+            body,
+            &[("authorization", "bearer s3cret-token")],
+        )
+        .await;
+    assert_eq!(lower.status, 200, "{lower:?}");
+    assert_eq!(server.post("/v1/check", body).await.status, 200);
 }
 
 /// Without an admin token in the config, reset is refused outright.

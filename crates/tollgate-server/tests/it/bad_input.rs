@@ -92,6 +92,11 @@ const CASES: &[(&str, u16, &str)] = &[
         400,
         "cost 6 exceeds",
     ),
+    (
+        r#"{"limit": "bad_user", "key": {"user": "A", "user": "B"}}"#,
+        400,
+        "duplicate key part `user`",
+    ),
 ];
 
 /// Malformed JSON, unknown limits and fields, missing key parts, bad costs: 400 with the
