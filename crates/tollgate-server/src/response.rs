@@ -59,9 +59,9 @@ pub enum ApiError {
     /// The route exists with another method.
     #[error("method not allowed")]
     MethodNotAllowed,
-    /// The store is unreachable (readiness, reset).
-    #[error("store unavailable")]
-    StoreUnavailable(#[source] tollgate::StoreError),
+    /// The store is unreachable (readiness, reset); the message says why.
+    #[error("store unavailable: {}", crate::store::error_chain(.0))]
+    StoreUnavailable(tollgate::StoreError),
     /// A bug or an unexpected failure.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),

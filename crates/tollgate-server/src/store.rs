@@ -5,11 +5,22 @@
 //! what the service shows of it: its kind (`/v1/limits`, logs) and, for the memory store,
 //! its key counts (`tollgate_keys`). It is a cheap clone sharing the store's state, so a
 //! reloaded limiter gets the same counters.
+//!
+//! **Started while Redis is down**, the service does not exit: in an orchestrator that
+//! restarts it, a Redis outage would become a crash loop of every rate limiter, with no
+//! limit's policy applied. A transient failure to connect (refused, timed out) starts the
+//! service on a [`Connecting`] store instead: every call fails as a connection error until a
+//! background task connects (with backoff), so every limit answers by its `on_store_error`
+//! policy and `/readyz` says why it is not ready. A permanent failure (a wrong password, no
+//! permission) still refuses to start, with the reason.
 
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use tollgate::{BoxStore, Clock, MemoryStore, StoreError};
-use tollgate_redis::RedisStore;
+use tollgate::{
+    BoxStore, Clock, Decisions, MemoryStore, Op, Request, Store, StoreError, Timestamp,
+};
+use tollgate_redis::{RedisStore, RedisStoreBuilder};
 
 use crate::config::{Backend, StoreConfig};
 
@@ -44,18 +55,16 @@ impl AnyStore {
                 (BoxStore::new(memory), "memory")
             }
             Backend::Redis(url) => {
-                let redis = RedisStore::builder(url.expose())
-                    .timeout(config.timeout)
-                    .build()
-                    .await?;
-                (BoxStore::new(redis), "redis")
+                let url = url.expose().to_owned();
+                let timeout = config.timeout;
+                let builder = move || RedisStore::builder(url.clone()).timeout(timeout);
+                (connect(builder).await?, "redis")
             }
             Backend::Cluster(urls) => {
-                let redis = RedisStore::cluster_builder(urls.iter().map(|u| u.expose().to_owned()))
-                    .timeout(config.timeout)
-                    .build()
-                    .await?;
-                (BoxStore::new(redis), "redis_cluster")
+                let urls: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
+                let timeout = config.timeout;
+                let builder = move || RedisStore::cluster_builder(urls.clone()).timeout(timeout);
+                (connect(builder).await?, "redis_cluster")
             }
         };
         Ok(AnyStore { store, kind })
@@ -79,4 +88,111 @@ impl AnyStore {
     pub fn kind(&self) -> &'static str {
         self.kind
     }
+}
+
+/// Connects to Redis now, or, when Redis is unreachable for now, returns a [`Connecting`]
+/// store and keeps trying in the background.
+async fn connect(
+    builder: impl Fn() -> RedisStoreBuilder + Send + Sync + 'static,
+) -> Result<BoxStore, StoreError> {
+    match builder().build().await {
+        Ok(redis) => Ok(BoxStore::new(redis)),
+        Err(error) if error.is_transient() => {
+            tracing::warn!(
+                cause = %error_chain(&error),
+                "redis is unreachable at start; serving every limit by its on_store_error policy and connecting in the background"
+            );
+            let connecting = Arc::new(Connecting {
+                redis: OnceLock::new(),
+            });
+            tokio::spawn(connect_in_background(Arc::downgrade(&connecting), builder));
+            Ok(BoxStore::new(connecting))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// A Redis store not connected yet: fails every call as a connection error until the
+/// background task has connected, then is that store.
+#[derive(Debug)]
+struct Connecting {
+    redis: OnceLock<RedisStore>,
+}
+
+impl Connecting {
+    fn get(&self) -> Result<&RedisStore, StoreError> {
+        self.redis.get().ok_or_else(|| {
+            StoreError::Connection(
+                "not connected to redis yet (connecting in the background)".into(),
+            )
+        })
+    }
+}
+
+impl Store for Connecting {
+    async fn decide(
+        &self,
+        request: &Request<'_>,
+        op: Op,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        self.get()?.decide(request, op, now).await
+    }
+
+    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
+        self.get()?.reset(request).await
+    }
+}
+
+/// The first retry waits this long; each next one twice as long, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Tries to connect until it works (or the store is dropped), backing off; logs the first
+/// failure of each kind and then at most every 30 s.
+async fn connect_in_background(
+    target: Weak<Connecting>,
+    builder: impl Fn() -> RedisStoreBuilder + Send + Sync + 'static,
+) {
+    let mut wait = FIRST_BACKOFF;
+    let mut last_log: Option<(tokio::time::Instant, &'static str)> = None;
+    loop {
+        tokio::time::sleep(wait).await;
+        if target.strong_count() == 0 {
+            return;
+        }
+        match builder().build().await {
+            Ok(redis) => {
+                if let Some(connecting) = target.upgrade() {
+                    let _ = connecting.redis.set(redis);
+                    tracing::info!("connected to redis; limits are decided by the store again");
+                }
+                return;
+            }
+            Err(error) => {
+                let kind = error.kind().as_str();
+                let quiet = last_log
+                    .is_some_and(|(at, k)| k == kind && at.elapsed() < Duration::from_secs(30));
+                if !quiet {
+                    tracing::warn!(cause = %error_chain(&error), "still cannot reach redis; retrying");
+                    last_log = Some((tokio::time::Instant::now(), kind));
+                }
+                wait = (wait * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// An error and its causes, `: `-separated (the store errors' own messages are short and
+/// their sources say what happened).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
 }

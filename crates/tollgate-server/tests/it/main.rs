@@ -8,5 +8,6 @@ mod binary;
 mod config;
 mod grpc;
 mod redis;
+mod redis_down;
 mod reload;
 mod support;
