@@ -55,6 +55,7 @@ mod check_error;
 mod clock;
 mod decision;
 mod decisions;
+mod deny_cache;
 mod key;
 mod limit;
 mod limit_error;
@@ -79,6 +80,7 @@ pub use check_error::CheckError;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::Decision;
 pub use decisions::{Decisions, IntoIter as DecisionsIter};
+pub use deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
 #[doc(hidden)]
 pub use key::{BuildKeyHasher, KeyHasher};
 pub use key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};

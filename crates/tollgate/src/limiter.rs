@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use crate::deny_cache::DenyCache;
 use crate::verdict::{LimitDecision, Source};
 use crate::{
     CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
@@ -48,6 +49,8 @@ pub struct Limiter<S> {
     clock: Option<Arc<dyn Clock>>,
     /// The `local` policy's store, made on first use.
     local: OnceLock<MemoryStore>,
+    /// Refusals answered without a store call, when enabled.
+    deny_cache: Option<DenyCache>,
     /// When the last store-failure warning was logged (µs), and failures since.
     last_warning: AtomicU64,
     unlogged_failures: AtomicU64,
@@ -59,6 +62,7 @@ pub struct LimiterBuilder<S> {
     limits: Vec<Limit>,
     namespace: Namespace,
     clock: Option<Arc<dyn Clock>>,
+    deny_cache: Option<usize>,
 }
 
 impl<S: Store> LimiterBuilder<S> {
@@ -86,6 +90,18 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
+    /// Remembers up to `entries` refusals and answers them without a store call while they
+    /// hold: exact (a refusal of cost `c` holds for every cost ≥ `c` until its
+    /// `retry_after`, whatever other instances do), and worth it in front of a remote store,
+    /// where it turns an abusive client's flood of refused requests into no store traffic at
+    /// all. `0` turns it off (the default). Resets on other instances must be forwarded with
+    /// [`Limiter::forget_denial`]; see the crate docs of `deny_cache` for the bound when they
+    /// are not.
+    pub fn deny_cache(mut self, entries: usize) -> Self {
+        self.deny_cache = (entries > 0).then_some(entries);
+        self
+    }
+
     /// Builds the limiter.
     ///
     /// # Errors
@@ -108,6 +124,7 @@ impl<S: Store> LimiterBuilder<S> {
             namespace: self.namespace,
             clock: self.clock,
             local: OnceLock::new(),
+            deny_cache: self.deny_cache.map(DenyCache::new),
             last_warning: AtomicU64::new(0),
             unlogged_failures: AtomicU64::new(0),
         })
@@ -122,6 +139,7 @@ impl<S: Store> Limiter<S> {
             limits: Vec::new(),
             namespace: Namespace::default(),
             clock: None,
+            deny_cache: None,
         }
     }
 
@@ -331,7 +349,26 @@ impl<S: Store> Limiter<S> {
         if let Some(local) = self.local.get() {
             local.reset_now(request);
         }
+        if let Some(cache) = &self.deny_cache {
+            for e in request.entries() {
+                cache.forget(&e.key);
+            }
+        }
         self.store.reset(request).await
+    }
+
+    /// Forgets a refusal this instance's deny cache holds for the key whose text is `key`:
+    /// the key was reset on another instance (the service hears of it through Redis
+    /// pub/sub). Returns whether one was held.
+    pub fn forget_denial(&self, key: &str) -> bool {
+        self.deny_cache
+            .as_ref()
+            .is_some_and(|cache| cache.forget_text(key))
+    }
+
+    /// Refusals the deny cache holds (0 when it is off).
+    pub fn deny_cache_len(&self) -> usize {
+        self.deny_cache.as_ref().map_or(0, DenyCache::len)
     }
 
     /// The key `limit` uses for `key` (for operators inspecting Redis).
@@ -390,28 +427,31 @@ impl<S: Store> Limiter<S> {
         op: Op,
         now: Option<Timestamp>,
     ) -> SmallVec<[LimitDecision; 2]> {
-        let started = Instant::now();
-        let result = self.store.decide(request, op, now).await;
-        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
-        let decisions: SmallVec<[LimitDecision; 2]> = match result {
-            Ok(decisions) => request
-                .entries()
-                .iter()
-                .zip(decisions)
-                .map(|(e, decision)| limit_decision(e, decision, Source::Store))
-                .collect(),
-            Err(error) => {
-                metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().as_str())
-                    .increment(1);
-                self.warn_rate_limited(&error);
-                self.apply_policies(request, &error, op)
+        let cached = match &self.deny_cache {
+            Some(cache) => {
+                let asked_at = cache.time(now.map(Timestamp::as_micros));
+                match self.answer_from_deny_cache(cache, request, asked_at, now).await {
+                    Some(decisions) => Ok(decisions),
+                    None => Err(Some((cache, asked_at))),
+                }
+            }
+            None => Err(None),
+        };
+        let decisions = match cached {
+            Ok(decisions) => decisions,
+            Err(remember) => {
+                let decisions = self.ask_store(request, op, now).await;
+                if let Some((cache, asked_at)) = remember {
+                    remember_denials(cache, request, op, &decisions, asked_at);
+                }
+                decisions
             }
         };
         if op == Op::Check {
             for d in &decisions {
                 let outcome = match (d.source, d.decision.allowed) {
-                    (Source::Store, true) => "allowed",
-                    (Source::Store, false) => "denied",
+                    (Source::Store | Source::DenyCache, true) => "allowed",
+                    (Source::Store | Source::DenyCache, false) => "denied",
                     (Source::Policy { .. }, true) => "store_error_allowed",
                     (Source::Policy { .. }, false) => "store_error_denied",
                 };
@@ -424,6 +464,92 @@ impl<S: Store> Limiter<S> {
             }
         }
         decisions
+    }
+
+    /// One store call, timed; each limit's policy when it fails.
+    async fn ask_store(
+        &self,
+        request: &Request<'_>,
+        op: Op,
+        now: Option<Timestamp>,
+    ) -> SmallVec<[LimitDecision; 2]> {
+        let started = Instant::now();
+        let result = self.store.decide(request, op, now).await;
+        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
+        match result {
+            Ok(decisions) => request
+                .entries()
+                .iter()
+                .zip(decisions)
+                .map(|(e, decision)| limit_decision(e, decision, Source::Store))
+                .collect(),
+            Err(error) => {
+                metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().as_str())
+                    .increment(1);
+                self.warn_rate_limited(&error);
+                self.apply_policies(request, &error, op)
+            }
+        }
+    }
+
+    /// The request refused by a refusal the deny cache holds for one of its entries, or
+    /// `None`. The refusal decides the whole request, as the store would (all or nothing);
+    /// the request's other entries, if any, are peeked to report their real state (a
+    /// read-only call, charging nothing).
+    async fn answer_from_deny_cache(
+        &self,
+        cache: &DenyCache,
+        request: &Request<'_>,
+        asked_at: u64,
+        now: Option<Timestamp>,
+    ) -> Option<SmallVec<[LimitDecision; 2]>> {
+        let entries = request.entries();
+        let hits: SmallVec<[Option<Duration>; 2]> = entries
+            .iter()
+            .map(|e| {
+                cache
+                    .get(&e.key, request.cost(), asked_at)
+                    .map(|h| h.retry_after)
+            })
+            .collect();
+        if hits.iter().all(Option::is_none) {
+            return None;
+        }
+        let others: SmallVec<[usize; 2]> =
+            (0..entries.len()).filter(|&i| hits[i].is_none()).collect();
+        let mut peeked = if others.is_empty() {
+            SmallVec::new()
+        } else {
+            self.ask_store(&subset(request, &others), Op::Peek, now)
+                .await
+        }
+        .into_iter();
+        let decisions = entries
+            .iter()
+            .zip(hits)
+            .map(|(e, hit)| match hit {
+                Some(retry_after) => {
+                    metrics::counter!(
+                        "tollgate_deny_cache_hits_total",
+                        "limit" => Arc::clone(e.limit.name_arc())
+                    )
+                    .increment(1);
+                    let decision = Decision {
+                        allowed: false,
+                        limit: e.limit.quota().limit(),
+                        remaining: 0,
+                        // Not known here; at least until the refusal ends.
+                        reset_after: retry_after,
+                        retry_after: Some(retry_after),
+                    };
+                    limit_decision(e, decision, Source::DenyCache)
+                }
+                None => peeked.next().unwrap_or_else(|| {
+                    limit_decision(e, policy_denial(e.limit.quota().limit()), Source::DenyCache)
+                }),
+            })
+            .collect();
+        Some(decisions)
     }
 
     /// Logs a store failure, at most once per second: a dead store under load would otherwise
@@ -505,6 +631,27 @@ impl<S: Store> Limiter<S> {
                 )
             })
             .collect()
+    }
+}
+
+/// Remembers the store's refusals (never a policy's: those say nothing of the key), and
+/// forgets a key this instance just charged (a refusal of a larger cost now ends later).
+fn remember_denials(
+    cache: &DenyCache,
+    request: &Request<'_>,
+    op: Op,
+    decisions: &[LimitDecision],
+    asked_at: u64,
+) {
+    let charged = op == Op::Check && decisions.iter().all(|d| d.decision.allowed);
+    for (e, d) in request.entries().iter().zip(decisions) {
+        match (d.source, d.decision.allowed, d.decision.retry_after) {
+            (Source::Store, false, Some(retry_after)) => {
+                cache.insert(&e.key, request.cost(), asked_at, retry_after);
+            }
+            (Source::Store, true, _) if charged => cache.forget(&e.key),
+            _ => {}
+        }
     }
 }
 

@@ -13,6 +13,9 @@ use crate::{Decision, OnStoreError, Outcome, POLICY_RETRY_AFTER, Quota, StoreErr
 pub enum Source {
     /// The store decided.
     Store,
+    /// This instance's exact deny cache answered: the store refused this cost for this key
+    /// before, and the refusal still holds (see [`crate::LimiterBuilder::deny_cache`]).
+    DenyCache,
     /// The store failed and the limit's policy decided.
     Policy {
         /// The policy applied.
@@ -42,7 +45,7 @@ impl LimitDecision {
     /// opposed to an `allow` or `deny` policy whose numbers are made up.
     pub fn is_counted(&self) -> bool {
         match self.source {
-            Source::Store => true,
+            Source::Store | Source::DenyCache => true,
             Source::Policy { policy, .. } => policy == OnStoreError::Local,
         }
     }
@@ -137,7 +140,7 @@ impl Verdict {
     pub fn store_error(&self) -> Option<StoreErrorKind> {
         self.decisions.iter().find_map(|d| match d.source {
             Source::Policy { error, .. } => Some(error),
-            Source::Store => None,
+            Source::Store | Source::DenyCache => None,
         })
     }
 }

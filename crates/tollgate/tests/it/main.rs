@@ -1,6 +1,7 @@
 //! Integration tests of the core: property tests of the pure algorithms and the limiter's
 //! failure policies.
 
+mod deny_cache;
 mod policies;
 mod properties;
 mod protocol;
