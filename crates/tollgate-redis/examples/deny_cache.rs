@@ -34,7 +34,10 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
     let mut rows = Vec::new();
-    for (label, cache) in [("without the deny cache", 0), ("with the deny cache", 10_000)] {
+    for (label, cache) in [
+        ("without the deny cache", 0),
+        ("with the deny cache", 10_000),
+    ] {
         let (refused, elapsed, scripts) = rt.block_on(run(&server, cache, secs))?;
         rows.push((label, refused, elapsed, scripts));
     }
@@ -46,13 +49,15 @@ fn main() -> BenchResult<()> {
          {secs} s per run, one run each, in the same process against the same \
          `redis-server`. Scripts counted from `INFO commandstats`.\n"
     );
-    println!("| run | refusals/s | scripts per refusal |");
-    println!("|---|---:|---:|");
+    println!("| run | refusals | refusals/s | scripts run | scripts per refusal |");
+    println!("|---|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {:.0} | {:.4} |",
+            "| {} | {} | {:.0} | {} | {:.6} |",
             r.0,
+            r.1,
             rate(r),
+            r.3,
             r.3 as f64 / r.1.max(1) as f64
         );
     }
@@ -70,7 +75,8 @@ async fn run(server: &RedisServer, cache: usize, secs: u64) -> BenchResult<(u64,
         .timeout(Duration::from_secs(2))
         .build()
         .await?;
-    let limit = Limit::new("abused", Algorithm::Gcra, Quota::per_minute(100)?)?.keyed_by(["user"])?;
+    let limit =
+        Limit::new("abused", Algorithm::Gcra, Quota::per_minute(100)?)?.keyed_by(["user"])?;
     let limiter = Arc::new(
         Limiter::builder(store)
             .namespace(tollgate::Namespace::new(format!("bench{cache}"))?)

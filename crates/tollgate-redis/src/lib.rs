@@ -47,11 +47,13 @@
 
 mod breaker;
 mod error;
+mod resets;
 mod script;
 mod slot;
 mod store;
 mod store_builder;
 
+pub use resets::{listen_for_resets, reset_channel};
 pub use script::{
     entry_args, script_sha, script_source, single_entry_args, single_entry_script_sha,
     single_entry_script_source,

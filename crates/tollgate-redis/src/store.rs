@@ -22,10 +22,11 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
 use smallvec::SmallVec;
-use tollgate::{Decision, Decisions, Entry, Request, Store, StoreError, Timestamp};
+use tollgate::{Decision, Decisions, Entry, Key, Request, Store, StoreError, Timestamp};
 
 use crate::breaker::Breaker;
 use crate::error::classify;
+use crate::resets::reset_channel;
 use crate::script::{Op, TimeSource, decode, invocation};
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
@@ -278,16 +279,26 @@ impl RedisStore {
         groups.into_iter().map(|(_, g)| g).collect()
     }
 
-    async fn delete(&self, keys: &[&str]) -> Result<(), StoreError> {
-        let mut cmd = redis::cmd("DEL");
+    /// Deletes `keys` and, in the same round trip, publishes each on its prefix's reset
+    /// channel, so that other instances' deny caches forget it (`resets.rs`).
+    async fn delete(&self, keys: &[&Key]) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL");
         for k in keys {
-            cmd.arg(*k);
+            pipe.arg(k.as_str());
         }
-        let result: Result<i64, _> = match &self.inner.connection {
-            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        pipe.ignore();
+        for k in keys {
+            pipe.cmd("PUBLISH")
+                .arg(reset_channel(k.prefix()))
+                .arg(k.as_str())
+                .ignore();
+        }
+        let result: Result<(), _> = match &self.inner.connection {
+            Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
         };
-        result.map(drop).map_err(classify)
+        result.map_err(classify)
     }
 }
 
@@ -311,10 +322,7 @@ impl Store for RedisStore {
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.guarded(async {
             for group in self.groups(request.entries()) {
-                let keys: Vec<&str> = group
-                    .iter()
-                    .map(|&i| request.entries()[i].key.as_str())
-                    .collect();
+                let keys: Vec<&Key> = group.iter().map(|&i| &request.entries()[i].key).collect();
                 self.delete(&keys).await?;
             }
             Ok(())

@@ -56,6 +56,9 @@ impl Key {
     /// assert_eq!(key.as_str(), "tollgate:sms:{user=42}:fw");
     /// let hostile = Key::new(&Namespace::default(), &sms, &[("user", "42}:x{")]);
     /// assert_eq!(hostile.as_str(), "tollgate:sms:{user=42%7D%3Ax%7B}:fw");
+    /// let ns = Namespace::new("app:eu")?;
+    /// let key = Key::new(&ns, &sms, &[("user", "42")]);
+    /// assert_eq!((key.prefix(), key.limit_name()), ("app:eu", "sms"));
     /// # Ok::<(), tollgate::LimitError>(())
     /// ```
     pub fn new<V: AsRef<[u8]>>(namespace: &Namespace, limit: &Limit, parts: &[(&str, V)]) -> Key {
@@ -101,6 +104,13 @@ impl Key {
         let before_tag = self.text.find(":{").unwrap_or(0);
         let start = self.text[..before_tag].rfind(':').map_or(0, |i| i + 1);
         &self.text[start..before_tag]
+    }
+
+    /// The namespace's prefix, read back from the key (everything before `:<limit>:{`).
+    pub fn prefix(&self) -> &str {
+        let before_tag = self.text.find(":{").unwrap_or(0);
+        let end = self.text[..before_tag].rfind(':').unwrap_or(0);
+        &self.text[..end]
     }
 
     /// A hash of the key, computed once, for in-process maps.

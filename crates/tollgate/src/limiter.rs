@@ -430,7 +430,10 @@ impl<S: Store> Limiter<S> {
         let cached = match &self.deny_cache {
             Some(cache) => {
                 let asked_at = cache.time(now.map(Timestamp::as_micros));
-                match self.answer_from_deny_cache(cache, request, asked_at, now).await {
+                match self
+                    .answer_from_deny_cache(cache, request, asked_at, now)
+                    .await
+                {
                     Some(decisions) => Ok(decisions),
                     None => Err(Some((cache, asked_at))),
                 }

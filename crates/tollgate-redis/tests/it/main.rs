@@ -10,5 +10,6 @@ mod conformance_redis;
 mod differential;
 mod faults;
 mod gcra_server_clock;
+mod resets;
 mod server_errors;
 mod server_time;
