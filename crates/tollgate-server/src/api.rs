@@ -291,3 +291,60 @@ impl LimitBody {
         }
     }
 }
+
+/// `GET /v1/top?limit=NAME&k=20`: who is being limited.
+#[derive(Debug, Serialize)]
+pub struct TopBody {
+    /// The limit.
+    pub limit: String,
+    /// Refusals ÷ checks over the last minute (`null` without a check).
+    pub deny_ratio: Option<f64>,
+    /// The span of `recent`.
+    pub recent_window: &'static str,
+    /// Counters per sketch: a key refused more than (refusals counted ÷ this) times is
+    /// always listed.
+    pub capacity: usize,
+    /// The most refused keys over the last five minutes, most refused first.
+    pub recent: Vec<TopKeyBody>,
+    /// The same since the service (or the last reload) started.
+    pub since_start: Vec<TopKeyBody>,
+}
+
+/// One of the most refused keys.
+#[derive(Debug, Serialize)]
+pub struct TopKeyBody {
+    /// Its parts, as stored: values percent-escaped, long ones as `#<digest>`.
+    pub key: BTreeMap<String, String>,
+    /// Refusals counted (the truth is between `denied − error` and `denied`).
+    pub denied: u64,
+    /// The most `denied` may overstate.
+    pub error: u64,
+}
+
+impl TopKeyBody {
+    /// The body for `top`.
+    pub fn new(top: &tollgate::TopKey) -> TopKeyBody {
+        let text = top.key.as_str();
+        let parts = text
+            .find('{')
+            .and_then(|start| {
+                text[start + 1..]
+                    .find('}')
+                    .map(|end| &text[start + 1..start + 1 + end])
+            })
+            .unwrap_or_default();
+        let key = parts
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('=') {
+                Some((name, value)) => (name.to_owned(), value.to_owned()),
+                None => (p.to_owned(), String::new()),
+            })
+            .collect();
+        TopKeyBody {
+            key,
+            denied: top.count,
+            error: top.error,
+        }
+    }
+}

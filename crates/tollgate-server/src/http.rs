@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,9 +16,12 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
-use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store};
+use tollgate::{
+    Algorithm, CheckError, Entry, Key, Limit, Namespace, Op, Quota, Request, Span, Store,
+    TOP_CAPACITY,
+};
 
-use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest};
+use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
 use crate::config::Secret;
 use crate::limits::Limits;
 use crate::metrics;
@@ -76,6 +79,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/peek", post(peek))
         .route("/v1/reset", post(reset))
         .route("/v1/limits", get(list_limits))
+        .route("/v1/top", get(top_denied))
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -182,6 +186,57 @@ async fn list_limits(State(state): State<Arc<AppState>>) -> Json<LimitsBody> {
     })
 }
 
+/// `GET /v1/top?limit=NAME&k=20`: the most refused keys of a limit, recent and since start.
+async fn top_denied(
+    State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<TopBody>, ApiError> {
+    let (mut limit, mut k) = (None, 20usize);
+    for pair in query
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("limit", name)) => limit = Some(name.to_owned()),
+            Some(("k", n)) => {
+                k = n
+                    .parse()
+                    .ok()
+                    .filter(|k| (1..=TOP_CAPACITY).contains(k))
+                    .ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "k must be a whole number from 1 to {TOP_CAPACITY}"
+                        ))
+                    })?;
+            }
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {pair:?}: expected limit=NAME and optionally k=N"
+                )));
+            }
+        }
+    }
+    let limit =
+        limit.ok_or_else(|| ApiError::BadRequest("missing query parameter limit".into()))?;
+    let limits = state.limits.load();
+    let top = |span| {
+        limits.top_denied(&limit, k, span).ok_or_else(|| {
+            ApiError::BadRequest(CheckError::UnknownLimit(limit.clone()).to_string())
+        })
+    };
+    let (recent, since_start) = (top(Span::Recent)?, top(Span::SinceStart)?);
+    Ok(Json(TopBody {
+        deny_ratio: limits.deny_ratio(&limit),
+        limit,
+        recent_window: "5m",
+        capacity: TOP_CAPACITY,
+        recent: recent.iter().map(TopKeyBody::new).collect(),
+        since_start: since_start.iter().map(TopKeyBody::new).collect(),
+    }))
+}
+
 async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
     if let Some(per_limit) = state.store.memory_keys() {
         for limit in state.limits.load().configs() {
@@ -192,6 +247,13 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
             metrics::keys(limit.limit.name(), held);
         }
     }
+    let limits = state.limits.load();
+    for limit in limits.configs() {
+        if let Some(ratio) = limits.deny_ratio(limit.limit.name()) {
+            metrics::deny_ratio(limit.limit.name(), ratio);
+        }
+    }
+    metrics::deny_cache_entries(limits.deny_cache_len());
     state.metrics.run_upkeep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

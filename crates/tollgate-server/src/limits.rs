@@ -16,7 +16,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use tollgate::{
-    BoxStore, CheckError, Clock, LimitError, Limiter, Namespace, Op, Request, StoreError, Verdict,
+    BoxStore, CheckError, Clock, LimitError, Limiter, Namespace, Op, Request, Span, StoreError,
+    TopKey, Verdict,
 };
 use tollgate_envoy::{EnvoyRules, RulesError, Snapshot};
 
@@ -131,6 +132,23 @@ impl Limits {
     /// The store's failure.
     pub async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.limiter.reset(request).await
+    }
+}
+
+impl Limits {
+    /// The most refused keys of `limit` over `span` (`None`: unknown limit).
+    pub fn top_denied(&self, limit: &str, k: usize, span: Span) -> Option<Vec<TopKey>> {
+        self.limiter.top_denied(limit, k, span)
+    }
+
+    /// `limit`'s refusal ratio over the last minute.
+    pub fn deny_ratio(&self, limit: &str) -> Option<f64> {
+        self.limiter.deny_ratio(limit)
+    }
+
+    /// Refusals held by the deny cache.
+    pub fn deny_cache_len(&self) -> usize {
+        self.limiter.deny_cache_len()
     }
 }
 

@@ -62,6 +62,32 @@ fn describe() {
     metrics::describe_counter!(SHADOW_DENIED, "Requests a shadow limit would have denied");
     metrics::describe_counter!(CONFIG_RELOAD, "Config reloads by result (ok, error)");
     metrics::describe_gauge!(KEYS, "Keys held by the memory store, by limit");
+    metrics::describe_gauge!(
+        DENY_RATIO,
+        "Share of checks refused by the quota over the last minute, by limit"
+    );
+    metrics::describe_gauge!(DENY_CACHE_ENTRIES, "Refusals held by the exact deny cache");
+    metrics::describe_counter!(
+        "tollgate_deny_cache_hits_total",
+        "Refusals answered by the deny cache without a store call, by limit"
+    );
+}
+
+/// Each limit's refusal ratio over the last minute (set at each scrape).
+pub const DENY_RATIO: &str = "tollgate_deny_ratio";
+/// Refusals held by the deny cache (set at each scrape).
+pub const DENY_CACHE_ENTRIES: &str = "tollgate_deny_cache_entries";
+
+/// Records `limit`'s refusal ratio.
+pub fn deny_ratio(limit: &str, ratio: f64) {
+    metrics::gauge!(DENY_RATIO, "limit" => limit.to_owned()).set(ratio);
+}
+
+/// Records the deny cache's size.
+pub fn deny_cache_entries(entries: usize) {
+    // Far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    metrics::gauge!(DENY_CACHE_ENTRIES).set(entries as f64);
 }
 
 /// Counts a config reload attempt.

@@ -72,6 +72,7 @@ mod status;
 mod store;
 mod store_error;
 mod timestamp;
+mod top_denied;
 mod verdict;
 pub mod wire;
 
@@ -101,4 +102,5 @@ pub use store::{
 };
 pub use store_error::{BoxError, StoreError, StoreErrorKind};
 pub use timestamp::Timestamp;
+pub use top_denied::{Span, TOP_CAPACITY, TopKey};
 pub use verdict::{LimitDecision, Source, Verdict};

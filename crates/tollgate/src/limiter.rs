@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::deny_cache::DenyCache;
+use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::{LimitDecision, Source};
 use crate::{
     CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
@@ -51,6 +52,8 @@ pub struct Limiter<S> {
     local: OnceLock<MemoryStore>,
     /// Refusals answered without a store call, when enabled.
     deny_cache: Option<DenyCache>,
+    /// Per limit: the most refused keys and the refusal ratio.
+    activity: HashMap<Arc<str>, LimitActivity>,
     /// When the last store-failure warning was logged (µs), and failures since.
     last_warning: AtomicU64,
     unlogged_failures: AtomicU64,
@@ -118,8 +121,13 @@ impl<S: Store> LimiterBuilder<S> {
                 });
             }
         }
+        let activity = limits
+            .keys()
+            .map(|name| (Arc::clone(name), LimitActivity::default()))
+            .collect();
         Ok(Limiter {
             store: self.store,
+            activity,
             limits,
             namespace: self.namespace,
             clock: self.clock,
@@ -366,6 +374,21 @@ impl<S: Store> Limiter<S> {
             .is_some_and(|cache| cache.forget_text(key))
     }
 
+    /// The `k` keys of `limit` refused most often over `span` (refusals by a quota, not by a
+    /// failure policy), most refused first, each with its count and the most that count may
+    /// overstate (a bounded sketch: see [`crate::TopKey`]). `None` for an unknown limit.
+    pub fn top_denied(&self, limit: &str, k: usize, span: Span) -> Option<Vec<TopKey>> {
+        let minute = self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000;
+        Some(self.activity.get(limit)?.top(k, span, minute))
+    }
+
+    /// The share of `limit`'s checks refused by its quota over the last minute (the current
+    /// and the previous calendar minute); `None` for an unknown limit or no check.
+    pub fn deny_ratio(&self, limit: &str) -> Option<f64> {
+        let minute = self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000;
+        self.activity.get(limit)?.deny_ratio(minute)
+    }
+
     /// Refusals the deny cache holds (0 when it is off).
     pub fn deny_cache_len(&self) -> usize {
         self.deny_cache.as_ref().map_or(0, DenyCache::len)
@@ -451,6 +474,14 @@ impl<S: Store> Limiter<S> {
             }
         };
         if op == Op::Check {
+            let minute = self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000;
+            for (e, d) in request.entries().iter().zip(&decisions) {
+                let refused =
+                    !d.decision.allowed && matches!(d.source, Source::Store | Source::DenyCache);
+                if let Some(activity) = self.activity.get(e.limit.name()) {
+                    activity.record(&e.key, refused, minute);
+                }
+            }
             for d in &decisions {
                 let outcome = match (d.source, d.decision.allowed) {
                     (Source::Store | Source::DenyCache, true) => "allowed",

@@ -385,3 +385,61 @@ async fn bench_drives_checks() {
     assert!(report.allowed <= 150, "3 keys of 50 each: {report:?}");
     assert_eq!(report.latency.len(), report.allowed + report.denied);
 }
+
+/// `GET /v1/top`: the most refused keys of a limit, with counts and error bounds, and the
+/// limit's refusal ratio; bad queries are 400s that say what is wrong.
+#[tokio::test]
+async fn top_denied_keys() {
+    let server = TestServer::start(&one_limit(
+        "top_a",
+        "fixed_window",
+        1,
+        "1h",
+        r#""user""#,
+        "deny",
+    ))
+    .await;
+    let check = |user: &str| {
+        let body = format!(r#"{{"limit": "top_a", "key": {{"user": "{user}"}}}}"#);
+        let server = &server;
+        async move { server.post("/v1/check", &body).await.status }
+    };
+    for _ in 0..11 {
+        check("abuser").await;
+    }
+    for user in ["u1", "u2", "u3"] {
+        assert_eq!(check(user).await, 200);
+        assert_eq!(check(user).await, 429);
+    }
+    let top = server.get("/v1/top?limit=top_a&k=2").await;
+    assert_eq!(top.status, 200, "{top:?}");
+    for span in ["recent", "since_start"] {
+        let list = top.json[span].as_array().expect("a list");
+        assert_eq!(list.len(), 2, "{span}: {top:?}");
+        assert_eq!(list[0]["key"]["user"], "abuser", "{span}");
+        assert_eq!(
+            (list[0]["denied"].as_u64(), list[0]["error"].as_u64()),
+            (Some(10), Some(0))
+        );
+        assert_eq!(list[1]["denied"], 1);
+    }
+    let ratio = top.json["deny_ratio"].as_f64().expect("a ratio");
+    assert!((ratio - 13.0 / 17.0).abs() < 1e-9, "{ratio}");
+    let metrics = server.get("/metrics").await.text;
+    assert!(
+        metrics.contains(r#"tollgate_deny_ratio{limit="top_a"}"#),
+        "{metrics}"
+    );
+
+    for (query, fragment) in [
+        ("", "missing query parameter limit"),
+        ("limit=nope", r#"unknown limit "nope""#),
+        ("limit=top_a&k=0", "k must be"),
+        ("limit=top_a&k=65", "k must be"),
+        ("limit=top_a&x=1", "unknown query parameter"),
+    ] {
+        let reply = server.get(&format!("/v1/top?{query}")).await;
+        assert_eq!(reply.status, 400, "{query}: {reply:?}");
+        assert!(reply.error().contains(fragment), "{query}: {reply:?}");
+    }
+}
