@@ -228,15 +228,41 @@ impl Config {
     /// ```
     ///
     /// # Errors
-    /// [`ConfigError`] naming `origin` and the field.
+    /// [`ConfigError`] naming `origin` and the field; a file without `[[limits]]` is refused
+    /// (`limits: no [[limits]] defined`), since it would answer every check `unknown limit`.
     pub fn parse(text: &str, origin: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let config = Config::validate(parse_toml(text, origin)?, origin, overrides)?;
+        if config.limits.is_empty() {
+            return Err(ConfigError::Invalid {
+                origin: origin.to_owned(),
+                field: "limits".into(),
+                reason: "no [[limits]] defined; a config file needs at least one limit".into(),
+                line: None,
+            });
+        }
+        Ok(config)
+    }
+
+    /// The configuration of `tollgate serve` without `--config`: the defaults and the
+    /// environment `overrides`, no limits.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the variable of a malformed override.
+    pub fn without_file(overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::validate(RawConfig::default(), "(no config file)", overrides)
+    }
+
+    fn validate(
+        raw: RawConfig,
+        origin: &str,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
         let invalid = |field: &str, reason: String| ConfigError::Invalid {
             origin: origin.to_owned(),
             field: field.to_owned(),
             reason,
             line: None,
         };
-        let raw: RawConfig = parse_toml(text, origin)?;
 
         let http_field = if overrides.http.is_some() {
             "TOLLGATE_HTTP"

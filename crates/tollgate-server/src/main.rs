@@ -29,7 +29,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { config: path } => {
             let config = match &path {
                 Some(path) => Config::load(path, &overrides)?,
-                None => Config::parse("", "(no config file)", &overrides)?,
+                None => Config::without_file(&overrides)?,
             };
             let listener = TcpListener::bind(config.server.http)
                 .await

@@ -189,6 +189,106 @@ async fn serve_reload_and_terminate() {
     assert!(process.log().contains("shutting down"), "{}", process.log());
 }
 
+/// A config file truncated to nothing on a running service is refused on reload (logged as
+/// such): the old limit keeps answering, with its counter, until a valid file lands.
+#[tokio::test]
+async fn a_truncated_config_is_refused_on_reload() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        one_limit("trunc", "sliding_log", 2, "1h", r#""user""#, "deny"),
+    )
+    .expect("write");
+    let mut process = Process::serve(&path);
+    let body = r#"{"limit": "trunc", "key": {"user": "1"}}"#;
+    assert_eq!(process.post("/v1/check", body).await.status, 200);
+
+    std::fs::File::create(&path).expect("truncate");
+    let refused = eventually(Duration::from_secs(10), || async {
+        process.log().contains("config reload refused")
+    })
+    .await;
+    assert!(
+        refused,
+        "the empty file was not refused; log:\n{}",
+        process.log()
+    );
+    assert!(
+        process.log().contains("no [[limits]] defined"),
+        "{}",
+        process.log()
+    );
+    assert!(
+        !process.log().contains("config reloaded"),
+        "{}",
+        process.log()
+    );
+    let second = process.post("/v1/check", body).await;
+    assert_eq!(
+        second.status, 200,
+        "the old limit still answers: {second:?}"
+    );
+    let third = process.post("/v1/check", body).await;
+    assert_eq!(third.status, 429, "with its counter: {third:?}");
+
+    std::fs::write(
+        &path,
+        one_limit("trunc", "sliding_log", 3, "1h", r#""user""#, "deny"),
+    )
+    .expect("write");
+    let reloaded = eventually(Duration::from_secs(10), || async {
+        process.post("/v1/check", body).await.status == 200
+    })
+    .await;
+    assert!(
+        reloaded,
+        "the valid file never landed; log:\n{}",
+        process.log()
+    );
+    process.signal("TERM");
+    assert!(process.wait().success(), "{}", process.log());
+}
+
+/// A reload that drops limits the running config has is applied, with a warning naming them.
+#[tokio::test]
+async fn a_reload_removing_limits_warns_with_their_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    let kept = one_limit("kept", "gcra", 1, "1h", "", "deny");
+    std::fs::write(
+        &path,
+        format!(
+            "{kept}{}{}",
+            one_limit("gone_a", "gcra", 1, "1h", "", "deny"),
+            one_limit("gone_b", "gcra", 1, "1h", "", "deny")
+        ),
+    )
+    .expect("write");
+    let mut process = Process::serve(&path);
+    std::fs::write(&path, &kept).expect("write");
+    let warned = eventually(Duration::from_secs(10), || async {
+        process
+            .log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("removes limits"))
+    })
+    .await;
+    assert!(warned, "no warning; log:\n{}", process.log());
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("removes limits"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(r#""gone_a""#) && line.contains(r#""gone_b""#) && !line.contains("kept"),
+        "{line}"
+    );
+    assert!(log.contains("config reloaded"), "{log}");
+    process.signal("TERM");
+    assert!(process.wait().success(), "{}", process.log());
+}
+
 /// Started without a config file, the service survives SIGHUP (whose default action would
 /// terminate it) and keeps answering.
 #[tokio::test]
@@ -264,6 +364,60 @@ fn check_config_exit_codes() {
         stderr.contains("bad.toml: limits[0].period: \"1 sec\" is not a duration"),
         "{stderr}"
     );
+}
+
+/// Runs `command` to its end, 10 s at most (killed and failed after that).
+fn output_within_10s(command: &mut Command) -> std::process::Output {
+    let mut child = command
+        .env("TOLLGATE_HTTP", "127.0.0.1:0")
+        .env_remove("TOLLGATE_GRPC")
+        .env_remove("TOLLGATE_REDIS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{command:?} still running after 10 s; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// `check-config` and `serve` refuse a file without limits (empty, or `[server]` only),
+/// saying why, instead of accepting a service that knows no limit.
+#[test]
+fn a_file_without_limits_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in [
+        ("empty.toml", ""),
+        ("server_only.toml", "[server]\nhttp = \"127.0.0.1:0\"\n"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        let mut check = Command::new(BIN);
+        check.arg("check-config").arg(&path);
+        let mut serve = Command::new(BIN);
+        serve.args(["serve", "--config"]).arg(&path);
+        for command in [&mut check, &mut serve] {
+            let out = output_within_10s(command);
+            assert!(!out.status.success(), "{command:?}: {out:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(&format!(
+                    "{name}: limits: no [[limits]] defined; a config file needs at least one limit"
+                )),
+                "{command:?}: {stderr}"
+            );
+        }
+    }
 }
 
 /// An unreachable Redis stops start-up with a message naming it, password redacted.

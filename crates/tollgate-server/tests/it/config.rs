@@ -158,6 +158,25 @@ fn errors_name_the_field() {
     }
 }
 
+/// A file without `[[limits]]` is refused: an empty file (one truncated to nothing) or one
+/// with `[server]` only would leave a service that answers every check `unknown limit`.
+#[test]
+fn a_file_without_limits_is_refused() {
+    for text in [
+        "",
+        "\n# nothing yet\n",
+        "[server]\nhttp = \"127.0.0.1:0\"\n",
+    ] {
+        let (field, message) = error(text);
+        assert_eq!(field.as_deref(), Some("limits"), "{text:?}: {message}");
+        assert_eq!(
+            message,
+            "cfg.toml: limits: no [[limits]] defined; a config file needs at least one limit",
+            "{text:?}"
+        );
+    }
+}
+
 /// A TOML syntax error names the file and the line.
 #[test]
 fn syntax_errors_name_the_line() {
@@ -182,7 +201,11 @@ fn defaults() {
 /// Environment overrides replace the file's values, and a bad one is named by its variable.
 #[test]
 fn environment_overrides() {
-    let text = "[server]\nhttp = \"127.0.0.1:1\"\n[store]\ncluster = [\"redis://a:1\"]\n";
+    let text = format!(
+        "[server]\nhttp = \"127.0.0.1:1\"\n[store]\ncluster = [\"redis://a:1\"]\n{}",
+        limit(GOOD)
+    );
+    let text = text.as_str();
     let overrides = Overrides {
         http: Some("0.0.0.0:9000".into()),
         grpc: Some("0.0.0.0:9001".into()),
@@ -221,8 +244,11 @@ fn environment_overrides() {
 /// Neither the Redis password nor the admin token appears in Debug output.
 #[test]
 fn secrets_are_redacted() {
-    let text = "[server]\nadmin_token = \"token-xyz-123\"\n[store]\nredis = \"redis://user:pa55word@cache:6379\"\n";
-    let config = Config::parse(text, "cfg.toml", &Overrides::default()).expect("valid");
+    let text = format!(
+        "[server]\nadmin_token = \"token-xyz-123\"\n[store]\nredis = \"redis://user:pa55word@cache:6379\"\n{}",
+        limit(GOOD)
+    );
+    let config = Config::parse(&text, "cfg.toml", &Overrides::default()).expect("valid");
     let debug = format!("{config:?}");
     assert!(!debug.contains("pa55word"), "{debug}");
     assert!(!debug.contains("token-xyz-123"), "{debug}");
