@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use tokio::net::TcpListener;
 use tollgate_server::cli::{self, Cli, Command};
-use tollgate_server::config::{Config, Overrides};
+use tollgate_server::config::{Config, ConfigError, Overrides};
 use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, shutdown_signal};
 
 #[tokio::main]
@@ -16,9 +16,18 @@ async fn main() -> ExitCode {
     match run(Cli::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", report(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes on one line; a [`ConfigError`]'s message already includes its
+/// cause (file, field and reason), so it is printed alone.
+fn report(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<ConfigError>() {
+        Some(config) => config.to_string(),
+        None => format!("{e:#}"),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Values that must never reach a log line: the admin token and Redis passwords.
+//! Values that must never reach a log line: the admin token and Redis passwords (and
+//! [`RedisUrlError`], the reason a Redis URL is refused, which never quotes it).
 //!
 //! Both types print redacted through `Debug` and `Display`; the real value is only reachable
 //! through an explicit `expose` call, so a stray `{config:?}` in a log cannot leak it.
@@ -45,23 +46,19 @@ impl RedisUrl {
     /// assert_eq!(url.to_string(), "redis://app:***@cache:6379/0");
     /// assert_eq!(url.expose(), "redis://app:hunter2@cache:6379/0");
     /// assert!(RedisUrl::parse("http://cache").is_err());
-    /// # Ok::<(), String>(())
+    /// # Ok::<(), tollgate_server::config::RedisUrlError>(())
     /// ```
     ///
     /// # Errors
-    /// What is wrong, without repeating the URL (it may hold a password).
-    pub fn parse(url: &str) -> Result<RedisUrl, String> {
+    /// [`RedisUrlError`]: what is wrong, without repeating the URL (it may hold a password).
+    pub fn parse(url: &str) -> Result<RedisUrl, RedisUrlError> {
         let Some((scheme, rest)) = url.split_once("://") else {
-            return Err("is not a URL: expected redis://[user:password@]host[:port][/db]".into());
+            return Err(RedisUrlError::NotAUrl);
         };
         let unix = match scheme {
             "redis" | "rediss" => false,
             "redis+unix" | "unix" => true,
-            _ => {
-                return Err(format!(
-                    "has scheme {scheme:?}: expected redis, rediss, redis+unix or unix"
-                ));
-            }
+            _ => return Err(RedisUrlError::Scheme(scheme.to_owned())),
         };
         let authority = rest.split(['/', '?']).next().unwrap_or_default();
         let (userinfo, host) = match authority.rsplit_once('@') {
@@ -70,14 +67,14 @@ impl RedisUrl {
         };
         if unix {
             if !rest.contains('/') {
-                return Err("needs a socket path, e.g. unix:///run/redis.sock".into());
+                return Err(RedisUrlError::NoSocketPath);
             }
         } else if host.is_empty() || host.starts_with(':') {
-            return Err("has no host".into());
+            return Err(RedisUrlError::NoHost);
         } else if let Some((_, port)) = host.rsplit_once(':').filter(|_| !host.ends_with(']'))
             && port.parse::<u16>().is_err()
         {
-            return Err("has an invalid port".into());
+            return Err(RedisUrlError::Port);
         }
         let mut redacted = url.to_owned();
         if let Some(user) = userinfo
@@ -112,6 +109,27 @@ impl RedisUrl {
     pub fn expose(&self) -> &str {
         &self.url
     }
+}
+
+/// A Redis URL that cannot be used. The message never repeats the URL (it may hold a
+/// password).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedisUrlError {
+    /// No `scheme://`.
+    #[error("is not a URL: expected redis://[user:password@]host[:port][/db]")]
+    NotAUrl,
+    /// A scheme other than the four.
+    #[error("has scheme {0:?}: expected redis, rediss, redis+unix or unix")]
+    Scheme(String),
+    /// A unix socket URL without a path.
+    #[error("needs a socket path, e.g. unix:///run/redis.sock")]
+    NoSocketPath,
+    /// A TCP URL without a host.
+    #[error("has no host")]
+    NoHost,
+    /// A port that is not a number from 0 to 65535.
+    #[error("has an invalid port")]
+    Port,
 }
 
 impl fmt::Display for RedisUrl {

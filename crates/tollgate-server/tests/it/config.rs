@@ -1,6 +1,6 @@
 //! Config errors name the file, the field and the reason; secrets never show.
 
-use tollgate_server::config::{Backend, Config, Overrides};
+use tollgate_server::config::{Backend, Config, ConfigError, FieldError, Overrides};
 
 fn limit(extra: &str) -> String {
     format!(
@@ -175,6 +175,48 @@ fn a_file_without_limits_is_refused() {
             "{text:?}"
         );
     }
+}
+
+/// An error keeps its typed cause, reachable through `source()`: the core's `LimitError`,
+/// the address parser's error (for a bad environment override too), TOML's error.
+#[test]
+fn errors_keep_their_cause() {
+    let text = limit(&GOOD.replace("limit = 10", "limit = 0"));
+    let err = Config::parse(&text, "cfg.toml", &Overrides::default()).expect_err("limit 0");
+    let core = std::error::Error::source(&err)
+        .and_then(std::error::Error::source)
+        .and_then(|e| e.downcast_ref::<tollgate::LimitError>());
+    assert!(
+        matches!(core, Some(tollgate::LimitError::Zero { field: "limit" })),
+        "{err:?}"
+    );
+
+    let bad = Overrides {
+        http: Some("nowhere".into()),
+        ..Overrides::default()
+    };
+    let err = Config::parse(&limit(GOOD), "cfg.toml", &bad).expect_err("bad env");
+    assert!(
+        matches!(&err, ConfigError::Invalid { source: FieldError::Address(e), .. } if e.text == "nowhere"),
+        "{err:?}"
+    );
+    let parser = std::error::Error::source(&err).and_then(std::error::Error::source);
+    assert!(
+        parser.is_some_and(|e| e.is::<std::net::AddrParseError>()),
+        "{err:?}"
+    );
+
+    let err = Config::parse("[server\n", "cfg.toml", &Overrides::default()).expect_err("syntax");
+    assert!(
+        matches!(
+            &err,
+            ConfigError::Invalid {
+                source: FieldError::Toml(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 /// A TOML syntax error names the file and the line.
