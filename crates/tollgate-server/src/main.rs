@@ -2,6 +2,7 @@
 //! load the config, bind, and hand over to the library ([`tollgate_server::server`],
 //! [`tollgate_server::bench`]).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -35,32 +36,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     cli::init_tracing();
     let overrides = Overrides::from_env();
     match cli.command {
-        Command::Serve { config: path } => {
-            let config = match &path {
-                Some(path) => Config::load(path, &overrides)?,
-                None => Config::without_file(&overrides)?,
-            };
-            let listener = TcpListener::bind(config.server.http)
-                .await
-                .with_context(|| format!("cannot listen on {}", config.server.http))?;
-            // Bound here, like the HTTP listener, so a taken port stops start-up with its name.
-            let grpc = match config.server.grpc {
-                Some(addr) => Some(
-                    TcpListener::bind(addr)
-                        .await
-                        .with_context(|| format!("cannot listen on {addr} (server.grpc)"))?,
-                ),
-                None => None,
-            };
-            let mut server = Server::new(config);
-            if let Some(grpc) = grpc {
-                server = server.grpc_listener(grpc);
-            }
-            if let Some(path) = path {
-                server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);
-            }
-            server.run(listener, shutdown_signal()).await?;
-        }
+        Command::Serve { config } => serve(config, overrides).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file, &overrides)?;
             println!(
@@ -70,10 +46,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.envoy.rules.len(),
                 config.store.backend.name()
             );
+            Ok(())
         }
-        Command::Bench(args) => {
-            args.run().await?;
-        }
+        Command::Bench(args) => args.run().await.map(drop),
     }
+}
+
+/// `tollgate serve`: the file (or the defaults), bound, served until SIGINT or SIGTERM,
+/// reloaded from the file when there is one. The gRPC listener is bound by the server, before
+/// the store is opened, so a taken port stops start-up with its name too.
+async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+    let config = match &path {
+        Some(path) => Config::load(path, &overrides)?,
+        None => Config::without_file(&overrides)?,
+    };
+    let listener = TcpListener::bind(config.server.http)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.http))?;
+    let mut server = Server::new(config);
+    if let Some(path) = path {
+        server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);
+    }
+    server.run(listener, shutdown_signal()).await?;
     Ok(())
 }
