@@ -1,6 +1,6 @@
 //! The `tollgate` binary. It only wires things up: parse the command line, start tracing,
-//! load the config, bind, and hand over to the library ([`tollgate_server::server`],
-//! [`tollgate_server::bench`]).
+//! load the config, bind, and hand over to the library ([`tollgate_server::server`], and
+//! `tollgate_load` for `tollgate bench`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +48,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Bench(args) => args.run().await.map(drop),
+        #[cfg(feature = "load")]
+        Command::Bench(args) => {
+            args.run().await?;
+            Ok(())
+        }
     }
 }
 
