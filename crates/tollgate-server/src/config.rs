@@ -19,6 +19,7 @@ mod error;
 mod field_error;
 mod overrides;
 mod raw;
+mod redis_url;
 mod secret;
 mod validate;
 
@@ -35,7 +36,8 @@ pub use error::ConfigError;
 pub use field_error::FieldError;
 pub use overrides::Overrides;
 use raw::RawConfig;
-pub use secret::{RedisUrl, RedisUrlError, Secret};
+pub use redis_url::{RedisUrl, RedisUrlError};
+pub use secret::Secret;
 
 /// The default HTTP listen address.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
