@@ -18,8 +18,8 @@
 //! refused whole with a logged error and `tollgate_config_reload_total{result="error"}`, and
 //! the old limits and rules stay; a file without limits is invalid (a file truncated to
 //! nothing, or emptied by mistake, must not switch every limit off). A valid file that drops
-//! limits the running config has is applied with a warning naming them. `[server]` and `[store]` are read at start-up only; a change
-//! there is logged and waits for a restart.
+//! limits the running config has is applied, with a warning naming them. `[server]` and
+//! `[store]` are read at start-up only; a change there is logged and waits for a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -142,6 +142,7 @@ impl Reloader {
                     .map(|l| l.limit.name())
                     .filter(|name| !names.contains(name))
                     .collect();
+                // Loudly: every check naming one of them is refused from now on.
                 if !removed.is_empty() {
                     tracing::warn!(
                         ?removed,
