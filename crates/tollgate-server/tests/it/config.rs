@@ -240,7 +240,8 @@ fn defaults() {
     assert!(!config.limits[1].shadow);
 }
 
-/// Environment overrides replace the file's values, and a bad one is named by its variable.
+/// Environment overrides replace the file's values (one Redis replaces the file's cluster),
+/// and a bad one is named by its variable.
 #[test]
 fn environment_overrides() {
     let text = format!(
@@ -268,19 +269,39 @@ fn environment_overrides() {
         Some("from-the-environment")
     );
 
-    let bad = Overrides {
-        http: Some("nowhere".into()),
-        ..Overrides::default()
-    };
-    let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
-    assert_eq!(err.field(), Some("TOLLGATE_HTTP"), "{err}");
-
-    let bad = Overrides {
-        grpc: Some("nowhere".into()),
-        ..Overrides::default()
-    };
-    let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
-    assert_eq!(err.field(), Some("TOLLGATE_GRPC"), "{err}");
+    let bad_values = [
+        Overrides {
+            http: Some("nowhere".into()),
+            ..Overrides::default()
+        },
+        Overrides {
+            grpc: Some("nowhere".into()),
+            ..Overrides::default()
+        },
+        Overrides {
+            redis_url: Some("http://cache".into()),
+            ..Overrides::default()
+        },
+        Overrides {
+            admin_token: Some("short".into()),
+            ..Overrides::default()
+        },
+    ];
+    let variables = [
+        "TOLLGATE_HTTP",
+        "TOLLGATE_GRPC",
+        "TOLLGATE_REDIS_URL",
+        "TOLLGATE_ADMIN_TOKEN",
+    ];
+    for (bad, variable) in bad_values.iter().zip(variables) {
+        let err = Config::parse(text, "cfg.toml", bad).expect_err(variable);
+        assert_eq!(err.field(), Some(variable), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("cfg.toml: {variable}: ")),
+            "{err}"
+        );
+    }
 }
 
 /// Neither the Redis password nor the admin token appears in Debug output.
