@@ -1,7 +1,8 @@
 #!/bin/bash
 # Measures the service as in docs/benchmarks.md, "Service (HTTP)": for the memory store and a
 # spawned Redis, three rounds of wrk on /healthz, wrk on /v1/check and `tollgate bench`.
-# Needs: a release build (cargo build --release -p tollgate-server), wrk, redis-server.
+# Needs: a release build with the default features (cargo build --release -p tollgate-server:
+# `tollgate bench` is its `load` feature), wrk, redis-server.
 # Usage: crates/tollgate-server/bench/service.sh [rounds]   (from the repository root)
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -10,7 +11,7 @@ CFG=examples/tollgate.toml
 PORT=18081
 REDIS_PORT=16399
 WORK=$(mktemp -d)
-trap 'kill $RPID 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $RPID ${SPID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
 cat > "$WORK/check.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = '{"limit": "sms", "key": {"user": "42"}}'

@@ -1,13 +1,21 @@
 //! The command line (`tollgate serve`, `tollgate check-config`, `tollgate bench`) and the
 //! logging set-up of the binary.
+//!
+//! `tollgate bench` exists with the `load` feature (on by default): its options are parsed
+//! here, like the rest of the command line, and run by [`tollgate_load`].
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
+#[cfg(feature = "load")]
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+#[cfg(feature = "load")]
+use clap::Args;
+use clap::{Parser, Subcommand};
+#[cfg(feature = "load")]
+use tollgate_load::{BenchOptions, GrpcTarget, LoadError, Report};
 
-use crate::bench::{self, BenchOptions, GrpcTarget, Report};
+#[cfg(feature = "load")]
 use crate::duration;
 
 /// A distributed rate limiter as a service.
@@ -36,10 +44,12 @@ pub enum Command {
     },
     /// Drive a running service's POST /v1/check (or, with --grpc, its Envoy rate limit
     /// service) and report decisions/s and latency.
+    #[cfg(feature = "load")]
     Bench(BenchArgs),
 }
 
 /// `tollgate bench` options.
+#[cfg(feature = "load")]
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// The service's base URL [default: http://127.0.0.1:8080, with --grpc
@@ -72,6 +82,7 @@ pub struct BenchArgs {
 }
 
 /// `key=value`, the key not empty.
+#[cfg(feature = "load")]
 fn parse_entry(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
@@ -79,12 +90,14 @@ fn parse_entry(text: &str) -> Result<(String, String), String> {
     }
 }
 
+#[cfg(feature = "load")]
 impl BenchArgs {
-    /// Runs the benchmark these options describe ([`bench::run`] or [`bench::run_grpc`]).
+    /// Runs the benchmark these options describe ([`tollgate_load::run`] or
+    /// [`tollgate_load::run_grpc`]).
     ///
     /// # Errors
-    /// As the bench run does.
-    pub async fn run(self) -> anyhow::Result<Report> {
+    /// [`LoadError`], as the bench run does.
+    pub async fn run(self) -> Result<Report, LoadError> {
         let default_url = if self.grpc {
             "http://127.0.0.1:8081"
         } else {
@@ -102,9 +115,9 @@ impl BenchArgs {
                 domain: self.domain.unwrap_or_default(),
                 descriptor: self.descriptor,
             };
-            bench::run_grpc(options, target).await
+            tollgate_load::run_grpc(options, target).await
         } else {
-            bench::run(options).await
+            tollgate_load::run(options).await
         }
     }
 }

@@ -7,6 +7,14 @@
 
 use std::time::Duration;
 
+/// Text that is not a duration; the message shows the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a duration: write e.g. \"50ms\", \"30s\", \"1m\", \"1h30m\" or \"7d\"")]
+pub struct DurationError {
+    /// What was written.
+    pub text: String,
+}
+
 /// Parses `"50ms"`, `"30s"`, `"1m"`, `"1h30m"`, `"7d"`.
 ///
 /// ```
@@ -19,12 +27,10 @@ use std::time::Duration;
 /// ```
 ///
 /// # Errors
-/// A message saying what is accepted.
-pub fn parse(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "{text:?} is not a duration: write e.g. \"50ms\", \"30s\", \"1m\", \"1h30m\" or \"7d\""
-        )
+/// [`DurationError`], whose message says what is accepted.
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    let bad = || DurationError {
+        text: text.to_owned(),
     };
     let mut rest = text;
     let mut total = Duration::ZERO;
@@ -105,7 +111,7 @@ mod tests {
             "1m30",
             "99999999999999999999s",
         ] {
-            let err = parse(bad).expect_err(bad);
+            let err = parse(bad).expect_err(bad).to_string();
             assert!(err.contains("\"30s\""), "{err}");
         }
     }

@@ -5,7 +5,9 @@
 //! [`server::run`]`(listener, config, shutdown)`.
 
 pub mod api;
-pub mod bench;
+/// The load generator of `tollgate bench` ([`tollgate_load`], with the `load` feature).
+#[cfg(feature = "load")]
+pub use tollgate_load as bench;
 pub mod cli;
 pub mod config;
 pub mod duration;

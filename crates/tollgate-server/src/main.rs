@@ -1,14 +1,15 @@
 //! The `tollgate` binary. It only wires things up: parse the command line, start tracing,
-//! load the config, bind, and hand over to the library ([`tollgate_server::server`],
-//! [`tollgate_server::bench`]).
+//! load the config, bind, and hand over to the library ([`tollgate_server::server`], and
+//! `tollgate_load` for `tollgate bench`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser as _;
 use tokio::net::TcpListener;
 use tollgate_server::cli::{self, Cli, Command};
-use tollgate_server::config::{Config, Overrides};
+use tollgate_server::config::{Config, ConfigError, Overrides};
 use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, shutdown_signal};
 
 #[tokio::main]
@@ -16,9 +17,18 @@ async fn main() -> ExitCode {
     match run(Cli::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", report(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes on one line; a [`ConfigError`]'s message already includes its
+/// cause (file, field and reason), so it is printed alone.
+fn report(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<ConfigError>() {
+        Some(config) => config.to_string(),
+        None => format!("{e:#}"),
     }
 }
 
@@ -26,32 +36,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     cli::init_tracing();
     let overrides = Overrides::from_env();
     match cli.command {
-        Command::Serve { config: path } => {
-            let config = match &path {
-                Some(path) => Config::load(path, &overrides)?,
-                None => Config::parse("", "(no config file)", &overrides)?,
-            };
-            let listener = TcpListener::bind(config.server.http)
-                .await
-                .with_context(|| format!("cannot listen on {}", config.server.http))?;
-            // Bound here, like the HTTP listener, so a taken port stops start-up with its name.
-            let grpc = match config.server.grpc {
-                Some(addr) => Some(
-                    TcpListener::bind(addr)
-                        .await
-                        .with_context(|| format!("cannot listen on {addr} (server.grpc)"))?,
-                ),
-                None => None,
-            };
-            let mut server = Server::new(config);
-            if let Some(grpc) = grpc {
-                server = server.grpc_listener(grpc);
-            }
-            if let Some(path) = path {
-                server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);
-            }
-            server.run(listener, shutdown_signal()).await?;
-        }
+        Command::Serve { config } => serve(config, overrides).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file, &overrides)?;
             println!(
@@ -61,10 +46,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.envoy.rules.len(),
                 config.store.backend.name()
             );
+            Ok(())
         }
+        #[cfg(feature = "load")]
         Command::Bench(args) => {
             args.run().await?;
+            Ok(())
         }
     }
+}
+
+/// `tollgate serve`: the file (or the defaults), bound, served until SIGINT or SIGTERM,
+/// reloaded from the file when there is one. The gRPC listener is bound by the server, before
+/// the store is opened, so a taken port stops start-up with its name too.
+async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+    let config = match &path {
+        Some(path) => Config::load(path, &overrides)?,
+        None => Config::without_file(&overrides)?,
+    };
+    let listener = TcpListener::bind(config.server.http)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.http))?;
+    let mut server = Server::new(config);
+    if let Some(path) = path {
+        server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);
+    }
+    server.run(listener, shutdown_signal()).await?;
     Ok(())
 }

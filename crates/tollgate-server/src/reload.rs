@@ -16,8 +16,10 @@
 //! changed starts afresh: its keys carry the algorithm's tag) and the HTTP API and the gRPC
 //! service keep sharing them. An invalid file (an invalid `[envoy]` section included) is
 //! refused whole with a logged error and `tollgate_config_reload_total{result="error"}`, and
-//! the old limits and rules stay. `[server]` and `[store]` are read at start-up only; a change
-//! there is logged and waits for a restart.
+//! the old limits and rules stay; a file without limits is invalid (a file truncated to
+//! nothing, or emptied by mistake, must not switch every limit off). A valid file that drops
+//! limits the running config has is applied, with a warning naming them. `[server]` and
+//! `[store]` are read at start-up only; a change there is logged and waits for a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -133,6 +135,20 @@ impl Reloader {
         match limits {
             Ok(limits) => {
                 let names: Vec<&str> = config.limits.iter().map(|l| l.limit.name()).collect();
+                let removed: Vec<&str> = self
+                    .running
+                    .limits
+                    .iter()
+                    .map(|l| l.limit.name())
+                    .filter(|name| !names.contains(name))
+                    .collect();
+                // Loudly: every check naming one of them is refused from now on.
+                if !removed.is_empty() {
+                    tracing::warn!(
+                        ?removed,
+                        "config reload removes limits; checks naming them now answer 400 unknown limit"
+                    );
+                }
                 tracing::info!(limits = ?names, envoy_rules = config.envoy.rules.len(), "config reloaded");
                 self.state.limits.store(Arc::new(limits));
                 metrics::config_reload(true);

@@ -11,14 +11,17 @@
 
 use std::fmt;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tollgate::{Clock, StoreError, Timestamp};
 use tollgate_envoy::RateLimitService;
+use tollgate_envoy::tonic::transport::Error as GrpcError;
 
 use crate::config::{Config, Overrides};
 use crate::http::{self, AppState};
@@ -60,7 +63,7 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     /// Serving gRPC failed.
     #[error("serving gRPC failed")]
-    Grpc(#[from] tollgate_envoy::tonic::transport::Error),
+    Grpc(#[from] GrpcError),
 }
 
 /// A clock shared as a trait object (the limiter and memory store take one by value).
@@ -140,99 +143,176 @@ impl Server {
             watch,
             grpc,
         } = self;
-        let grpc = match (grpc, config.server.grpc) {
-            (Some(listener), _) => Some(listener),
-            (None, Some(addr)) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| ServeError::GrpcBind { addr, source })?,
-            ),
-            (None, None) => None,
-        };
-        let store = AnyStore::open(&config.store, clock.clone())
-            .await
-            .map_err(|source| ServeError::Store {
-                backend: config.store.backend.name(),
-                target: config.store.backend.to_string(),
-                source,
-            })?;
-        let namespace = config.store.namespace.clone();
-        let limits = Limits::build(
-            config.limits.clone(),
-            &config.envoy,
-            store.clone(),
-            namespace.clone(),
-            clock.clone(),
-        )?;
-        let state = Arc::new(AppState::new(
-            limits,
-            store.clone(),
-            &namespace,
-            config.server.admin_token.clone(),
-        ));
-
+        let grpc = bind_grpc(grpc, config.server.grpc).await?;
+        let state = build_state(&config, clock.clone()).await?;
         if grpc.is_none() && !config.envoy.rules.is_empty() {
             tracing::warn!("[envoy] rules are configured but server.grpc is not set: not served");
         }
-        // One stop signal for everything: the caller's shutdown, or either server ending.
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let stop_tx = Arc::new(stop_tx);
-        let reloader = watch.map(|(path, overrides, interval)| {
-            let reloader =
-                Reloader::new(path, overrides, config.clone(), clock, Arc::clone(&state));
-            reload::spawn(reloader, interval, stop_rx.clone())
-        });
-        if reloader.is_none() {
-            reload::ignore_hangup(stop_rx.clone());
-        }
+        let stop = Stop::new();
+        let reloader = spawn_reload(watch, &config, clock, &state, &stop);
         let addr = listener.local_addr()?;
         let grpc_addr = match &grpc {
             Some(l) => l.local_addr()?.to_string(),
             None => "off".to_owned(),
         };
-        tracing::info!(%addr, grpc = %grpc_addr, store = store.kind(), limits = config.limits.len(), "listening");
+        tracing::info!(%addr, grpc = %grpc_addr, store = state.store.kind(), limits = config.limits.len(), "listening");
 
-        let grpc_task = grpc.map(|listener| {
-            let current = Arc::clone(&state);
-            let service =
-                RateLimitService::from_fn(move || Arc::clone(current.limits.load().envoy()));
-            let stopped = stopped(stop_rx.clone());
-            let stop_all = Arc::clone(&stop_tx);
-            tokio::spawn(async move {
-                let result = tollgate_envoy::serve(listener, service, stopped).await;
-                let _ = stop_all.send(true);
-                result
-            })
-        });
-        let app = http::router(state);
-        let http_stopped = stopped(stop_rx);
-        let http_stop_all = Arc::clone(&stop_tx);
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                tokio::select! {
-                    () = shutdown => tracing::info!("shutting down"),
-                    () = http_stopped => tracing::error!("the gRPC server stopped; shutting down"),
-                }
-                let _ = http_stop_all.send(true);
-            })
-            .await;
-        let _ = stop_tx.send(true);
-        let grpc_result = match grpc_task {
-            Some(task) => match task.await {
-                Ok(result) => result,
-                Err(e) => {
-                    tracing::error!(cause = %e, "the gRPC server task failed");
-                    Ok(())
-                }
-            },
-            None => Ok(()),
-        };
-        if let Some(task) = reloader {
-            let _ = task.await;
-        }
-        result?;
-        grpc_result?;
+        let grpc_task = grpc.map(|listener| spawn_grpc(listener, &state, &stop));
+        let served = serve_http(listener, state, shutdown, &stop).await;
+        let grpc_served = wind_down(&stop, grpc_task, reloader).await;
+        served?;
+        grpc_served?;
         Ok(())
+    }
+}
+
+/// After the HTTP server has stopped: stops everything else and waits for the gRPC server
+/// (its result) and the reloader to finish.
+async fn wind_down(
+    stop: &Stop,
+    grpc_task: Option<JoinHandle<Result<(), GrpcError>>>,
+    reloader: Option<JoinHandle<()>>,
+) -> Result<(), GrpcError> {
+    stop.stop_all();
+    let grpc_served = match grpc_task {
+        Some(task) => task.await.unwrap_or_else(|e| {
+            tracing::error!(cause = %e, "the gRPC server task failed");
+            Ok(())
+        }),
+        None => Ok(()),
+    };
+    if let Some(task) = reloader {
+        let _ = task.await;
+    }
+    grpc_served
+}
+
+/// The gRPC listener: the one `given`, else `addr` bound here, else none.
+async fn bind_grpc(
+    given: Option<TcpListener>,
+    addr: Option<SocketAddr>,
+) -> Result<Option<TcpListener>, ServeError> {
+    match (given, addr) {
+        (Some(listener), _) => Ok(Some(listener)),
+        (None, Some(addr)) => TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|source| ServeError::GrpcBind { addr, source }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Opens the store and builds the limits and the Envoy rules over it.
+async fn build_state(
+    config: &Config,
+    clock: Option<SharedClock>,
+) -> Result<Arc<AppState>, ServeError> {
+    let store = AnyStore::open(&config.store, clock.clone())
+        .await
+        .map_err(|source| ServeError::Store {
+            backend: config.store.backend.name(),
+            target: config.store.backend.to_string(),
+            source,
+        })?;
+    let namespace = config.store.namespace.clone();
+    let limits = Limits::build(
+        config.limits.clone(),
+        &config.envoy,
+        store.clone(),
+        namespace.clone(),
+        clock,
+    )?;
+    Ok(Arc::new(AppState::new(
+        limits,
+        store,
+        &namespace,
+        config.server.admin_token.clone(),
+    )))
+}
+
+/// Starts reloading from the watched file, if any; without one, SIGHUP is only logged.
+fn spawn_reload(
+    watch: Option<(PathBuf, Overrides, Duration)>,
+    config: &Config,
+    clock: Option<SharedClock>,
+    state: &Arc<AppState>,
+    stop: &Stop,
+) -> Option<JoinHandle<()>> {
+    let Some((path, overrides, interval)) = watch else {
+        reload::ignore_hangup(stop.receiver());
+        return None;
+    };
+    let reloader = Reloader::new(path, overrides, config.clone(), clock, Arc::clone(state));
+    Some(reload::spawn(reloader, interval, stop.receiver()))
+}
+
+/// Serves the Envoy rate limit service over the current limits until `stop`; stops
+/// everything when it ends.
+fn spawn_grpc(
+    listener: TcpListener,
+    state: &Arc<AppState>,
+    stop: &Stop,
+) -> JoinHandle<Result<(), GrpcError>> {
+    let current = Arc::clone(state);
+    let service = RateLimitService::from_fn(move || Arc::clone(current.limits.load().envoy()));
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let result = tollgate_envoy::serve(listener, service, stop.stopped()).await;
+        stop.stop_all();
+        result
+    })
+}
+
+/// Serves the HTTP API until `shutdown` resolves or the gRPC server stops (then stops
+/// everything).
+async fn serve_http(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stop: &Stop,
+) -> std::io::Result<()> {
+    let stop = stop.clone();
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                () = shutdown => tracing::info!("shutting down"),
+                () = stop.stopped() => tracing::error!("the gRPC server stopped; shutting down"),
+            }
+            stop.stop_all();
+        })
+        .await
+}
+
+/// One stop signal for everything: the caller's shutdown, or either server ending.
+#[derive(Clone)]
+struct Stop {
+    tx: Arc<watch::Sender<bool>>,
+    rx: watch::Receiver<bool>,
+}
+
+impl Stop {
+    fn new() -> Stop {
+        let (tx, rx) = watch::channel(false);
+        Stop {
+            tx: Arc::new(tx),
+            rx,
+        }
+    }
+
+    /// Tells everything to stop.
+    fn stop_all(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// A receiver that turns true on stop.
+    fn receiver(&self) -> watch::Receiver<bool> {
+        self.rx.clone()
+    }
+
+    /// Resolves once told to stop.
+    async fn stopped(&self) {
+        let mut rx = self.rx.clone();
+        let _ = rx.wait_for(|stop| *stop).await;
     }
 }
 
@@ -245,11 +325,6 @@ impl fmt::Debug for Server {
             .field("grpc", &self.grpc)
             .finish()
     }
-}
-
-/// Resolves once `stop` turns true (or its sender is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 /// Serves `config` on `listener` (and the Envoy service on `server.grpc`, when set) until

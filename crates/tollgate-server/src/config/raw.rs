@@ -2,11 +2,14 @@
 //!
 //! Fields are kept close to TOML (strings for durations and algorithm names) so that every
 //! validation error can name the field in the file; [`super::Config`] holds the checked,
-//! typed result.
+//! typed result. Environment overrides ([`super::Overrides`]) are written into this shape,
+//! before validation, and recorded in [`RawConfig::from_env`] so errors name the variable.
 
 use serde::Deserialize;
 use tollgate::OnStoreError;
 use tollgate_envoy::EnvoyRules;
+
+use super::{ConfigError, FieldError};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +24,38 @@ pub(super) struct RawConfig {
     /// the limits after they are built.
     #[serde(default)]
     pub(super) envoy: EnvoyRules,
+    /// Fields replaced by an environment variable: (`server.http`, `TOLLGATE_HTTP`).
+    #[serde(skip)]
+    pub(super) from_env: Vec<(&'static str, &'static str)>,
+}
+
+impl RawConfig {
+    /// Parses TOML `text` (from `origin`), turning syntax and type errors into a field path
+    /// and a line.
+    pub(super) fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
+        let error = |field: String, e: toml::de::Error| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            field,
+            line: e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1)),
+            source: FieldError::Toml(Box::new(e)),
+        };
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| error(String::new(), e))?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { String::new() } else { path };
+            error(field, e.into_inner())
+        })
+    }
+
+    /// How to name `field` in an error: the variable that replaced it, or the field itself.
+    pub(super) fn name_of(&self, field: &'static str) -> &'static str {
+        self.from_env
+            .iter()
+            .find(|(replaced, _)| *replaced == field)
+            .map_or(field, |(_, var)| var)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -101,6 +101,21 @@ impl Process {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// Whether the log shows `text` within 10 s.
+    pub(crate) async fn logged(&self, text: &str) -> bool {
+        eventually(Duration::from_secs(10), || async {
+            self.log().contains(text)
+        })
+        .await
+    }
+
+    /// SIGTERM, then a clean exit within 10 s.
+    pub(crate) fn terminate(&mut self) {
+        self.signal("TERM");
+        let status = self.wait();
+        assert!(status.success(), "exit {status:?}; log:\n{}", self.log());
+    }
+
     pub(crate) async fn post(&self, path: &str, body: &str) -> Reply {
         request(self.addr, "POST", path, Bytes::from(body.to_owned()), &[]).await
     }
@@ -136,6 +151,14 @@ impl Process {
     }
 }
 
+/// `text` written to `tollgate.toml` in a new temporary directory (removed on drop).
+fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, text).expect("write");
+    (dir, path)
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -146,17 +169,11 @@ impl Drop for Process {
 /// Serve from a file, check, edit the file and see the new limits, then SIGTERM: a clean exit.
 #[tokio::test]
 async fn serve_reload_and_terminate() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("tollgate.toml");
     let server = "[server]\nhttp = \"127.0.0.1:0\"\n";
-    std::fs::write(
-        &path,
-        format!(
-            "{server}{}",
-            one_limit("e2e", "sliding_log", 1, "1h", r#""user""#, "deny")
-        ),
-    )
-    .expect("write");
+    let (_dir, path) = config_file(&format!(
+        "{server}{}",
+        one_limit("e2e", "sliding_log", 1, "1h", r#""user""#, "deny")
+    ));
     let mut process = Process::serve(&path);
     let body = r#"{"limit": "e2e", "key": {"user": "1"}}"#;
     assert_eq!(process.post("/v1/check", body).await.status, 200);
@@ -183,10 +200,97 @@ async fn serve_reload_and_terminate() {
         process.log()
     );
 
-    process.signal("TERM");
-    let status = process.wait();
-    assert!(status.success(), "exit {status:?}; log:\n{}", process.log());
+    process.terminate();
     assert!(process.log().contains("shutting down"), "{}", process.log());
+}
+
+/// A config file truncated to nothing on a running service is refused on reload (logged as
+/// such): the old limit keeps answering, with its counter, until a valid file lands.
+#[tokio::test]
+async fn a_truncated_config_is_refused_on_reload() {
+    let (_dir, path) = config_file(&one_limit(
+        "trunc",
+        "sliding_log",
+        2,
+        "1h",
+        r#""user""#,
+        "deny",
+    ));
+    let mut process = Process::serve(&path);
+    let body = r#"{"limit": "trunc", "key": {"user": "1"}}"#;
+    assert_eq!(process.post("/v1/check", body).await.status, 200);
+
+    std::fs::File::create(&path).expect("truncate");
+    let refused = process.logged("config reload refused").await;
+    assert!(
+        refused,
+        "the empty file was not refused; log:\n{}",
+        process.log()
+    );
+    assert!(
+        process.log().contains("no [[limits]] defined"),
+        "{}",
+        process.log()
+    );
+    assert!(
+        !process.log().contains("config reloaded"),
+        "{}",
+        process.log()
+    );
+    let second = process.post("/v1/check", body).await;
+    assert_eq!(
+        second.status, 200,
+        "the old limit still answers: {second:?}"
+    );
+    let third = process.post("/v1/check", body).await;
+    assert_eq!(third.status, 429, "with its counter: {third:?}");
+
+    std::fs::write(
+        &path,
+        one_limit("trunc", "sliding_log", 3, "1h", r#""user""#, "deny"),
+    )
+    .expect("write");
+    let reloaded = eventually(Duration::from_secs(10), || async {
+        process.post("/v1/check", body).await.status == 200
+    })
+    .await;
+    assert!(
+        reloaded,
+        "the valid file never landed; log:\n{}",
+        process.log()
+    );
+    process.terminate();
+}
+
+/// A reload that drops limits the running config has is applied, with a warning naming them.
+#[tokio::test]
+async fn a_reload_removing_limits_warns_with_their_names() {
+    let kept = one_limit("kept", "gcra", 1, "1h", "", "deny");
+    let (_dir, path) = config_file(&format!(
+        "{kept}{}{}",
+        one_limit("gone_a", "gcra", 1, "1h", "", "deny"),
+        one_limit("gone_b", "gcra", 1, "1h", "", "deny")
+    ));
+    let mut process = Process::serve(&path);
+    std::fs::write(&path, &kept).expect("write");
+    let warned = process.logged("config reload removes limits").await;
+    assert!(warned, "no warning; log:\n{}", process.log());
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("removes limits"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("WARN")
+            && line.contains(r#""gone_a""#)
+            && line.contains(r#""gone_b""#)
+            && !line.contains("kept"),
+        "{line}"
+    );
+    // Logged right after the warning: waited for, not read from the same snapshot.
+    let reloaded = process.logged("config reloaded").await;
+    assert!(reloaded, "{}", process.log());
+    process.terminate();
 }
 
 /// Started without a config file, the service survives SIGHUP (whose default action would
@@ -195,36 +299,23 @@ async fn serve_reload_and_terminate() {
 async fn sighup_without_config_is_ignored() {
     let mut process = Process::serve_without_config();
     process.signal("HUP");
-    let logged = eventually(Duration::from_secs(10), || async {
-        process.log().contains("nothing to reload")
-    })
-    .await;
+    let logged = process.logged("nothing to reload").await;
     assert!(logged, "SIGHUP not handled; log:\n{}", process.log());
     let health = request(process.addr, "GET", "/healthz", Bytes::new(), &[]).await;
     assert_eq!(health.status, 200, "{}", process.log());
-    process.signal("TERM");
-    assert!(process.wait().success(), "{}", process.log());
+    process.terminate();
 }
 
 /// SIGHUP re-reads the file.
 #[tokio::test]
 async fn sighup_reloads() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\nhttp = \"127.0.0.1:0\"\n{}",
-            one_limit("hup", "gcra", 1, "1h", "", "deny")
-        ),
-    )
-    .expect("write");
+    let (_dir, path) = config_file(&format!(
+        "[server]\nhttp = \"127.0.0.1:0\"\n{}",
+        one_limit("hup", "gcra", 1, "1h", "", "deny")
+    ));
     let mut process = Process::serve(&path);
     process.signal("HUP");
-    let seen = eventually(Duration::from_secs(10), || async {
-        process.log().contains("SIGHUP")
-    })
-    .await;
+    let seen = process.logged("SIGHUP").await;
     assert!(seen, "no reload on SIGHUP; log:\n{}", process.log());
     assert_eq!(
         process
@@ -264,6 +355,60 @@ fn check_config_exit_codes() {
         stderr.contains("bad.toml: limits[0].period: \"1 sec\" is not a duration"),
         "{stderr}"
     );
+}
+
+/// Runs `command` to its end, 10 s at most (killed and failed after that).
+fn output_within_10s(command: &mut Command) -> std::process::Output {
+    let mut child = command
+        .env("TOLLGATE_HTTP", "127.0.0.1:0")
+        .env_remove("TOLLGATE_GRPC")
+        .env_remove("TOLLGATE_REDIS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{command:?} still running after 10 s; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// `check-config` and `serve` refuse a file without limits (empty, or `[server]` only),
+/// saying why, instead of accepting a service that knows no limit.
+#[test]
+fn a_file_without_limits_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in [
+        ("empty.toml", ""),
+        ("server_only.toml", "[server]\nhttp = \"127.0.0.1:0\"\n"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        let mut check = Command::new(BIN);
+        check.arg("check-config").arg(&path);
+        let mut serve = Command::new(BIN);
+        serve.args(["serve", "--config"]).arg(&path);
+        for command in [&mut check, &mut serve] {
+            let out = output_within_10s(command);
+            assert!(!out.status.success(), "{command:?}: {out:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(&format!(
+                    "{name}: limits: no [[limits]] defined; a config file needs at least one limit"
+                )),
+                "{command:?}: {stderr}"
+            );
+        }
+    }
 }
 
 /// An unreachable Redis stops start-up with a message naming it, password redacted.

@@ -1,6 +1,6 @@
 //! Config errors name the file, the field and the reason; secrets never show.
 
-use tollgate_server::config::{Backend, Config, Overrides};
+use tollgate_server::config::{Backend, Config, ConfigError, FieldError, Overrides};
 
 fn limit(extra: &str) -> String {
     format!(
@@ -158,6 +158,67 @@ fn errors_name_the_field() {
     }
 }
 
+/// A file without `[[limits]]` is refused: an empty file (one truncated to nothing) or one
+/// with `[server]` only would leave a service that answers every check `unknown limit`.
+#[test]
+fn a_file_without_limits_is_refused() {
+    for text in [
+        "",
+        "\n# nothing yet\n",
+        "[server]\nhttp = \"127.0.0.1:0\"\n",
+    ] {
+        let (field, message) = error(text);
+        assert_eq!(field.as_deref(), Some("limits"), "{text:?}: {message}");
+        assert_eq!(
+            message,
+            "cfg.toml: limits: no [[limits]] defined; a config file needs at least one limit",
+            "{text:?}"
+        );
+    }
+}
+
+/// An error keeps its typed cause, reachable through `source()`: the core's `LimitError`,
+/// the address parser's error (for a bad environment override too), TOML's error.
+#[test]
+fn errors_keep_their_cause() {
+    let text = limit(&GOOD.replace("limit = 10", "limit = 0"));
+    let err = Config::parse(&text, "cfg.toml", &Overrides::default()).expect_err("limit 0");
+    let core = std::error::Error::source(&err)
+        .and_then(std::error::Error::source)
+        .and_then(|e| e.downcast_ref::<tollgate::LimitError>());
+    assert!(
+        matches!(core, Some(tollgate::LimitError::Zero { field: "limit" })),
+        "{err:?}"
+    );
+
+    let bad = Overrides {
+        http: Some("nowhere".into()),
+        ..Overrides::default()
+    };
+    let err = Config::parse(&limit(GOOD), "cfg.toml", &bad).expect_err("bad env");
+    assert!(
+        matches!(&err, ConfigError::Invalid { source: FieldError::Address(e), .. } if e.text == "nowhere"),
+        "{err:?}"
+    );
+    let parser = std::error::Error::source(&err).and_then(std::error::Error::source);
+    assert!(
+        parser.is_some_and(|e| e.is::<std::net::AddrParseError>()),
+        "{err:?}"
+    );
+
+    let err = Config::parse("[server\n", "cfg.toml", &Overrides::default()).expect_err("syntax");
+    assert!(
+        matches!(
+            &err,
+            ConfigError::Invalid {
+                source: FieldError::Toml(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
 /// A TOML syntax error names the file and the line.
 #[test]
 fn syntax_errors_name_the_line() {
@@ -179,10 +240,15 @@ fn defaults() {
     assert!(!config.limits[1].shadow);
 }
 
-/// Environment overrides replace the file's values, and a bad one is named by its variable.
+/// Environment overrides replace the file's values (one Redis replaces the file's cluster),
+/// and a bad one is named by its variable.
 #[test]
 fn environment_overrides() {
-    let text = "[server]\nhttp = \"127.0.0.1:1\"\n[store]\ncluster = [\"redis://a:1\"]\n";
+    let text = format!(
+        "[server]\nhttp = \"127.0.0.1:1\"\n[store]\ncluster = [\"redis://a:1\"]\n{}",
+        limit(GOOD)
+    );
+    let text = text.as_str();
     let overrides = Overrides {
         http: Some("0.0.0.0:9000".into()),
         grpc: Some("0.0.0.0:9001".into()),
@@ -203,26 +269,49 @@ fn environment_overrides() {
         Some("from-the-environment")
     );
 
-    let bad = Overrides {
-        http: Some("nowhere".into()),
-        ..Overrides::default()
-    };
-    let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
-    assert_eq!(err.field(), Some("TOLLGATE_HTTP"), "{err}");
-
-    let bad = Overrides {
-        grpc: Some("nowhere".into()),
-        ..Overrides::default()
-    };
-    let err = Config::parse(text, "cfg.toml", &bad).expect_err("bad env");
-    assert_eq!(err.field(), Some("TOLLGATE_GRPC"), "{err}");
+    let bad_values = [
+        Overrides {
+            http: Some("nowhere".into()),
+            ..Overrides::default()
+        },
+        Overrides {
+            grpc: Some("nowhere".into()),
+            ..Overrides::default()
+        },
+        Overrides {
+            redis_url: Some("http://cache".into()),
+            ..Overrides::default()
+        },
+        Overrides {
+            admin_token: Some("short".into()),
+            ..Overrides::default()
+        },
+    ];
+    let variables = [
+        "TOLLGATE_HTTP",
+        "TOLLGATE_GRPC",
+        "TOLLGATE_REDIS_URL",
+        "TOLLGATE_ADMIN_TOKEN",
+    ];
+    for (bad, variable) in bad_values.iter().zip(variables) {
+        let err = Config::parse(text, "cfg.toml", bad).expect_err(variable);
+        assert_eq!(err.field(), Some(variable), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("cfg.toml: {variable}: ")),
+            "{err}"
+        );
+    }
 }
 
 /// Neither the Redis password nor the admin token appears in Debug output.
 #[test]
 fn secrets_are_redacted() {
-    let text = "[server]\nadmin_token = \"token-xyz-123\"\n[store]\nredis = \"redis://user:pa55word@cache:6379\"\n";
-    let config = Config::parse(text, "cfg.toml", &Overrides::default()).expect("valid");
+    let text = format!(
+        "[server]\nadmin_token = \"token-xyz-123\"\n[store]\nredis = \"redis://user:pa55word@cache:6379\"\n{}",
+        limit(GOOD)
+    );
+    let config = Config::parse(&text, "cfg.toml", &Overrides::default()).expect("valid");
     let debug = format!("{config:?}");
     assert!(!debug.contains("pa55word"), "{debug}");
     assert!(!debug.contains("token-xyz-123"), "{debug}");

@@ -1,0 +1,70 @@
+//! The part both modes share: start the workers, draw the progress bar, add up the tallies
+//! and print the report.
+
+use std::io::IsTerminal as _;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::tally::{Tally, new_histogram};
+use crate::{BenchOptions, LoadError, Report};
+
+/// Starts `options.concurrency` tasks of `worker` (given its index and the deadline), draws
+/// the progress bar, adds up the tallies and prints the report.
+pub(crate) async fn load<W, F>(
+    options: &BenchOptions,
+    what: &str,
+    worker: W,
+) -> Result<Report, LoadError>
+where
+    W: Fn(u64, Instant) -> F,
+    F: Future<Output = Result<Tally, LoadError>> + Send + 'static,
+{
+    let deadline = Instant::now() + options.duration;
+    let bar = std::io::stdout()
+        .is_terminal()
+        .then(|| progress(options.duration));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..options.concurrency as u64)
+        .map(|n| tokio::spawn(worker(n, deadline)))
+        .collect();
+    if let Some(bar) = &bar {
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            bar.set_position(started.elapsed().as_millis().try_into().unwrap_or(u64::MAX));
+        }
+    }
+    let mut report = Report {
+        allowed: 0,
+        denied: 0,
+        other: 0,
+        elapsed: Duration::ZERO,
+        latency: new_histogram()?,
+    };
+    for task in tasks {
+        let tally = task.await??;
+        report.allowed += tally.allowed;
+        report.denied += tally.denied;
+        report.other += tally.other;
+        report.latency.add(&tally.latency)?;
+    }
+    report.elapsed = started.elapsed();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    report.print(what, options.concurrency);
+    Ok(report)
+}
+
+fn progress(duration: Duration) -> ProgressBar {
+    let bar = ProgressBar::new(duration.as_millis().try_into().unwrap_or(u64::MAX));
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {elapsed}/{duration}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// The key index a worker starts from, so workers do not walk the keys in lock step.
+pub(crate) fn first_key(worker: u64) -> u64 {
+    worker.wrapping_mul(7_919)
+}

@@ -1,0 +1,91 @@
+//! [`LoadError`]: why a load run could not start or finish.
+//!
+//! Failures of single calls during the run are not errors: they are counted as `other` in
+//! the [`crate::Report`]. What is left is a service that cannot be reached or asked, a bad
+//! target, and failures of the tool itself.
+
+use tollgate_envoy::tonic;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// `--url` is not a URI.
+    #[error(transparent)]
+    Uri(#[from] hyper::http::uri::InvalidUri),
+    /// `--url` has no host.
+    #[error("--url needs a host: {url}")]
+    NoHost {
+        /// The URL.
+        url: String,
+    },
+    /// `GET /v1/limits` failed or did not list the limit asked for.
+    #[error("cannot list the limits of {url}")]
+    ListLimits {
+        /// The service's URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: Box<LoadError>,
+    },
+    /// The service lists no limit by that name.
+    #[error("the service has no limit named {0:?}")]
+    UnknownLimit(String),
+    /// The service lists no limit at all.
+    #[error("the service has no limits")]
+    NoLimits,
+    /// A gRPC run without a descriptor entry.
+    #[error("a gRPC bench needs at least one descriptor entry (--descriptor key=value)")]
+    NoDescriptor,
+    /// `--url` is not a gRPC endpoint.
+    #[error("bad --url {url}")]
+    Endpoint {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The gRPC service cannot be reached.
+    #[error("cannot connect to {url}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The first `ShouldRateLimit` call, made before the clock starts, failed.
+    #[error("ShouldRateLimit fails on {url}")]
+    Probe {
+        /// The URL.
+        url: String,
+        /// The status (boxed: it is large).
+        #[source]
+        source: Box<tonic::Status>,
+    },
+    /// A connection could not be opened.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// An HTTP exchange failed.
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+    /// An HTTP request could not be built.
+    #[error(transparent)]
+    Request(#[from] hyper::http::Error),
+    /// `GET /v1/limits` did not answer JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A gRPC channel could not be opened.
+    #[error(transparent)]
+    Grpc(#[from] tonic::transport::Error),
+    /// The latency histogram could not be created.
+    #[error(transparent)]
+    Histogram(#[from] hdrhistogram::CreationError),
+    /// Two latency histograms could not be merged.
+    #[error(transparent)]
+    Merge(#[from] hdrhistogram::AdditionError),
+    /// A load task panicked or was cancelled.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}

@@ -1,0 +1,144 @@
+//! The gRPC mode: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, one HTTP/2
+//! channel per task, one descriptor whose last value varies over the keys.
+
+use std::time::Instant;
+
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_envoy::tonic::transport::{Channel, Endpoint};
+
+use crate::drive::{first_key, load};
+use crate::tally::{Outcome, Tally};
+use crate::{BenchOptions, GrpcTarget, LoadError, Report};
+
+/// Runs the gRPC benchmark (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`)
+/// and prints a summary. [`BenchOptions::limit`] is not used: the service's `[envoy]` rules
+/// pick the limit from `target`'s domain and descriptor.
+///
+/// # Errors
+/// [`LoadError`] when `target` has no descriptor entry or the service cannot be reached.
+pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Report, LoadError> {
+    if target.descriptor.is_empty() {
+        return Err(LoadError::NoDescriptor);
+    }
+    let url = &options.url;
+    let endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|source| LoadError::Endpoint {
+            url: url.clone(),
+            source,
+        })?
+        .tcp_nodelay(true);
+    // One call before the clock starts: an unreachable service fails here, by name.
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| LoadError::Connect {
+            url: url.clone(),
+            source,
+        })?;
+    RateLimitServiceClient::new(channel)
+        .should_rate_limit(request(&target, 1, 0))
+        .await
+        .map_err(|status| LoadError::Probe {
+            url: url.clone(),
+            source: Box::new(status),
+        })?;
+    let keys = options.keys.max(1);
+    let what = format!("ShouldRateLimit calls of domain {:?}", target.domain);
+    load(&options, &what, move |worker, deadline| {
+        let (endpoint, target) = (endpoint.clone(), target.clone());
+        async move { drive(endpoint, &target, keys, worker, deadline).await }
+    })
+    .await
+}
+
+/// One gRPC channel (its own HTTP/2 connection) sending `ShouldRateLimit` until `deadline`.
+async fn drive(
+    endpoint: Endpoint,
+    target: &GrpcTarget,
+    keys: u64,
+    worker: u64,
+    deadline: Instant,
+) -> Result<Tally, LoadError> {
+    let channel: Channel = endpoint.connect().await?;
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut tally = Tally::new()?;
+    let mut n = first_key(worker);
+    while Instant::now() < deadline {
+        n = n.wrapping_add(1);
+        let request = request(target, keys, n % keys);
+        let sent = Instant::now();
+        match client.should_rate_limit(request).await {
+            Ok(response) => {
+                let outcome = match Code::try_from(response.get_ref().overall_code) {
+                    Ok(Code::Ok) => Outcome::Allowed,
+                    Ok(Code::OverLimit) => Outcome::Denied,
+                    _ => Outcome::Other,
+                };
+                tally.answered(sent, outcome);
+            }
+            // A status sent by the service (e.g. UNAVAILABLE from a deny policy) has no cause;
+            // one made by the client from a transport failure carries it. The channel
+            // reconnects by itself.
+            Err(status) if std::error::Error::source(&status).is_none() => {
+                tally.answered(sent, Outcome::Other);
+            }
+            Err(_) => tally.failed(),
+        }
+    }
+    Ok(tally)
+}
+
+/// The request for key index `i` of `keys`: the last entry's value gets `-<i>` unless `keys`
+/// is 1.
+fn request(target: &GrpcTarget, keys: u64, i: u64) -> RateLimitRequest {
+    let last = target.descriptor.len().saturating_sub(1);
+    let entries = target
+        .descriptor
+        .iter()
+        .enumerate()
+        .map(|(at, (key, value))| Entry {
+            key: key.clone(),
+            value: if at == last && keys > 1 {
+                format!("{value}-{i}")
+            } else {
+                value.clone()
+            },
+        })
+        .collect();
+    RateLimitRequest {
+        domain: target.domain.clone(),
+        descriptors: vec![RateLimitDescriptor {
+            entries,
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the last entry's value varies, and only when there is more than one key.
+    #[test]
+    fn the_last_value_varies_over_the_keys() {
+        let target = GrpcTarget {
+            domain: "edge".into(),
+            descriptor: vec![("route".into(), "/x".into()), ("user".into(), "u".into())],
+        };
+        let values = |r: RateLimitRequest| -> Vec<String> {
+            r.descriptors[0]
+                .entries
+                .iter()
+                .map(|e| e.value.clone())
+                .collect()
+        };
+        assert_eq!(values(request(&target, 4, 3)), ["/x", "u-3"]);
+        assert_eq!(values(request(&target, 1, 0)), ["/x", "u"]);
+        assert_eq!(request(&target, 4, 3).domain, "edge");
+    }
+}

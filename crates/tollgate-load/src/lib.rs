@@ -1,0 +1,28 @@
+//! The load generator behind `tollgate bench`: drives a running service over its HTTP API
+//! (`POST /v1/check`, [`run`]) or its Envoy rate limit service (gRPC `ShouldRateLimit`,
+//! [`run_grpc`]) and reports decisions/s and latency ([`Report`]).
+//!
+//! A crate of its own so that the service does not carry a load tool's dependencies (hyper's
+//! client, hdrhistogram, indicatif): `tollgate-server` uses it only behind its `load`
+//! feature, on by default for the `tollgate` binary.
+//!
+//! Each of `concurrency` tasks holds one connection (keep-alive HTTP/1.1, or its own HTTP/2
+//! channel for gRPC) and sends checks back to back (a closed loop, like `wrk`), cycling
+//! through `keys` distinct key values so the store sees a realistic spread. Latency is
+//! recorded per request in an HDR histogram (1 µs to 60 s, 3 significant digits). A progress
+//! bar is drawn only when stdout is a terminal, so redirected output stays clean. Both modes
+//! share the driving loop, the tally and the printed report; only one call differs.
+
+mod drive;
+mod error;
+mod grpc;
+mod http;
+mod options;
+mod report;
+mod tally;
+
+pub use error::LoadError;
+pub use grpc::run_grpc;
+pub use http::run;
+pub use options::{BenchOptions, GrpcTarget};
+pub use report::Report;

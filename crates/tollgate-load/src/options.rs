@@ -1,0 +1,28 @@
+//! What to run: [`BenchOptions`] for both modes, [`GrpcTarget`] for the gRPC call.
+
+use std::time::Duration;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Base URL, e.g. `http://127.0.0.1:8080` (HTTP) or `http://127.0.0.1:8081` (gRPC).
+    pub url: String,
+    /// Connections, each with one request in flight.
+    pub concurrency: usize,
+    /// How long to run.
+    pub duration: Duration,
+    /// HTTP only: which limit to check (default: the first the service lists).
+    pub limit: Option<String>,
+    /// Distinct key values to cycle through.
+    pub keys: u64,
+}
+
+/// The gRPC call of [`crate::run_grpc`]: one `RateLimitRequest` with one descriptor.
+#[derive(Debug, Clone)]
+pub struct GrpcTarget {
+    /// The request's `domain`.
+    pub domain: String,
+    /// The descriptor's entries, in order. The value of the **last** entry is varied over
+    /// `--keys` values (`<value>-0` … `<value>-<N-1>`); with `--keys 1` it is sent as given.
+    pub descriptor: Vec<(String, String)>,
+}

@@ -1,0 +1,79 @@
+//! [`FieldError`]: what is wrong with one field, keeping the typed cause.
+//!
+//! Its message is the reason alone (`must be at least 1ms`); [`super::ConfigError`] adds the
+//! file and the field. Causes from other crates keep their type: the core's
+//! [`LimitError`] (whose own message starts with the bare field name, so the reason is
+//! rendered from its fields), the Envoy rules' [`RulesError`], TOML's parse error.
+
+use tollgate::{LimitError, UnknownAlgorithm};
+use tollgate_envoy::RulesError;
+
+use super::{AddressError, RedisUrlError};
+use crate::duration::DurationError;
+
+/// Why one field is invalid.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FieldError {
+    /// TOML syntax, a missing or unknown field, a value of the wrong type (boxed: it is large
+    /// and rare).
+    #[error("{}", .0.message().trim_end())]
+    Toml(#[source] Box<toml::de::Error>),
+    /// A malformed duration.
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+    /// A malformed listen address.
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    /// A malformed Redis URL.
+    #[error(transparent)]
+    RedisUrl(#[from] RedisUrlError),
+    /// An algorithm name that is not one of the five.
+    #[error(transparent)]
+    Algorithm(#[from] UnknownAlgorithm),
+    /// The core refused a quota, limit or name.
+    #[error("{}", limit_reason(.0))]
+    Limit(#[source] LimitError),
+    /// An `[envoy]` rule that does not fit the limits.
+    #[error("{}", .0.reason)]
+    Envoy(#[source] RulesError),
+    /// `server.admin_token` is too short to be a secret.
+    #[error("must be at least 8 characters")]
+    TokenTooShort,
+    /// Both `store.redis` and `store.cluster`.
+    #[error("give either redis or cluster, not both")]
+    RedisAndCluster,
+    /// `store.cluster = []`.
+    #[error("must list at least one node")]
+    NoClusterNodes,
+    /// `store.timeout` outside 1ms..30s.
+    #[error("must be between 1ms and 30s")]
+    TimeoutOutOfRange,
+    /// A count that must not be zero.
+    #[error("must be at least 1")]
+    Zero,
+    /// A field of another algorithm (`burst` on a fixed window).
+    #[error("only applies to {0}")]
+    NotForAlgorithm(&'static str),
+    /// Two limits with one name.
+    #[error("{name:?} is already the name of limits[{first}]")]
+    DuplicateName {
+        /// The name.
+        name: String,
+        /// The index of the limit that has it first.
+        first: usize,
+    },
+}
+
+/// The reason of a core [`LimitError`] without its leading field name (the config error
+/// names the field itself, as written: `limits[1].period`).
+fn limit_reason(e: &LimitError) -> String {
+    match e {
+        LimitError::Zero { .. } => "must be at least 1".to_owned(),
+        LimitError::TooSmall { min, .. } => format!("must be at least {min}"),
+        LimitError::TooLarge { max, .. } => format!("must be at most {max}"),
+        LimitError::InvalidName { value, reason, .. } => format!("{value:?} is invalid: {reason}"),
+        // A variant added to the core later: its own message, field name included.
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,170 @@
+//! From the raw shape to typed values, one section at a time: `[server]`, `[store]`,
+//! `[[limits]]`, `[envoy]`.
+//!
+//! Quotas and limits are built through the core constructors, so the core's own checks decide
+//! what is valid; nothing is validated twice. The `[envoy]` section is compiled against the
+//! limits as the gRPC service will, so what it refuses is refused here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tollgate::{Algorithm, DEFAULT_MAX_KEYS, Limit, Limiter, MemoryStore, Namespace, Quota};
+use tollgate_envoy::EnvoyRules;
+
+use super::raw::{RawConfig, RawLimit};
+use super::{
+    Backend, ConfigError, DEFAULT_HTTP, DEFAULT_TIMEOUT, FieldError, LimitConfig, MAX_TIMEOUT,
+    RedisUrl, Secret, ServerConfig, StoreConfig, address,
+};
+use crate::duration;
+
+/// `[server]` (with `TOLLGATE_HTTP`, `TOLLGATE_GRPC`, `TOLLGATE_ADMIN_TOKEN` applied).
+pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, ConfigError> {
+    let invalid = |field, e| ConfigError::invalid(origin, raw.name_of(field), e);
+    let http = address::parse(raw.server.http.as_deref().unwrap_or(DEFAULT_HTTP))
+        .map_err(|e| invalid("server.http", FieldError::from(e)))?;
+    let grpc = raw
+        .server
+        .grpc
+        .as_deref()
+        .map(address::parse)
+        .transpose()
+        .map_err(|e| invalid("server.grpc", FieldError::from(e)))?;
+    let admin_token = match &raw.server.admin_token {
+        Some(t) if t.len() < 8 => {
+            return Err(invalid("server.admin_token", FieldError::TokenTooShort));
+        }
+        Some(t) => Some(Secret::new(t.as_str())),
+        None => None,
+    };
+    Ok(ServerConfig {
+        http,
+        grpc,
+        admin_token,
+    })
+}
+
+/// `[store]` (with `TOLLGATE_REDIS_URL` applied).
+pub(super) fn store(raw: &RawConfig, origin: &str) -> Result<StoreConfig, ConfigError> {
+    let invalid = |field: &str, e: FieldError| ConfigError::invalid(origin, field, e);
+    let store = &raw.store;
+    let redis_url = |field: &str, url: &str| {
+        RedisUrl::parse(url).map_err(|e| invalid(field, FieldError::from(e)))
+    };
+    let backend = match (&store.redis, &store.cluster) {
+        (Some(_), Some(_)) => return Err(invalid("store", FieldError::RedisAndCluster)),
+        (Some(url), None) => Backend::Redis(redis_url(raw.name_of("store.redis"), url)?),
+        (None, Some(urls)) if urls.is_empty() => {
+            return Err(invalid("store.cluster", FieldError::NoClusterNodes));
+        }
+        (None, Some(urls)) => Backend::Cluster(
+            urls.iter()
+                .enumerate()
+                .map(|(i, url)| redis_url(&format!("store.cluster[{i}]"), url))
+                .collect::<Result<_, _>>()?,
+        ),
+        (None, None) => Backend::Memory,
+    };
+    let timeout = match &store.timeout {
+        None => DEFAULT_TIMEOUT,
+        Some(t) => {
+            let t = duration::parse(t).map_err(|e| invalid("store.timeout", e.into()))?;
+            if t.is_zero() || t > MAX_TIMEOUT {
+                return Err(invalid("store.timeout", FieldError::TimeoutOutOfRange));
+            }
+            t
+        }
+    };
+    let namespace = match &store.prefix {
+        None => Namespace::default(),
+        Some(p) => Namespace::new(p.as_str())
+            .map_err(|e| invalid(&format!("store.{}", e.field()), FieldError::Limit(e)))?,
+    };
+    let max_keys = match store.max_keys {
+        Some(0) => return Err(invalid("store.max_keys", FieldError::Zero)),
+        Some(n) => n,
+        None => DEFAULT_MAX_KEYS,
+    };
+    Ok(StoreConfig {
+        backend,
+        timeout,
+        namespace,
+        max_keys,
+    })
+}
+
+/// `[[limits]]`, in file order, names unique.
+pub(super) fn limits(raw: &[RawLimit], origin: &str) -> Result<Vec<LimitConfig>, ConfigError> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    raw.iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if let Some(first) = seen.insert(&l.name, i) {
+                let name = l.name.clone();
+                let e = FieldError::DuplicateName { name, first };
+                return Err(ConfigError::invalid(origin, format!("limits[{i}].name"), e));
+            }
+            limit(l).map_err(|(field, e)| {
+                ConfigError::invalid(origin, format!("limits[{i}].{field}"), e)
+            })
+        })
+        .collect()
+}
+
+/// One limit, built through the core constructors; on error, the field (within the entry)
+/// and why.
+fn limit(l: &RawLimit) -> Result<LimitConfig, (&'static str, FieldError)> {
+    let core = |e: tollgate::LimitError| (e.field(), FieldError::Limit(e));
+    let mut algorithm: Algorithm = l
+        .algorithm
+        .parse()
+        .map_err(|e| ("algorithm", FieldError::from(e)))?;
+    match (&mut algorithm, l.buckets) {
+        (Algorithm::SlidingWindow { buckets }, Some(b)) => *buckets = b,
+        (_, Some(_)) => return Err(("buckets", FieldError::NotForAlgorithm("sliding_window"))),
+        _ => {}
+    }
+    if l.burst.is_some() && !algorithm.uses_burst() {
+        return Err((
+            "burst",
+            FieldError::NotForAlgorithm("token_bucket and gcra"),
+        ));
+    }
+    let period = duration::parse(&l.period).map_err(|e| ("period", FieldError::from(e)))?;
+    let mut quota = Quota::new(l.limit, period).map_err(core)?;
+    if let Some(burst) = l.burst {
+        quota = quota.with_burst(burst).map_err(core)?;
+    }
+    let limit = Limit::new(l.name.as_str(), algorithm, quota)
+        .and_then(|limit| limit.keyed_by(l.key.iter().map(String::as_str)))
+        .map_err(core)?
+        .on_store_error(l.on_store_error);
+    Ok(LimitConfig {
+        limit,
+        shadow: l.shadow,
+    })
+}
+
+/// Compiles the `[envoy]` rules against `limits` as the gRPC service will (over a throwaway
+/// memory store: compiling touches no counter), so that what it refuses is refused here.
+pub(super) fn envoy(
+    rules: &EnvoyRules,
+    limits: &[LimitConfig],
+    origin: &str,
+) -> Result<(), ConfigError> {
+    if rules.rules.is_empty() {
+        return Ok(());
+    }
+    let store = MemoryStore::builder()
+        .sweep_interval(None)
+        .max_keys(1)
+        .build();
+    // Names are checked unique by `limits`; the limiter refuses nothing else.
+    let limiter = Limiter::builder(store)
+        .limits(limits.iter().map(|l| l.limit.clone()))
+        .build()
+        .map_err(|e| ConfigError::invalid(origin, "limits", FieldError::Limit(e)))?;
+    tollgate_envoy::Snapshot::new(rules, Arc::new(limiter))
+        .map(drop)
+        .map_err(|e| ConfigError::invalid(origin, e.field.clone(), FieldError::Envoy(e)))
+}
