@@ -83,6 +83,9 @@ pub struct StoreConfig {
     pub namespace: Namespace,
     /// Most keys the memory store holds.
     pub max_keys: usize,
+    /// Refusals the exact deny cache remembers; 0 when it is off (`deny_cache = false`, and
+    /// by default on the memory store, where a refusal costs no round trip anyway).
+    pub deny_cache_entries: usize,
 }
 
 /// Which store holds the counters.

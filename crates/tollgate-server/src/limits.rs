@@ -77,12 +77,14 @@ impl Limits {
     ) -> Result<Limits, LimitsError> {
         let mut builder = Limiter::builder(store.boxed().clone())
             .namespace(namespace)
+            .deny_cache(store.deny_cache_entries())
             .limits(configs.iter().map(|c| c.limit.clone().shadow(c.shadow)));
         if let Some(clock) = clock {
             builder = builder.clock(clock);
         }
         let limiter = Arc::new(builder.build()?);
         let envoy = Arc::new(Snapshot::new(rules, Arc::clone(&limiter))?);
+        store.hear_resets_for(&limiter);
         Ok(Limits {
             limiter,
             configs,

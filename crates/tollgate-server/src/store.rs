@@ -14,21 +14,24 @@
 //! policy and `/readyz` says why it is not ready. A permanent failure (a wrong password, no
 //! permission) still refuses to start, with the reason.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tollgate::{
-    BoxStore, Clock, Decisions, MemoryStore, Op, Request, Store, StoreError, Timestamp,
+    BoxStore, Clock, Decisions, Limiter, MemoryStore, Op, Request, Store, StoreError, Timestamp,
 };
-use tollgate_redis::{RedisStore, RedisStoreBuilder};
+use tollgate_redis::{RedisStore, RedisStoreBuilder, listen_for_resets};
 
 use crate::config::{Backend, StoreConfig};
 
-/// The configured store and its kind.
+/// The configured store, its kind, and where resets heard from other instances go.
 #[derive(Clone, Debug)]
 pub struct AnyStore {
     store: BoxStore,
     kind: &'static str,
+    deny_cache_entries: usize,
+    /// The current limiter, whose deny cache forgets keys reset elsewhere (Redis pub/sub).
+    reset_target: Arc<Mutex<Weak<Limiter<BoxStore>>>>,
 }
 
 impl AnyStore {
@@ -67,7 +70,48 @@ impl AnyStore {
                 (connect(builder).await?, "redis_cluster")
             }
         };
-        Ok(AnyStore { store, kind })
+        let reset_target: Arc<Mutex<Weak<Limiter<BoxStore>>>> = Arc::default();
+        if config.deny_cache_entries > 0 {
+            let url = match &config.backend {
+                Backend::Memory => None,
+                Backend::Redis(url) => Some(url.expose().to_owned()),
+                Backend::Cluster(urls) => urls.first().map(|u| u.expose().to_owned()),
+            };
+            if let Some(url) = url {
+                let target = Arc::clone(&reset_target);
+                listen_for_resets(url, config.namespace.prefix(), move |key| {
+                    let limiter = target
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .upgrade();
+                    if let Some(limiter) = limiter
+                        && limiter.forget_denial(key)
+                    {
+                        tracing::debug!(key, "reset elsewhere: cached refusal forgotten");
+                    }
+                });
+            }
+        }
+        Ok(AnyStore {
+            store,
+            kind,
+            deny_cache_entries: config.deny_cache_entries,
+            reset_target,
+        })
+    }
+
+    /// Refusals the limiter's deny cache may hold (0: off).
+    pub fn deny_cache_entries(&self) -> usize {
+        self.deny_cache_entries
+    }
+
+    /// Makes `limiter` the one whose deny cache hears resets made on other instances (the
+    /// current limit set's, after a start or a reload).
+    pub fn hear_resets_for(&self, limiter: &Arc<Limiter<BoxStore>>) {
+        *self
+            .reset_target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::downgrade(limiter);
     }
 
     /// The store, for the limiter.

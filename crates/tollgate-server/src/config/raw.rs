@@ -74,6 +74,8 @@ pub(super) struct RawStore {
     pub(super) timeout: Option<String>,
     pub(super) prefix: Option<String>,
     pub(super) max_keys: Option<usize>,
+    pub(super) deny_cache: Option<bool>,
+    pub(super) deny_cache_entries: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,7 +8,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tollgate::{Algorithm, DEFAULT_MAX_KEYS, Limit, Limiter, MemoryStore, Namespace, Quota};
+use tollgate::{
+    Algorithm, DEFAULT_DENY_CACHE_ENTRIES, DEFAULT_MAX_KEYS, Limit, Limiter, MemoryStore,
+    Namespace, Quota,
+};
 use tollgate_envoy::EnvoyRules;
 
 use super::raw::{RawConfig, RawLimit};
@@ -85,11 +88,19 @@ pub(super) fn store(raw: &RawConfig, origin: &str) -> Result<StoreConfig, Config
         Some(n) => n,
         None => DEFAULT_MAX_KEYS,
     };
+    let deny_cache_entries = match (store.deny_cache, store.deny_cache_entries) {
+        (_, Some(0)) => return Err(invalid("store.deny_cache_entries", FieldError::Zero)),
+        (Some(false), _) => 0,
+        (Some(true), n) => n.unwrap_or(DEFAULT_DENY_CACHE_ENTRIES),
+        (None, n) if backend != Backend::Memory => n.unwrap_or(DEFAULT_DENY_CACHE_ENTRIES),
+        (None, _) => 0,
+    };
     Ok(StoreConfig {
         backend,
         timeout,
         namespace,
         max_keys,
+        deny_cache_entries,
     })
 }
 

@@ -1,9 +1,11 @@
 //! The service on a spawned Redis: the API, store failure, and two processes sharing one limit.
 
+use std::time::Duration;
+
 use tollgate_testkit::RedisServer;
 
 use crate::binary::Process;
-use crate::support::TestServer;
+use crate::support::{TestServer, eventually};
 
 fn config(url: &str, prefix: &str, http: &str) -> String {
     format!(
@@ -181,4 +183,58 @@ on_store_error = "deny"
         "user 2 was given back"
     );
     assert_eq!(server.get("/readyz").await.status, 200);
+}
+
+/// On Redis the deny cache is on by default: a refused key costs no script (counted in
+/// `tollgate_deny_cache_hits_total`), and a reset on another instance reaches this one's
+/// cache through pub/sub, so the key is admitted again here.
+#[tokio::test]
+async fn deny_cache_on_redis_hears_resets_from_other_instances() {
+    let redis = RedisServer::start();
+    let toml = format!(
+        r#"
+[server]
+admin_token = "dc-token"
+
+[store]
+redis = "{}"
+prefix = "dc"
+timeout = "2s"
+
+[[limits]]
+name = "dc_user"
+algorithm = "fixed_window"
+limit = 1
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+"#,
+        redis.url()
+    );
+    let (a, b) = (
+        TestServer::start(&toml).await,
+        TestServer::start(&toml).await,
+    );
+    let body = r#"{"limit": "dc_user", "key": {"user": "1"}}"#;
+    assert_eq!(a.post("/v1/check", body).await.status, 200);
+    for _ in 0..3 {
+        assert_eq!(a.post("/v1/check", body).await.status, 429);
+    }
+    let metrics = a.get("/metrics").await.text;
+    assert!(
+        metrics.contains(r#"tollgate_deny_cache_hits_total{limit="dc_user"} 2"#),
+        "{metrics}"
+    );
+    // B resets the key; A hears of it (the subscription may take a moment to be in place,
+    // so B resets until A admits).
+    let heard = eventually(Duration::from_secs(5), || async {
+        let reset = b
+            .post_with("/v1/reset", body, &[("authorization", "Bearer dc-token")])
+            .await;
+        assert_eq!(reset.status, 200, "{reset:?}");
+        a.post("/v1/peek", body).await.status == 200
+    })
+    .await;
+    assert!(heard, "A never heard of B's reset");
+    assert_eq!(a.post("/v1/check", body).await.status, 200);
 }
