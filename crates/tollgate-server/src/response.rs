@@ -59,9 +59,10 @@ pub enum ApiError {
     /// The route exists with another method.
     #[error("method not allowed")]
     MethodNotAllowed,
-    /// The store is unreachable (readiness, reset); the message says why.
-    #[error("store unavailable: {}", crate::store::error_chain(.0))]
-    StoreUnavailable(tollgate::StoreError),
+    /// The store is unreachable (readiness, reset). The message names the kind of failure
+    /// (`connection`, `timeout`, `oom`, …), not its details, which are logged.
+    #[error("store unavailable ({})", .0.kind().as_str())]
+    StoreUnavailable(#[source] tollgate::StoreError),
     /// A bug or an unexpected failure.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -228,14 +228,20 @@ async fn connect_in_background(
     }
 }
 
-/// An error and its causes, `: `-separated (the store errors' own messages are short and
-/// their sources say what happened).
+/// An error and its causes, `: `-separated, for logs (the store errors' own messages are
+/// short and their sources say what happened).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
+    let mut last = out.clone();
     let mut source = error.source();
     while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
+        let text = cause.to_string();
+        // Wrappers often repeat their cause's message: say it once.
+        if text != last {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        last = text;
         source = cause.source();
     }
     out
