@@ -35,6 +35,25 @@ fn errors_name_the_field() {
             "must be at least 1",
         ),
         (
+            limit(
+                &GOOD
+                    .replace("limit = 10", "limit = 1000000000")
+                    .replace("\"1m\"", "\"1s\""),
+            ),
+            "limits[1].limit",
+            "one unit per microsecond",
+        ),
+        (
+            limit(&format!("{GOOD}\nkey = [\"user\", \"user\"]")),
+            "limits[1].key",
+            "is named twice",
+        ),
+        (
+            "[store]\ndeny_cache_entries = 0\n".to_owned() + &limit(GOOD),
+            "store.deny_cache_entries",
+            "must be at least 1",
+        ),
+        (
             limit(&GOOD.replace("fixed_window", "leaky")),
             "limits[1].algorithm",
             "unknown algorithm",
