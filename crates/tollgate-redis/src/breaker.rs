@@ -4,7 +4,15 @@
 //! opens it for another cool-down.
 //!
 //! Only transient failures count (timeouts, lost connections, cluster errors): a script or
-//! protocol error means Redis answered, so it resets the count. Lock-free (atomics): it sits
+//! protocol error means Redis answered, so it resets the count.
+//!
+//! **A burst of failures from one event counts once.** When the one multiplexed connection
+//! drops (`CLIENT KILL`, a proxy reset, a failover), every call in flight on it fails at
+//! once: counted one by one, a single drop under load would open the breaker and refuse
+//! every caller for a cool-down although the connection is back a moment later. So a failure
+//! counts only if its call started after the last counted failure: calls already in flight
+//! when a failure was seen belong to the same event. A Redis that stays down still opens the
+//! breaker, as each new call, started after the last failure, counts. Lock-free (atomics): it sits
 //! on every call. Transitions are logged and exported as `tollgate_store_circuit_open` (gauge,
 //! 1 while open) and `tollgate_store_circuit_opened_total`; the errors themselves are counted
 //! by the limiter (`tollgate_store_errors_total`), not here.
@@ -20,15 +28,25 @@ pub(crate) struct Breaker {
     threshold: u32,
     cool_down: Duration,
     failures: AtomicU32,
+    /// Microseconds after `origin` when the last counted failure was seen.
+    last_failure: AtomicU64,
     /// Microseconds after `origin` until which the breaker stays open.
     open_until: AtomicU64,
     probing: AtomicBool,
     origin: Instant,
 }
 
-/// How a call was let through.
+/// How a call was let through, and when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Permit {
+pub(crate) struct Permit {
+    kind: PermitKind,
+    /// Microseconds after the breaker's origin when the call started.
+    started: u64,
+}
+
+/// Whether a call is an ordinary one or the probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitKind {
     /// The breaker is closed.
     Closed,
     /// The one probe after a cool-down.
@@ -42,6 +60,7 @@ impl Breaker {
             threshold,
             cool_down,
             failures: AtomicU32::new(0),
+            last_failure: AtomicU64::new(0),
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
             origin: Instant::now(),
@@ -57,17 +76,19 @@ impl Breaker {
     /// # Errors
     /// [`StoreError::CircuitOpen`] during a cool-down, or while another call is the probe.
     pub(crate) fn admit(&self) -> Result<Permit, StoreError> {
+        let started = self.now();
+        let permit = |kind| Permit { kind, started };
         if self.threshold == 0 || self.failures.load(Ordering::Acquire) < self.threshold {
-            return Ok(Permit::Closed);
+            return Ok(permit(PermitKind::Closed));
         }
-        if self.now() < self.open_until.load(Ordering::Acquire) {
+        if started < self.open_until.load(Ordering::Acquire) {
             return Err(StoreError::CircuitOpen);
         }
         match self
             .probing
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         {
-            Ok(_) => Ok(Permit::Probe),
+            Ok(_) => Ok(permit(PermitKind::Probe)),
             Err(_) => Err(StoreError::CircuitOpen),
         }
     }
@@ -81,15 +102,20 @@ impl Breaker {
                 tracing::info!("redis answers again; circuit closed");
                 metrics::gauge!("tollgate_store_circuit_open").set(0.0);
             }
+        } else if permit.kind == PermitKind::Closed
+            && self.last_failure.fetch_max(self.now(), Ordering::AcqRel) > permit.started
+        {
+            // In flight when an earlier failure was counted: the same event.
         } else {
             let failures = self
                 .failures
                 .fetch_add(1, Ordering::AcqRel)
                 .saturating_add(1);
-            if self.threshold > 0 && (permit == Permit::Probe || failures == self.threshold) {
+            let probe = permit.kind == PermitKind::Probe;
+            if self.threshold > 0 && (probe || failures == self.threshold) {
                 let until = self.now().saturating_add(self.cool_down.as_micros() as u64);
                 self.open_until.store(until, Ordering::Release);
-                if permit == Permit::Closed {
+                if !probe {
                     tracing::warn!(
                         failures,
                         cool_down_ms = self.cool_down.as_millis() as u64,
@@ -102,7 +128,7 @@ impl Breaker {
                 }
             }
         }
-        if permit == Permit::Probe {
+        if permit.kind == PermitKind::Probe {
             self.probing.store(false, Ordering::Release);
         }
     }
@@ -126,10 +152,29 @@ mod tests {
         }
         // Cool-down of zero: the next call is the probe, a concurrent one is refused.
         let probe = b.admit().expect("probe");
-        assert_eq!(probe, Permit::Probe);
+        assert_eq!(probe.kind, PermitKind::Probe);
         assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
         b.record(probe, &Ok(()));
-        assert_eq!(b.admit().expect("closed again"), Permit::Closed);
+        assert_eq!(b.admit().expect("closed again").kind, PermitKind::Closed);
+    }
+
+    /// Calls in flight together that fail together (one dropped connection) count once:
+    /// the breaker stays closed. Calls made one after another each count.
+    #[test]
+    fn a_burst_counts_once() {
+        let b = Breaker::new(3, Duration::from_secs(3600));
+        let in_flight: Vec<Permit> = (0..50).map(|_| b.admit().expect("closed")).collect();
+        std::thread::sleep(Duration::from_millis(2)); // the failures are seen after they started
+        for p in in_flight {
+            b.record(p, &fail());
+        }
+        assert_eq!(b.failures.load(Ordering::Acquire), 1);
+        assert_eq!(b.admit().expect("still closed").kind, PermitKind::Closed);
+        for _ in 0..2 {
+            let p = b.admit().expect("closed");
+            b.record(p, &fail());
+        }
+        assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
     }
 
     /// During the cool-down every call is refused without trying.
@@ -143,6 +188,6 @@ mod tests {
         let b = Breaker::new(1, Duration::from_secs(3600));
         let p = b.admit().expect("closed");
         b.record::<()>(p, &Err(StoreError::Protocol("x".into())));
-        assert_eq!(b.admit().expect("still closed"), Permit::Closed);
+        assert_eq!(b.admit().expect("still closed").kind, PermitKind::Closed);
     }
 }

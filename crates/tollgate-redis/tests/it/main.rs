@@ -8,6 +8,7 @@ mod concurrency;
 mod conformance_cluster;
 mod conformance_redis;
 mod differential;
+mod dropped_connection;
 mod faults;
 mod gcra_server_clock;
 mod resets;

@@ -1,0 +1,86 @@
+//! One dropped connection is not an outage: `CLIENT KILL TYPE normal` five times under load
+//! fails only the calls in flight at each kill; the circuit breaker counts each burst once and
+//! stays closed, so every other caller keeps being decided by Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota};
+use tollgate_redis::RedisStore;
+use tollgate_testkit::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_kills_under_load_fail_under_half_a_percent() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let limit = Limit::new(
+        "kills",
+        Algorithm::Gcra,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = Arc::new(Limiter::builder(store).limit(limit).build().expect("valid"));
+    let (stop, total, failed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let tasks: Vec<_> = (0..32u64)
+        .map(|t| {
+            let (limiter, stop, total, failed) =
+                (limiter.clone(), stop.clone(), total.clone(), failed.clone());
+            tokio::spawn(async move {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 32;
+                    let user = (i % 10_000).to_string();
+                    let v = limiter.check("kills", &[("user", user.as_str())]).await;
+                    total.fetch_add(1, Ordering::Relaxed);
+                    match v.expect("valid").outcome() {
+                        Outcome::Allowed => {}
+                        _ => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    // An open breaker answers without awaiting anything: yield, so that a
+                    // failing run still lets the rest of the test run.
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let mut killed = 0;
+    for _ in 0..5 {
+        // Pacing of the fault injection, not a wait for a window: load runs meanwhile.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let reply = server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+        killed += reply
+            .trim()
+            .trim_start_matches(':')
+            .parse::<u64>()
+            .unwrap_or(0);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let (total, failed) = (
+        total.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
+    assert!(killed >= 5, "each kill dropped our connection: {killed}");
+    assert!(total > 1_000, "load ran: {total}");
+    assert!(
+        failed * 200 < total,
+        "{failed} of {total} checks failed (≥ 0.5 %)"
+    );
+}
