@@ -52,6 +52,8 @@ mod slot;
 mod store;
 mod store_builder;
 
+#[doc(hidden)]
+pub use script::ScriptCall;
 pub use script::{
     entry_args, script_sha, script_source, single_entry_args, single_entry_script_sha,
     single_entry_script_source,

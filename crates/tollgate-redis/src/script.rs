@@ -137,6 +137,33 @@ pub fn single_entry_args(limit: &Limit, cost: u64) -> Vec<String> {
     ]
 }
 
+/// A single-entry script as the store runs it for a check of `cost` units on the server's
+/// clock: its text, SHA and `ARGV`. Not part of the API: for the benchmark and the tests, which
+/// run the script by hand (`redis-cli`, `redis-benchmark`, `MULTI`), where a wrong argument
+/// would go unnoticed.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct ScriptCall {
+    /// The script's full text (load it exactly, final newline included, or the SHA differs).
+    pub source: &'static str,
+    /// Its SHA1, as `EVALSHA` takes it.
+    pub sha: &'static str,
+    /// Its `ARGV`.
+    pub args: Vec<String>,
+}
+
+impl ScriptCall {
+    /// The call a one-limit check of `cost` on `limit` makes, on the server's clock.
+    pub fn check(limit: &Limit, cost: u64) -> ScriptCall {
+        let algorithm = limit.algorithm();
+        ScriptCall {
+            source: single_entry_script_source(algorithm),
+            sha: single_entry_script_sha(algorithm),
+            args: single_entry_args(limit, cost),
+        }
+    }
+}
+
 /// What the script does with the entries (`ARGV[1]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {

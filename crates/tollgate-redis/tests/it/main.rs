@@ -9,5 +9,6 @@ mod conformance_cluster;
 mod conformance_redis;
 mod differential;
 mod faults;
+mod gcra_rounding;
 mod gcra_server_clock;
 mod server_time;
