@@ -146,3 +146,37 @@ fn bracketed(
     let us = |(s, u): (u64, u64)| s * 1_000_000 + u;
     (us(t0), reply, us(t1), expiry)
 }
+
+/// Redis's clock: a whole burst asked for at once (ten checks pipelined on one connection, so
+/// Redis runs them back to back, most often within one millisecond) passes whole, as on a µs
+/// clock: the script refuses the last unit until the next millisecond (it cannot tell the
+/// burst's first call was in this one), and the store asks again then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_within_one_millisecond_passes_whole() {
+    let store = redis_store().await;
+    let limit = Limit::new(
+        "g",
+        Algorithm::Gcra,
+        Quota::new(10, Duration::from_secs(3_600)).expect("valid"),
+    )
+    .expect("valid");
+    let ns = unique_namespace("gcra-burst");
+    for round in 0..5 {
+        let key = Key::new(&ns, &limit, &[("user", round.to_string())]);
+        let calls = (0..10).map(|_| {
+            let (store, limit, key) = (store.clone(), limit.clone(), key.clone());
+            tokio::spawn(async move {
+                let request = Request::new([Entry { limit: &limit, key }], 1).expect("valid");
+                store.check(&request, None).await.expect("check")[0]
+            })
+        });
+        let mut admitted = 0;
+        for call in calls.collect::<Vec<_>>() {
+            admitted += u64::from(call.await.expect("task").allowed);
+        }
+        assert_eq!(admitted, 10, "round {round}");
+        let request = Request::new([Entry { limit: &limit, key }], 1).expect("valid");
+        let d = store.check(&request, None).await.expect("check")[0];
+        assert!(!d.allowed, "round {round}: an eleventh passed: {d:?}");
+    }
+}
