@@ -5,8 +5,9 @@
 -- twice, so that the algorithm is written once and its hot path pays for no closure:
 -- * the single-entry GCRA script is one_gcra.lua (which binds the inputs below from KEYS and
 --   ARGV) followed by this body;
--- * the general script wraps it into the function `gcra(key, now, inc, tau, op)`,
---   called by check.lua.
+-- * the general script wraps it into the function every algorithm has,
+--   `gcra(key, now, cost, t, tau, _, op, server)`, which binds inc = cost × T and, on the
+--   server's clock, now = nil (src/script.rs, GCRA's row of the table), called by check.lua.
 --
 -- Inputs   key  the key
 --          now  µs since the epoch on the caller's clock, or nil for the server's clock
@@ -14,11 +15,12 @@
 --          tau  T × burst (µs): how far ahead of now the theoretical arrival time may run
 --          op   0 = decide only, 1 = decide and charge when admitted, 2 = give back `inc`
 --               charged just before
--- Returns  one integer. Admitted: `used` ≥ 0, the theoretical arrival time `tat` minus now
---          after the call. Denied: −1 − `used` before the call (nothing written), raised if
---          need be so that the same arithmetic refuses too (see the server's clock below). The
---          caller derives remaining, reset_after and retry_after from it with the Rust rule:
---          remaining = ⌊(tau − used)/T⌋, reset_after = used, retry_after = used + inc − tau.
+-- Returns  one integer, its sign the verdict. Admitted: `used` ≥ 0, the theoretical arrival
+--          time `tat` minus now after the call. Denied: −1 − `used` before the call (nothing
+--          written), raised if need be so that the same arithmetic refuses too (see the
+--          server's clock below). The client derives remaining, reset_after and retry_after
+--          from it with the Rust rule itself (tollgate::rules::Gcra): remaining =
+--          ⌊(tau − used)/T⌋, reset_after = used, retry_after = used + inc − tau.
 --
 -- State, by clock:
 -- * Caller's clock (tests, simulations): exact. The value is `tat` in µs, the expiry tat − now

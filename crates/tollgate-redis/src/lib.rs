@@ -13,7 +13,8 @@
 //! step: the dispatcher decides every entry first and charges them all only if all admit. A
 //! denied call writes nothing. A request of a single limit runs that algorithm's
 //! single-entry script instead (same files, less Lua per call; GCRA's takes two arguments and
-//! answers one integer).
+//! answers one integer, its state, from which the Rust rule computes the decision). How the
+//! algorithms' scripts differ is written in one table (`src/script.rs`).
 //!
 //! ## Where all-or-nothing holds
 //! - **Single Redis**: always one script, atomic over every entry.
@@ -54,10 +55,6 @@ mod store_builder;
 
 #[doc(hidden)]
 pub use script::ScriptCall;
-pub use script::{
-    entry_args, script_sha, script_source, single_entry_args, single_entry_script_sha,
-    single_entry_script_source,
-};
 pub use slot::slot_of;
 pub use store::RedisStore;
 pub use store_builder::{
