@@ -31,7 +31,8 @@
 //! ## Time
 //! `now: None` uses the server's clock inside the script, so instances whose clocks disagree
 //! decide identically: `TIME`, or for GCRA the key's own expiry, which *is* its state
-//! (`lua/gcra.lua`). `now: Some` is the caller's clock, for tests and simulation; GCRA keeps
+//! (`lua/gcra.lua`); GCRA then knows the instant to the millisecond and errs towards refusing,
+//! never admitting before the microsecond rule would. `now: Some` is the caller's clock, for tests and simulation; GCRA keeps
 //! its state differently there, so one key must not be shared between a limiter with a clock
 //! and one without (the server-clock side then reads the key as at least as spent as it is,
 //! never less; the other side reads it as unspent).

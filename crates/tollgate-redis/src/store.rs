@@ -12,6 +12,10 @@
 //!   A call cut off by it has either run entirely on Redis or not at all, per group: a script
 //!   is atomic. A cross-slot check cut off after some groups were charged keeps those units
 //!   taken until they replenish (errs towards refusing).
+//! - **A refusal due within a millisecond is decided again a millisecond later**, once, on
+//!   the server's clock: GCRA there knows the instant only to the millisecond and errs
+//!   towards refusing, and this gives back what that costs a burst taken within one
+//!   millisecond (see `due_within_a_millisecond`).
 
 use std::fmt;
 use std::future::Future;
