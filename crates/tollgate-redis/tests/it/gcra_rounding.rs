@@ -66,7 +66,8 @@ async fn callers_clock_admits_exactly_at_the_step() {
 /// unit. The exact rule admits that unit only if at least 1 ms passed between the two calls;
 /// whenever the two `TIME` brackets show less, the script must refuse. Repeated until the
 /// calls fell in different milliseconds less than 1 ms apart several times (the case a
-/// millisecond clock gets wrong); aged by one interval plus 2 ms instead, the unit passes.
+/// millisecond clock gets wrong); aged by one interval plus 2 ms instead, the unit passes
+/// (the script errs by at most 2 ms).
 #[test]
 fn servers_clock_never_admits_before_the_exact_rule() {
     let limit = hundred_per_minute();
@@ -107,12 +108,15 @@ fn servers_clock_never_admits_before_the_exact_rule() {
                 critical += 1;
             }
         }
-        // Aged by one interval plus 2 ms: the exact rule admits, and so must the script.
-        let (_, third, _, _) = bracketed(&mut con, &key, &one, Some(expiry - 600 - 600 - 2));
-        assert!(
-            third >= 0,
-            "attempt {attempts}: refused 2 ms after the step: {third}"
-        );
+        // Refused (nothing charged), the key aged by one interval plus 2 ms from the burst
+        // instead: the unit was due 2 ms ago at the latest, and the script errs by no more.
+        if second < 0 {
+            let (_, third, _, _) = bracketed(&mut con, &key, &one, Some(expiry - 602));
+            assert!(
+                third >= 0,
+                "attempt {attempts}: refused 2 ms after the step: {third}"
+            );
+        }
     }
 }
 
