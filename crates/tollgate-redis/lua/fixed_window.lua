@@ -5,7 +5,8 @@
 -- ARGV     (per entry, see check.lua) 'fw', limit (units), period (µs), unused
 -- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
 --          charged at this same `now`
--- returns  allowed (1/0), remaining (units), reset_after (µs), retry_after (µs, -1 if allowed)
+-- returns  verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
+--          retry_after (µs, -1 if admitted)
 --
 -- Expiry: the window's end (+ slack), written with the counter by the call that opens the
 -- window and by every later admitted unit of it as the same deadline, so traffic never
@@ -33,7 +34,7 @@ local function fixed_window(key, now, cost, limit, period, _, op)
     if live > 0 then reset = window + period - now end
     local remaining = limit - live
     if remaining < 0 then remaining = 0 end
-    return 0, remaining, reset, retry
+    return -1, remaining, reset, retry
   elseif op == 1 then
     if live == 0 then
       window = now - now % period

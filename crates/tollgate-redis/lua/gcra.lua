@@ -5,8 +5,9 @@
 -- twice, so that the algorithm is written once and its hot path pays for no closure:
 -- * the single-entry GCRA script is one_gcra.lua (which binds the inputs below from KEYS and
 --   ARGV) followed by this body;
--- * the general script wraps it into the function `gcra(key, now, inc, tau, op)`,
---   called by check.lua.
+-- * the general script wraps it into the function every algorithm has,
+--   `gcra(key, now, cost, t, tau, _, op, server)`, which binds inc = cost × T and, on the
+--   server's clock, now = nil (src/script.rs, GCRA's row of the table), called by check.lua.
 --
 -- Inputs   key  the key
 --          now  µs since the epoch on the caller's clock, or nil for the server's clock
@@ -14,34 +15,45 @@
 --          tau  T × burst (µs): how far ahead of now the theoretical arrival time may run
 --          op   0 = decide only, 1 = decide and charge when admitted, 2 = give back `inc`
 --               charged just before
--- Returns  one integer. Admitted: `used` ≥ 0, the theoretical arrival time `tat` minus now
---          after the call. Denied: −1 − `used` before the call (nothing written). The caller
---          derives remaining, reset_after and retry_after from it with the same arithmetic as
---          the Rust rule: remaining = ⌊(tau − used)/T⌋, reset_after = used, retry_after =
---          used + inc − tau.
+-- Returns  one integer, its sign the verdict. Admitted: `used` ≥ 0, the theoretical arrival
+--          time `tat` minus now after the call. Denied: −1 − `used` before the call (nothing
+--          written), raised if need be so that the same arithmetic refuses too (see the
+--          server's clock below). The client derives remaining, reset_after and retry_after
+--          from it with the Rust rule itself (tollgate::rules::Gcra): remaining =
+--          ⌊(tau − used)/T⌋, reset_after = used, retry_after = used + inc − tau.
 --
 -- State, by clock:
--- * Server's clock (production): `tat` is in the key's expiry. Redis keeps expiries in ms, so
---   the key expires one second (the slack every tollgate key gets) after `tat` rounded up to
---   the ms, and its value holds the µs below that ms: tat = (expiry_ms − 1000) × 1000 − value,
---   value in 0..999. `PTTL` then reads tat − now on Redis's own clock — no `TIME`, no absolute
---   time parsed — and a key within its last second (PTTL ≤ 1000) is full without a `GET`. The
---   slack keeps a key that is called again soon after it is full from being deleted and
---   created anew on every call. Now is Redis's millisecond clock (as for every key expiry), so
---   a decision may be up to 1 ms more cautious than with a µs clock, never less. A value
---   outside 0..999 (a key written on a caller's clock) counts as 0: the key then reads as at
---   least as spent as it is, never less.
--- * Caller's clock (tests, simulations): the value is `tat` in µs and the expiry tat − now
---   plus the same second of slack, rounded up to ms (Redis's clock and the caller's are
---   unrelated).
+-- * Caller's clock (tests, simulations): exact. The value is `tat` in µs, the expiry tat − now
+--   plus a second of slack, rounded up to ms (Redis's clock and the caller's are unrelated).
+-- * Server's clock (production): `tat` is in the key's expiry, which Redis keeps in ms: the key
+--   expires 999 ms after `tat` rounded up to the ms, and its value holds the µs below that ms:
+--   tat = (expiry_ms − 999) × 1000 − value, value in 0..999. `PTTL` then reads tat − now on
+--   Redis's own clock — no `TIME`, no absolute time parsed — and a key with PTTL ≤ 999 is full
+--   without a `GET`. The slack keeps a key that is called again soon after it is full from
+--   being deleted and created anew on every call.
+--   Redis's clock is in ms: the true instant t is somewhere in [lo, lo + 1 ms), lo being the
+--   start of the ms PTTL counts from. Each step takes the end that errs towards refusing: the
+--   state is read as of lo (the most time still owed), and a key found full is charged from
+--   lo + 1 ms (the latest t can be). So the stored `tat` is never earlier than the exact rule's
+--   and no decision is more permissive than the µs rule; each end costs under 1 ms, so a unit
+--   passes at most 2 ms later than it would on a µs clock. (Charging a full key from lo let
+--   `tat` start up to 1 ms early, and a hot key took one unit more than its ceiling.) Replies
+--   are as of lo + 1 ms, the instant a charge starts from: an admit tells `tat` − (lo + 1 ms),
+--   a refusal the wait from then (at least 1 µs: refused at lo, the cost passes at lo + 1 ms).
+--   A value outside 0..999 (a key written on a caller's clock) counts as 0: the key then reads
+--   as at least as spent as it is, never less.
 -- Every write sets the expiry; a denied call writes nothing; a key found without an expiry
 -- reads as full and is rewritten with one at its next admit.
-local used = 0
+--
+-- Below, `used` is tat − lo (lo = now on the caller's clock) and `skew` what lo + skew is the
+-- latest the true instant can be: 0 on the caller's clock, 1 ms on the server's.
+local used, skew = 0, 0
 if now then
   local tat = tonumber(redis.call('GET', key))
   if tat and tat > now then used = tat - now end
 else
-  local ms = redis.call('PTTL', key) - 1000
+  skew = 1000
+  local ms = redis.call('PTTL', key) - 999
   if ms > 0 then
     local below = tonumber(redis.call('GET', key)) or 0
     if below < 0 or below > 999 then below = 0 end
@@ -55,10 +67,17 @@ if op == 2 then
     return 0
   end
 else
-  local after = used + inc
-  if after > tau then return -1 - used end
-  if op ~= 1 then return used end
-  used = after
+  if used + inc > tau then
+    used = used - skew
+    if used + inc <= tau then used = tau - inc + 1 end
+    return -1 - used
+  end
+  if op ~= 1 then
+    if used < skew then return 0 end
+    return used - skew
+  end
+  if used < skew then used = skew end
+  used = used + inc
 end
 if now then
   redis.call('SET', key, string.format('%d', now + used), 'PX',
@@ -68,6 +87,7 @@ else
   -- Always 0 when T is a whole number of ms (most quotas): no formatting then.
   local below = ms * 1000 - used
   if below == 0 then below = '0' else below = string.format('%d', below) end
-  redis.call('SET', key, below, 'PX', string.format('%d', ms + 1000))
+  redis.call('SET', key, below, 'PX', string.format('%d', ms + 999))
 end
-return used
+if used < skew then return 0 end
+return used - skew

@@ -7,7 +7,8 @@
 -- ARGV     (per entry, see check.lua) 'sl', limit (units), period (µs), unused
 -- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
 --          charged at this same `now`
--- returns  allowed (1/0), remaining (units), reset_after (µs), retry_after (µs, -1 if allowed)
+-- returns  verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
+--          retry_after (µs, -1 if admitted)
 --
 -- A unit admitted at t counts while t + period > now. Counting is ZCOUNT, so a denied call
 -- writes nothing; old members are trimmed only when admitting. Expiry: newest + period − now
@@ -40,7 +41,7 @@ local function sliding_log(key, now, cost, limit, period, _, op)
       retry = tonumber(at[2]) + period - now
       if retry < 0 then retry = 0 end
     end
-    allowed = 0
+    allowed = -1
   elseif op == 1 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
     local n0 = redis.call('ZCOUNT', key, fmt(now), fmt(now))

@@ -6,7 +6,8 @@
 --          (µs, ceil(period/buckets)), buckets (count)
 -- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
 --          charged at this same `now`
--- returns  allowed (1/0), remaining (units), reset_after (µs), retry_after (µs, -1 if allowed)
+-- returns  verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
+--          retry_after (µs, -1 if admitted)
 --
 -- A decision at now counts the current bucket and the `buckets` before it (and any later
 -- one). Buckets that left the span are deleted only when admitting, so a denied call writes
@@ -56,7 +57,7 @@ local function sliding_window(key, now, cost, limit, w, buckets, op)
         break
       end
     end
-    allowed = 0
+    allowed = -1
   elseif op == 1 then
     if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
     redis.call('HINCRBY', key, fmt(current), cost)

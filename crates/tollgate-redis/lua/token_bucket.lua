@@ -7,7 +7,8 @@
 --          (µs, ceil(period/limit)), unused
 -- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
 --          charged at this same `now`
--- returns  allowed (1/0), remaining (units), reset_after (µs), retry_after (µs, -1 if allowed)
+-- returns  verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
+--          retry_after (µs, -1 if admitted)
 --
 -- Only whole intervals are added to `last`, so progress towards the next token is never
 -- lost. Expiry: time to a full bucket (+ slack), set with every write; denied calls write
@@ -42,7 +43,7 @@ local function token_bucket(key, now, cost, burst, t, _, op)
       redis.call('PEXPIRE', key, ttl_ms((burst - tokens) * t + last - now))
     end
   else
-    allowed, retry = 0, (cost - tokens) * t + last - now
+    allowed, retry = -1, (cost - tokens) * t + last - now
   end
   local reset = 0
   if tokens < burst then

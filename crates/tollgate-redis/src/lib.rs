@@ -13,7 +13,8 @@
 //! step: the dispatcher decides every entry first and charges them all only if all admit. A
 //! denied call writes nothing. A request of a single limit runs that algorithm's
 //! single-entry script instead (same files, less Lua per call; GCRA's takes two arguments and
-//! answers one integer).
+//! answers one integer, its state, from which the Rust rule computes the decision). How the
+//! algorithms' scripts differ is written in one table (`src/script.rs`).
 //!
 //! ## Where all-or-nothing holds
 //! - **Single Redis**: always one script, atomic over every entry.
@@ -30,7 +31,8 @@
 //! ## Time
 //! `now: None` uses the server's clock inside the script, so instances whose clocks disagree
 //! decide identically: `TIME`, or for GCRA the key's own expiry, which *is* its state
-//! (`lua/gcra.lua`). `now: Some` is the caller's clock, for tests and simulation; GCRA keeps
+//! (`lua/gcra.lua`); GCRA then knows the instant to the millisecond and errs towards refusing,
+//! never admitting before the microsecond rule would. `now: Some` is the caller's clock, for tests and simulation; GCRA keeps
 //! its state differently there, so one key must not be shared between a limiter with a clock
 //! and one without (the server-clock side then reads the key as at least as spent as it is,
 //! never less; the other side reads it as unspent).
@@ -54,10 +56,8 @@ mod store;
 mod store_builder;
 
 pub use resets::{listen_for_resets, reset_channel};
-pub use script::{
-    entry_args, script_sha, script_source, single_entry_args, single_entry_script_sha,
-    single_entry_script_source,
-};
+#[doc(hidden)]
+pub use script::ScriptCall;
 pub use slot::slot_of;
 pub use store::RedisStore;
 pub use store_builder::{

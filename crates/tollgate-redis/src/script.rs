@@ -2,17 +2,36 @@
 //! decoding of their reply into typed decisions — in one place, so no caller indexes a reply.
 //!
 //! Compositions of the same files:
-//! - **the general script** — prelude, all five algorithm files, the dispatcher — decides N
-//!   entries of any algorithms all or nothing. A request may combine limits of different
+//! - **the general script** — prelude, all five algorithm functions, the dispatcher — decides
+//!   N entries of any algorithms all or nothing. A request may combine limits of different
 //!   algorithms, and all-or-nothing over them needs one atomic step.
-//! - **one single-entry script per algorithm** — prelude, that algorithm's file,
-//!   `lua/one.lua` — for requests of one limit, the common case: Redis then builds one
-//!   algorithm's closure per call instead of five and nothing dispatches.
-//! - **GCRA's single-entry script** is leaner still: `lua/one_gcra.lua` binds two arguments,
-//!   then `lua/gcra.lua`, a function *body* (the general script wraps the same text in a
-//!   function), runs with no closure, no `TIME` (on the server's clock its state is the key's
-//!   expiry) and answers one integer. Measured in `docs/benchmarks.md`: about half the Redis
-//!   CPU of the general shape.
+//! - **one single-entry script per algorithm**, for requests of one limit (the common case):
+//!   Redis then builds one algorithm's closure per call instead of five and nothing
+//!   dispatches. GCRA's is leaner still (`lua/one_gcra.lua` then the body `lua/gcra.lua`): no
+//!   closure, no `TIME` (on the server's clock its state is the key's expiry), two arguments
+//!   and a one-integer reply. Measured in `docs/benchmarks.md`: about half the Redis CPU of
+//!   the general shape.
+//!
+//! ## One table knows how the algorithms differ
+//! GCRA is the odd one out for speed: its Lua answers one integer, its state relative to now,
+//! not a decision, and its single-entry script takes its own arguments. Rather than testing
+//! for GCRA wherever scripts are composed, called and decoded, each algorithm has one row in
+//! [`PORTS`]: its tag and function, its parameters, its single-entry script and its
+//! [`Reply`]. Everything else is generic over the rows, and GCRA's row is the only place in
+//! this crate that knows GCRA is different:
+//! - **arguments**: every single-entry script takes the entry's own arguments first (the row
+//!   says which) and op and clock last, left out for the common call (a check on the
+//!   server's clock); the general script takes op, clock, cost, then a tag and three
+//!   parameters per entry, for every algorithm alike;
+//! - **replies**: every script's answer is read as one shape, an optional instant (`now`,
+//!   which GCRA's single-entry script on the server's clock has none of) and four integers per
+//!   entry, verdict first, negative when refused (a one-integer reply is that verdict, the
+//!   other three 0). The row's [`Reply`] turns an entry's four into a [`Decision`]: read as
+//!   they are, or for GCRA through the Rust rule itself (`tollgate::rules::Gcra`) on the state
+//!   the integer gives — the same answer in both of GCRA's compositions, computed once, in
+//!   Rust, so the Lua does not repeat the rule's arithmetic;
+//! - **Lua**: `lua/check.lua` dispatches on the tag and treats every function alike (same
+//!   arguments, verdict first); GCRA's row wraps its body into a function of that shape.
 //!
 //! The algorithm files stay separate (each mirrors one `tollgate::rules` file and opens with
 //! its contract); only what Redis runs is composed.
@@ -35,36 +54,139 @@ const CHECK: &str = include_str!("../lua/check.lua");
 const ONE: &str = include_str!("../lua/one.lua");
 const ONE_GCRA: &str = include_str!("../lua/one_gcra.lua");
 
-/// `lua/gcra.lua` (a body) as the function the general script calls.
-static GCRA_FUNCTION: LazyLock<String> =
-    LazyLock::new(|| format!("local function gcra(key, now, inc, tau, op)\n{GCRA}end\n"));
+/// How an algorithm's script answers for one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// The decision itself: verdict (1 admitted, −1 refused), remaining units, reset_after
+    /// (µs), retry_after (µs).
+    Decision,
+    /// GCRA's one integer (`lua/gcra.lua`): the key's `tat − now` after an admitted call or,
+    /// as −1 − it, before a refused one; the decision comes from the Rust rule.
+    GcraUsed,
+}
 
-/// Each algorithm's function definition and its name, in [`Algorithm::ALL`] order.
-static ALGORITHMS: LazyLock<[(&str, &str); 5]> = LazyLock::new(|| {
+/// One algorithm on Redis: everything that differs between algorithms, in one row.
+struct Port {
+    /// Its tag in the general script's `ARGV` (`lua/check.lua`).
+    tag: &'static str,
+    /// The three integer parameters of a limit, as its Lua function takes them (see its
+    /// `lua/<algorithm>.lua`).
+    params: fn(&Limit) -> [u64; 3],
+    /// Its function's definition in the general script.
+    function: String,
+    /// Its single-entry script's text.
+    single_source: String,
+    /// Its single-entry script.
+    single: Script,
+    /// Its single-entry script's arguments for a cost, before op and clock.
+    single_args: fn(cost: u64, params: [u64; 3]) -> SmallVec<[u64; 4]>,
+    /// What its scripts answer.
+    reply: Reply,
+}
+
+impl Port {
+    fn new(
+        tag: &'static str,
+        params: fn(&Limit) -> [u64; 3],
+        function: String,
+        single_source: String,
+        single_args: fn(u64, [u64; 3]) -> SmallVec<[u64; 4]>,
+        reply: Reply,
+    ) -> Port {
+        let single = Script::new(&single_source);
+        Port {
+            tag,
+            params,
+            function,
+            single_source,
+            single,
+            single_args,
+            reply,
+        }
+    }
+
+    /// A row whose Lua defines `function` and answers a decision; its single-entry script is
+    /// the prelude, the file and `lua/one.lua`, taking cost and the three parameters.
+    fn deciding(
+        tag: &'static str,
+        params: fn(&Limit) -> [u64; 3],
+        file: &str,
+        function: &str,
+    ) -> Port {
+        Port::new(
+            tag,
+            params,
+            file.to_owned(),
+            format!("{PRELUDE}\n{file}\nlocal algorithm = {function}\n{ONE}"),
+            |cost, [a, b, c]| SmallVec::from_slice(&[cost, a, b, c]),
+            Reply::Decision,
+        )
+    }
+}
+
+/// Every algorithm's row, in [`Algorithm::ALL`] order. GCRA's is the one place that knows it
+/// differs: its body is wrapped into the function shape every algorithm has (binding
+/// inc = cost × T, and no `now` on the server's clock, where its state is the key's expiry),
+/// its single-entry script is that body after `lua/one_gcra.lua` taking inc and tau, and its
+/// answer goes through the Rust rule.
+static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
     [
-        (FIXED_WINDOW, "fixed_window"),
-        (SLIDING_LOG, "sliding_log"),
-        (SLIDING_WINDOW, "sliding_window"),
-        (TOKEN_BUCKET, "token_bucket"),
-        (GCRA_FUNCTION.as_str(), "gcra"),
+        Port::deciding("fw", window, FIXED_WINDOW, "fixed_window"),
+        Port::deciding("sl", window, SLIDING_LOG, "sliding_log"),
+        Port::deciding(
+            "sw",
+            |l| {
+                let buckets = match l.algorithm() {
+                    Algorithm::SlidingWindow { buckets } => u64::from(buckets.max(1)),
+                    _ => 1,
+                };
+                let q = l.quota();
+                [q.limit(), q.period_micros().div_ceil(buckets), buckets]
+            },
+            SLIDING_WINDOW,
+            "sliding_window",
+        ),
+        Port::deciding(
+            "tb",
+            |l| [l.quota().burst(), l.quota().emission_interval_micros(), 0],
+            TOKEN_BUCKET,
+            "token_bucket",
+        ),
+        Port::new(
+            "gcra",
+            |l| {
+                let t = l.quota().emission_interval_micros();
+                [t, t * l.quota().burst(), 0]
+            },
+            format!(
+                "local function gcra(key, now, cost, t, tau, _, op, server)\n\
+                 local inc = cost * t\n\
+                 if server then now = nil end\n\
+                 {GCRA}end\n"
+            ),
+            format!("{ONE_GCRA}{GCRA}"),
+            |cost, [t, tau, _]| SmallVec::from_slice(&[cost * t, tau]),
+            Reply::GcraUsed,
+        ),
     ]
 });
 
+fn port(algorithm: Algorithm) -> &'static Port {
+    let i = match algorithm {
+        Algorithm::FixedWindow => 0,
+        Algorithm::SlidingLog => 1,
+        Algorithm::SlidingWindow { .. } => 2,
+        Algorithm::TokenBucket => 3,
+        Algorithm::Gcra => 4,
+    };
+    &PORTS[i]
+}
+
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     let mut parts = vec![PRELUDE];
-    parts.extend(ALGORITHMS.iter().map(|(file, _)| *file));
+    parts.extend(PORTS.iter().map(|p| p.function.as_str()));
     parts.push(CHECK);
     parts.join("\n")
-});
-
-static ONE_SOURCES: LazyLock<[String; 5]> = LazyLock::new(|| {
-    ALGORITHMS.map(|(file, function)| {
-        if function == "gcra" {
-            format!("{ONE_GCRA}{GCRA}")
-        } else {
-            format!("{PRELUDE}\n{file}\nlocal algorithm = {function}\n{ONE}")
-        }
-    })
 });
 
 /// The general script, loaded once per process; `invoke_async` sends EVALSHA and loads the
@@ -72,69 +194,49 @@ static ONE_SOURCES: LazyLock<[String; 5]> = LazyLock::new(|| {
 /// node).
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&SOURCE));
 
-/// The single-entry scripts, in [`Algorithm::ALL`] order.
-static ONE_SCRIPTS: LazyLock<[Script; 5]> =
-    LazyLock::new(|| [0, 1, 2, 3, 4].map(|i| Script::new(&ONE_SOURCES[i])));
+/// The limit and the period (µs): a fixed window's and a sliding log's parameters.
+fn window(limit: &Limit) -> [u64; 3] {
+    [limit.quota().limit(), limit.quota().period_micros(), 0]
+}
 
-fn index(algorithm: Algorithm) -> usize {
-    match algorithm {
-        Algorithm::FixedWindow => 0,
-        Algorithm::SlidingLog => 1,
-        Algorithm::SlidingWindow { .. } => 2,
-        Algorithm::TokenBucket => 3,
-        Algorithm::Gcra => 4,
+/// The three integer parameters of `limit`'s algorithm.
+fn params(limit: &Limit) -> [u64; 3] {
+    (port(limit.algorithm()).params)(limit)
+}
+
+/// The arguments of `limit`'s single-entry script for `cost` units, before op and clock.
+fn single_args(limit: &Limit, cost: u64) -> SmallVec<[u64; 4]> {
+    (port(limit.algorithm()).single_args)(cost, params(limit))
+}
+
+/// A single-entry script as the store runs it for a check of `cost` units on the server's
+/// clock: its text, SHA and `ARGV`. Not part of the API: for the benchmark and the tests, which
+/// run the script by hand (`redis-cli`, `redis-benchmark`, `MULTI`), where a wrong argument
+/// would go unnoticed.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct ScriptCall {
+    /// The script's full text (load it exactly, final newline included, or the SHA differs).
+    pub source: &'static str,
+    /// Its SHA1, as `EVALSHA` takes it.
+    pub sha: &'static str,
+    /// Its `ARGV`.
+    pub args: Vec<String>,
+}
+
+impl ScriptCall {
+    /// The call a one-limit check of `cost` on `limit` makes, on the server's clock.
+    pub fn check(limit: &Limit, cost: u64) -> ScriptCall {
+        let port = port(limit.algorithm());
+        ScriptCall {
+            source: &port.single_source,
+            sha: port.single.get_hash(),
+            args: single_args(limit, cost)
+                .iter()
+                .map(u64::to_string)
+                .collect(),
+        }
     }
-}
-
-/// The full text of the general script (for benchmarks and `SCRIPT LOAD` by hand: load it
-/// exactly, with its final newline, or the SHA differs).
-pub fn script_source() -> &'static str {
-    &SOURCE
-}
-
-/// The SHA1 of [`script_source`], as `EVALSHA` takes it.
-pub fn script_sha() -> &'static str {
-    SCRIPT.get_hash()
-}
-
-/// The full text of the single-entry script of `algorithm` (what a one-limit request runs).
-pub fn single_entry_script_source(algorithm: Algorithm) -> &'static str {
-    &ONE_SOURCES[index(algorithm)]
-}
-
-/// The SHA1 of [`single_entry_script_source`].
-pub fn single_entry_script_sha(algorithm: Algorithm) -> &'static str {
-    ONE_SCRIPTS[index(algorithm)].get_hash()
-}
-
-/// The `ARGV` of the single-entry script of `limit` for a check of `cost` on the server's
-/// clock — what the store sends for `Limiter::check` — for running the script by hand
-/// (`redis-cli`, `redis-benchmark`), where a wrong argument would go unnoticed.
-///
-/// ```
-/// use tollgate::{Algorithm, Limit, Quota};
-/// let gcra = Limit::new("g", Algorithm::Gcra, Quota::per_second(3)?)?;
-/// // inc = cost × ceil(1 s / 3) µs, tau = 3 intervals.
-/// assert_eq!(tollgate_redis::single_entry_args(&gcra, 2), ["666668", "1000002"]);
-/// let fw = Limit::new("f", Algorithm::FixedWindow, Quota::per_second(3)?)?;
-/// // op (check), clock ('' = the server's), cost, then the entry's four (see `entry_args`).
-/// assert_eq!(tollgate_redis::single_entry_args(&fw, 1), ["1", "", "1", "fw", "3", "1000000", "0"]);
-/// # Ok::<(), tollgate::LimitError>(())
-/// ```
-pub fn single_entry_args(limit: &Limit, cost: u64) -> Vec<String> {
-    let (tag, a, b, c) = entry_args(limit);
-    if limit.algorithm() == Algorithm::Gcra {
-        return vec![(cost * a).to_string(), b.to_string()];
-    }
-    vec![
-        (Op::Check as u8).to_string(),
-        String::new(),
-        cost.to_string(),
-        tag.to_owned(),
-        a.to_string(),
-        b.to_string(),
-        c.to_string(),
-    ]
 }
 
 /// What the script does with the entries (`ARGV[1]`).
@@ -146,37 +248,6 @@ pub(crate) enum Op {
     Check = 1,
     /// Give back `cost` charged at `now` (undo of a cross-slot check).
     GiveBack = 2,
-}
-
-/// The four `ARGV` values of one entry of `limit`: its algorithm tag and three integer
-/// parameters, as the Lua functions take them (see `lua/check.lua`). Public for running the
-/// script by hand (`redis-cli`, `redis-benchmark`), where a wrong argument would go unnoticed.
-///
-/// ```
-/// use tollgate::{Algorithm, Limit, Quota};
-/// let l = Limit::new("g", Algorithm::Gcra, Quota::per_second(3)?)?;
-/// // Emission interval ceil(1 s / 3) = 333 334 µs, tau = 3 intervals.
-/// assert_eq!(tollgate_redis::entry_args(&l), ("gcra", 333_334, 1_000_002, 0));
-/// # Ok::<(), tollgate::LimitError>(())
-/// ```
-pub fn entry_args(limit: &Limit) -> (&'static str, u64, u64, u64) {
-    let quota = limit.quota();
-    let t = quota.emission_interval_micros();
-    match limit.algorithm() {
-        Algorithm::FixedWindow => ("fw", quota.limit(), quota.period_micros(), 0),
-        Algorithm::SlidingLog => ("sl", quota.limit(), quota.period_micros(), 0),
-        Algorithm::SlidingWindow { buckets } => {
-            let buckets = u64::from(buckets.max(1));
-            (
-                "sw",
-                quota.limit(),
-                quota.period_micros().div_ceil(buckets),
-                buckets,
-            )
-        }
-        Algorithm::TokenBucket => ("tb", quota.burst(), t, 0),
-        Algorithm::Gcra => ("gcra", t, t * quota.burst(), 0),
-    }
 }
 
 /// Which clock a script decides on (`ARGV[2]`, see `lua/prelude.lua`).
@@ -208,35 +279,34 @@ pub(crate) fn invocation<'e>(
     cost: u64,
     at: TimeSource,
 ) -> ScriptInvocation<'static> {
-    if let [one] = entries
-        && one.limit.algorithm() == Algorithm::Gcra
-    {
-        // `lua/one_gcra.lua`: inc, tau, then op and clock only when not a check on the
-        // server's clock (every argument costs Redis a string to build and parse).
-        let (_, t, tau, _) = entry_args(one.limit);
-        let mut inv = ONE_SCRIPTS[index(Algorithm::Gcra)].prepare_invoke();
-        inv.key(one.key.as_str()).arg(cost * t).arg(tau);
+    if let [one] = entries {
+        let mut inv = port(one.limit.algorithm()).single.prepare_invoke();
+        inv.key(one.key.as_str());
+        for a in single_args(one.limit, cost) {
+            inv.arg(a);
+        }
         if op != Op::Check || at != TimeSource::Server {
             inv.arg(op as u8).arg(at.arg());
         }
         return inv;
     }
-    let mut inv = match entries {
-        [one] => ONE_SCRIPTS[index(one.limit.algorithm())].prepare_invoke(),
-        _ => SCRIPT.prepare_invoke(),
-    };
+    let mut inv = SCRIPT.prepare_invoke();
     inv.arg(op as u8).arg(at.arg()).arg(cost);
     for e in entries {
-        let (tag, a, b, c) = entry_args(e.limit);
-        inv.key(e.key.as_str()).arg(tag).arg(a).arg(b).arg(c);
+        let [a, b, c] = params(e.limit);
+        inv.key(e.key.as_str())
+            .arg(port(e.limit.algorithm()).tag)
+            .arg(a)
+            .arg(b)
+            .arg(c);
     }
     inv
 }
 
 /// Decodes a script's reply for `entries` at `cost` into the instant the script used (none
-/// for GCRA's single-entry script, which reads no clock on the server's) and one decision per
-/// entry: `{ now, (allowed, remaining, reset_after_us, retry_after_us) × n }`, or GCRA's one
-/// integer.
+/// when it read no clock) and one decision per entry. Every reply is read as one shape,
+/// `{ now, (verdict, b, c, d) × n }`, a one-integer reply being a single entry's verdict with
+/// neither instant nor the other three; each entry's row says what its four mean.
 ///
 /// # Errors
 /// [`StoreError::Protocol`] for any other shape.
@@ -245,28 +315,81 @@ pub(crate) fn decode(
     entries: &[&Entry<'_>],
     cost: u64,
 ) -> Result<(Option<u64>, SmallVec<[Decision; 2]>), StoreError> {
-    if let [one] = entries
-        && one.limit.algorithm() == Algorithm::Gcra
-    {
-        let Value::Int(r) = reply else {
-            return Err(StoreError::Protocol(format!(
-                "script reply: expected an integer, got {reply:?}"
-            )));
-        };
-        return Ok((
-            None,
-            SmallVec::from_elem(decode_gcra(one.limit, cost, r)?, 1),
-        ));
+    let bad = |what: &str| StoreError::Protocol(format!("script reply: {what}"));
+    let (now, ints) = match reply {
+        Value::Int(verdict) if entries.len() == 1 => (None, vec![verdict, 0, 0, 0]),
+        Value::Array(items) => {
+            let mut ints = Vec::with_capacity(items.len());
+            for v in items {
+                match v {
+                    Value::Int(i) => ints.push(i),
+                    other => return Err(bad(&format!("expected an integer, got {other:?}"))),
+                }
+            }
+            let Some((&now, rest)) = ints.split_first() else {
+                return Err(bad("an empty array"));
+            };
+            let now = u64::try_from(now).map_err(|_| bad(&format!("negative now: {now}")))?;
+            (Some(now), rest.to_vec())
+        }
+        other => return Err(bad(&format!("expected an array, got {other:?}"))),
+    };
+    let n = entries.len();
+    if ints.len() != 4 * n {
+        return Err(bad(&format!(
+            "expected {} integers for {n} entries, got {}",
+            1 + 4 * n,
+            1 + ints.len()
+        )));
     }
-    let (now, decisions) = decode_general(reply, entries.iter().copied())?;
-    Ok((Some(now), decisions))
+    let decisions = entries
+        .iter()
+        .zip(ints.chunks_exact(4))
+        .map(|(e, four)| decide(e.limit, cost, [four[0], four[1], four[2], four[3]]))
+        .collect::<Result<_, _>>()?;
+    Ok((now, decisions))
 }
 
-/// Decodes GCRA's one integer (`lua/gcra.lua`): the key's `tat − now` after an admitted call
-/// or, as −1 − it, before a denied one. The decision then comes from the Rust rule itself, on
-/// that state at now = 0, so the numbers are the memory store's by construction. A reply the
-/// rule contradicts is a protocol error.
-fn decode_gcra(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, StoreError> {
+/// The decision of one entry of `limit` at `cost` from its four integers, as its row says.
+fn decide(limit: &Limit, cost: u64, four: [i64; 4]) -> Result<Decision, StoreError> {
+    match port(limit.algorithm()).reply {
+        Reply::Decision => decision(limit, four),
+        Reply::GcraUsed => gcra_decision(limit, cost, four[0]),
+    }
+}
+
+/// `verdict, remaining, reset_after_us, retry_after_us`, read as they are.
+fn decision(
+    limit: &Limit,
+    [verdict, remaining, reset, retry]: [i64; 4],
+) -> Result<Decision, StoreError> {
+    let bad = |what: &str| StoreError::Protocol(format!("script reply: {what}"));
+    let unsigned =
+        |i: i64, what: &str| u64::try_from(i).map_err(|_| bad(&format!("negative {what}: {i}")));
+    let allowed = match verdict {
+        1 => true,
+        -1 => false,
+        other => return Err(bad(&format!("verdict {other}"))),
+    };
+    let retry_after = if allowed {
+        None
+    } else {
+        Some(Duration::from_micros(unsigned(retry, "retry_after")?))
+    };
+    Ok(Decision {
+        allowed,
+        limit: limit.quota().limit(),
+        remaining: unsigned(remaining, "remaining")?,
+        reset_after: Duration::from_micros(unsigned(reset, "reset_after")?),
+        retry_after,
+    })
+}
+
+/// GCRA's one integer (`lua/gcra.lua`): the key's `tat − now` after an admitted call or, as
+/// −1 − it, before a denied one. The decision then comes from the Rust rule itself, on that
+/// state at now = 0, so the numbers are the memory store's by construction. A reply the rule
+/// contradicts is a protocol error.
+fn gcra_decision(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, StoreError> {
     let allowed = reply >= 0;
     let used = if allowed { reply } else { -1 - reply };
     let state = GcraState {
@@ -275,7 +398,7 @@ fn decode_gcra(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, StoreEr
     // What the rule says of that state: for a denial, the decision itself; for an admit (the
     // state after it), the same numbers without a wait.
     let ruled = Gcra::new(limit.quota()).peek(&state, Timestamp::from_micros(0), cost);
-    let (_, _, tau, _) = entry_args(limit);
+    let [_, tau, _] = params(limit);
     if (allowed && state.tat > tau) || (!allowed && ruled.allowed) {
         return Err(StoreError::Protocol(format!(
             "script reply: GCRA {reply} contradicts the rule (cost {cost}, tau {tau} µs)"
@@ -288,138 +411,119 @@ fn decode_gcra(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, StoreEr
     })
 }
 
-/// Decodes the general shape `{ now, (allowed, remaining, reset_after_us, retry_after_us) × n }`.
-fn decode_general<'e>(
-    reply: Value,
-    entries: impl ExactSizeIterator<Item = &'e Entry<'e>>,
-) -> Result<(u64, SmallVec<[Decision; 2]>), StoreError> {
-    let bad = |what: &str| StoreError::Protocol(format!("script reply: {what}"));
-    let Value::Array(items) = reply else {
-        return Err(bad(&format!("expected an array, got {reply:?}")));
-    };
-    let n = entries.len();
-    if items.len() != 1 + 4 * n {
-        return Err(bad(&format!(
-            "expected {} integers for {n} entries, got {}",
-            1 + 4 * n,
-            items.len()
-        )));
-    }
-    let mut ints = Vec::with_capacity(items.len());
-    for v in items {
-        match v {
-            Value::Int(i) => ints.push(i),
-            other => return Err(bad(&format!("expected an integer, got {other:?}"))),
-        }
-    }
-    let unsigned =
-        |i: i64, what: &str| u64::try_from(i).map_err(|_| bad(&format!("negative {what}: {i}")));
-    let now = unsigned(ints[0], "now")?;
-    let mut decisions = SmallVec::with_capacity(n);
-    for (e, chunk) in entries.zip(ints[1..].chunks_exact(4)) {
-        let allowed = match chunk[0] {
-            1 => true,
-            0 => false,
-            other => return Err(bad(&format!("allowed flag {other}"))),
-        };
-        let retry_after = if allowed {
-            None
-        } else {
-            Some(Duration::from_micros(unsigned(chunk[3], "retry_after")?))
-        };
-        decisions.push(Decision {
-            allowed,
-            limit: e.limit.quota().limit(),
-            remaining: unsigned(chunk[1], "remaining")?,
-            reset_after: Duration::from_micros(unsigned(chunk[2], "reset_after")?),
-            retry_after,
-        });
-    }
-    Ok((now, decisions))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tollgate::{Key, Namespace, Quota};
 
-    /// Every algorithm file is part of the script, and the contract header of each is there.
+    fn limit(algorithm: Algorithm, per_second: u64) -> Limit {
+        Limit::new(
+            "l",
+            algorithm,
+            Quota::per_second(per_second).expect("valid"),
+        )
+        .expect("valid")
+    }
+
+    /// Every algorithm's function is part of the general script, with the contract header of
+    /// the dispatcher; each single-entry script holds its algorithm alone.
     #[test]
-    fn script_holds_every_algorithm() {
+    fn scripts_hold_every_algorithm() {
         for f in [
             "local function fixed_window(",
             "local function sliding_log(",
             "local function sliding_window(",
             "local function token_bucket(",
-            "local function gcra(",
+            "local function gcra(key, now, cost, t, tau, _, op, server)\n",
             "-- KEYS[1..N]",
         ] {
-            assert!(script_source().contains(f), "missing {f}");
+            assert!(SOURCE.contains(f), "missing {f}");
         }
-        assert_eq!(script_sha().len(), 40);
+        assert_eq!(SCRIPT.get_hash().len(), 40);
         for a in Algorithm::ALL {
-            let one = single_entry_script_source(a);
-            let defined = one.matches("local function ").count();
-            if a == Algorithm::Gcra {
-                // GCRA's: the arguments bound, then the body; no function at all.
-                assert_eq!(defined, 0, "{a}: {defined} functions");
-                assert!(one.starts_with(ONE_GCRA) && one.ends_with(GCRA));
-            } else {
-                // fmt, ttl_ms and clock from the prelude, and the algorithm's own function.
-                assert_eq!(defined, 4, "{a}: {defined} functions");
-                assert!(one.contains(&format!("local algorithm = {}", ALGORITHMS[index(a)].1)));
-            }
-            assert_ne!(single_entry_script_sha(a), script_sha());
+            let call = ScriptCall::check(&limit(a, 3), 1);
+            let defined = call.source.matches("local function ").count();
+            // fmt, ttl_ms and clock from the prelude, and the algorithm's own function; GCRA's:
+            // the arguments bound, then the body, no function at all.
+            let expected = if a == Algorithm::Gcra { 0 } else { 4 };
+            assert_eq!(defined, expected, "{a}: {defined} functions");
+            assert_eq!(call.sha.len(), 40);
+            assert_ne!(call.sha, SCRIPT.get_hash());
         }
         // The general script holds GCRA's body once, as a function.
-        assert_eq!(script_source().matches(GCRA).count(), 1);
-        assert!(script_source().contains("local function gcra(key, now, inc, tau, op)\n"));
+        assert_eq!(SOURCE.matches(GCRA).count(), 1);
+    }
+
+    /// The single-entry arguments of a check on the server's clock: GCRA's are inc and tau;
+    /// the others' cost and their three parameters; never op or clock.
+    #[test]
+    fn single_entry_arguments() {
+        // inc = cost × ceil(1 s / 3) µs, tau = 3 intervals.
+        assert_eq!(
+            ScriptCall::check(&limit(Algorithm::Gcra, 3), 2).args,
+            ["666668", "1000002"]
+        );
+        assert_eq!(
+            ScriptCall::check(&limit(Algorithm::FixedWindow, 3), 1).args,
+            ["1", "3", "1000000", "0"]
+        );
+        let sw = Limit::new(
+            "s",
+            Algorithm::SlidingWindow { buckets: 7 },
+            Quota::per_second(3).expect("valid"),
+        )
+        .expect("valid");
+        assert_eq!(ScriptCall::check(&sw, 1).args, ["1", "3", "142858", "7"]);
     }
 
     /// A reply of the wrong shape is a protocol error, never a panic or a wrong decision.
     #[test]
     fn malformed_replies_are_protocol_errors() {
-        let limit =
-            Limit::new("g", Algorithm::Gcra, Quota::per_second(5).expect("valid")).expect("valid");
+        let limit = limit(Algorithm::FixedWindow, 5);
         let entry = Entry::new(
             &limit,
             Key::new(&Namespace::default(), &limit, &[("u", "1")]),
         );
-        let entries = [entry];
-        let cases = [
-            Value::Int(1),
-            Value::Array(vec![Value::Int(1), Value::Int(1)]),
+        let one = [&entry];
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
+        for reply in [
+            Value::Int(2),
+            Value::Nil,
+            ints(&[]),
+            ints(&[1, 1]),
+            ints(&[1, 2, 0, 0, -1]),
+            ints(&[1, 0, 0, 0, 0]),
+            ints(&[1, -1, 0, 0, -5]),
+            ints(&[-1, 1, 0, 0, 0]),
             Value::Array(vec![
                 Value::Int(1),
-                Value::Int(2),
+                Value::Nil,
                 Value::Int(0),
                 Value::Int(0),
-                Value::Int(-1),
+                Value::Int(0),
             ]),
-            Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Int(0),
-                Value::Int(0),
-                Value::Int(-5),
-            ]),
-        ];
-        for reply in cases {
-            let err = decode_general(reply.clone(), entries.iter()).expect_err("malformed");
+        ] {
+            let err = decode(reply.clone(), &one, 1).expect_err("malformed");
             assert!(matches!(err, StoreError::Protocol(_)), "{reply:?}: {err}");
         }
-        let ok = Value::Array(vec![
-            Value::Int(7),
-            Value::Int(0),
-            Value::Int(3),
-            Value::Int(10),
-            Value::Int(25),
-        ]);
-        let (now, d) = decode_general(ok, entries.iter()).expect("well formed");
-        assert_eq!(now, 7);
+        let (now, d) = decode(ints(&[7, -1, 3, 10, 25]), &one, 1).expect("well formed");
+        assert_eq!(now, Some(7));
         assert!(!d[0].allowed);
         assert_eq!(d[0].limit, 5);
+        assert_eq!(d[0].remaining, 3);
         assert_eq!(d[0].retry_after, Some(Duration::from_micros(25)));
+        // Two entries, one of each reply: each read by its own row.
+        let gcra = self::limit(Algorithm::Gcra, 5);
+        let second = Entry::new(&gcra, Key::new(&Namespace::default(), &gcra, &[("u", "1")]));
+        let (_, d) = decode(
+            ints(&[7, 1, 4, 10, -1, 400_000, 0, 0, 0]),
+            &[&entry, &second],
+            1,
+        )
+        .expect("well formed");
+        assert!(d[0].allowed && d[0].remaining == 4, "{d:?}");
+        assert!(d[1].allowed && d[1].remaining == 3, "{d:?}");
+        assert_eq!(d[1].reset_after, Duration::from_millis(400));
     }
 
     /// GCRA's one integer becomes the decision the Rust rule gives for that state; a reply the

@@ -12,6 +12,10 @@
 //!   A call cut off by it has either run entirely on Redis or not at all, per group: a script
 //!   is atomic. A cross-slot check cut off after some groups were charged keeps those units
 //!   taken until they replenish (errs towards refusing).
+//! - **A refusal due within a millisecond is decided again a millisecond later**, once, on
+//!   the server's clock: GCRA there knows the instant only to the millisecond and errs
+//!   towards refusing, and this gives back what that costs a burst taken within one
+//!   millisecond (see `due_within_a_millisecond`).
 
 use std::fmt;
 use std::future::Future;
@@ -154,6 +158,9 @@ impl RedisStore {
     /// give-back of this group must use: the instant its script decided at (GCRA's
     /// single-entry script on the server's clock reads no instant, and its give-back needs
     /// none).
+    ///
+    /// On the server's clock, a refusal due within a millisecond is decided again a
+    /// millisecond later, once (see [`due_within_a_millisecond`]).
     async fn run_group(
         &self,
         op: Op,
@@ -162,7 +169,22 @@ impl RedisStore {
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let inv = invocation(op, entries, cost, at);
-        let reply = self.eval(&inv).await?;
+        let mut decided = self.run_once(&inv, entries, cost, at).await?;
+        if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            decided = self.run_once(&inv, entries, cost, at).await?;
+        }
+        Ok(decided)
+    }
+
+    async fn run_once(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        entries: &[&Entry<'_>],
+        cost: u64,
+        at: TimeSource,
+    ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
+        let reply = self.eval(inv).await?;
         let (now, decisions) = decode(reply, entries, cost)?;
         let undo_at = match (at, now) {
             (TimeSource::Caller(t), _) => TimeSource::Caller(t),
@@ -300,6 +322,22 @@ impl RedisStore {
         };
         result.map_err(classify)
     }
+}
+
+/// Whether `decisions` refuse, and only for less than a millisecond.
+///
+/// On Redis's clock GCRA knows the instant only to the millisecond, and it errs towards
+/// refusing (`lua/gcra.lua`): a unit that the exact rule may admit within the current
+/// millisecond (the last of a burst taken within one, say) is refused until the next. The
+/// state cannot tell that case from one where admitting would be too early, so rather than
+/// refuse it or guess, the store asks again once the millisecond is over: one more round trip
+/// and a millisecond, only for a call that would otherwise be refused with a wait under a
+/// millisecond. Any algorithm's refusal of that kind gets the same second look.
+fn due_within_a_millisecond(decisions: &[Decision]) -> bool {
+    decisions.iter().any(|d| !d.allowed)
+        && decisions
+            .iter()
+            .all(|d| d.allowed || d.retry_after.is_some_and(|r| r < Duration::from_millis(1)))
 }
 
 /// Indices of a request's entries that share a slot.

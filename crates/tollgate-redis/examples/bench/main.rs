@@ -21,10 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store};
-use tollgate_redis::{
-    RedisStore, script_sha, script_source, single_entry_args, single_entry_script_sha,
-    single_entry_script_source,
-};
+use tollgate_redis::{RedisStore, ScriptCall};
 use tollgate_testkit::RedisServer;
 
 const KEYS: u64 = 10_000;
@@ -101,21 +98,15 @@ fn main() -> BenchResult<()> {
             algorithm.name(),
             algorithm.key_tag()
         );
-        // What a one-limit request runs; the general script is checked to load as well.
-        let general = load(&server, script_source())?;
+        // What a one-limit request runs.
+        let call = ScriptCall::check(&limit, 1);
+        let sha = load(&server, call.source)?;
         assert_eq!(
-            general,
-            script_sha(),
+            sha, call.sha,
             "SCRIPT LOAD gave another SHA than the client computes"
         );
-        let sha = load(&server, single_entry_script_source(*algorithm))?;
-        assert_eq!(
-            sha,
-            single_entry_script_sha(*algorithm),
-            "SCRIPT LOAD gave another SHA"
-        );
         let mut args: Vec<String> = vec!["EVALSHA".into(), sha, "1".into(), key];
-        args.extend(single_entry_args(&limit, 1));
+        args.extend(call.args);
         // GCRA's script answers one integer, the others an array of five.
         let items = if *algorithm == Algorithm::Gcra { 1 } else { 5 };
         check_by_hand(&server, &args, items)?;
@@ -384,7 +375,7 @@ fn load(server: &RedisServer, source: &str) -> BenchResult<String> {
 }
 
 /// Runs the benchmark's command once with `redis-cli` (random key fixed) and checks the reply
-/// is an array of `items`, not an error such as NOSCRIPT.
+/// has `items` lines (an array of that many, or one integer), not an error such as NOSCRIPT.
 fn check_by_hand(server: &RedisServer, args: &[String], items: usize) -> BenchResult<()> {
     let fixed: Vec<String> = args
         .iter()
@@ -406,7 +397,7 @@ fn check_by_hand(server: &RedisServer, args: &[String], items: usize) -> BenchRe
     }
     eprintln!(
         "checked by hand: {:?} -> {:?}",
-        fixed.get(8..),
+        fixed.get(4..),
         reply.lines().collect::<Vec<_>>()
     );
     Ok(())

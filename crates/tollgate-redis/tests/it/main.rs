@@ -10,6 +10,7 @@ mod conformance_redis;
 mod differential;
 mod dropped_connection;
 mod faults;
+mod gcra_rounding;
 mod gcra_server_clock;
 mod resets;
 mod server_errors;
