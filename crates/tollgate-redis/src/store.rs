@@ -301,24 +301,42 @@ impl RedisStore {
         groups.into_iter().map(|(_, g)| g).collect()
     }
 
-    /// Deletes `keys` and, in the same round trip, publishes each on its prefix's reset
-    /// channel, so that other instances' deny caches forget it (`resets.rs`).
+    /// Deletes `keys` and publishes each on its prefix's reset channel, so that other
+    /// instances' deny caches forget it (`resets.rs`): in one round trip on a single Redis; on
+    /// a cluster the channel is not in the keys' slot, so the publishes follow the delete.
     async fn delete(&self, keys: &[&Key]) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("DEL");
+        let mut del = redis::cmd("DEL");
         for k in keys {
-            pipe.arg(k.as_str());
+            del.arg(k.as_str());
         }
-        pipe.ignore();
+        let mut publish = redis::pipe();
         for k in keys {
-            pipe.cmd("PUBLISH")
+            publish
+                .cmd("PUBLISH")
                 .arg(reset_channel(k.prefix()))
                 .arg(k.as_str())
                 .ignore();
         }
-        let result: Result<(), _> = match &self.inner.connection {
-            Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+        let result: Result<(), redis::RedisError> = match &self.inner.connection {
+            Connection::Single(c) => {
+                let mut both = redis::pipe();
+                both.add_command(del).ignore();
+                for k in keys {
+                    both.cmd("PUBLISH")
+                        .arg(reset_channel(k.prefix()))
+                        .arg(k.as_str())
+                        .ignore();
+                }
+                both.query_async(&mut c.clone()).await
+            }
+            Connection::Cluster(c) => {
+                let mut c = c.clone();
+                let deleted: Result<i64, _> = del.query_async(&mut c).await;
+                match deleted {
+                    Ok(_) => publish.query_async(&mut c).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         result.map_err(classify)
     }

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use redis::Value;
-use tollgate::{Op, Algorithm, Entry, Key, Limit, Quota, Request, Store, Timestamp};
+use tollgate::{Algorithm, Entry, Key, Limit, Op, Quota, Request, Store, Timestamp};
 use tollgate_redis::ScriptCall;
 
 use crate::common::{redis_store, server, unique_namespace};
@@ -33,7 +33,10 @@ async fn callers_clock_admits_exactly_at_the_step() {
     let request = |cost| Request::new([Entry::new(&limit, key.clone())], cost).expect("valid");
     let t1 = 1_893_456_000_000_999_u64;
     let at = |us| Some(Timestamp::from_micros(us));
-    let d = store.decide(&request(100), Op::Check, at(t1)).await.expect("check")[0];
+    let d = store
+        .decide(&request(100), Op::Check, at(t1))
+        .await
+        .expect("check")[0];
     assert!(d.allowed && d.remaining == 0, "{d:?}");
     let d = store
         .decide(&request(1), Op::Check, at(t1 + T_US - 1))
@@ -162,7 +165,10 @@ async fn a_burst_within_one_millisecond_passes_whole() {
             let (store, limit, key) = (store.clone(), limit.clone(), key.clone());
             tokio::spawn(async move {
                 let request = Request::new([Entry::new(&limit, key)], 1).expect("valid");
-                store.decide(&request, Op::Check, None).await.expect("check")[0]
+                store
+                    .decide(&request, Op::Check, None)
+                    .await
+                    .expect("check")[0]
             })
         });
         let mut admitted = 0;
@@ -171,7 +177,10 @@ async fn a_burst_within_one_millisecond_passes_whole() {
         }
         assert_eq!(admitted, 10, "round {round}");
         let request = Request::new([Entry::new(&limit, key)], 1).expect("valid");
-        let d = store.decide(&request, Op::Check, None).await.expect("check")[0];
+        let d = store
+            .decide(&request, Op::Check, None)
+            .await
+            .expect("check")[0];
         assert!(!d.allowed, "round {round}: an eleventh passed: {d:?}");
     }
 }
