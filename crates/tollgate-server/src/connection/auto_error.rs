@@ -11,7 +11,9 @@ use crate::response::ApiError;
 
 /// The JSON answer replacing `written`, when `written` is one of hyper's empty error answers.
 pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {
-    let head = std::str::from_utf8(written).ok()?.strip_suffix("\r\n\r\n")?;
+    let head = std::str::from_utf8(written)
+        .ok()?
+        .strip_suffix("\r\n\r\n")?;
     let mut lines = head.split("\r\n");
     let status = lines.next()?.strip_prefix("HTTP/1.1 ")?.get(..3)?;
     let error = match status {

@@ -197,7 +197,10 @@ impl GuardedIo {
 }
 
 fn closing() -> io::Error {
-    io::Error::new(io::ErrorKind::ConnectionAborted, "the server is shutting down")
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the server is shutting down",
+    )
 }
 
 impl AsyncRead for GuardedIo {
