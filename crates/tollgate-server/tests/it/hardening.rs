@@ -103,68 +103,45 @@ async fn quick_check(addr: SocketAddr) -> String {
         .to_owned()
 }
 
-/// Half a head is answered 408 (JSON) and closed after `header_timeout`, while a check on
-/// another connection is answered at once.
+/// A partial request is answered 408 (JSON) and closed after its timeout: half a head after
+/// `header_timeout`, a body announced as 1 GB of which a few bytes come after `body_timeout`;
+/// meanwhile a check on another connection is answered at once.
 #[tokio::test]
-async fn half_a_head_is_closed_after_header_timeout() {
-    let (_dir, path) = config_file(&config("header_timeout = \"300ms\"\nidle_timeout = \"1m\""));
+async fn a_partial_request_is_answered_408_after_its_timeout() {
+    let (_dir, path) = config_file(&config(
+        "header_timeout = \"300ms\"\nbody_timeout = \"300ms\"\nidle_timeout = \"1m\"",
+    ));
     let process = Process::serve(&path);
-    let started = Instant::now();
-    let mut slow = TcpStream::connect(process.addr).await.expect("connect");
-    slow.write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\nx-slow: ")
-        .await
-        .expect("write");
-    let status = quick_check(process.addr).await;
-    assert_eq!(status, "HTTP/1.1 200 OK", "{}", process.log());
-    assert!(
-        started.elapsed() < Duration::from_millis(300),
-        "the check waited on the slow client"
-    );
-
-    let (answer, closed) = read_to_close(&mut slow, Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| panic!("still open after 5 s; log:\n{}", process.log()));
-    let after = closed - started;
-    assert!(
-        after >= Duration::from_millis(250),
-        "closed after {after:?}"
-    );
-    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
-    assert_eq!(
-        json_body(&answer)["error"],
-        "request headers not received in time",
-        "{answer}"
-    );
-}
-
-/// A body announced as 1 GB of which a few bytes come is answered 408 with the JSON error
-/// after `body_timeout`, and the connection closed.
-#[tokio::test]
-async fn a_body_that_never_comes_is_answered_408() {
-    let (_dir, path) = config_file(&config("body_timeout = \"300ms\""));
-    let process = Process::serve(&path);
-    let mut stream = TcpStream::connect(process.addr).await.expect("connect");
-    let started = Instant::now();
-    stream
-        .write_all(
-            b"POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 1000000000\r\n\r\n{\"limit\"",
-        )
-        .await
-        .expect("write");
-    let (answer, closed) = read_to_close(&mut stream, Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| panic!("still open after 5 s; log:\n{}", process.log()));
-    assert!(
-        closed - started >= Duration::from_millis(250),
-        "{:?}",
-        closed - started
-    );
-    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
-    assert_eq!(
-        json_body(&answer)["error"],
-        "request body not received within 300ms",
-        "{answer}"
-    );
+    for (partial, error) in [
+        (
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\nx-slow: ",
+            "request headers not received in time",
+        ),
+        (
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 1000000000\r\n\r\n{\"limit\"",
+            "request body not received within 300ms",
+        ),
+    ] {
+        let started = Instant::now();
+        let mut slow = TcpStream::connect(process.addr).await.expect("connect");
+        slow.write_all(partial.as_bytes()).await.expect("write");
+        let status = quick_check(process.addr).await;
+        assert_eq!(status, "HTTP/1.1 200 OK", "{}", process.log());
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "the check waited on the slow client"
+        );
+        let (answer, closed) = read_to_close(&mut slow, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("still open after 5 s; log:\n{}", process.log()));
+        let after = closed - started;
+        assert!(
+            after >= Duration::from_millis(250),
+            "closed after {after:?}"
+        );
+        assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+        assert_eq!(json_body(&answer)["error"], error, "{answer}");
+    }
 }
 
 /// A keep-alive connection without a next request is closed after `idle_timeout` (not after
