@@ -33,7 +33,7 @@ pub(crate) enum Lifecycle {
     /// Serving.
     Serving,
     /// Shutting down: HTTP/1 connections end once they have no request (a head being read,
-    /// or in the service, is answered first).
+    /// or in the service, is answered first; one with nothing sent yet ends at once).
     Draining,
     /// The drain deadline passed: every connection ends now.
     Closing,
@@ -226,9 +226,11 @@ impl AsyncRead for GuardedIo {
         };
         if lifecycle == Lifecycle::Draining
             && this.phase.mode == Mode::Http1
-            && matches!(state, State::Idle(_))
+            && matches!(state, State::Idle(_) | State::Fresh(_))
         {
-            return Poll::Ready(Ok(())); // end of stream: hyper closes an idle connection
+            // Nothing of a next request has arrived (what the client sent before the signal
+            // is in the socket and was read just above): end of stream, hyper closes.
+            return Poll::Ready(Ok(()));
         }
         let Some((deadline, cuts_head)) = this.deadline(state) else {
             return Poll::Pending;
