@@ -224,8 +224,8 @@ async fn connections_beyond_the_cap_wait_in_the_kernel() {
     assert_eq!(early, None, "served beyond the cap");
     let fds = open_fds(process.pid());
     assert!(
-        fds <= baseline + 3,
-        "fds {fds}, {baseline} before the connections"
+        fds <= baseline + 5,
+        "fds {fds}, {baseline} before the 54 connections (3 served, room for the config file)"
     );
 
     drop(held.pop());
