@@ -451,3 +451,39 @@ async fn grpc_connections_are_capped_and_timed() {
     .await;
     assert_eq!(later.map(|r| code(&r)).ok(), Some(Code::Ok));
 }
+
+/// A gRPC call whose request never ends (headers sent, no message) does not stall shutdown:
+/// the server stops within `shutdown_timeout` plus a margin and the connection is closed.
+#[tokio::test]
+async fn grpc_drain_is_bounded_by_shutdown_timeout() {
+    let text = format!(
+        "[server]\nshutdown_timeout = \"500ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"\n{}{}",
+        one_limit("per_user", "fixed_window", 1000, "1h", r#""user""#, "deny"),
+        user_rule("per_user")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let grpc = listener.local_addr().expect("addr");
+    let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+
+    let tcp = TcpStream::connect(grpc).await.expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let connection = tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = hyper::Request::post(format!(
+        "http://{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .expect("request");
+    let (_response, _stream) = client.send_request(request, false).expect("sent");
+
+    let started = Instant::now();
+    server.stop().await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "stopped after {took:?}");
+    assert!(took >= Duration::from_millis(400), "stopped after {took:?}: no drain");
+    let closed = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(closed.is_ok(), "the slow gRPC connection is still open");
+}
