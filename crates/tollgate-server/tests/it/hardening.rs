@@ -470,20 +470,36 @@ async fn grpc_drain_is_bounded_by_shutdown_timeout() {
     let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
     let connection = tokio::spawn(connection);
     let mut client = client.ready().await.expect("ready");
-    let request = hyper::Request::post(format!(
-        "http://{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .expect("request");
-    let (_response, _stream) = client.send_request(request, false).expect("sent");
+    let request = || {
+        hyper::Request::post(format!(
+            "http://{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request")
+    };
+    let (_never_ends, _stream) = client.send_request(request(), false).expect("sent");
+    // A whole call after it on the same connection: once it is answered, the server has read
+    // the first one's headers (frames arrive in order) and its call is in flight.
+    let mut client = client.ready().await.expect("ready");
+    let (answer, mut body) = client.send_request(request(), false).expect("sent");
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .expect("empty message");
+    let answer = tokio::time::timeout(Duration::from_secs(5), answer).await;
+    assert!(
+        matches!(answer, Ok(Ok(_))),
+        "the second call is answered: {answer:?}"
+    );
 
     let started = Instant::now();
     server.stop().await;
     let took = started.elapsed();
     assert!(took < Duration::from_secs(3), "stopped after {took:?}");
-    assert!(took >= Duration::from_millis(400), "stopped after {took:?}: no drain");
+    assert!(
+        took >= Duration::from_millis(400),
+        "stopped after {took:?}: no drain"
+    );
     let closed = tokio::time::timeout(Duration::from_secs(5), connection).await;
     assert!(closed.is_ok(), "the slow gRPC connection is still open");
 }
