@@ -402,19 +402,26 @@ async fn a_reset_is_logged_without_secrets() {
     );
 }
 
-/// The gRPC listener: a connection that sends nothing is closed after `header_timeout`, and
-/// with `max_connections = 1` a second client is served only once the first has gone.
-#[tokio::test]
-async fn grpc_connections_are_capped_and_timed() {
+/// An in-process server with `server_lines` under `[server]`, a limit `per_user` and its Envoy
+/// rule, serving gRPC on its own `127.0.0.1:0` listener (the address returned).
+async fn grpc_server(server_lines: &str) -> (TestServer, SocketAddr) {
     let text = format!(
-        "[server]\nmax_connections = 1\nheader_timeout = \"300ms\"\n{}{}",
+        "[server]\n{server_lines}\n{}{}",
         one_limit("per_user", "fixed_window", 1000, "1h", r#""user""#, "deny"),
         user_rule("per_user")
     );
     let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let grpc = listener.local_addr().expect("addr");
-    let _server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+    let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+    (server, grpc)
+}
+
+/// The gRPC listener: a connection that sends nothing is closed after `header_timeout`, and
+/// with `max_connections = 1` a second client is served only once the first has gone.
+#[tokio::test]
+async fn grpc_connections_are_capped_and_timed() {
+    let (_server, grpc) = grpc_server("max_connections = 1\nheader_timeout = \"300ms\"").await;
 
     let mut silent = TcpStream::connect(grpc).await.expect("connect");
     let opened = Instant::now();
@@ -456,15 +463,9 @@ async fn grpc_connections_are_capped_and_timed() {
 /// the server stops within `shutdown_timeout` plus a margin and the connection is closed.
 #[tokio::test]
 async fn grpc_drain_is_bounded_by_shutdown_timeout() {
-    let text = format!(
-        "[server]\nshutdown_timeout = \"500ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"\n{}{}",
-        one_limit("per_user", "fixed_window", 1000, "1h", r#""user""#, "deny"),
-        user_rule("per_user")
-    );
-    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let grpc = listener.local_addr().expect("addr");
-    let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+    let (server, grpc) =
+        grpc_server("shutdown_timeout = \"500ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"")
+            .await;
 
     let tcp = TcpStream::connect(grpc).await.expect("connect");
     let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
