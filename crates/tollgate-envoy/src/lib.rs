@@ -69,7 +69,7 @@ mod unit;
 pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use envoy_types;
 pub use rules_error::RulesError;
-pub use serve::serve;
+pub use serve::{GrpcOptions, serve, serve_with};
 pub use service::RateLimitService;
 pub use snapshot::Snapshot;
 pub use tonic;

@@ -4,18 +4,52 @@
 //! `127.0.0.1:0` and read the port) and says when to stop. `grpc.health.v1.Health` reports
 //! `SERVING` for the whole server (`""`) and for `envoy.service.ratelimit.v3.RateLimitService`
 //! while the server runs, so that Envoy's gRPC health checks and load balancers can probe it.
+//!
+//! [`serve_with`] takes the connections from the caller (so `tollgate serve` can cap and guard
+//! them) and the HTTP/2 limits ([`GrpcOptions`]): keep-alive pings that find dead peers,
+//! a bound on concurrent streams per connection, and a deadline per call.
 
 use std::future::Future;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::Store;
+use tonic::transport::server::Connected;
 
 use crate::RateLimitService;
 
+/// The HTTP/2 limits of the gRPC server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcOptions {
+    /// A connection that has sent nothing for this long is pinged.
+    pub keepalive_interval: Duration,
+    /// A ping not answered within this closes the connection.
+    pub keepalive_timeout: Duration,
+    /// Most calls in flight on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub max_concurrent_streams: u32,
+    /// A call (its message received and decided) taking longer is answered
+    /// `DEADLINE_EXCEEDED`.
+    pub call_timeout: Duration,
+}
+
+impl Default for GrpcOptions {
+    /// Pings after 30 s of silence, answered within 10 s; 1024 streams; 30 s per call.
+    fn default() -> GrpcOptions {
+        GrpcOptions {
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 1024,
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
 /// Serves `service` and the gRPC health service on `listener` until `shutdown` completes,
-/// then lets calls in flight finish.
+/// then lets calls in flight finish; with the default [`GrpcOptions`].
 ///
 /// # Errors
 /// The transport's error if the server fails.
@@ -24,16 +58,46 @@ pub async fn serve<St: Store>(
     service: RateLimitService<St>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "envoy rate limit service listening");
+    }
+    serve_with(
+        TcpListenerStream::new(listener),
+        service,
+        GrpcOptions::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// Serves `service` and the gRPC health service on the connections of `incoming` until
+/// `shutdown` completes (then stops taking connections and lets calls in flight finish).
+///
+/// # Errors
+/// The transport's error if the server fails.
+pub async fn serve_with<St, I, IO, IE>(
+    incoming: I,
+    service: RateLimitService<St>,
+    options: GrpcOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error>
+where
+    St: Store,
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_serving::<RateLimitServiceServer<RateLimitService<St>>>()
         .await;
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "envoy rate limit service listening");
-    }
     tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .timeout(options.call_timeout)
         .add_service(health)
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

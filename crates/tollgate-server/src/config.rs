@@ -45,6 +45,24 @@ pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// The longest store timeout accepted.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default `server.header_timeout`: a request's head (request line and headers) must
+/// arrive within it, counted from its first byte (from the accept for a new connection).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `server.body_timeout`: a request's body must arrive within it, counted from the
+/// end of its head.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `server.idle_timeout`: a keep-alive connection with no request for this long
+/// is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default `server.shutdown_timeout`: on SIGTERM, requests in flight get this long to be
+/// answered before every connection is closed (below Kubernetes' 30 s grace period).
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// The default `server.max_connections`, per listener (HTTP, gRPC): well below common file
+/// descriptor limits, so that the store, the config file and the other listener keep theirs.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The range of every `[server]` timeout.
+pub const SERVER_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_secs(3600));
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -61,7 +79,7 @@ pub struct Config {
     pub envoy: EnvoyRules,
 }
 
-/// `[server]`: where to listen and who may reset.
+/// `[server]`: where to listen, who may reset, and how long a client may hold a connection.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// HTTP API, metrics and health checks.
@@ -70,6 +88,16 @@ pub struct ServerConfig {
     pub grpc: Option<SocketAddr>,
     /// Bearer token for `POST /v1/reset`; without one, reset is refused.
     pub admin_token: Option<Secret>,
+    /// A request's head must arrive within this, from its first byte (or the accept).
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this, from the end of its head.
+    pub body_timeout: Duration,
+    /// A keep-alive connection without a request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most open connections per listener; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// On shutdown, how long requests in flight get before every connection is closed.
+    pub shutdown_timeout: Duration,
 }
 
 /// `[store]`: where counters live.

@@ -2,13 +2,16 @@
 //!
 //! Bodies are capped at [`MAX_BODY`] bytes and parsed by [`crate::api::parse`]; every check
 //! runs on the limit set current when the request arrived (a reload never changes a request
-//! halfway).
+//! halfway). A body that does not arrive within `server.body_timeout` is answered `408`.
+//! Resets are logged at `info` with the limits, a digest of the key and the client's address
+//! (from `ConnectInfo`, set by the connection layer), never the key in clear or the token.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,6 +26,7 @@ use tollgate::{
 
 use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
 use crate::config::Secret;
+use crate::connection::BodyTimedOut;
 use crate::limits::Limits;
 use crate::metrics;
 use crate::response::{ApiError, Reply};
@@ -89,12 +93,31 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The body's bytes, or the API's error for an unreadable or oversized body.
+/// The body's bytes, or the API's error for an unreadable, oversized or late body.
 fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(MAX_BODY),
-        _ => ApiError::BadRequest(rejection.body_text()),
+    body.map_err(|rejection| {
+        if let Some(BodyTimedOut(after)) = cause::<BodyTimedOut>(&rejection) {
+            return ApiError::BodyTimeout(*after);
+        }
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(MAX_BODY),
+            _ => ApiError::BadRequest(rejection.body_text()),
+        }
     })
+}
+
+/// The first `E` in `error`'s chain of causes.
+fn cause<'a, E: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a E> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<E>() {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
 }
 
 async fn check(
@@ -129,6 +152,7 @@ async fn decide(
 
 async fn reset(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Reply, ApiError> {
@@ -153,7 +177,26 @@ async fn reset(
         .reset(&request)
         .await
         .map_err(ApiError::StoreUnavailable)?;
+    tracing::info!(limits = ?names, key = %key_digest(&key), %client, "reset");
     Ok(Reply::json(serde_json::json!({ "reset": names })))
+}
+
+/// Who reset what, without the key in clear: the first 12 hex digits of the SHA-256 of the
+/// key parts (`name=value`, one a line, in name order), enough to match two log lines.
+fn key_digest(parts: &[(String, String)]) -> String {
+    let mut hasher = Sha256::new();
+    for (name, value) in parts {
+        hasher.update(name.as_bytes());
+        hasher.update(b"=");
+        hasher.update(value.as_bytes());
+        hasher.update(b"\n");
+    }
+    hasher
+        .finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive

@@ -10,6 +10,7 @@ pub mod api;
 pub use tollgate_load as bench;
 pub mod cli;
 pub mod config;
+mod connection;
 pub mod duration;
 pub mod http;
 pub mod limits;

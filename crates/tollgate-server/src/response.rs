@@ -8,6 +8,10 @@
 //!   as the tower layer's and the Envoy service's);
 //! - [`ApiError`]: 4xx for the client's mistakes (never logged: they are not ours to fix),
 //!   5xx for ours (logged with their cause; the client sees only a generic message).
+//!
+//! Errors found below the router (a malformed or oversized head, a head that never ends) are
+//! [`ApiError`]s too, written by [`ApiError::raw_http1`] as whole HTTP/1.1 messages, so every
+//! error a client can see has the same `{"error": ...}` body.
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -63,6 +67,21 @@ pub enum ApiError {
     /// (`connection`, `timeout`, `oom`, …), not its details, which are logged.
     #[error("store unavailable ({})", .0.kind().as_str())]
     StoreUnavailable(#[source] tollgate::StoreError),
+    /// The request's body did not arrive within `server.body_timeout`.
+    #[error("request body not received within {}", crate::duration::format(*.0))]
+    BodyTimeout(std::time::Duration),
+    /// The request's head did not arrive within `server.header_timeout`.
+    #[error("request headers not received in time")]
+    HeaderTimeout,
+    /// The request line or a header is malformed (answered below the router).
+    #[error("malformed request")]
+    Malformed,
+    /// The request target is too long (answered below the router).
+    #[error("request URI too long")]
+    UriTooLong,
+    /// The head is larger than the server reads (answered below the router).
+    #[error("request header fields too large")]
+    HeadersTooLarge,
     /// A bug or an unexpected failure.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -79,8 +98,45 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout(_) | ApiError::HeaderTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Malformed => StatusCode::BAD_REQUEST,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+
+    /// Whether the connection is closed after this answer: the request was not read whole,
+    /// so what follows on the connection cannot be trusted to start a new one.
+    fn closes(&self) -> bool {
+        matches!(
+            self,
+            ApiError::BodyTimeout(_)
+                | ApiError::HeaderTimeout
+                | ApiError::Malformed
+                | ApiError::UriTooLong
+                | ApiError::HeadersTooLarge
+        )
+    }
+
+    fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "error": self.to_string() })
+    }
+
+    /// This error as a whole HTTP/1.1 response (JSON body, `connection: close`), for the
+    /// connection layer, which answers below the router.
+    pub fn raw_http1(&self) -> Vec<u8> {
+        let status = self.status();
+        let body = self.body().to_string();
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or_default(),
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        out
     }
 }
 
@@ -94,11 +150,12 @@ impl IntoResponse for ApiError {
             ApiError::Internal(cause) => tracing::error!(cause = %cause, "request failed"),
             _ => {}
         }
-        let mut response = (
-            status,
-            Json(serde_json::json!({ "error": self.to_string() })),
-        )
-            .into_response();
+        let mut response = (status, Json(self.body())).into_response();
+        if self.closes() {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if matches!(self, ApiError::Unauthorized) {
             response
                 .headers_mut()

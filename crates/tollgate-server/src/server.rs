@@ -7,7 +7,10 @@
 //! `127.0.0.1:0`; [`Server::grpc_listener`] for the gRPC side, else `run` binds
 //! `server.grpc` itself) and decides what "shutdown" means (`main`: SIGINT or SIGTERM).
 //! Shutdown is graceful and reaches both servers at once: the listeners stop accepting,
-//! calls in flight finish. If either server fails, the other is shut down too.
+//! requests and calls in flight are answered, within `server.shutdown_timeout` whatever the
+//! clients do (then every connection is closed). If either server fails, the other is shut
+//! down too. What each connection may hold (timeouts, the connection cap) is
+//! [`crate::connection`]'s.
 
 use std::fmt;
 use std::future::Future;
@@ -24,6 +27,7 @@ use tollgate_envoy::RateLimitService;
 use tollgate_envoy::tonic::transport::Error as GrpcError;
 
 use crate::config::{Config, Overrides};
+use crate::connection::{self, CappedListener, Lifecycle, Settings};
 use crate::http::{self, AppState};
 use crate::limits::{Limits, LimitsError};
 use crate::reload::{self, Reloader};
@@ -157,8 +161,12 @@ impl Server {
         };
         tracing::info!(%addr, grpc = %grpc_addr, store = state.store.kind(), limits = config.limits.len(), "listening");
 
-        let grpc_task = grpc.map(|listener| spawn_grpc(listener, &state, &stop));
-        let served = serve_http(listener, state, shutdown, &stop).await;
+        let settings = Settings::new(&config.server);
+        let grpc_task = grpc.map(|listener| {
+            let call_timeout = settings.body_timeout + config.store.timeout;
+            spawn_grpc(listener, &state, settings, call_timeout, &stop)
+        });
+        let served = serve_http(listener, state, settings, shutdown, &stop).await;
         let grpc_served = wind_down(&stop, grpc_task, reloader).await;
         served?;
         grpc_served?;
@@ -246,41 +254,75 @@ fn spawn_reload(
     Some(reload::spawn(reloader, interval, stop.receiver()))
 }
 
-/// Serves the Envoy rate limit service over the current limits until `stop`; stops
-/// everything when it ends.
+/// Serves the Envoy rate limit service over the current limits until `stop`, then drains
+/// within `shutdown_timeout` (after which the remaining connections are closed); stops
+/// everything when it ends. HTTP/2 pings start after half of `idle_timeout` of silence and
+/// must be answered within `header_timeout`; a connection silent for `idle_timeout` is
+/// closed by its [`connection::GuardedIo`].
 fn spawn_grpc(
     listener: TcpListener,
     state: &Arc<AppState>,
+    settings: Settings,
+    call_timeout: Duration,
     stop: &Stop,
 ) -> JoinHandle<Result<(), GrpcError>> {
     let current = Arc::clone(state);
     let service = RateLimitService::from_fn(move || Arc::clone(current.limits.load().envoy()));
+    let options = tollgate_envoy::GrpcOptions {
+        keepalive_interval: settings.idle_timeout / 2,
+        keepalive_timeout: settings.header_timeout,
+        max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+        call_timeout,
+    };
+    let (lifecycle, watcher) = watch::channel(Lifecycle::Serving);
+    let incoming = connection::grpc_incoming(
+        CappedListener::new(listener, settings.max_connections),
+        settings,
+        watcher,
+    );
     let stop = stop.clone();
     tokio::spawn(async move {
-        let result = tollgate_envoy::serve(listener, service, stop.stopped()).await;
+        let served = tollgate_envoy::serve_with(incoming, service, options, stop.stopped());
+        let mut served = std::pin::pin!(served);
+        let deadline = async {
+            stop.stopped().await;
+            tokio::time::sleep(settings.shutdown_timeout).await;
+        };
+        let result = tokio::select! {
+            result = &mut served => result,
+            () = deadline => {
+                tracing::warn!("gRPC connections still open at the shutdown deadline; closing them");
+                lifecycle.send_replace(Lifecycle::Closing);
+                served.await
+            }
+        };
         stop.stop_all();
         result
     })
 }
 
+/// Most concurrent gRPC calls on one connection (Envoy opens more connections past it).
+const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
 /// Serves the HTTP API until `shutdown` resolves or the gRPC server stops (then stops
-/// everything).
+/// everything), and drains.
 async fn serve_http(
     listener: TcpListener,
     state: Arc<AppState>,
+    settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop: &Stop,
 ) -> std::io::Result<()> {
     let stop = stop.clone();
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                () = shutdown => tracing::info!("shutting down"),
-                () = stop.stopped() => tracing::error!("the gRPC server stopped; shutting down"),
-            }
-            stop.stop_all();
-        })
-        .await
+    let listener = CappedListener::new(listener, settings.max_connections);
+    connection::http1::serve(listener, http::router(state), settings, async move {
+        tokio::select! {
+            () = shutdown => tracing::info!("shutting down"),
+            () = stop.stopped() => tracing::error!("the gRPC server stopped; shutting down"),
+        }
+        stop.stop_all();
+    })
+    .await
 }
 
 /// One stop signal for everything: the caller's shutdown, or either server ending.

@@ -49,6 +49,14 @@ pub enum FieldError {
     /// `store.timeout` outside 1ms..30s.
     #[error("must be between 1ms and 30s")]
     TimeoutOutOfRange,
+    /// A `[server]` timeout outside its range.
+    #[error("must be between {} and {}", crate::duration::format(*.min), crate::duration::format(*.max))]
+    DurationOutOfRange {
+        /// The shortest accepted.
+        min: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
     /// A count that must not be zero.
     #[error("must be at least 1")]
     Zero,

@@ -64,6 +64,11 @@ pub(super) struct RawServer {
     pub(super) http: Option<String>,
     pub(super) grpc: Option<String>,
     pub(super) admin_token: Option<String>,
+    pub(super) header_timeout: Option<String>,
+    pub(super) body_timeout: Option<String>,
+    pub(super) idle_timeout: Option<String>,
+    pub(super) max_connections: Option<usize>,
+    pub(super) shutdown_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

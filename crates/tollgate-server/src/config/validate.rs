@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tollgate::{
     Algorithm, DEFAULT_DENY_CACHE_ENTRIES, DEFAULT_MAX_KEYS, Limit, Limiter, MemoryStore,
@@ -16,8 +17,10 @@ use tollgate_envoy::EnvoyRules;
 
 use super::raw::{RawConfig, RawLimit};
 use super::{
-    Backend, ConfigError, DEFAULT_HTTP, DEFAULT_TIMEOUT, FieldError, LimitConfig, MAX_TIMEOUT,
-    RedisUrl, Secret, ServerConfig, StoreConfig, address,
+    Backend, ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HTTP,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TIMEOUT,
+    FieldError, LimitConfig, MAX_TIMEOUT, RedisUrl, SERVER_TIMEOUT_RANGE, Secret, ServerConfig,
+    StoreConfig, address,
 };
 use crate::duration;
 
@@ -40,10 +43,40 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
         Some(t) => Some(Secret::new(t.as_str())),
         None => None,
     };
+    let timeout = |field: &'static str, given: &Option<String>, default: Duration| {
+        let Some(text) = given else {
+            return Ok(default);
+        };
+        let t = duration::parse(text).map_err(|e| invalid(field, e.into()))?;
+        let (min, max) = SERVER_TIMEOUT_RANGE;
+        if t < min || t > max {
+            return Err(invalid(field, FieldError::DurationOutOfRange { min, max }));
+        }
+        Ok(t)
+    };
+    let s = &raw.server;
+    let max_connections = match s.max_connections {
+        Some(0) => return Err(invalid("server.max_connections", FieldError::Zero)),
+        Some(n) => n,
+        None => DEFAULT_MAX_CONNECTIONS,
+    };
     Ok(ServerConfig {
         http,
         grpc,
         admin_token,
+        header_timeout: timeout(
+            "server.header_timeout",
+            &s.header_timeout,
+            DEFAULT_HEADER_TIMEOUT,
+        )?,
+        body_timeout: timeout("server.body_timeout", &s.body_timeout, DEFAULT_BODY_TIMEOUT)?,
+        idle_timeout: timeout("server.idle_timeout", &s.idle_timeout, DEFAULT_IDLE_TIMEOUT)?,
+        max_connections,
+        shutdown_timeout: timeout(
+            "server.shutdown_timeout",
+            &s.shutdown_timeout,
+            DEFAULT_SHUTDOWN_TIMEOUT,
+        )?,
     })
 }
 

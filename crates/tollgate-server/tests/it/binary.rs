@@ -97,6 +97,11 @@ impl Process {
         }
     }
 
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn log(&self) -> String {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
@@ -152,7 +157,7 @@ impl Process {
 }
 
 /// `text` written to `tollgate.toml` in a new temporary directory (removed on drop).
-fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("tollgate.toml");
     std::fs::write(&path, text).expect("write");

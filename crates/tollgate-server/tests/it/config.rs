@@ -164,6 +164,26 @@ fn errors_name_the_field() {
             "store.prefix",
             "is invalid",
         ),
+        (
+            "[server]\nheader_timeout = \"0ms\"".into(),
+            "server.header_timeout",
+            "must be between 1ms and 1h",
+        ),
+        (
+            "[server]\nidle_timeout = \"2h\"".into(),
+            "server.idle_timeout",
+            "must be between 1ms and 1h",
+        ),
+        (
+            "[server]\nbody_timeout = \"soon\"".into(),
+            "server.body_timeout",
+            "is not a duration",
+        ),
+        (
+            "[server]\nmax_connections = 0".into(),
+            "server.max_connections",
+            "must be at least 1",
+        ),
         ("[stor]\n".into(), "stor", "unknown field `stor`"),
     ];
     for (text, field, reason) in cases {
@@ -246,7 +266,8 @@ fn syntax_errors_name_the_line() {
     assert!(message.contains("(line 3)"), "{message}");
 }
 
-/// Defaults: memory store, 50 ms timeout, `tollgate` prefix, 127.0.0.1:8080; `key` absent
+/// Defaults: memory store, 50 ms timeout, `tollgate` prefix, 127.0.0.1:8080, the `[server]`
+/// timeouts (a partial request closed within 10 s, drain within 20 s); `key` absent
 /// means one global key.
 #[test]
 fn defaults() {
@@ -255,6 +276,13 @@ fn defaults() {
     assert_eq!(config.store.timeout, std::time::Duration::from_millis(50));
     assert_eq!(config.store.namespace.prefix(), "tollgate");
     assert_eq!(config.server.http.to_string(), "127.0.0.1:8080");
+    let s = &config.server;
+    let secs = std::time::Duration::from_secs;
+    assert_eq!(
+        (s.header_timeout, s.body_timeout, s.idle_timeout),
+        (secs(10), secs(10), secs(60))
+    );
+    assert_eq!((s.max_connections, s.shutdown_timeout), (4096, secs(20)));
     assert_eq!(config.limits[1].limit.key_parts(), Some(&[][..]));
     assert!(!config.limits[1].shadow);
 }

@@ -22,7 +22,7 @@ use tollgate_testkit::python;
 use crate::binary::Process;
 use crate::support::{TestServer, eventually, one_limit};
 
-type Client = RateLimitServiceClient<Channel>;
+pub(crate) type Client = RateLimitServiceClient<Channel>;
 
 /// Connects to the service, retrying for 10 s at most (a server may still be binding).
 async fn connect(addr: SocketAddr) -> Client {
@@ -39,7 +39,11 @@ async fn connect(addr: SocketAddr) -> Client {
 }
 
 /// One call with one descriptor.
-async fn call(client: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+pub(crate) async fn call(
+    client: &mut Client,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
     let request = RateLimitRequest {
         domain: domain.to_owned(),
         descriptors: vec![RateLimitDescriptor {
@@ -69,12 +73,12 @@ fn limit_name(response: &RateLimitResponse) -> &str {
         .map_or("", |l| l.name.as_str())
 }
 
-fn code(response: &RateLimitResponse) -> Code {
+pub(crate) fn code(response: &RateLimitResponse) -> Code {
     Code::try_from(response.overall_code).expect("a known code")
 }
 
 /// A rule of domain `edge` sending `("user", <id>)` to `limit`.
-fn user_rule(limit: &str) -> String {
+pub(crate) fn user_rule(limit: &str) -> String {
     format!(
         "\n[[envoy.rules]]\ndomain = \"edge\"\nlimit = \"{limit}\"\ndescriptor = [{{ key = \"user\", part = \"user\" }}]\n"
     )

@@ -1,12 +1,13 @@
 //! Integration tests for the `tollgate` service: the HTTP API in-process (memory and a spawned
-//! Redis), bad input, config errors, hot reload, the Envoy gRPC service, and the real binary
-//! end to end.
+//! Redis), bad input, config errors, hot reload, the Envoy gRPC service, the real binary
+//! end to end, and what a hostile client can hold (timeouts, connection cap, drain).
 
 mod api;
 mod bad_input;
 mod binary;
 mod config;
 mod grpc;
+mod hardening;
 mod redis;
 mod redis_down;
 mod reload;

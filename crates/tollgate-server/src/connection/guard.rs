@@ -1,0 +1,342 @@
+//! [`GuardedIo`]: one connection's socket, which enforces the connection's deadlines itself.
+//!
+//! Deadlines live in the socket because only reads show what a client is doing, and because
+//! tonic owns its connection tasks: failing a read is the one way to end a connection that
+//! works under both hyper's HTTP/1 loop and tonic's HTTP/2 one. The connection's [`Phase`] is
+//! moved on by the reads here and, for HTTP/1, by the service ([`Phase::begin`] when hyper
+//! hands over a parsed head, the guard's drop when the response is ready).
+//!
+//! A read that would wait checks the phase's deadline; once it has passed, the read fails with
+//! `TimedOut` and the connection ends. A head cut short by `header_timeout` is first answered
+//! `408` (one non-blocking write, only when no response bytes are pending). Writes pass
+//! through, except hyper's own empty error answers, which `auto_error` rewrites.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::time::Sleep;
+
+use super::Settings;
+use super::auto_error;
+use crate::response::ApiError;
+
+/// Where a listener is in its life: connections follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Lifecycle {
+    /// Serving.
+    Serving,
+    /// Shutting down: HTTP/1 connections end once they have no request (a head being read,
+    /// or in the service, is answered first; one with nothing sent yet ends at once).
+    Draining,
+    /// The drain deadline passed: every connection ends now.
+    Closing,
+}
+
+/// Which rule a connection's reads follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// HTTP/1: header, idle and busy phases, as the service reports them.
+    Http1,
+    /// HTTP/2 (gRPC): every byte read restarts `idle_timeout` (the first must come within
+    /// `header_timeout`); requests multiplex, so there is no phase to follow.
+    Quiet,
+}
+
+/// What a connection is doing, and since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Accepted, nothing read yet: the first head must arrive within `header_timeout`.
+    Fresh(Instant),
+    /// Part of a head read (since the first byte of this request, or the accept).
+    Head(Instant),
+    /// This many requests in the service: no deadline here.
+    Busy(usize),
+    /// Waiting for the next request since the last one's response.
+    Idle(Instant),
+}
+
+/// A connection's phase, shared by its socket and its service.
+#[derive(Debug)]
+pub(crate) struct Phase {
+    state: Mutex<State>,
+    mode: Mode,
+}
+
+/// A request in the service; its drop (the response is ready) makes the connection idle.
+#[derive(Debug)]
+pub(crate) struct Busy(Arc<Phase>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.update(|state| match state {
+            State::Busy(n) if n > 1 => State::Busy(n - 1),
+            _ => State::Idle(Instant::now()),
+        });
+    }
+}
+
+impl Phase {
+    fn new(mode: Mode) -> Arc<Phase> {
+        Arc::new(Phase {
+            state: Mutex::new(State::Fresh(Instant::now())),
+            mode,
+        })
+    }
+
+    fn update(&self, f: impl FnOnce(State) -> State) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = f(*state);
+        }
+    }
+
+    fn get(&self) -> Option<State> {
+        self.state.lock().ok().map(|s| *s)
+    }
+
+    /// A request handed to the service: no deadline until the returned guard is dropped.
+    pub(crate) fn begin(self: &Arc<Phase>) -> Busy {
+        self.update(|state| match state {
+            State::Busy(n) => State::Busy(n + 1),
+            _ => State::Busy(1),
+        });
+        Busy(Arc::clone(self))
+    }
+
+    /// Bytes were read.
+    fn read(&self) {
+        let mode = self.mode;
+        self.update(|state| match (mode, state) {
+            (Mode::Quiet, _) => State::Idle(Instant::now()),
+            (Mode::Http1, State::Fresh(since)) => State::Head(since),
+            (Mode::Http1, State::Idle(_)) => State::Head(Instant::now()),
+            (Mode::Http1, other) => other,
+        });
+    }
+}
+
+/// A connection's socket with its permit, phase and deadlines.
+pub(crate) struct GuardedIo {
+    inner: TcpStream,
+    phase: Arc<Phase>,
+    settings: Settings,
+    lifecycle: Watch,
+    sleep: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+    /// Bytes written and not yet flushed: a 408 written now would land inside them.
+    unflushed: bool,
+    /// A rewritten error answer still to be written.
+    pending: Vec<u8>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl std::fmt::Debug for GuardedIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedIo")
+            .field("inner", &self.inner)
+            .field("phase", &self.phase)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardedIo {
+    pub(crate) fn new(
+        inner: TcpStream,
+        permit: OwnedSemaphorePermit,
+        mode: Mode,
+        settings: Settings,
+        lifecycle: watch::Receiver<Lifecycle>,
+    ) -> GuardedIo {
+        GuardedIo {
+            inner,
+            phase: Phase::new(mode),
+            settings,
+            lifecycle: Watch::new(lifecycle),
+            sleep: Box::pin(tokio::time::sleep(settings.header_timeout)),
+            armed: None,
+            unflushed: false,
+            pending: Vec::new(),
+            _permit: permit,
+        }
+    }
+
+    /// The phase, for the service.
+    pub(crate) fn phase(&self) -> Arc<Phase> {
+        Arc::clone(&self.phase)
+    }
+
+    /// The deadline of the current phase, and whether it cuts a head short.
+    fn deadline(&self, state: State) -> Option<(Instant, bool)> {
+        let s = &self.settings;
+        match state {
+            State::Fresh(since) => Some((since + s.header_timeout, false)),
+            State::Head(since) => Some((since + s.header_timeout, self.phase.mode == Mode::Http1)),
+            State::Idle(since) => Some((since + s.idle_timeout, false)),
+            State::Busy(_) => None,
+        }
+    }
+
+    /// Writes what is left of a rewritten answer.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.pending.is_empty() {
+            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.pending.drain(..n);
+            self.unflushed = true;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn closing() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the server is shutting down",
+    )
+}
+
+impl AsyncRead for GuardedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let lifecycle = this.lifecycle.poll(cx);
+        if lifecycle == Lifecycle::Closing {
+            return Poll::Ready(Err(closing()));
+        }
+        let before = buf.filled().len();
+        if let Poll::Ready(result) = Pin::new(&mut this.inner).poll_read(cx, buf) {
+            if buf.filled().len() > before {
+                this.phase.read();
+            }
+            return Poll::Ready(result);
+        }
+        let Some(state) = this.phase.get() else {
+            return Poll::Pending;
+        };
+        if lifecycle == Lifecycle::Draining
+            && this.phase.mode == Mode::Http1
+            && matches!(state, State::Idle(_) | State::Fresh(_))
+        {
+            // Nothing of a next request has arrived (what the client sent before the signal
+            // is in the socket and was read just above): end of stream, hyper closes.
+            return Poll::Ready(Ok(()));
+        }
+        let Some((deadline, cuts_head)) = this.deadline(state) else {
+            return Poll::Pending;
+        };
+        if this.armed != Some(deadline) {
+            this.sleep.as_mut().reset(deadline.into());
+            this.armed = Some(deadline);
+        }
+        if this.sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if cuts_head && !this.unflushed && this.pending.is_empty() {
+            // One attempt: a client that reads nothing gets nothing.
+            let answer = ApiError::HeaderTimeout.raw_http1();
+            let _ = Pin::new(&mut this.inner).poll_write(cx, &answer);
+        }
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "connection timed out",
+        )))
+    }
+}
+
+impl AsyncWrite for GuardedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.lifecycle.poll(cx) == Lifecycle::Closing {
+            return Poll::Ready(Err(closing()));
+        }
+        std::task::ready!(this.poll_pending(cx))?;
+        if this.phase.mode == Mode::Http1
+            && let Some(answer) = auto_error::rewrite(buf)
+        {
+            this.pending = answer;
+            // The error answer is hyper's whole write; the rewritten one goes out now or on
+            // the flush that follows.
+            let _ = this.poll_pending(cx)?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.unflushed = true;
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_pending(cx))?;
+        std::task::ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
+        this.unflushed = false;
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_pending(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+impl tollgate_envoy::tonic::transport::server::Connected for GuardedIo {
+    type ConnectInfo = tollgate_envoy::tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// The listener's [`Lifecycle`], polled from inside `poll_read`/`poll_write` so that a change
+/// wakes a connection waiting on its socket.
+struct Watch {
+    rx: watch::Receiver<Lifecycle>,
+    changed: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl Watch {
+    fn new(rx: watch::Receiver<Lifecycle>) -> Watch {
+        Watch { rx, changed: None }
+    }
+
+    /// The current lifecycle; the task is woken on the next change.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Lifecycle {
+        loop {
+            if self.changed.is_none() {
+                // Seen from here on: the next future waits for a later change.
+                self.rx.borrow_and_update();
+            }
+            let changed = self.changed.get_or_insert_with(|| {
+                let mut rx = self.rx.clone();
+                Box::pin(async move {
+                    if rx.changed().await.is_err() {
+                        // The listener is gone: nothing will change any more.
+                        std::future::pending::<()>().await;
+                    }
+                })
+            });
+            if changed.as_mut().poll(cx).is_pending() {
+                break;
+            }
+            self.changed = None;
+        }
+        *self.rx.borrow()
+    }
+}

@@ -1,0 +1,128 @@
+//! The HTTP API's accept loop: one hyper HTTP/1 connection per accepted socket, the axum
+//! router as its service, and a drain with a deadline.
+//!
+//! Each request gets the client's address (`ConnectInfo<SocketAddr>`), a body bounded by
+//! `body_timeout`, and marks its connection busy while the router answers it (see
+//! [`super::GuardedIo`] for the phases).
+//!
+//! Shutdown: the loop stops accepting, then takes what the kernel has already queued (those
+//! clients connected, and may have written their request, before the signal) and closes the
+//! listener. Every connection then ends as soon as it has no request: an idle one at once, one
+//! reading a head or in the service after answering it. Past `shutdown_timeout`, whatever is
+//! left is closed: a slow client cannot stall a deploy. A drain that ends in time answers
+//! every request received before the signal.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper::service::{Service as _, service_fn};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::task::JoinSet;
+
+use super::body::TimeoutBody;
+use super::listener::pause_after;
+use super::{CappedListener, GuardedIo, Lifecycle, Mode, Settings};
+
+/// The largest request head (request line and headers) read; larger ones are answered 431.
+pub(crate) const MAX_HEAD: usize = 32 * 1024;
+
+/// Serves `router` on `listener` until `shutdown` resolves, then drains (see the module docs).
+///
+/// # Errors
+/// None today: accept errors are logged and retried. The `Result` keeps the caller's shape.
+pub(crate) async fn serve(
+    listener: CappedListener,
+    router: Router,
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let (lifecycle, watcher) = watch::channel(Lifecycle::Serving);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.max_header_size(MAX_HEAD).writev(false);
+    let mut connections = JoinSet::new();
+    let spawn = |connections: &mut JoinSet<()>, (stream, peer, permit)| {
+        let io = GuardedIo::new(stream, permit, Mode::Http1, settings, watcher.clone());
+        connections.spawn(connection(
+            builder.clone(),
+            io,
+            peer,
+            router.clone(),
+            settings.body_timeout,
+        ));
+    };
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => spawn(&mut connections, accepted),
+                Err(e) => pause_after(&e).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    let queued: Vec<(TcpStream, SocketAddr, OwnedSemaphorePermit)> = listener.backlog();
+    drop(listener);
+    for accepted in queued {
+        spawn(&mut connections, accepted);
+    }
+    lifecycle.send_replace(Lifecycle::Draining);
+    drain(connections, &lifecycle, settings.shutdown_timeout).await;
+    Ok(())
+}
+
+/// Waits for `connections` to end, `deadline` at most; then closes the rest.
+pub(crate) async fn drain(
+    mut connections: JoinSet<()>,
+    lifecycle: &watch::Sender<Lifecycle>,
+    deadline: Duration,
+) {
+    let open = connections.len();
+    let ended = tokio::time::timeout(deadline, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if ended.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            of = open,
+            "connections still open at the shutdown deadline; closing them"
+        );
+        lifecycle.send_replace(Lifecycle::Closing);
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+}
+
+/// Serves one connection to its end.
+async fn connection(
+    builder: hyper::server::conn::http1::Builder,
+    io: GuardedIo,
+    peer: SocketAddr,
+    router: Router,
+    body_timeout: Duration,
+) {
+    let phase = io.phase();
+    let router = TowerToHyperService::new(router);
+    let service = service_fn(move |request: hyper::Request<Incoming>| {
+        let busy = phase.begin();
+        let mut request = request.map(|body| TimeoutBody::new(body, body_timeout));
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let answer = router.call(request);
+        async move {
+            let response = answer.await;
+            drop(busy);
+            response
+        }
+    });
+    if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
+        tracing::debug!(%peer, cause = %e, "connection ended with an error");
+    }
+}

@@ -1,0 +1,91 @@
+//! What a client may hold: the connection layer under both listeners.
+//!
+//! `axum::serve` and tonic's own accept loop bound nothing: a client that sends half a head,
+//! announces a 10 GB body, or just keeps a socket open holds a file descriptor and memory
+//! forever, and on shutdown one such client stalls the drain. This module bounds each of
+//! those, with the `[server]` settings ([`Settings`]):
+//!
+//! - [`CappedListener`]: at most `max_connections` open connections per listener; a permit is
+//!   taken *before* `accept()`, so the excess waits in the kernel's accept queue, not in our
+//!   file descriptors;
+//! - [`GuardedIo`]: the socket of one connection, which knows its [`Phase`] (a new connection
+//!   or a head being read: `header_timeout`; between requests: `idle_timeout`; a request in
+//!   the service: no clock, the body and store timeouts apply) and fails its reads once the
+//!   phase's deadline passes; on shutdown it ends idle HTTP/1 connections (EOF) and, past the
+//!   drain deadline, every connection;
+//! - `body`: a request body that fails once `body_timeout` has passed since the end of the head
+//!   (the handlers answer `408`);
+//! - `auto_error`: hyper answers a malformed head (400, 414, 431) itself, with an empty body
+//!   and no hook; those answers are rewritten, on their way to the socket, into the API's JSON
+//!   error body;
+//! - [`http1::serve`]: the HTTP API's accept loop and graceful drain; [`grpc_incoming`]: the
+//!   connections handed to tonic for the Envoy service (which keeps its own HTTP/2 loop).
+//!
+//! Why not hyper's `header_read_timeout`: it also runs between keep-alive requests, so an idle
+//! connection would be closed after `header_timeout` and `idle_timeout` could never be longer.
+
+mod auto_error;
+mod body;
+mod guard;
+pub(crate) mod http1;
+mod listener;
+
+use std::time::Duration;
+
+pub(crate) use body::BodyTimedOut;
+pub(crate) use guard::{GuardedIo, Lifecycle, Mode};
+pub(crate) use listener::CappedListener;
+
+use crate::config::ServerConfig;
+
+/// The `[server]` settings the connection layer enforces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) shutdown_timeout: Duration,
+}
+
+impl Settings {
+    pub(crate) fn new(server: &ServerConfig) -> Settings {
+        Settings {
+            header_timeout: server.header_timeout,
+            body_timeout: server.body_timeout,
+            idle_timeout: server.idle_timeout,
+            max_connections: server.max_connections,
+            shutdown_timeout: server.shutdown_timeout,
+        }
+    }
+}
+
+/// The connections of `listener` for tonic: each accepted under the cap and guarded with the
+/// idle rule of HTTP/2 (every byte read restarts `idle_timeout`; the server's keep-alive pings
+/// make a healthy client answer well within it). Accepting stops when tonic drops the stream.
+pub(crate) fn grpc_incoming(
+    listener: CappedListener,
+    settings: Settings,
+    lifecycle: tokio::sync::watch::Receiver<Lifecycle>,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<GuardedIo>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = tx.closed() => return,
+            };
+            let item = accepted.map(|(stream, _, permit)| {
+                GuardedIo::new(stream, permit, Mode::Quiet, settings, lifecycle.clone())
+            });
+            if let Err(e) = &item {
+                listener::pause_after(e).await;
+                continue;
+            }
+            if tx.send(item).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

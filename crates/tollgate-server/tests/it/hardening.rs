@@ -1,0 +1,506 @@
+//! What a hostile client can hold, against the real binary over raw TCP: a half-sent head,
+//! a body that never comes, an idle keep-alive connection, more connections than the cap,
+//! a malformed head, a slow client at SIGTERM; and what a drain must answer. Timeouts are
+//! configured short and waited for by bounded polling, never slept out.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_envoy::tonic::transport::Endpoint;
+use tollgate_server::config::{Config, Overrides};
+use tollgate_server::server::Server;
+
+use crate::binary::{Process, config_file};
+use crate::grpc::{Client, call, code, user_rule};
+use crate::support::{TestServer, eventually, one_limit};
+
+const CHECK: &str = r#"{"limit": "h", "key": {"user": "1"}}"#;
+
+/// A config with `server` lines under `[server]` and one roomy limit `h`.
+fn config(server: &str) -> String {
+    format!(
+        "[server]\nhttp = \"127.0.0.1:0\"\n{server}\n{}",
+        one_limit("h", "fixed_window", 1_000_000, "1h", r#""user""#, "allow")
+    )
+}
+
+/// A raw `POST /v1/check` request.
+fn check_request(extra_headers: &str) -> String {
+    format!(
+        "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra_headers}\r\n{CHECK}",
+        CHECK.len()
+    )
+}
+
+/// Everything `stream` yields until the peer closes it (EOF or reset), and when; `None` if it
+/// is still open after `limit`.
+async fn read_to_close(stream: &mut TcpStream, limit: Duration) -> Option<(String, Instant)> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => {
+                return Some((String::from_utf8_lossy(&got).into(), Instant::now()));
+            }
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Reads one whole response (head and `content-length` body) from a keep-alive connection.
+async fn read_response(stream: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_owned)
+                })
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return Some(text);
+            }
+        }
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+}
+
+/// The JSON body of a raw response.
+fn json_body(response: &str) -> serde_json::Value {
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+}
+
+/// Connects and sends one check on a fresh connection; its status line.
+async fn quick_check(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(check_request("").as_bytes())
+        .await
+        .expect("write");
+    let response = read_response(&mut stream, Duration::from_secs(5)).await;
+    response
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A partial request is answered 408 (JSON) and closed after its timeout: half a head after
+/// `header_timeout`, a body announced as 1 GB of which a few bytes come after `body_timeout`;
+/// meanwhile a check on another connection is answered at once.
+#[tokio::test]
+async fn a_partial_request_is_answered_408_after_its_timeout() {
+    let (_dir, path) = config_file(&config(
+        "header_timeout = \"300ms\"\nbody_timeout = \"300ms\"\nidle_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    for (partial, error) in [
+        (
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\nx-slow: ",
+            "request headers not received in time",
+        ),
+        (
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 1000000000\r\n\r\n{\"limit\"",
+            "request body not received within 300ms",
+        ),
+    ] {
+        let started = Instant::now();
+        let mut slow = TcpStream::connect(process.addr).await.expect("connect");
+        slow.write_all(partial.as_bytes()).await.expect("write");
+        let status = quick_check(process.addr).await;
+        assert_eq!(status, "HTTP/1.1 200 OK", "{}", process.log());
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "the check waited on the slow client"
+        );
+        let (answer, closed) = read_to_close(&mut slow, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("still open after 5 s; log:\n{}", process.log()));
+        let after = closed - started;
+        assert!(
+            after >= Duration::from_millis(250),
+            "closed after {after:?}"
+        );
+        assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+        assert_eq!(json_body(&answer)["error"], error, "{answer}");
+    }
+}
+
+/// A keep-alive connection without a next request is closed after `idle_timeout` (not after
+/// the longer `header_timeout`).
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed() {
+    let (_dir, path) = config_file(&config("idle_timeout = \"300ms\"\nheader_timeout = \"1m\""));
+    let process = Process::serve(&path);
+    let mut stream = TcpStream::connect(process.addr).await.expect("connect");
+    stream
+        .write_all(check_request("").as_bytes())
+        .await
+        .expect("write");
+    let first = read_response(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("answered");
+    assert!(first.starts_with("HTTP/1.1 200 "), "{first}");
+    let answered = Instant::now();
+    let (rest, closed) = read_to_close(&mut stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "idle connection still open after 5 s; log:\n{}",
+                process.log()
+            )
+        });
+    assert!(
+        closed - answered >= Duration::from_millis(250),
+        "{:?}",
+        closed - answered
+    );
+    assert_eq!(rest, "", "nothing is sent to an idle connection");
+}
+
+/// Open file descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
+}
+
+/// With `max_connections = 3`, three held connections leave the next ones unserved (queued
+/// by the kernel, not accepted: the fd count stays put) until one closes.
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_in_the_kernel() {
+    let (_dir, path) = config_file(&config(
+        "max_connections = 3\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let baseline = open_fds(process.pid());
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(process.addr).await.expect("connect");
+        stream
+            .write_all(check_request("").as_bytes())
+            .await
+            .expect("write");
+        let answer = read_response(&mut stream, Duration::from_secs(5)).await;
+        assert!(
+            answer.is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+            "{}",
+            process.log()
+        );
+        held.push(stream);
+    }
+    let mut waiting = TcpStream::connect(process.addr)
+        .await
+        .expect("connect (kernel queue)");
+    waiting
+        .write_all(check_request("").as_bytes())
+        .await
+        .expect("write");
+    let mut extra = Vec::new();
+    for _ in 0..50 {
+        extra.push(
+            TcpStream::connect(process.addr)
+                .await
+                .expect("connect (kernel queue)"),
+        );
+    }
+    let early = read_response(&mut waiting, Duration::from_millis(500)).await;
+    assert_eq!(early, None, "served beyond the cap");
+    let fds = open_fds(process.pid());
+    assert!(
+        fds <= baseline + 5,
+        "fds {fds}, {baseline} before the 54 connections (3 served, room for the config file)"
+    );
+
+    drop(held.pop());
+    let answer = read_response(&mut waiting, Duration::from_secs(5)).await;
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+        "{answer:?}; log:\n{}",
+        process.log()
+    );
+}
+
+/// Errors hyper answers below the router (a head over the size limit: 431; a malformed
+/// request line: 400) carry the API's JSON error body.
+#[tokio::test]
+async fn errors_below_the_router_answer_json() {
+    let (_dir, path) = config_file(&config(""));
+    let process = Process::serve(&path);
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nhost: t\r\nx-big: {}\r\n\r\n",
+        "a".repeat(33 * 1024)
+    );
+    for (request, status, error) in [
+        (big.as_str(), "431", "request header fields too large"),
+        (
+            "GET /healthz HTTP/1.1\r\nbad header\r\n\r\n",
+            "400",
+            "malformed request",
+        ),
+    ] {
+        let mut stream = TcpStream::connect(process.addr).await.expect("connect");
+        let _ = stream.write_all(request.as_bytes()).await;
+        let (answer, _) = read_to_close(&mut stream, Duration::from_secs(5))
+            .await
+            .expect("closed");
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{answer}"
+        );
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{answer}"
+        );
+        assert_eq!(json_body(&answer)["error"], error, "{answer}");
+    }
+}
+
+/// SIGTERM while one client holds half a head and another half a body: the process exits
+/// within `shutdown_timeout` (1 s) plus a margin, with status 0.
+#[tokio::test]
+async fn sigterm_is_not_stalled_by_slow_clients() {
+    let (_dir, path) = config_file(&config(
+        "shutdown_timeout = \"1s\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
+    ));
+    let mut process = Process::serve(&path);
+    let mut head = TcpStream::connect(process.addr).await.expect("connect");
+    head.write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\n")
+        .await
+        .expect("write");
+    let mut body = TcpStream::connect(process.addr).await.expect("connect");
+    body.write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 100\r\n\r\n{")
+        .await
+        .expect("write");
+    // Both connections accepted (their reads have begun) before the signal.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            quick_check(process.addr).await.contains("200")
+        })
+        .await
+    );
+    let signalled = Instant::now();
+    process.signal("TERM");
+    let status = process.wait();
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status:?}; log:\n{}", process.log());
+    assert!(
+        took < Duration::from_secs(3),
+        "exited after {took:?}; log:\n{}",
+        process.log()
+    );
+    assert!(
+        took >= Duration::from_millis(900),
+        "exited after {took:?}: the drain was skipped"
+    );
+}
+
+/// SIGTERM while 200 clients have written their check: every one is answered 200 and the
+/// process exits 0. Three rounds, since losing requests is a race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_answers_every_request_written_before_it() {
+    for round in 0..3 {
+        let (_dir, path) = config_file(&config(""));
+        let mut process = Process::serve(&path);
+        let addr = process.addr;
+        let (written_tx, mut written_rx) = tokio::sync::mpsc::channel::<()>(256);
+        let mut clients = Vec::new();
+        for _ in 0..200 {
+            let written = written_tx.clone();
+            clients.push(tokio::spawn(async move {
+                let mut stream = TcpStream::connect(addr).await.expect("connect");
+                stream
+                    .write_all(check_request("").as_bytes())
+                    .await
+                    .expect("write");
+                let _ = written.send(()).await;
+                read_response(&mut stream, Duration::from_secs(10)).await
+            }));
+        }
+        for _ in 0..200 {
+            written_rx.recv().await.expect("written");
+        }
+        process.signal("TERM");
+        let mut answered = 0;
+        for client in clients {
+            if client
+                .await
+                .expect("client")
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200 "))
+            {
+                answered += 1;
+            }
+        }
+        let status = process.wait();
+        assert_eq!(
+            answered,
+            200,
+            "round {round}: {answered} of 200 answered; log:\n{}",
+            process.log()
+        );
+        assert!(status.success(), "{status:?}; log:\n{}", process.log());
+    }
+}
+
+/// A reset is logged at info with the limit, a digest of the key and the client's address;
+/// never the token or the key in clear.
+#[tokio::test]
+async fn a_reset_is_logged_without_secrets() {
+    let token = "s3cret-admin-token";
+    let (_dir, path) = config_file(&config(&format!("admin_token = \"{token}\"")));
+    let process = Process::serve(&path);
+    let mut stream = TcpStream::connect(process.addr).await.expect("connect");
+    let client = stream.local_addr().expect("local addr");
+    let body = r#"{"limit": "h", "key": {"user": "secret-user-4242"}}"#;
+    let request = format!(
+        "POST /v1/reset HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let answer = read_response(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("answered");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(process.logged(" reset").await, "{}", process.log());
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(" reset"))
+        .unwrap_or_default();
+    let digest: String = Sha256::digest(b"user=secret-user-4242\n")
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(line.contains("INFO"), "{line}");
+    assert!(line.contains(r#"limits=["h"]"#), "{line}");
+    assert!(line.contains(&format!("key={digest}")), "{line}");
+    assert!(line.contains(&format!("client={client}")), "{line}");
+    assert!(
+        !log.contains(token) && !log.contains("secret-user-4242"),
+        "{log}"
+    );
+}
+
+/// An in-process server with `server_lines` under `[server]`, a limit `per_user` and its Envoy
+/// rule, serving gRPC on its own `127.0.0.1:0` listener (the address returned).
+async fn grpc_server(server_lines: &str) -> (TestServer, SocketAddr) {
+    let text = format!(
+        "[server]\n{server_lines}\n{}{}",
+        one_limit("per_user", "fixed_window", 1000, "1h", r#""user""#, "deny"),
+        user_rule("per_user")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let grpc = listener.local_addr().expect("addr");
+    let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+    (server, grpc)
+}
+
+/// The gRPC listener: a connection that sends nothing is closed after `header_timeout`, and
+/// with `max_connections = 1` a second client is served only once the first has gone.
+#[tokio::test]
+async fn grpc_connections_are_capped_and_timed() {
+    let (_server, grpc) = grpc_server("max_connections = 1\nheader_timeout = \"300ms\"").await;
+
+    let mut silent = TcpStream::connect(grpc).await.expect("connect");
+    let opened = Instant::now();
+    let closed = read_to_close(&mut silent, Duration::from_secs(5)).await;
+    let (_, at) = closed.expect("a silent gRPC connection is closed");
+    assert!(
+        at - opened >= Duration::from_millis(250),
+        "{:?}",
+        at - opened
+    );
+
+    let lazy = |addr: SocketAddr| {
+        Client::new(
+            Endpoint::from_shared(format!("http://{addr}"))
+                .expect("url")
+                .connect_lazy(),
+        )
+    };
+    let mut first = lazy(grpc);
+    let answer = call(&mut first, "edge", &[("user", "a")]).await;
+    assert_eq!(code(&answer), Code::Ok);
+    let mut second = lazy(grpc);
+    let early = tokio::time::timeout(
+        Duration::from_millis(500),
+        call(&mut second, "edge", &[("user", "b")]),
+    )
+    .await;
+    assert!(early.is_err(), "served beyond the cap: {early:?}");
+    drop(first);
+    let later = tokio::time::timeout(
+        Duration::from_secs(5),
+        call(&mut second, "edge", &[("user", "b")]),
+    )
+    .await;
+    assert_eq!(later.map(|r| code(&r)).ok(), Some(Code::Ok));
+}
+
+/// A gRPC call whose request never ends (headers sent, no message) does not stall shutdown:
+/// the server stops within `shutdown_timeout` plus a margin and the connection is closed.
+#[tokio::test]
+async fn grpc_drain_is_bounded_by_shutdown_timeout() {
+    let (server, grpc) =
+        grpc_server("shutdown_timeout = \"500ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"")
+            .await;
+
+    let tcp = TcpStream::connect(grpc).await.expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let connection = tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = || {
+        hyper::Request::post(format!(
+            "http://{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request")
+    };
+    let (_never_ends, _stream) = client.send_request(request(), false).expect("sent");
+    // A whole call after it on the same connection: once it is answered, the server has read
+    // the first one's headers (frames arrive in order) and its call is in flight.
+    let mut client = client.ready().await.expect("ready");
+    let (answer, mut body) = client.send_request(request(), false).expect("sent");
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .expect("empty message");
+    let answer = tokio::time::timeout(Duration::from_secs(5), answer).await;
+    assert!(
+        matches!(answer, Ok(Ok(_))),
+        "the second call is answered: {answer:?}"
+    );
+
+    let started = Instant::now();
+    server.stop().await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "stopped after {took:?}");
+    assert!(
+        took >= Duration::from_millis(400),
+        "stopped after {took:?}: no drain"
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(closed.is_ok(), "the slow gRPC connection is still open");
+}
