@@ -160,7 +160,8 @@ impl RedisStore {
     /// none).
     ///
     /// On the server's clock, a refusal due within a millisecond is decided again a
-    /// millisecond later, once (see [`due_within_a_millisecond`]).
+    /// millisecond later, once (see [`due_within_a_millisecond`]). A peek whose connection was
+    /// lost is sent again, once; a check is not (its script may have run).
     async fn run_group(
         &self,
         op: Op,
@@ -169,7 +170,16 @@ impl RedisStore {
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let inv = invocation(op, entries, cost, at);
-        let mut decided = self.run_once(&inv, entries, cost, at).await?;
+        let mut decided = match self.run_once(&inv, entries, cost, at).await {
+            // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
+            // check's script may have run and charged before its reply was lost, so only a
+            // peek, which writes nothing, is sent again (once, on the reconnected connection).
+            Err(StoreError::Connection(cause)) if op == Op::Peek => {
+                tracing::debug!(%cause, "connection lost under a peek; sending it again");
+                self.run_once(&inv, entries, cost, at).await?
+            }
+            other => other?,
+        };
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
             decided = self.run_once(&inv, entries, cost, at).await?;

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota};
+use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Op, Outcome, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisServer;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn five_kills_under_load_fail_under_half_a_percent() {
+/// Runs `tasks` callers of `op` for ~1.8 s while the connection is killed five times;
+/// returns (calls, calls not decided by Redis, connections killed).
+async fn under_kills(op: Op) -> (u64, u64, u64) {
     let server = RedisServer::start();
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(2))
@@ -42,9 +43,12 @@ async fn five_kills_under_load_fail_under_half_a_percent() {
                 while !stop.load(Ordering::Relaxed) {
                     i += 32;
                     let user = (i % 10_000).to_string();
-                    let v = limiter.check("kills", &[("user", user.as_str())]).await;
+                    let request = limiter
+                        .prepare(&["kills"], &[("user", user.as_str())], 1)
+                        .expect("valid");
+                    let v = limiter.decide(&request, op).await;
                     total.fetch_add(1, Ordering::Relaxed);
-                    match v.expect("valid").outcome() {
+                    match v.outcome() {
                         Outcome::Allowed => {}
                         _ => {
                             failed.fetch_add(1, Ordering::Relaxed);
@@ -73,14 +77,30 @@ async fn five_kills_under_load_fail_under_half_a_percent() {
     for t in tasks {
         t.await.expect("task");
     }
-    let (total, failed) = (
+    (
         total.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed),
-    );
+        killed,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_kills_under_load_fail_under_half_a_percent() {
+    let (total, failed, killed) = under_kills(Op::Check).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
     assert!(
         failed * 200 < total,
         "{failed} of {total} checks failed (≥ 0.5 %)"
     );
+}
+
+/// A peek writes nothing, so one whose connection was lost is sent again: the kills cost
+/// peeks nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peeks_survive_kills() {
+    let (total, failed, killed) = under_kills(Op::Peek).await;
+    assert!(killed >= 5, "each kill dropped our connection: {killed}");
+    assert!(total > 1_000, "load ran: {total}");
+    assert_eq!(failed, 0, "{failed} of {total} peeks failed");
 }
