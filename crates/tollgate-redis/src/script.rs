@@ -39,7 +39,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 use tollgate::rules::{Gcra, GcraState, Rule};
 use tollgate::{Algorithm, Decision, Entry, Limit, StoreError, Timestamp};
@@ -272,35 +272,40 @@ impl TimeSource {
     }
 }
 
-/// The invocation for `entries` (all in one slot on a cluster).
-pub(crate) fn invocation<'e>(
-    op: Op,
-    entries: &[&'e Entry<'e>],
-    cost: u64,
-    at: TimeSource,
-) -> ScriptInvocation<'static> {
+/// The `EVALSHA` for `entries` (all in one slot on a cluster). Built here rather than by
+/// `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64 calls
+/// in flight on a Redis that lost its scripts would send 64 loads. The store loads them once
+/// per connection, and once per loss (`store.rs`).
+pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], cost: u64, at: TimeSource) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
     if let [one] = entries {
-        let mut inv = port(one.limit.algorithm()).single.prepare_invoke();
-        inv.key(one.key.as_str());
+        cmd.arg(port(one.limit.algorithm()).single.get_hash())
+            .arg(1)
+            .arg(one.key.as_str());
         for a in single_args(one.limit, cost) {
-            inv.arg(a);
+            cmd.arg(a);
         }
         if op != Op::Check || at != TimeSource::Server {
-            inv.arg(op as u8).arg(at.arg());
+            cmd.arg(op as u8).arg(at.arg());
         }
-        return inv;
+        return cmd;
     }
-    let mut inv = SCRIPT.prepare_invoke();
-    inv.arg(op as u8).arg(at.arg()).arg(cost);
+    cmd.arg(SCRIPT.get_hash()).arg(entries.len());
+    for e in entries {
+        cmd.arg(e.key.as_str());
+    }
+    cmd.arg(op as u8).arg(at.arg()).arg(cost);
     for e in entries {
         let [a, b, c] = params(e.limit);
-        inv.key(e.key.as_str())
-            .arg(port(e.limit.algorithm()).tag)
-            .arg(a)
-            .arg(b)
-            .arg(c);
+        cmd.arg(port(e.limit.algorithm()).tag).arg(a).arg(b).arg(c);
     }
-    inv
+    cmd
+}
+
+/// Every script a store may run: the general one and each algorithm's single-entry one, to
+/// load once per connection (and once again after Redis lost them).
+pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
+    std::iter::once(&*SCRIPT).chain(PORTS.iter().map(|p| &p.single))
 }
 
 /// Decodes a script's reply for `entries` at `cost` into the instant the script used (none

@@ -24,14 +24,14 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, Key, Request, Store, StoreError, Timestamp};
 
 use crate::breaker::Breaker;
 use crate::error::classify;
 use crate::resets::reset_channel;
-use crate::script::{Op, TimeSource, decode, invocation};
+use crate::script::{Op, TimeSource, all_scripts, decode, invocation};
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
 
@@ -60,6 +60,7 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    scripts: Scripts,
     timeout: Duration,
     breaker: Breaker,
     target: String,
@@ -104,6 +105,7 @@ impl RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 connection,
+                scripts: Scripts::default(),
                 timeout,
                 breaker,
                 target,
@@ -133,25 +135,40 @@ impl RedisStore {
         result
     }
 
-    /// Runs the script: EVALSHA, and on NOSCRIPT (a restarted node, `SCRIPT FLUSH`) the
-    /// `redis` crate loads the script and retries. Should the cache be flushed again between
-    /// that load and the retry, this tries twice more before giving up.
-    async fn eval(&self, inv: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
+    /// Runs a script's `EVALSHA`. On `NOSCRIPT` (a restarted node, `SCRIPT FLUSH`) every
+    /// script is loaded again, by one call while the others that met the same loss wait for
+    /// it (`reload_scripts`), and the call is sent again; should the cache be flushed again
+    /// meanwhile, this tries twice more before giving up.
+    async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut attempts = 0;
         loop {
-            let result = match &self.inner.connection {
-                Connection::Single(c) => inv.invoke_async(&mut c.clone()).await,
-                Connection::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+            let loaded = self.inner.scripts.generation();
+            let result: Result<Value, redis::RedisError> = match &self.inner.connection {
+                Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+                Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
             };
             match result {
                 Err(e)
                     if attempts < 2 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
                     attempts += 1;
+                    self.inner
+                        .scripts
+                        .reload(&self.inner.connection, loaded)
+                        .await?;
                 }
                 other => return other.map_err(classify),
             }
         }
+    }
+
+    /// Loads every script (at connect time, so that the first calls find them).
+    pub(crate) async fn load_scripts(&self) -> Result<(), StoreError> {
+        let loaded = self.inner.scripts.generation();
+        self.inner
+            .scripts
+            .reload(&self.inner.connection, loaded)
+            .await
     }
 
     /// Runs `op` on one group of entries (one slot) on clock `at`. Also returns the clock a
@@ -189,7 +206,7 @@ impl RedisStore {
 
     async fn run_once(
         &self,
-        inv: &ScriptInvocation<'_>,
+        inv: &Cmd,
         entries: &[&Entry<'_>],
         cost: u64,
         at: TimeSource,
@@ -366,6 +383,40 @@ fn due_within_a_millisecond(decisions: &[Decision]) -> bool {
         && decisions
             .iter()
             .all(|d| d.allowed || d.retry_after.is_some_and(|r| r < Duration::from_millis(1)))
+}
+
+/// The scripts' load state on this store's connection: a generation counter, bumped by each
+/// load, so that the calls that met one `NOSCRIPT` wait for one load instead of each sending
+/// its own.
+#[derive(Default)]
+struct Scripts {
+    generation: std::sync::atomic::AtomicU64,
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl Scripts {
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Loads every script, unless another call already did since generation `seen`.
+    async fn reload(&self, connection: &Connection, seen: u64) -> Result<(), StoreError> {
+        let _one_at_a_time = self.loading.lock().await;
+        if self.generation() != seen {
+            return Ok(());
+        }
+        for script in all_scripts() {
+            let loaded = match connection {
+                Connection::Single(c) => script.load_async(&mut c.clone()).await,
+                Connection::Cluster(c) => script.load_async(&mut c.clone()).await,
+            };
+            loaded.map_err(classify)?;
+        }
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        metrics::counter!("tollgate_redis_script_loads_total").increment(1);
+        Ok(())
+    }
 }
 
 /// Indices of a request's entries that share a slot.

@@ -68,7 +68,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects and builds the store.
+    /// Connects, loads the scripts, and builds the store.
     ///
     /// # Errors
     /// [`StoreError::Connection`] (or another kind) when Redis cannot be reached or a URL is
@@ -98,12 +98,15 @@ impl RedisStoreBuilder {
                 Connection::Cluster(conn)
             }
         };
-        Ok(RedisStore::from_parts(
+        let store = RedisStore::from_parts(
             connection,
             self.timeout,
             Breaker::new(self.failure_threshold, self.cool_down),
             describe(&self.target),
-        ))
+        );
+        // Once per connection, so that the first burst of calls finds every script.
+        store.load_scripts().await?;
+        Ok(store)
     }
 }
 
