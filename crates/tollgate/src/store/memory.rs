@@ -15,12 +15,24 @@
 //!   more than deciding.
 //! - **Keys hash once**: [`Key`] carries a hash computed when it is built, used both to pick the
 //!   shard and inside the map.
-//! - **Bounded memory**: a state that has fully replenished equals no state, so it is swept
-//!   (by a background thread every `sweep_interval`, and on demand when the key cap is hit). A
-//!   key cap answers [`StoreError::Full`] instead of growing without end.
+//! - **Bounded memory**: a state that has fully replenished equals no state, so it is swept by
+//!   a background thread every `sweep_interval`, shard by shard.
+//! - **A full store evicts, in O(log n), never by a sweep.** Each shard keeps its keys in a
+//!   min-heap by `replenished_at`. The heap is updated lazily: charging a known key touches only
+//!   its slot, and a heap entry found out of date when it reaches the top is moved down to the
+//!   slot's current time. At the key cap a new key takes the place of its shard's key that
+//!   replenishes soonest: a key already replenished (nothing lost), else the one closest to
+//!   it, which over-admits the least (that key starts again from a full quota, early). The
+//!   alternative, refusing new keys, turns a flood of new keys into an outage for every new
+//!   legitimate user; eviction keeps known keys exact unless the flood outlasts their quota.
+//!   A key is refused ([`StoreError::Full`]) only when its shard holds no key to evict, which
+//!   takes a cap far below the 64 shards. Each new key meeting a full store is counted,
+//!   `tollgate_store_full_total{limit, result}` (`result`: `replenished`, `evicted`,
+//!   `refused`), and logged once a second at most.
 //! - The sweeper asks the store's [`Clock`]; give the store the same clock as the limiter.
 
-use std::collections::HashMap;
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -29,6 +41,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::key::BuildKeyHasher;
+use crate::log_throttle::LogThrottle;
 use crate::rules::{AnyRule, AnyState};
 use crate::{
     Clock, Decision, Decisions, Key, Limit, Op, Request, SingleRequest, Status, Store, StoreError,
@@ -52,9 +65,144 @@ struct Inner {
     len: AtomicUsize,
     max_keys: usize,
     clock: Arc<dyn Clock>,
+    /// Full-store warnings: one a second at most.
+    full_warnings: LogThrottle,
 }
 
-type Shard = HashMap<Key, Slot, BuildKeyHasher>;
+/// One shard: the keys' states, and the same keys ordered by when they replenish.
+#[derive(Default)]
+struct Shard {
+    map: HashMap<Key, Slot, BuildKeyHasher>,
+    /// Every held key at least once, at the `replenished_at` its slot had when it was pushed
+    /// or last moved (never later than the slot's: charging only moves it later). Reset keys
+    /// and duplicates stay until they reach the top, or until [`Shard::insert`] rebuilds it.
+    by_replenish: BinaryHeap<Due>,
+}
+
+/// A heap entry: 32 bytes, the key shared with the map (an `Arc` clone).
+struct Due {
+    at: u64,
+    key: Key,
+}
+
+/// Reversed: [`BinaryHeap`] is a max-heap, the soonest must be on top.
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other.at.cmp(&self.at)
+    }
+}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for Due {}
+
+/// What a new key at the cap did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AtCap {
+    /// Took the place of a replenished key: nothing lost.
+    Replenished,
+    /// Took the place of a charged key, which starts again from a full quota.
+    Evicted,
+    /// No key of its shard could make room: [`StoreError::Full`].
+    Refused,
+}
+
+impl AtCap {
+    fn as_str(self) -> &'static str {
+        match self {
+            AtCap::Replenished => "replenished",
+            AtCap::Evicted => "evicted",
+            AtCap::Refused => "refused",
+        }
+    }
+}
+
+impl Shard {
+    /// Holds `key` (not held yet) with `slot`.
+    fn insert(&mut self, key: &Key, slot: Slot) {
+        // Out-of-date entries only grow by reset keys coming back: rebuild now and then, so the
+        // heap stays within twice the map, amortized O(1) per insert.
+        if self.by_replenish.len() >= 2 * self.map.len() + 64 {
+            self.by_replenish = self
+                .map
+                .iter()
+                .map(|(key, slot)| Due {
+                    at: slot.replenished_at,
+                    key: key.clone(),
+                })
+                .collect();
+        }
+        self.by_replenish.push(Due {
+            at: slot.replenished_at,
+            key: key.clone(),
+        });
+        self.map.insert(key.clone(), slot);
+    }
+
+    /// The soonest `replenished_at` of a held key, after bringing the heap's top up to date:
+    /// entries of keys no longer held are dropped, entries of keys charged since move down.
+    fn soonest(&mut self) -> Option<u64> {
+        loop {
+            let mut top = self.by_replenish.peek_mut()?;
+            #[cfg(test)]
+            tests::visited(1);
+            match self.map.get(&top.key) {
+                Some(slot) if slot.replenished_at == top.at => return Some(top.at),
+                // Charged since it was pushed: moved down when the guard drops.
+                Some(slot) if slot.replenished_at > top.at => top.at = slot.replenished_at,
+                // Gone, or a duplicate of an entry with the slot's time.
+                _ => drop(std::collections::binary_heap::PeekMut::pop(top)),
+            }
+        }
+    }
+
+    /// Removes the held key that replenishes soonest, other than those `keep` names (the
+    /// other keys of the check being decided); `None` when there is none.
+    fn evict_soonest(&mut self, now: u64, keep: impl Fn(&Key) -> bool) -> Option<AtCap> {
+        let mut kept: SmallVec<[Due; 2]> = SmallVec::new();
+        let evicted = loop {
+            let Some(at) = self.soonest() else { break None };
+            let Some(due) = self.by_replenish.pop() else {
+                break None;
+            };
+            if keep(&due.key) {
+                kept.push(due);
+                continue;
+            }
+            self.map.remove(&due.key);
+            break Some(if at <= now {
+                AtCap::Replenished
+            } else {
+                AtCap::Evicted
+            });
+        };
+        self.by_replenish.extend(kept);
+        evicted
+    }
+
+    /// Drops every key replenished at `now`; returns how many. Visits only those keys (and
+    /// out-of-date heap entries), not the whole shard.
+    fn sweep(&mut self, now: u64) -> usize {
+        let mut removed = 0;
+        while self.soonest().is_some_and(|at| at <= now) {
+            if let Some(due) = self.by_replenish.pop() {
+                self.map.remove(&due.key);
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
 
 /// One shard's lock on cache lines of its own: two threads working on keys of neighbouring
 /// shards would otherwise pass the same cache line back and forth on every lock (128 bytes:
@@ -87,14 +235,24 @@ pub struct MemoryStoreBuilder {
 
 impl MemoryStoreBuilder {
     /// The most keys held at once (default [`DEFAULT_MAX_KEYS`]).
+    ///
+    /// At the cap, a new key takes the place of the key of its shard (one of 64, by hash) that
+    /// replenishes soonest: a replenished key if there is one (nothing lost), else the one
+    /// closest to replenishing, which then starts again from a full quota early (the least
+    /// over-admission possible). This costs O(log n) and never sweeps the store. A new key is
+    /// refused with [`StoreError::Full`] only when its shard holds no key to give up (a cap
+    /// far below 64). Counted as `tollgate_store_full_total{limit, result}`.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
     }
 
     /// How often a background thread drops replenished keys (default
-    /// [`DEFAULT_SWEEP_INTERVAL`]); `None` for no thread (sweeps then happen only when the key
-    /// cap is reached, or by calling [`MemoryStore::sweep`]).
+    /// [`DEFAULT_SWEEP_INTERVAL`]); `None` for no thread (replenished keys then go only when a
+    /// new key at the cap takes the place of one of its shard, or by calling
+    /// [`MemoryStore::sweep`]).
+    ///
+    /// The thread locks one shard at a time, and visits only the keys it drops.
     pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
         self.sweep_interval = interval;
         self
@@ -115,6 +273,7 @@ impl MemoryStoreBuilder {
             len: AtomicUsize::new(0),
             max_keys: self.max_keys,
             clock: self.clock,
+            full_warnings: LogThrottle::default(),
         });
         if let Some(interval) = self.sweep_interval {
             spawn_sweeper(Arc::downgrade(&inner), interval);
@@ -133,7 +292,7 @@ fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
                 inner.sweep_all(inner.clock.now().as_micros());
             }
         });
-    // Without a thread the store still works: the cap sweeps on demand.
+    // Without a thread the store still works: a new key at the cap evicts.
     drop(spawned);
 }
 
@@ -170,7 +329,7 @@ impl MemoryStore {
         let sample = sample.clamp(1, SHARDS);
         let mut counts: HashMap<String, u64> = HashMap::new();
         for shard in self.inner.shards.iter().take(sample) {
-            for key in lock(shard).keys() {
+            for key in lock(shard).map.keys() {
                 let name = key.limit_name();
                 match counts.get_mut(name) {
                     Some(n) => *n += 1,
@@ -196,8 +355,8 @@ impl MemoryStore {
     /// [`Store::decide`] without the future, at `now`.
     ///
     /// # Errors
-    /// [`StoreError::Full`] when a check needs new keys beyond the key cap (a peek never
-    /// stores a key, so it never fails).
+    /// [`StoreError::Full`] when a check needs new keys beyond the key cap and their shards
+    /// hold no key to evict (a peek never stores a key, so it never fails).
     #[inline]
     pub fn decide_at(
         &self,
@@ -229,7 +388,8 @@ impl MemoryStore {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Full`] when a check's key is new and the key cap leaves no room for it.
+    /// [`StoreError::Full`] when a check's key is new, the store is at its key cap and the
+    /// key's shard holds no key to evict.
     #[doc(hidden)]
     #[inline]
     pub fn decide_single_at(
@@ -240,17 +400,16 @@ impl MemoryStore {
     ) -> Result<Decision, StoreError> {
         let (limit, key, cost) = (request.limit(), request.key(), request.cost());
         let now = now.as_micros();
-        match self.inner.try_decide_one(limit, key, cost, now, op) {
-            Ok(decision) => Ok(decision),
-            Err(NoRoom) => self.inner.sweep_and_decide_one(limit, key, cost, now),
-        }
+        self.inner
+            .try_decide_one(limit, key, cost, now, op)
+            .map_err(|NoRoom| self.inner.full())
     }
 
     /// [`Store::reset`] without the future.
     pub fn reset_now(&self, request: &Request<'_>) {
         for e in request.entries() {
             let mut shard = lock(&self.inner.shards[shard_of(&e.key)]);
-            if shard.remove(&e.key).is_some() {
+            if shard.map.remove(&e.key).is_some() {
                 self.inner.len.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -293,32 +452,16 @@ impl Store for MemoryStore {
 }
 
 impl Inner {
-    /// Decides; when the key cap is reached, sweeps every shard once and tries again.
+    /// Decides: one lock for a single pair, every entry's shard lock otherwise.
     #[inline]
     fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
-        let first = match request.entries() {
+        match request.entries() {
             [e] => self
                 .try_decide_one(e.limit, &e.key, request.cost(), now, op)
                 .map(Decisions::from),
             _ => self.try_decide(request, now, op),
-        };
-        match first {
-            Ok(decisions) => Ok(decisions),
-            Err(NoRoom) => self.sweep_and_decide(request, now, op),
         }
-    }
-
-    /// The key cap is reached: sweeps every shard once and tries again.
-    #[cold]
-    fn sweep_and_decide(
-        &self,
-        request: &Request<'_>,
-        now: u64,
-        op: Op,
-    ) -> Result<Decisions, StoreError> {
-        self.sweep_all(now);
-        self.try_decide(request, now, op)
-            .map_err(|NoRoom| self.full())
+        .map_err(|NoRoom| self.full())
     }
 
     fn full(&self) -> StoreError {
@@ -327,18 +470,52 @@ impl Inner {
         }
     }
 
-    /// [`Inner::sweep_and_decide`] for a single pair.
-    #[cold]
-    fn sweep_and_decide_one(
+    /// Makes room for one new key of `limit` in `shard`: under the cap, a reservation; at the
+    /// cap, the eviction of the shard's soonest replenished key other than `keep`'s (counted,
+    /// logged once a second). [`NoRoom`] when the shard has none to give.
+    fn make_room(
         &self,
+        shard: &mut Shard,
         limit: &Limit,
-        key: &Key,
-        cost: u64,
         now: u64,
-    ) -> Result<Decision, StoreError> {
-        self.sweep_all(now);
-        self.try_decide_one(limit, key, cost, now, Op::Check)
-            .map_err(|NoRoom| self.full())
+        keep: impl Fn(&Key) -> bool,
+    ) -> Result<(), NoRoom> {
+        if self.reserve(1) {
+            return Ok(());
+        }
+        self.at_cap(shard, limit, now, keep)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn at_cap(
+        &self,
+        shard: &mut Shard,
+        limit: &Limit,
+        now: u64,
+        keep: impl Fn(&Key) -> bool,
+    ) -> Result<(), NoRoom> {
+        let result = shard.evict_soonest(now, keep).unwrap_or(AtCap::Refused);
+        metrics::counter!(
+            "tollgate_store_full_total",
+            "limit" => Arc::clone(limit.name_arc()),
+            "result" => result.as_str()
+        )
+        .increment(1);
+        if let Some(also) = self.full_warnings.admit() {
+            tracing::warn!(
+                limit = limit.name(),
+                result = result.as_str(),
+                max_keys = self.max_keys,
+                new_keys_at_cap_since_last_warning = also,
+                "memory store at its key cap: new keys take the place of the keys that \
+                 replenish soonest"
+            );
+        }
+        match result {
+            AtCap::Refused => Err(NoRoom),
+            AtCap::Replenished | AtCap::Evicted => Ok(()),
+        }
     }
 
     /// [`Inner::try_decide`] for a single pair (most checks): one lock, one lookup, one
@@ -354,7 +531,7 @@ impl Inner {
     ) -> Result<Decision, NoRoom> {
         let rule = limit.rule();
         let mut shard = lock(&self.shards[shard_of(key)]);
-        let (status, retry) = match shard.get_mut(key) {
+        let (status, retry) = match shard.map.get_mut(key) {
             Some(slot) => {
                 let (status, retry) = rule.decide(&mut slot.state, now, cost, op);
                 if op.charges() && retry.is_none() {
@@ -362,7 +539,7 @@ impl Inner {
                 }
                 (status, retry)
             }
-            None => self.decide_new(&mut shard, rule, key, cost, now, op)?,
+            None => self.decide_new(&mut shard, rule, limit, key, cost, now, op)?,
         };
         drop(shard);
         Ok(crate::rules::decision(rule.limit(), status, retry))
@@ -371,10 +548,12 @@ impl Inner {
     /// [`Inner::try_decide_one`] for a key the shard does not hold: decides on a fresh state,
     /// which is kept only when charged ([`NoRoom`] when the key cap leaves no room for it).
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn decide_new(
         &self,
         shard: &mut Shard,
         rule: &AnyRule,
+        limit: &Limit,
         key: &Key,
         cost: u64,
         now: u64,
@@ -385,13 +564,11 @@ impl Inner {
         if !op.charges() || retry.is_some() {
             return Ok((status, retry));
         }
-        // Charged a fresh state: kept only if the cap leaves room (else dropped, unseen).
-        if !self.reserve(1) {
-            return Err(NoRoom);
-        }
+        // Charged a fresh state: kept only if there is room (else dropped, unseen).
+        self.make_room(shard, limit, now, |_| false)?;
         let replenished_at = now + status.reset_after_us;
         shard.insert(
-            key.clone(),
+            key,
             Slot {
                 state,
                 replenished_at,
@@ -424,7 +601,7 @@ impl Inner {
         for (e, &id) in entries.iter().zip(&shard_ids) {
             let g = guard_of(&mut guards, id);
             let rule = e.limit.rule();
-            let retry = match guards[g].1.get_mut(&e.key) {
+            let retry = match guards[g].1.map.get_mut(&e.key) {
                 Some(slot) => rule.admits(&mut slot.state, now, cost).err(),
                 None => rule.admits(&mut rule.empty_state(), now, cost).err(),
             };
@@ -433,16 +610,21 @@ impl Inner {
         let all_admit = retries.iter().all(Option::is_none);
 
         if all_admit && charge {
-            let new_keys = entries
-                .iter()
-                .zip(&shard_ids)
-                .filter(|(e, id)| {
-                    let g = guard_of(&mut guards, **id);
-                    !guards[g].1.contains_key(&e.key)
-                })
-                .count();
-            if new_keys > 0 && !self.reserve(new_keys) {
-                return Err(NoRoom);
+            // Room for each new key, in its own shard; the check's own keys are never evicted.
+            let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
+            let mut made = 0;
+            for (e, &id) in entries.iter().zip(&shard_ids) {
+                let g = guard_of(&mut guards, id);
+                let shard = &mut guards[g].1;
+                if shard.map.contains_key(&e.key) {
+                    continue;
+                }
+                if self.make_room(shard, e.limit, now, in_check).is_err() {
+                    // Evicted keys stay evicted; their room goes back to the cap.
+                    self.len.fetch_sub(made, Ordering::Relaxed);
+                    return Err(NoRoom);
+                }
+                made += 1;
             }
         }
 
@@ -452,17 +634,18 @@ impl Inner {
             let rule = e.limit.rule();
             let shard = &mut guards[g].1;
             let decision = if all_admit && charge {
-                if !shard.contains_key(&e.key) {
+                if !shard.map.contains_key(&e.key) {
                     let state = rule.empty_state();
+                    // Pushed on the heap at 0: moved to the charged time when it reaches the top.
                     shard.insert(
-                        e.key.clone(),
+                        &e.key,
                         Slot {
                             state,
                             replenished_at: 0,
                         },
                     );
                 }
-                let Some(slot) = shard.get_mut(&e.key) else {
+                let Some(slot) = shard.map.get_mut(&e.key) else {
                     unreachable!("inserted above")
                 };
                 rule.charge(&mut slot.state, now, cost);
@@ -470,7 +653,7 @@ impl Inner {
                 slot.replenished_at = now + status.reset_after_us;
                 crate::rules::decision(rule.limit(), status, None)
             } else {
-                match shard.get_mut(&e.key) {
+                match shard.map.get_mut(&e.key) {
                     Some(slot) => rule.decision(&mut slot.state, now, retry),
                     None => rule.decision(&mut rule.empty_state(), now, retry),
                 }
@@ -499,9 +682,7 @@ impl Inner {
     }
 
     fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
-        let before = shard.len();
-        shard.retain(|_, slot| slot.replenished_at > now);
-        let removed = before - shard.len();
+        let removed = shard.sweep(now);
         self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
@@ -567,35 +748,88 @@ mod tests {
         assert_eq!(d[0].remaining, 9, "b is still charged after the sweep");
     }
 
-    /// The key cap refuses new keys with a clear error, after trying a sweep.
+    /// A new key at the cap is refused with a clear error only when its shard holds no key to
+    /// give up; known keys still work, and a sweep makes room.
     #[test]
-    fn key_cap_refuses_new_keys() {
+    fn key_cap_refuses_new_keys_only_when_their_shard_is_empty() {
         let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_keys(3)
-            .build();
+        let store = capped(&clock, 1);
         let l = limit("f", Algorithm::FixedWindow);
-        for u in ["a", "b", "c"] {
-            store
-                .decide_at(&request(&l, u), Op::Check, clock.now())
-                .expect("room");
-        }
+        check(&store, &l, "a", clock.now());
+        let other = user_in_other_shard(&l, "a");
         let err = store
-            .decide_at(&request(&l, "d"), Op::Check, clock.now())
+            .decide_at(&request(&l, &other), Op::Check, clock.now())
             .expect_err("full");
-        assert!(matches!(err, StoreError::Full { max_keys: 3 }), "{err}");
-        assert!(err.to_string().contains("3 keys"), "{err}");
-        // Existing keys still work, and once the window is over the cap frees itself.
-        store
-            .decide_at(&request(&l, "a"), Op::Check, clock.now())
-            .expect("existing key");
+        assert!(matches!(err, StoreError::Full { max_keys: 1 }), "{err}");
+        assert!(err.to_string().contains("1 keys"), "{err}");
+        assert!(check(&store, &l, "a", clock.now()).allowed, "known key");
         clock.advance(Duration::from_secs(60));
-        store
-            .decide_at(&request(&l, "d"), Op::Check, clock.now())
-            .expect("swept");
+        assert_eq!(store.sweep(), 1);
+        assert!(check(&store, &l, &other, clock.now()).allowed, "swept");
         assert_eq!(store.len(), 1);
+    }
+
+    /// A check of several keys at the cap evicts for its new keys but never its own keys, and
+    /// stays all or nothing when there is no room.
+    #[test]
+    fn a_multi_key_check_at_the_cap_keeps_its_own_keys() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let (l1, l2) = (limit("one", Algorithm::Gcra), limit("two", Algorithm::Gcra));
+        let a = "a";
+        let shard_a = shard_of(&Key::new(&Namespace::default(), &l1, &[("user", a)]));
+        let c = user_in_shard(&l2, shard_a);
+        let both = |store: &MemoryStore| {
+            let entries = [
+                Entry::new(&l1, Key::new(&Namespace::default(), &l1, &[("user", a)])),
+                Entry::new(&l2, Key::new(&Namespace::default(), &l2, &[("user", &c)])),
+            ];
+            store.decide_at(
+                &Request::new(entries, 1).expect("valid"),
+                Op::Check,
+                clock.now(),
+            )
+        };
+        // Room for `a` only; `c`'s shard holds nothing but `a`, which the check keeps.
+        let store = capped(&clock, 1);
+        check(&store, &l1, a, clock.now());
+        assert!(matches!(
+            both(&store),
+            Err(StoreError::Full { max_keys: 1 })
+        ));
+        assert_eq!(
+            peek(&store, &l1, a, clock.now()).remaining,
+            9,
+            "nothing charged"
+        );
+        assert_eq!(store.len(), 1);
+        // With another key in that shard, it goes and both are charged.
+        let store = capped(&clock, 2);
+        let e = user_in_shard(&l1, shard_a);
+        check(&store, &l1, a, clock.now());
+        check(&store, &l1, &e, clock.now());
+        let d = both(&store).expect("evicts the other key");
+        assert_eq!((d[0].remaining, d[1].remaining), (8, 9));
+        assert_eq!(peek(&store, &l1, &e, clock.now()).remaining, 10, "evicted");
+        assert_eq!(store.len(), 2);
+    }
+
+    /// Keys reset and charged again leave out-of-date heap entries behind; the heap is rebuilt
+    /// before they outgrow twice the map.
+    #[test]
+    fn reset_keys_do_not_grow_the_heap() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let store = capped(&clock, 100);
+        let l = limit("r", Algorithm::Gcra);
+        for _ in 0..1_000 {
+            check(&store, &l, "a", clock.now());
+            store.reset_now(&request(&l, "a"));
+        }
+        check(&store, &l, "a", clock.now());
+        let key = Key::new(&Namespace::default(), &l, &[("user", "a")]);
+        let heap = lock(&store.inner.shards[shard_of(&key)]).by_replenish.len();
+        assert!(heap <= 2 + 64, "{heap} heap entries for one key");
+        assert_eq!(store.sweep(), 0, "the charged key stays");
+        assert_eq!(peek(&store, &l, "a", clock.now()).remaining, 9);
     }
 
     /// Per-limit key counts are exact with every shard sampled.
@@ -752,5 +986,194 @@ mod tests {
             });
             assert_eq!(admitted.into_inner(), 1_000, "{algorithm}");
         }
+    }
+    thread_local! {
+        /// Stored entries the store looked at on this thread outside a plain lookup.
+        static VISITED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    pub(super) fn visited(n: usize) {
+        VISITED.with(|v| v.set(v.get() + n));
+    }
+
+    fn take_visited() -> usize {
+        VISITED.with(|v| v.replace(0))
+    }
+
+    fn capped(clock: &FakeClock, max_keys: usize) -> MemoryStore {
+        MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .max_keys(max_keys)
+            .build()
+    }
+
+    fn check(store: &MemoryStore, l: &Limit, user: &str, now: Timestamp) -> Decision {
+        store
+            .decide_at(&request(l, user), Op::Check, now)
+            .expect("room")[0]
+    }
+
+    fn peek(store: &MemoryStore, l: &Limit, user: &str, now: Timestamp) -> Decision {
+        store
+            .decide_at(&request(l, user), Op::Peek, now)
+            .expect("a peek stores nothing")[0]
+    }
+
+    /// Users whose keys for `l` fall in the shard of `first`'s key, `first` included.
+    fn same_shard(l: &Limit, first: &str, n: usize) -> Vec<String> {
+        let shard = |u: &str| shard_of(&Key::new(&Namespace::default(), l, &[("user", u)]));
+        let target = shard(first);
+        (0..)
+            .map(|i| format!("{first}{i}"))
+            .filter(|u| shard(u) == target)
+            .take(n)
+            .collect()
+    }
+
+    /// A user whose key for `l` falls in `shard` (none of "a").
+    fn user_in_shard(l: &Limit, shard: usize) -> String {
+        (0..)
+            .map(|i| format!("x{i}"))
+            .find(|u| shard_of(&Key::new(&Namespace::default(), l, &[("user", u)])) == shard)
+            .unwrap_or_else(|| unreachable!("an endless search"))
+    }
+
+    /// A user whose key for `l` falls in another shard than `user`'s.
+    fn user_in_other_shard(l: &Limit, user: &str) -> String {
+        let shard = shard_of(&Key::new(&Namespace::default(), l, &[("user", user)]));
+        user_in_shard(l, (shard + 1) % SHARDS)
+    }
+
+    /// At the key cap a new key costs a bounded number of visited entries, whatever the
+    /// number of keys held: no sweep of the whole store on the request path.
+    #[test]
+    fn a_new_key_at_the_cap_visits_a_bounded_number_of_entries() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let store = capped(&clock, 2_000);
+        let l = limit("g", Algorithm::Gcra);
+        for i in 0..2_000 {
+            check(&store, &l, &format!("old{i}"), clock.now());
+        }
+        assert_eq!(store.len(), 2_000);
+        take_visited();
+        let answers: Vec<_> = (0..200)
+            .map(|i| store.decide_at(&request(&l, &format!("new{i}")), Op::Check, clock.now()))
+            .collect();
+        let visited = take_visited();
+        assert!(
+            visited <= 200 * 4,
+            "{visited} entries visited for 200 new keys at a cap of 2000"
+        );
+        for (i, answer) in answers.iter().enumerate() {
+            assert!(
+                matches!(answer, Ok(d) if d[0].allowed),
+                "new{i}: {answer:?}"
+            );
+        }
+        assert_eq!(store.len(), 2_000, "the cap holds");
+    }
+
+    /// A flood of new keys at the cap neither changes nor slows a known key's decisions: it
+    /// evicts the keys that replenish soonest, not the key charged the most.
+    #[test]
+    fn known_keys_decide_unchanged_during_a_flood_at_the_cap() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let store = capped(&clock, 500);
+        let l = limit("g", Algorithm::Gcra);
+        for _ in 0..10 {
+            assert!(check(&store, &l, "known", clock.now()).allowed);
+        }
+        for i in 0..499 {
+            check(&store, &l, &format!("old{i}"), clock.now());
+        }
+        clock.advance(Duration::from_secs(1));
+        for i in 0..2_000 {
+            let d = store
+                .decide_at(&request(&l, &format!("flood{i}")), Op::Check, clock.now())
+                .expect("a new key at the cap evicts");
+            assert!(d[0].allowed, "flood{i}");
+            if i % 100 == 0 {
+                take_visited();
+                let known = check(&store, &l, "known", clock.now());
+                assert!(
+                    !known.allowed,
+                    "flood{i}: known key lost its state {known:?}"
+                );
+                assert_eq!(take_visited(), 0, "a known key's check visits nothing else");
+            }
+        }
+        assert_eq!(store.len(), 500);
+    }
+
+    /// A new key at the cap first evicts a replenished key of its shard (nothing lost), else
+    /// the key of its shard that replenishes soonest; a key charged later is kept.
+    #[test]
+    fn a_new_key_at_the_cap_evicts_replenished_then_soonest() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+        let store = capped(&clock, 2);
+        let l = limit("g", Algorithm::Gcra);
+        let users = same_shard(&l, "u", 4);
+        let t0 = clock.now();
+        check(&store, &l, &users[0], t0); // replenished at t0 + 6 s
+        clock.advance(Duration::from_secs(3));
+        check(&store, &l, &users[1], clock.now()); // replenished at t0 + 9 s
+        clock.advance(Duration::from_secs(4)); // t0 + 7 s: users[0] replenished
+        assert!(check(&store, &l, &users[2], clock.now()).allowed);
+        assert_eq!(store.len(), 2);
+        let now = clock.now();
+        assert_eq!(
+            peek(&store, &l, &users[1], now).remaining,
+            9,
+            "live key kept"
+        );
+        // Full, nothing replenished: users[1] (t0 + 9 s) goes before users[2] (t0 + 13 s).
+        assert!(check(&store, &l, &users[3], now).allowed);
+        assert_eq!(store.len(), 2);
+        assert_eq!(
+            peek(&store, &l, &users[2], now).remaining,
+            9,
+            "later key kept"
+        );
+        assert_eq!(peek(&store, &l, &users[3], now).remaining, 9);
+        assert_eq!(peek(&store, &l, &users[1], now).remaining, 10, "evicted");
+    }
+
+    /// Every new key that meets a full store is counted, by limit and by what it did.
+    #[test]
+    fn a_full_store_is_counted() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+            let store = capped(&clock, 10);
+            let l = limit("counted", Algorithm::Gcra);
+            for i in 0..10 {
+                check(&store, &l, &format!("old{i}"), clock.now());
+            }
+            for i in 0..7 {
+                // Evicting or refused: counted either way.
+                drop(store.decide_at(&request(&l, &format!("new{i}")), Op::Check, clock.now()));
+            }
+        });
+        let counted: u64 = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(k, _, _, _)| k.key().name() == "tollgate_store_full_total")
+            .map(|(k, _, _, v)| {
+                assert!(
+                    k.key()
+                        .labels()
+                        .any(|l| l.key() == "limit" && l.value() == "counted"),
+                    "{k:?}"
+                );
+                match v {
+                    metrics_util::debugging::DebugValue::Counter(n) => n,
+                    other => panic!("not a counter: {other:?}"),
+                }
+            })
+            .sum();
+        assert_eq!(counted, 7);
     }
 }
