@@ -42,7 +42,7 @@ use smallvec::SmallVec;
 
 use crate::key::BuildKeyHasher;
 use crate::log_throttle::LogThrottle;
-use crate::rules::{AnyRule, AnyState};
+use crate::rules::AnyState;
 use crate::{
     Clock, Decision, Decisions, Key, Limit, Op, Request, SingleRequest, Status, Store, StoreError,
     SystemClock, Timestamp,
@@ -539,7 +539,7 @@ impl Inner {
                 }
                 (status, retry)
             }
-            None => self.decide_new(&mut shard, rule, limit, key, cost, now, op)?,
+            None => self.decide_new(&mut shard, limit, key, cost, now, op)?,
         };
         drop(shard);
         Ok(crate::rules::decision(rule.limit(), status, retry))
@@ -548,17 +548,16 @@ impl Inner {
     /// [`Inner::try_decide_one`] for a key the shard does not hold: decides on a fresh state,
     /// which is kept only when charged ([`NoRoom`] when the key cap leaves no room for it).
     #[cold]
-    #[allow(clippy::too_many_arguments)]
     fn decide_new(
         &self,
         shard: &mut Shard,
-        rule: &AnyRule,
         limit: &Limit,
         key: &Key,
         cost: u64,
         now: u64,
         op: Op,
     ) -> Result<(Status, Option<u64>), NoRoom> {
+        let rule = limit.rule();
         let mut state = rule.empty_state();
         let (status, retry) = rule.decide(&mut state, now, cost, op);
         if !op.charges() || retry.is_some() {
