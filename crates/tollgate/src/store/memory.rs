@@ -31,8 +31,7 @@
 //!   `refused`), and logged once a second at most.
 //! - The sweeper asks the store's [`Clock`]; give the store the same clock as the limiter.
 
-use std::cmp::Ordering as CmpOrdering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -40,13 +39,15 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::key::BuildKeyHasher;
+use self::shard::{AtCap, Shard, Slot};
+
 use crate::log_throttle::LogThrottle;
-use crate::rules::AnyState;
 use crate::{
     Clock, Decision, Decisions, Key, Limit, Op, Request, SingleRequest, Status, Store, StoreError,
     SystemClock, Timestamp,
 };
+
+mod shard;
 
 /// Default key cap.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -69,141 +70,6 @@ struct Inner {
     full_warnings: LogThrottle,
 }
 
-/// One shard: the keys' states, and the same keys ordered by when they replenish.
-#[derive(Default)]
-struct Shard {
-    map: HashMap<Key, Slot, BuildKeyHasher>,
-    /// Every held key at least once, at the `replenished_at` its slot had when it was pushed
-    /// or last moved (never later than the slot's: charging only moves it later). Reset keys
-    /// and duplicates stay until they reach the top, or until [`Shard::insert`] rebuilds it.
-    by_replenish: BinaryHeap<Due>,
-}
-
-/// A heap entry: 32 bytes, the key shared with the map (an `Arc` clone).
-struct Due {
-    at: u64,
-    key: Key,
-}
-
-/// Reversed: [`BinaryHeap`] is a max-heap, the soonest must be on top.
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        other.at.cmp(&self.at)
-    }
-}
-
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        self.at == other.at
-    }
-}
-
-impl Eq for Due {}
-
-/// What a new key at the cap did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AtCap {
-    /// Took the place of a replenished key: nothing lost.
-    Replenished,
-    /// Took the place of a charged key, which starts again from a full quota.
-    Evicted,
-    /// No key of its shard could make room: [`StoreError::Full`].
-    Refused,
-}
-
-impl AtCap {
-    fn as_str(self) -> &'static str {
-        match self {
-            AtCap::Replenished => "replenished",
-            AtCap::Evicted => "evicted",
-            AtCap::Refused => "refused",
-        }
-    }
-}
-
-impl Shard {
-    /// Holds `key` (not held yet) with `slot`.
-    fn insert(&mut self, key: &Key, slot: Slot) {
-        // Out-of-date entries only grow by reset keys coming back: rebuild now and then, so the
-        // heap stays within twice the map, amortized O(1) per insert.
-        if self.by_replenish.len() >= 2 * self.map.len() + 64 {
-            self.by_replenish = self
-                .map
-                .iter()
-                .map(|(key, slot)| Due {
-                    at: slot.replenished_at,
-                    key: key.clone(),
-                })
-                .collect();
-        }
-        self.by_replenish.push(Due {
-            at: slot.replenished_at,
-            key: key.clone(),
-        });
-        self.map.insert(key.clone(), slot);
-    }
-
-    /// The soonest `replenished_at` of a held key, after bringing the heap's top up to date:
-    /// entries of keys no longer held are dropped, entries of keys charged since move down.
-    fn soonest(&mut self) -> Option<u64> {
-        loop {
-            let mut top = self.by_replenish.peek_mut()?;
-            #[cfg(test)]
-            tests::visited(1);
-            match self.map.get(&top.key) {
-                Some(slot) if slot.replenished_at == top.at => return Some(top.at),
-                // Charged since it was pushed: moved down when the guard drops.
-                Some(slot) if slot.replenished_at > top.at => top.at = slot.replenished_at,
-                // Gone, or a duplicate of an entry with the slot's time.
-                _ => drop(std::collections::binary_heap::PeekMut::pop(top)),
-            }
-        }
-    }
-
-    /// Removes the held key that replenishes soonest, other than those `keep` names (the
-    /// other keys of the check being decided); `None` when there is none.
-    fn evict_soonest(&mut self, now: u64, keep: impl Fn(&Key) -> bool) -> Option<AtCap> {
-        let mut kept: SmallVec<[Due; 2]> = SmallVec::new();
-        let evicted = loop {
-            let Some(at) = self.soonest() else { break None };
-            let Some(due) = self.by_replenish.pop() else {
-                break None;
-            };
-            if keep(&due.key) {
-                kept.push(due);
-                continue;
-            }
-            self.map.remove(&due.key);
-            break Some(if at <= now {
-                AtCap::Replenished
-            } else {
-                AtCap::Evicted
-            });
-        };
-        self.by_replenish.extend(kept);
-        evicted
-    }
-
-    /// Drops every key replenished at `now`; returns how many. Visits only those keys (and
-    /// out-of-date heap entries), not the whole shard.
-    fn sweep(&mut self, now: u64) -> usize {
-        let mut removed = 0;
-        while self.soonest().is_some_and(|at| at <= now) {
-            if let Some(due) = self.by_replenish.pop() {
-                self.map.remove(&due.key);
-                removed += 1;
-            }
-        }
-        removed
-    }
-}
-
 /// One shard's lock on cache lines of its own: two threads working on keys of neighbouring
 /// shards would otherwise pass the same cache line back and forth on every lock (128 bytes:
 /// the unit adjacent-line prefetchers move).
@@ -217,12 +83,6 @@ impl<T> std::ops::Deref for Padded<T> {
     fn deref(&self) -> &T {
         &self.0
     }
-}
-
-struct Slot {
-    state: AnyState,
-    /// From this instant (µs) the state equals a fresh one and may be dropped.
-    replenished_at: u64,
 }
 
 /// Configures a [`MemoryStore`].
@@ -470,22 +330,9 @@ impl Inner {
         }
     }
 
-    /// Makes room for one new key of `limit` in `shard`: under the cap, a reservation; at the
-    /// cap, the eviction of the shard's soonest replenished key other than `keep`'s (counted,
-    /// logged once a second). [`NoRoom`] when the shard has none to give.
-    fn make_room(
-        &self,
-        shard: &mut Shard,
-        limit: &Limit,
-        now: u64,
-        keep: impl Fn(&Key) -> bool,
-    ) -> Result<(), NoRoom> {
-        if self.reserve(1) {
-            return Ok(());
-        }
-        self.at_cap(shard, limit, now, keep)
-    }
-
+    /// A new key of `limit` met the key cap: evicts `shard`'s soonest replenished key other
+    /// than `keep`'s (counted, logged once a second), whose room the new key takes.
+    /// [`NoRoom`] when the shard has none to give.
     #[cold]
     #[inline(never)]
     fn at_cap(
@@ -564,7 +411,9 @@ impl Inner {
             return Ok((status, retry));
         }
         // Charged a fresh state: kept only if there is room (else dropped, unseen).
-        self.make_room(shard, limit, now, |_| false)?;
+        if !self.reserve(1) {
+            self.at_cap(shard, limit, now, |_| false)?;
+        }
         let replenished_at = now + status.reset_after_us;
         shard.insert(
             key,
@@ -618,7 +467,7 @@ impl Inner {
                 if shard.map.contains_key(&e.key) {
                     continue;
                 }
-                if self.make_room(shard, e.limit, now, in_check).is_err() {
+                if !self.reserve(1) && self.at_cap(shard, e.limit, now, in_check).is_err() {
                     // Evicted keys stay evicted; their room goes back to the cap.
                     self.len.fetch_sub(made, Ordering::Relaxed);
                     return Err(NoRoom);
@@ -706,473 +555,4 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Algorithm, Entry, FakeClock, Limit, Namespace, Op, Quota};
-
-    fn limit(name: &str, algorithm: Algorithm) -> Limit {
-        Limit::new(name, algorithm, Quota::per_minute(10).expect("valid")).expect("valid")
-    }
-
-    fn request<'a>(limit: &'a Limit, user: &str) -> Request<'a> {
-        let key = Key::new(&Namespace::default(), limit, &[("user", user)]);
-        Request::new([Entry::new(limit, key)], 1).expect("valid")
-    }
-
-    /// Replenished keys are swept, live ones stay.
-    #[test]
-    fn sweep_drops_only_replenished_state() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .build();
-        let gcra = limit("g", Algorithm::Gcra);
-        let now = clock.now();
-        store
-            .decide_at(&request(&gcra, "a"), Op::Check, now)
-            .expect("room");
-        clock.advance(Duration::from_secs(3));
-        store
-            .decide_at(&request(&gcra, "b"), Op::Check, clock.now())
-            .expect("room");
-        assert_eq!(store.len(), 2);
-        // "a" took one unit (6 s to replenish) at t0; at t0 + 6 s it is full again, "b" is not.
-        clock.advance(Duration::from_secs(3));
-        assert_eq!(store.sweep(), 1);
-        assert_eq!(store.len(), 1);
-        let d = store
-            .decide_at(&request(&gcra, "b"), Op::Peek, clock.now())
-            .expect("a peek stores nothing");
-        assert_eq!(d[0].remaining, 9, "b is still charged after the sweep");
-    }
-
-    /// A new key at the cap is refused with a clear error only when its shard holds no key to
-    /// give up; known keys still work, and a sweep makes room.
-    #[test]
-    fn key_cap_refuses_new_keys_only_when_their_shard_is_empty() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = capped(&clock, 1);
-        let l = limit("f", Algorithm::FixedWindow);
-        check(&store, &l, "a", clock.now());
-        let other = user_in_other_shard(&l, "a");
-        let err = store
-            .decide_at(&request(&l, &other), Op::Check, clock.now())
-            .expect_err("full");
-        assert!(matches!(err, StoreError::Full { max_keys: 1 }), "{err}");
-        assert!(err.to_string().contains("1 keys"), "{err}");
-        assert!(check(&store, &l, "a", clock.now()).allowed, "known key");
-        clock.advance(Duration::from_secs(60));
-        assert_eq!(store.sweep(), 1);
-        assert!(check(&store, &l, &other, clock.now()).allowed, "swept");
-        assert_eq!(store.len(), 1);
-    }
-
-    /// A check of several keys at the cap evicts for its new keys but never its own keys, and
-    /// stays all or nothing when there is no room.
-    #[test]
-    fn a_multi_key_check_at_the_cap_keeps_its_own_keys() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let (l1, l2) = (limit("one", Algorithm::Gcra), limit("two", Algorithm::Gcra));
-        let a = "a";
-        let shard_a = shard_of(&Key::new(&Namespace::default(), &l1, &[("user", a)]));
-        let c = user_in_shard(&l2, shard_a);
-        let both = |store: &MemoryStore| {
-            let entries = [
-                Entry::new(&l1, Key::new(&Namespace::default(), &l1, &[("user", a)])),
-                Entry::new(&l2, Key::new(&Namespace::default(), &l2, &[("user", &c)])),
-            ];
-            store.decide_at(
-                &Request::new(entries, 1).expect("valid"),
-                Op::Check,
-                clock.now(),
-            )
-        };
-        // Room for `a` only; `c`'s shard holds nothing but `a`, which the check keeps.
-        let store = capped(&clock, 1);
-        check(&store, &l1, a, clock.now());
-        assert!(matches!(
-            both(&store),
-            Err(StoreError::Full { max_keys: 1 })
-        ));
-        assert_eq!(
-            peek(&store, &l1, a, clock.now()).remaining,
-            9,
-            "nothing charged"
-        );
-        assert_eq!(store.len(), 1);
-        // With another key in that shard, it goes and both are charged.
-        let store = capped(&clock, 2);
-        let e = user_in_shard(&l1, shard_a);
-        check(&store, &l1, a, clock.now());
-        check(&store, &l1, &e, clock.now());
-        let d = both(&store).expect("evicts the other key");
-        assert_eq!((d[0].remaining, d[1].remaining), (8, 9));
-        assert_eq!(peek(&store, &l1, &e, clock.now()).remaining, 10, "evicted");
-        assert_eq!(store.len(), 2);
-    }
-
-    /// Keys reset and charged again leave out-of-date heap entries behind; the heap is rebuilt
-    /// before they outgrow twice the map.
-    #[test]
-    fn reset_keys_do_not_grow_the_heap() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = capped(&clock, 100);
-        let l = limit("r", Algorithm::Gcra);
-        for _ in 0..1_000 {
-            check(&store, &l, "a", clock.now());
-            store.reset_now(&request(&l, "a"));
-        }
-        check(&store, &l, "a", clock.now());
-        let key = Key::new(&Namespace::default(), &l, &[("user", "a")]);
-        let heap = lock(&store.inner.shards[shard_of(&key)]).by_replenish.len();
-        assert!(heap <= 2 + 64, "{heap} heap entries for one key");
-        assert_eq!(store.sweep(), 0, "the charged key stays");
-        assert_eq!(peek(&store, &l, "a", clock.now()).remaining, 9);
-    }
-
-    /// Per-limit key counts are exact with every shard sampled.
-    #[test]
-    fn keys_per_limit_counts_by_limit() {
-        let store = MemoryStore::builder().sweep_interval(None).build();
-        let a = limit("a", Algorithm::Gcra);
-        let b = limit("b.x", Algorithm::FixedWindow);
-        let now = Timestamp::from_millis(1_000_000);
-        for i in 0..30 {
-            store
-                .decide_at(&request(&a, &i.to_string()), Op::Check, now)
-                .expect("room");
-        }
-        store
-            .decide_at(&request(&b, "k"), Op::Check, now)
-            .expect("room");
-        assert_eq!(
-            store.keys_per_limit(64),
-            vec![("a".to_owned(), 30), ("b.x".to_owned(), 1)]
-        );
-        let estimate: u64 = store.keys_per_limit(8).iter().map(|(_, n)| n).sum();
-        assert!(estimate <= 31 * 8, "scaled by 64/8 at most: {estimate}");
-    }
-
-    /// The single-pair path decides, charges and refuses exactly as the general one, for every
-    /// algorithm; its peek consumes nothing; its key cap answers `Full`.
-    #[test]
-    fn single_pair_path_equals_the_general_one() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        for algorithm in Algorithm::ALL {
-            let general = MemoryStore::builder().sweep_interval(None).build();
-            let single = MemoryStore::builder().sweep_interval(None).build();
-            let l = Limit::new(
-                "s",
-                algorithm,
-                Quota::per_second(5)
-                    .and_then(|q| q.with_burst(7))
-                    .expect("valid"),
-            )
-            .expect("valid");
-            for step in 0..60_u64 {
-                clock.advance(Duration::from_millis(step * 37 % 450));
-                let user = ["a", "b"][(step % 2) as usize];
-                let cost = 1 + step % 3;
-                let key = Key::new(&Namespace::default(), &l, &[("user", user)]);
-                let request = Request::new([Entry::new(&l, key.clone())], cost).expect("valid");
-                let one = SingleRequest::new(&l, &key, cost).expect("valid");
-                let now = clock.now();
-                if step % 5 == 0 {
-                    let peeked = single
-                        .decide_single_at(&one, Op::Peek, now)
-                        .expect("a peek stores nothing");
-                    assert_eq!(
-                        peeked,
-                        general
-                            .decide_at(&request, Op::Peek, now)
-                            .expect("a peek stores nothing")[0],
-                        "{algorithm}"
-                    );
-                    assert_eq!(
-                        peeked,
-                        single
-                            .decide_single_at(&one, Op::Peek, now)
-                            .expect("a peek stores nothing"),
-                        "{algorithm}: peek charged"
-                    );
-                }
-                let expected = general.decide_at(&request, Op::Check, now).expect("room")[0];
-                let got = single.decide_single_at(&one, Op::Check, now).expect("room");
-                assert_eq!(got, expected, "{algorithm} step {step}");
-            }
-            assert_eq!(single.len(), general.len(), "{algorithm}");
-        }
-        let capped = MemoryStore::builder()
-            .sweep_interval(None)
-            .max_keys(1)
-            .build();
-        let l = limit("c", Algorithm::Gcra);
-        let (a, b) = (
-            Key::new(&Namespace::default(), &l, &[("user", "a")]),
-            Key::new(&Namespace::default(), &l, &[("user", "b")]),
-        );
-        let now = clock.now();
-        let check = |k| {
-            capped.decide_single_at(
-                &SingleRequest::new(&l, k, 1).expect("valid"),
-                Op::Check,
-                now,
-            )
-        };
-        assert!(check(&a).expect("room").allowed);
-        assert!(matches!(check(&b), Err(StoreError::Full { max_keys: 1 })));
-    }
-
-    /// A single-pair request is validated like a general one.
-    #[test]
-    fn single_request_validates_the_cost() {
-        let l = limit("v", Algorithm::TokenBucket);
-        let key = Key::new(&Namespace::default(), &l, &[("user", "a")]);
-        assert!(matches!(
-            SingleRequest::new(&l, &key, 0),
-            Err(crate::CheckError::ZeroCost)
-        ));
-        let err = SingleRequest::new(&l, &key, 11).expect_err("above capacity");
-        assert!(
-            matches!(
-                err,
-                crate::CheckError::CostExceedsCapacity {
-                    cost: 11,
-                    capacity: 10,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        assert_eq!(SingleRequest::new(&l, &key, 10).expect("valid").cost(), 10);
-    }
-
-    /// Many threads on one key admit exactly the limit, half of them through the general
-    /// path and half through the single-pair one, for every algorithm.
-    #[test]
-    fn exact_under_thread_concurrency() {
-        for algorithm in Algorithm::ALL {
-            let store = MemoryStore::builder().sweep_interval(None).build();
-            let l =
-                Limit::new("c", algorithm, Quota::per_hour(1_000).expect("valid")).expect("valid");
-            let key = Key::new(&Namespace::default(), &l, &[("user", "k")]);
-            let now = Timestamp::from_millis(5_000_000);
-            let admitted = AtomicUsize::new(0);
-            std::thread::scope(|s| {
-                for t in 0..8 {
-                    let (store, l, key, admitted) = (&store, &l, &key, &admitted);
-                    s.spawn(move || {
-                        let single = SingleRequest::new(l, key, 1).expect("valid");
-                        for _ in 0..500 {
-                            let allowed = if t % 2 == 0 {
-                                store
-                                    .decide_single_at(&single, Op::Check, now)
-                                    .expect("room")
-                                    .allowed
-                            } else {
-                                store
-                                    .decide_at(&request(l, "k"), Op::Check, now)
-                                    .expect("room")[0]
-                                    .allowed
-                            };
-                            if allowed {
-                                admitted.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    });
-                }
-            });
-            assert_eq!(admitted.into_inner(), 1_000, "{algorithm}");
-        }
-    }
-    thread_local! {
-        /// Stored entries the store looked at on this thread outside a plain lookup.
-        static VISITED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-
-    pub(super) fn visited(n: usize) {
-        VISITED.with(|v| v.set(v.get() + n));
-    }
-
-    fn take_visited() -> usize {
-        VISITED.with(|v| v.replace(0))
-    }
-
-    fn capped(clock: &FakeClock, max_keys: usize) -> MemoryStore {
-        MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_keys(max_keys)
-            .build()
-    }
-
-    fn check(store: &MemoryStore, l: &Limit, user: &str, now: Timestamp) -> Decision {
-        store
-            .decide_at(&request(l, user), Op::Check, now)
-            .expect("room")[0]
-    }
-
-    fn peek(store: &MemoryStore, l: &Limit, user: &str, now: Timestamp) -> Decision {
-        store
-            .decide_at(&request(l, user), Op::Peek, now)
-            .expect("a peek stores nothing")[0]
-    }
-
-    /// Users whose keys for `l` fall in the shard of `first`'s key, `first` included.
-    fn same_shard(l: &Limit, first: &str, n: usize) -> Vec<String> {
-        let shard = |u: &str| shard_of(&Key::new(&Namespace::default(), l, &[("user", u)]));
-        let target = shard(first);
-        (0..)
-            .map(|i| format!("{first}{i}"))
-            .filter(|u| shard(u) == target)
-            .take(n)
-            .collect()
-    }
-
-    /// A user whose key for `l` falls in `shard` (none of "a").
-    fn user_in_shard(l: &Limit, shard: usize) -> String {
-        (0..)
-            .map(|i| format!("x{i}"))
-            .find(|u| shard_of(&Key::new(&Namespace::default(), l, &[("user", u)])) == shard)
-            .unwrap_or_else(|| unreachable!("an endless search"))
-    }
-
-    /// A user whose key for `l` falls in another shard than `user`'s.
-    fn user_in_other_shard(l: &Limit, user: &str) -> String {
-        let shard = shard_of(&Key::new(&Namespace::default(), l, &[("user", user)]));
-        user_in_shard(l, (shard + 1) % SHARDS)
-    }
-
-    /// At the key cap a new key costs a bounded number of visited entries, whatever the
-    /// number of keys held: no sweep of the whole store on the request path.
-    #[test]
-    fn a_new_key_at_the_cap_visits_a_bounded_number_of_entries() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = capped(&clock, 2_000);
-        let l = limit("g", Algorithm::Gcra);
-        for i in 0..2_000 {
-            check(&store, &l, &format!("old{i}"), clock.now());
-        }
-        assert_eq!(store.len(), 2_000);
-        take_visited();
-        let answers: Vec<_> = (0..200)
-            .map(|i| store.decide_at(&request(&l, &format!("new{i}")), Op::Check, clock.now()))
-            .collect();
-        let visited = take_visited();
-        assert!(
-            visited <= 200 * 4,
-            "{visited} entries visited for 200 new keys at a cap of 2000"
-        );
-        for (i, answer) in answers.iter().enumerate() {
-            assert!(
-                matches!(answer, Ok(d) if d[0].allowed),
-                "new{i}: {answer:?}"
-            );
-        }
-        assert_eq!(store.len(), 2_000, "the cap holds");
-    }
-
-    /// A flood of new keys at the cap neither changes nor slows a known key's decisions: it
-    /// evicts the keys that replenish soonest, not the key charged the most.
-    #[test]
-    fn known_keys_decide_unchanged_during_a_flood_at_the_cap() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = capped(&clock, 500);
-        let l = limit("g", Algorithm::Gcra);
-        for _ in 0..10 {
-            assert!(check(&store, &l, "known", clock.now()).allowed);
-        }
-        for i in 0..499 {
-            check(&store, &l, &format!("old{i}"), clock.now());
-        }
-        clock.advance(Duration::from_secs(1));
-        for i in 0..2_000 {
-            let d = store
-                .decide_at(&request(&l, &format!("flood{i}")), Op::Check, clock.now())
-                .expect("a new key at the cap evicts");
-            assert!(d[0].allowed, "flood{i}");
-            if i % 100 == 0 {
-                take_visited();
-                let known = check(&store, &l, "known", clock.now());
-                assert!(
-                    !known.allowed,
-                    "flood{i}: known key lost its state {known:?}"
-                );
-                assert_eq!(take_visited(), 0, "a known key's check visits nothing else");
-            }
-        }
-        assert_eq!(store.len(), 500);
-    }
-
-    /// A new key at the cap first evicts a replenished key of its shard (nothing lost), else
-    /// the key of its shard that replenishes soonest; a key charged later is kept.
-    #[test]
-    fn a_new_key_at_the_cap_evicts_replenished_then_soonest() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = capped(&clock, 2);
-        let l = limit("g", Algorithm::Gcra);
-        let users = same_shard(&l, "u", 4);
-        let t0 = clock.now();
-        check(&store, &l, &users[0], t0); // replenished at t0 + 6 s
-        clock.advance(Duration::from_secs(3));
-        check(&store, &l, &users[1], clock.now()); // replenished at t0 + 9 s
-        clock.advance(Duration::from_secs(4)); // t0 + 7 s: users[0] replenished
-        assert!(check(&store, &l, &users[2], clock.now()).allowed);
-        assert_eq!(store.len(), 2);
-        let now = clock.now();
-        assert_eq!(
-            peek(&store, &l, &users[1], now).remaining,
-            9,
-            "live key kept"
-        );
-        // Full, nothing replenished: users[1] (t0 + 9 s) goes before users[2] (t0 + 13 s).
-        assert!(check(&store, &l, &users[3], now).allowed);
-        assert_eq!(store.len(), 2);
-        assert_eq!(
-            peek(&store, &l, &users[2], now).remaining,
-            9,
-            "later key kept"
-        );
-        assert_eq!(peek(&store, &l, &users[3], now).remaining, 9);
-        assert_eq!(peek(&store, &l, &users[1], now).remaining, 10, "evicted");
-    }
-
-    /// Every new key that meets a full store is counted, by limit and by what it did.
-    #[test]
-    fn a_full_store_is_counted() {
-        let recorder = metrics_util::debugging::DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        metrics::with_local_recorder(&recorder, || {
-            let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-            let store = capped(&clock, 10);
-            let l = limit("counted", Algorithm::Gcra);
-            for i in 0..10 {
-                check(&store, &l, &format!("old{i}"), clock.now());
-            }
-            for i in 0..7 {
-                // Evicting or refused: counted either way.
-                drop(store.decide_at(&request(&l, &format!("new{i}")), Op::Check, clock.now()));
-            }
-        });
-        let counted: u64 = snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .filter(|(k, _, _, _)| k.key().name() == "tollgate_store_full_total")
-            .map(|(k, _, _, v)| {
-                assert!(
-                    k.key()
-                        .labels()
-                        .any(|l| l.key() == "limit" && l.value() == "counted"),
-                    "{k:?}"
-                );
-                match v {
-                    metrics_util::debugging::DebugValue::Counter(n) => n,
-                    other => panic!("not a counter: {other:?}"),
-                }
-            })
-            .sum();
-        assert_eq!(counted, 7);
-    }
-}
+mod tests;
