@@ -19,8 +19,9 @@ use crate::rules::AnyState;
 pub(super) struct Shard {
     pub(super) map: HashMap<Key, Slot, BuildKeyHasher>,
     /// Every held key at least once, at the `replenished_at` its slot had when it was pushed
-    /// or last moved (never later than the slot's: charging only moves it later). Reset keys
-    /// and duplicates stay until they reach the top, or until [`Shard::insert`] rebuilds it.
+    /// or last moved (usually earlier than the slot's now: charging moves it later). Entries of
+    /// reset keys and duplicates stay until they reach the top, or until [`Shard::insert`]
+    /// rebuilds the heap.
     by_replenish: BinaryHeap<Due>,
 }
 
@@ -103,10 +104,12 @@ impl Shard {
             super::tests::visited(1);
             match self.map.get(&top.key) {
                 Some(slot) if slot.replenished_at == top.at => return Some(top.at),
-                // Charged since it was pushed: moved down when the guard drops.
-                Some(slot) if slot.replenished_at > top.at => top.at = slot.replenished_at,
-                // Gone, or a duplicate of an entry with the slot's time.
-                _ => drop(std::collections::binary_heap::PeekMut::pop(top)),
+                // Charged since it was pushed (or, with a clock that went back, earlier): moved
+                // to the slot's time when the guard drops. A duplicate (a reset key held again)
+                // moves too, and is dropped once the other entry has evicted or swept the key.
+                Some(slot) => top.at = slot.replenished_at,
+                // No longer held.
+                None => drop(std::collections::binary_heap::PeekMut::pop(top)),
             }
         }
     }
