@@ -24,7 +24,9 @@
 //!   replenishes soonest: a key already replenished (nothing lost), else the one closest to
 //!   it, which over-admits the least (that key starts again from a full quota, early). The
 //!   alternative, refusing new keys, turns a flood of new keys into an outage for every new
-//!   legitimate user; eviction keeps known keys exact unless the flood outlasts their quota.
+//!   legitimate user. A key is evicted only after every key of its shard that replenishes
+//!   sooner, so the keys charged most recently or most heavily go last. The heap costs 32 B per
+//!   key (its `replenished_at` and an `Arc` clone of the key; `docs/benchmarks.md`, "Key cap").
 //!   A key is refused ([`StoreError::Full`]) only when its shard holds no key to evict, which
 //!   takes a cap far below the 64 shards. Each new key meeting a full store is counted,
 //!   `tollgate_store_full_total{limit, result}` (`result`: `replenished`, `evicted`,
