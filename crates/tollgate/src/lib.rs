@@ -60,6 +60,7 @@ mod key;
 mod limit;
 mod limit_error;
 mod limiter;
+mod log_throttle;
 mod namespace;
 mod on_store_error;
 mod op;

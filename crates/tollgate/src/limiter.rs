@@ -17,13 +17,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
 use crate::deny_cache::DenyCache;
+use crate::log_throttle::LogThrottle;
 use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::{LimitDecision, Source};
 use crate::{
@@ -34,10 +34,6 @@ use crate::{
 
 /// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
 pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
-
-/// At most one store-failure warning is logged per this interval; the rest are counted
-/// (`tollgate_store_errors_total`) and summed into the next warning.
-const WARN_INTERVAL_US: u64 = 1_000_000;
 
 /// How long a request denied by a `deny` policy is told to wait.
 pub const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -54,9 +50,9 @@ pub struct Limiter<S> {
     deny_cache: Option<DenyCache>,
     /// Per limit: the most refused keys and the refusal ratio.
     activity: HashMap<Arc<str>, LimitActivity>,
-    /// When the last store-failure warning was logged (µs), and failures since.
-    last_warning: AtomicU64,
-    unlogged_failures: AtomicU64,
+    /// Store-failure warnings: one a second at most, the rest counted
+    /// (`tollgate_store_errors_total`) and summed into the next one.
+    warnings: LogThrottle,
 }
 
 /// Configures a [`Limiter`].
@@ -133,8 +129,7 @@ impl<S: Store> LimiterBuilder<S> {
             clock: self.clock,
             local: OnceLock::new(),
             deny_cache: self.deny_cache.map(DenyCache::new),
-            last_warning: AtomicU64::new(0),
-            unlogged_failures: AtomicU64::new(0),
+            warnings: LogThrottle::default(),
         })
     }
 }
@@ -589,18 +584,9 @@ impl<S: Store> Limiter<S> {
     /// Logs a store failure, at most once per second: a dead store under load would otherwise
     /// write one line per request.
     fn warn_rate_limited(&self, error: &StoreError) {
-        let now = SystemClock.now().as_micros();
-        let last = self.last_warning.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < WARN_INTERVAL_US
-            || self
-                .last_warning
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            self.unlogged_failures.fetch_add(1, Ordering::Relaxed);
+        let Some(also) = self.warnings.admit() else {
             return;
-        }
-        let also = self.unlogged_failures.swap(0, Ordering::Relaxed);
+        };
         tracing::warn!(
             kind = error.kind().as_str(),
             cause = %error,

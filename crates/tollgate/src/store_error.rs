@@ -28,8 +28,9 @@ pub enum StoreError {
     /// The store answered something we cannot read.
     #[error("unexpected store reply: {0}")]
     Protocol(String),
-    /// The store keeps no more keys (memory store's key cap).
-    #[error("store is full: {max_keys} keys held and none has replenished")]
+    /// The store keeps no more keys: the memory store is at its key cap and the new key's
+    /// shard holds no key to give up (it otherwise evicts; see `MemoryStoreBuilder::max_keys`).
+    #[error("store is full: {max_keys} keys held and none could make room")]
     Full {
         /// The configured cap.
         max_keys: usize,

@@ -15,9 +15,22 @@
 //!   more than deciding.
 //! - **Keys hash once**: [`Key`] carries a hash computed when it is built, used both to pick the
 //!   shard and inside the map.
-//! - **Bounded memory**: a state that has fully replenished equals no state, so it is swept
-//!   (by a background thread every `sweep_interval`, and on demand when the key cap is hit). A
-//!   key cap answers [`StoreError::Full`] instead of growing without end.
+//! - **Bounded memory**: a state that has fully replenished equals no state, so it is swept by
+//!   a background thread every `sweep_interval`, shard by shard.
+//! - **A full store evicts, in O(log n), never by a sweep.** Each shard keeps its keys in a
+//!   min-heap by `replenished_at`. The heap is updated lazily: charging a known key touches only
+//!   its slot, and a heap entry found out of date when it reaches the top is moved down to the
+//!   slot's current time. At the key cap a new key takes the place of its shard's key that
+//!   replenishes soonest: a key already replenished (nothing lost), else the one closest to
+//!   it, which over-admits the least (that key starts again from a full quota, early). The
+//!   alternative, refusing new keys, turns a flood of new keys into an outage for every new
+//!   legitimate user. A key is evicted only after every key of its shard that replenishes
+//!   sooner, so the keys charged most recently or most heavily go last. The heap costs 32 B per
+//!   key (its `replenished_at` and an `Arc` clone of the key; `docs/benchmarks.md`, "Key cap").
+//!   A key is refused ([`StoreError::Full`]) only when its shard holds no key to evict, which
+//!   takes a cap far below the 64 shards. Each new key meeting a full store is counted,
+//!   `tollgate_store_full_total{limit, result}` (`result`: `replenished`, `evicted`,
+//!   `refused`), and logged once a second at most.
 //! - The sweeper asks the store's [`Clock`]; give the store the same clock as the limiter.
 
 use std::collections::HashMap;
@@ -28,12 +41,15 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::key::BuildKeyHasher;
-use crate::rules::{AnyRule, AnyState};
+use self::shard::{AtCap, Shard, Slot};
+
+use crate::log_throttle::LogThrottle;
 use crate::{
     Clock, Decision, Decisions, Key, Limit, Op, Request, SingleRequest, Status, Store, StoreError,
     SystemClock, Timestamp,
 };
+
+mod shard;
 
 /// Default key cap.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -52,9 +68,9 @@ struct Inner {
     len: AtomicUsize,
     max_keys: usize,
     clock: Arc<dyn Clock>,
+    /// Full-store warnings: one a second at most.
+    full_warnings: LogThrottle,
 }
-
-type Shard = HashMap<Key, Slot, BuildKeyHasher>;
 
 /// One shard's lock on cache lines of its own: two threads working on keys of neighbouring
 /// shards would otherwise pass the same cache line back and forth on every lock (128 bytes:
@@ -71,12 +87,6 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-struct Slot {
-    state: AnyState,
-    /// From this instant (µs) the state equals a fresh one and may be dropped.
-    replenished_at: u64,
-}
-
 /// Configures a [`MemoryStore`].
 #[derive(Debug)]
 pub struct MemoryStoreBuilder {
@@ -87,14 +97,24 @@ pub struct MemoryStoreBuilder {
 
 impl MemoryStoreBuilder {
     /// The most keys held at once (default [`DEFAULT_MAX_KEYS`]).
+    ///
+    /// At the cap, a new key takes the place of the key of its shard (one of 64, by hash) that
+    /// replenishes soonest: a replenished key if there is one (nothing lost), else the one
+    /// closest to replenishing, which then starts again from a full quota early (the least
+    /// over-admission possible). This costs O(log n) and never sweeps the store. A new key is
+    /// refused with [`StoreError::Full`] only when its shard holds no key to give up (a cap
+    /// far below 64). Counted as `tollgate_store_full_total{limit, result}`.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
     }
 
     /// How often a background thread drops replenished keys (default
-    /// [`DEFAULT_SWEEP_INTERVAL`]); `None` for no thread (sweeps then happen only when the key
-    /// cap is reached, or by calling [`MemoryStore::sweep`]).
+    /// [`DEFAULT_SWEEP_INTERVAL`]); `None` for no thread (replenished keys then go only when a
+    /// new key at the cap takes the place of one of its shard, or by calling
+    /// [`MemoryStore::sweep`]).
+    ///
+    /// The thread locks one shard at a time, and visits only the keys it drops.
     pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
         self.sweep_interval = interval;
         self
@@ -115,6 +135,7 @@ impl MemoryStoreBuilder {
             len: AtomicUsize::new(0),
             max_keys: self.max_keys,
             clock: self.clock,
+            full_warnings: LogThrottle::default(),
         });
         if let Some(interval) = self.sweep_interval {
             spawn_sweeper(Arc::downgrade(&inner), interval);
@@ -133,7 +154,7 @@ fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
                 inner.sweep_all(inner.clock.now().as_micros());
             }
         });
-    // Without a thread the store still works: the cap sweeps on demand.
+    // Without a thread the store still works: a new key at the cap evicts.
     drop(spawned);
 }
 
@@ -170,7 +191,7 @@ impl MemoryStore {
         let sample = sample.clamp(1, SHARDS);
         let mut counts: HashMap<String, u64> = HashMap::new();
         for shard in self.inner.shards.iter().take(sample) {
-            for key in lock(shard).keys() {
+            for key in lock(shard).map.keys() {
                 let name = key.limit_name();
                 match counts.get_mut(name) {
                     Some(n) => *n += 1,
@@ -196,8 +217,8 @@ impl MemoryStore {
     /// [`Store::decide`] without the future, at `now`.
     ///
     /// # Errors
-    /// [`StoreError::Full`] when a check needs new keys beyond the key cap (a peek never
-    /// stores a key, so it never fails).
+    /// [`StoreError::Full`] when a check needs new keys beyond the key cap and their shards
+    /// hold no key to evict (a peek never stores a key, so it never fails).
     #[inline]
     pub fn decide_at(
         &self,
@@ -229,7 +250,8 @@ impl MemoryStore {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Full`] when a check's key is new and the key cap leaves no room for it.
+    /// [`StoreError::Full`] when a check's key is new, the store is at its key cap and the
+    /// key's shard holds no key to evict.
     #[doc(hidden)]
     #[inline]
     pub fn decide_single_at(
@@ -240,17 +262,16 @@ impl MemoryStore {
     ) -> Result<Decision, StoreError> {
         let (limit, key, cost) = (request.limit(), request.key(), request.cost());
         let now = now.as_micros();
-        match self.inner.try_decide_one(limit, key, cost, now, op) {
-            Ok(decision) => Ok(decision),
-            Err(NoRoom) => self.inner.sweep_and_decide_one(limit, key, cost, now),
-        }
+        self.inner
+            .try_decide_one(limit, key, cost, now, op)
+            .map_err(|NoRoom| self.inner.full())
     }
 
     /// [`Store::reset`] without the future.
     pub fn reset_now(&self, request: &Request<'_>) {
         for e in request.entries() {
             let mut shard = lock(&self.inner.shards[shard_of(&e.key)]);
-            if shard.remove(&e.key).is_some() {
+            if shard.map.remove(&e.key).is_some() {
                 self.inner.len.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -293,32 +314,16 @@ impl Store for MemoryStore {
 }
 
 impl Inner {
-    /// Decides; when the key cap is reached, sweeps every shard once and tries again.
+    /// Decides: one lock for a single pair, every entry's shard lock otherwise.
     #[inline]
     fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
-        let first = match request.entries() {
+        match request.entries() {
             [e] => self
                 .try_decide_one(e.limit, &e.key, request.cost(), now, op)
                 .map(Decisions::from),
             _ => self.try_decide(request, now, op),
-        };
-        match first {
-            Ok(decisions) => Ok(decisions),
-            Err(NoRoom) => self.sweep_and_decide(request, now, op),
         }
-    }
-
-    /// The key cap is reached: sweeps every shard once and tries again.
-    #[cold]
-    fn sweep_and_decide(
-        &self,
-        request: &Request<'_>,
-        now: u64,
-        op: Op,
-    ) -> Result<Decisions, StoreError> {
-        self.sweep_all(now);
-        self.try_decide(request, now, op)
-            .map_err(|NoRoom| self.full())
+        .map_err(|NoRoom| self.full())
     }
 
     fn full(&self) -> StoreError {
@@ -327,18 +332,39 @@ impl Inner {
         }
     }
 
-    /// [`Inner::sweep_and_decide`] for a single pair.
+    /// A new key of `limit` met the key cap: evicts `shard`'s soonest replenished key other
+    /// than `keep`'s (counted, logged once a second), whose room the new key takes.
+    /// [`NoRoom`] when the shard has none to give.
     #[cold]
-    fn sweep_and_decide_one(
+    #[inline(never)]
+    fn at_cap(
         &self,
+        shard: &mut Shard,
         limit: &Limit,
-        key: &Key,
-        cost: u64,
         now: u64,
-    ) -> Result<Decision, StoreError> {
-        self.sweep_all(now);
-        self.try_decide_one(limit, key, cost, now, Op::Check)
-            .map_err(|NoRoom| self.full())
+        keep: impl Fn(&Key) -> bool,
+    ) -> Result<(), NoRoom> {
+        let result = shard.evict_soonest(now, keep).unwrap_or(AtCap::Refused);
+        metrics::counter!(
+            "tollgate_store_full_total",
+            "limit" => Arc::clone(limit.name_arc()),
+            "result" => result.as_str()
+        )
+        .increment(1);
+        if let Some(also) = self.full_warnings.admit() {
+            tracing::warn!(
+                limit = limit.name(),
+                result = result.as_str(),
+                max_keys = self.max_keys,
+                new_keys_at_cap_since_last_warning = also,
+                "memory store at its key cap: new keys take the place of the keys that \
+                 replenish soonest"
+            );
+        }
+        match result {
+            AtCap::Refused => Err(NoRoom),
+            AtCap::Replenished | AtCap::Evicted => Ok(()),
+        }
     }
 
     /// [`Inner::try_decide`] for a single pair (most checks): one lock, one lookup, one
@@ -354,7 +380,7 @@ impl Inner {
     ) -> Result<Decision, NoRoom> {
         let rule = limit.rule();
         let mut shard = lock(&self.shards[shard_of(key)]);
-        let (status, retry) = match shard.get_mut(key) {
+        let (status, retry) = match shard.map.get_mut(key) {
             Some(slot) => {
                 let (status, retry) = rule.decide(&mut slot.state, now, cost, op);
                 if op.charges() && retry.is_none() {
@@ -362,7 +388,7 @@ impl Inner {
                 }
                 (status, retry)
             }
-            None => self.decide_new(&mut shard, rule, key, cost, now, op)?,
+            None => self.decide_new(&mut shard, limit, key, cost, now, op)?,
         };
         drop(shard);
         Ok(crate::rules::decision(rule.limit(), status, retry))
@@ -374,24 +400,25 @@ impl Inner {
     fn decide_new(
         &self,
         shard: &mut Shard,
-        rule: &AnyRule,
+        limit: &Limit,
         key: &Key,
         cost: u64,
         now: u64,
         op: Op,
     ) -> Result<(Status, Option<u64>), NoRoom> {
+        let rule = limit.rule();
         let mut state = rule.empty_state();
         let (status, retry) = rule.decide(&mut state, now, cost, op);
         if !op.charges() || retry.is_some() {
             return Ok((status, retry));
         }
-        // Charged a fresh state: kept only if the cap leaves room (else dropped, unseen).
+        // Charged a fresh state: kept only if there is room (else dropped, unseen).
         if !self.reserve(1) {
-            return Err(NoRoom);
+            self.at_cap(shard, limit, now, |_| false)?;
         }
         let replenished_at = now + status.reset_after_us;
         shard.insert(
-            key.clone(),
+            key,
             Slot {
                 state,
                 replenished_at,
@@ -424,7 +451,7 @@ impl Inner {
         for (e, &id) in entries.iter().zip(&shard_ids) {
             let g = guard_of(&mut guards, id);
             let rule = e.limit.rule();
-            let retry = match guards[g].1.get_mut(&e.key) {
+            let retry = match guards[g].1.map.get_mut(&e.key) {
                 Some(slot) => rule.admits(&mut slot.state, now, cost).err(),
                 None => rule.admits(&mut rule.empty_state(), now, cost).err(),
             };
@@ -433,16 +460,21 @@ impl Inner {
         let all_admit = retries.iter().all(Option::is_none);
 
         if all_admit && charge {
-            let new_keys = entries
-                .iter()
-                .zip(&shard_ids)
-                .filter(|(e, id)| {
-                    let g = guard_of(&mut guards, **id);
-                    !guards[g].1.contains_key(&e.key)
-                })
-                .count();
-            if new_keys > 0 && !self.reserve(new_keys) {
-                return Err(NoRoom);
+            // Room for each new key, in its own shard; the check's own keys are never evicted.
+            let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
+            let mut made = 0;
+            for (e, &id) in entries.iter().zip(&shard_ids) {
+                let g = guard_of(&mut guards, id);
+                let shard = &mut guards[g].1;
+                if shard.map.contains_key(&e.key) {
+                    continue;
+                }
+                if !self.reserve(1) && self.at_cap(shard, e.limit, now, in_check).is_err() {
+                    // Evicted keys stay evicted; their room goes back to the cap.
+                    self.len.fetch_sub(made, Ordering::Relaxed);
+                    return Err(NoRoom);
+                }
+                made += 1;
             }
         }
 
@@ -452,17 +484,18 @@ impl Inner {
             let rule = e.limit.rule();
             let shard = &mut guards[g].1;
             let decision = if all_admit && charge {
-                if !shard.contains_key(&e.key) {
+                if !shard.map.contains_key(&e.key) {
                     let state = rule.empty_state();
+                    // Pushed on the heap at 0: moved to the charged time when it reaches the top.
                     shard.insert(
-                        e.key.clone(),
+                        &e.key,
                         Slot {
                             state,
                             replenished_at: 0,
                         },
                     );
                 }
-                let Some(slot) = shard.get_mut(&e.key) else {
+                let Some(slot) = shard.map.get_mut(&e.key) else {
                     unreachable!("inserted above")
                 };
                 rule.charge(&mut slot.state, now, cost);
@@ -470,7 +503,7 @@ impl Inner {
                 slot.replenished_at = now + status.reset_after_us;
                 crate::rules::decision(rule.limit(), status, None)
             } else {
-                match shard.get_mut(&e.key) {
+                match shard.map.get_mut(&e.key) {
                     Some(slot) => rule.decision(&mut slot.state, now, retry),
                     None => rule.decision(&mut rule.empty_state(), now, retry),
                 }
@@ -499,9 +532,7 @@ impl Inner {
     }
 
     fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
-        let before = shard.len();
-        shard.retain(|_, slot| slot.replenished_at > now);
-        let removed = before - shard.len();
+        let removed = shard.sweep(now);
         self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
@@ -526,231 +557,4 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Algorithm, Entry, FakeClock, Limit, Namespace, Op, Quota};
-
-    fn limit(name: &str, algorithm: Algorithm) -> Limit {
-        Limit::new(name, algorithm, Quota::per_minute(10).expect("valid")).expect("valid")
-    }
-
-    fn request<'a>(limit: &'a Limit, user: &str) -> Request<'a> {
-        let key = Key::new(&Namespace::default(), limit, &[("user", user)]);
-        Request::new([Entry::new(limit, key)], 1).expect("valid")
-    }
-
-    /// Replenished keys are swept, live ones stay.
-    #[test]
-    fn sweep_drops_only_replenished_state() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .build();
-        let gcra = limit("g", Algorithm::Gcra);
-        let now = clock.now();
-        store
-            .decide_at(&request(&gcra, "a"), Op::Check, now)
-            .expect("room");
-        clock.advance(Duration::from_secs(3));
-        store
-            .decide_at(&request(&gcra, "b"), Op::Check, clock.now())
-            .expect("room");
-        assert_eq!(store.len(), 2);
-        // "a" took one unit (6 s to replenish) at t0; at t0 + 6 s it is full again, "b" is not.
-        clock.advance(Duration::from_secs(3));
-        assert_eq!(store.sweep(), 1);
-        assert_eq!(store.len(), 1);
-        let d = store
-            .decide_at(&request(&gcra, "b"), Op::Peek, clock.now())
-            .expect("a peek stores nothing");
-        assert_eq!(d[0].remaining, 9, "b is still charged after the sweep");
-    }
-
-    /// The key cap refuses new keys with a clear error, after trying a sweep.
-    #[test]
-    fn key_cap_refuses_new_keys() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        let store = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_keys(3)
-            .build();
-        let l = limit("f", Algorithm::FixedWindow);
-        for u in ["a", "b", "c"] {
-            store
-                .decide_at(&request(&l, u), Op::Check, clock.now())
-                .expect("room");
-        }
-        let err = store
-            .decide_at(&request(&l, "d"), Op::Check, clock.now())
-            .expect_err("full");
-        assert!(matches!(err, StoreError::Full { max_keys: 3 }), "{err}");
-        assert!(err.to_string().contains("3 keys"), "{err}");
-        // Existing keys still work, and once the window is over the cap frees itself.
-        store
-            .decide_at(&request(&l, "a"), Op::Check, clock.now())
-            .expect("existing key");
-        clock.advance(Duration::from_secs(60));
-        store
-            .decide_at(&request(&l, "d"), Op::Check, clock.now())
-            .expect("swept");
-        assert_eq!(store.len(), 1);
-    }
-
-    /// Per-limit key counts are exact with every shard sampled.
-    #[test]
-    fn keys_per_limit_counts_by_limit() {
-        let store = MemoryStore::builder().sweep_interval(None).build();
-        let a = limit("a", Algorithm::Gcra);
-        let b = limit("b.x", Algorithm::FixedWindow);
-        let now = Timestamp::from_millis(1_000_000);
-        for i in 0..30 {
-            store
-                .decide_at(&request(&a, &i.to_string()), Op::Check, now)
-                .expect("room");
-        }
-        store
-            .decide_at(&request(&b, "k"), Op::Check, now)
-            .expect("room");
-        assert_eq!(
-            store.keys_per_limit(64),
-            vec![("a".to_owned(), 30), ("b.x".to_owned(), 1)]
-        );
-        let estimate: u64 = store.keys_per_limit(8).iter().map(|(_, n)| n).sum();
-        assert!(estimate <= 31 * 8, "scaled by 64/8 at most: {estimate}");
-    }
-
-    /// The single-pair path decides, charges and refuses exactly as the general one, for every
-    /// algorithm; its peek consumes nothing; its key cap answers `Full`.
-    #[test]
-    fn single_pair_path_equals_the_general_one() {
-        let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
-        for algorithm in Algorithm::ALL {
-            let general = MemoryStore::builder().sweep_interval(None).build();
-            let single = MemoryStore::builder().sweep_interval(None).build();
-            let l = Limit::new(
-                "s",
-                algorithm,
-                Quota::per_second(5)
-                    .and_then(|q| q.with_burst(7))
-                    .expect("valid"),
-            )
-            .expect("valid");
-            for step in 0..60_u64 {
-                clock.advance(Duration::from_millis(step * 37 % 450));
-                let user = ["a", "b"][(step % 2) as usize];
-                let cost = 1 + step % 3;
-                let key = Key::new(&Namespace::default(), &l, &[("user", user)]);
-                let request = Request::new([Entry::new(&l, key.clone())], cost).expect("valid");
-                let one = SingleRequest::new(&l, &key, cost).expect("valid");
-                let now = clock.now();
-                if step % 5 == 0 {
-                    let peeked = single
-                        .decide_single_at(&one, Op::Peek, now)
-                        .expect("a peek stores nothing");
-                    assert_eq!(
-                        peeked,
-                        general
-                            .decide_at(&request, Op::Peek, now)
-                            .expect("a peek stores nothing")[0],
-                        "{algorithm}"
-                    );
-                    assert_eq!(
-                        peeked,
-                        single
-                            .decide_single_at(&one, Op::Peek, now)
-                            .expect("a peek stores nothing"),
-                        "{algorithm}: peek charged"
-                    );
-                }
-                let expected = general.decide_at(&request, Op::Check, now).expect("room")[0];
-                let got = single.decide_single_at(&one, Op::Check, now).expect("room");
-                assert_eq!(got, expected, "{algorithm} step {step}");
-            }
-            assert_eq!(single.len(), general.len(), "{algorithm}");
-        }
-        let capped = MemoryStore::builder()
-            .sweep_interval(None)
-            .max_keys(1)
-            .build();
-        let l = limit("c", Algorithm::Gcra);
-        let (a, b) = (
-            Key::new(&Namespace::default(), &l, &[("user", "a")]),
-            Key::new(&Namespace::default(), &l, &[("user", "b")]),
-        );
-        let now = clock.now();
-        let check = |k| {
-            capped.decide_single_at(
-                &SingleRequest::new(&l, k, 1).expect("valid"),
-                Op::Check,
-                now,
-            )
-        };
-        assert!(check(&a).expect("room").allowed);
-        assert!(matches!(check(&b), Err(StoreError::Full { max_keys: 1 })));
-    }
-
-    /// A single-pair request is validated like a general one.
-    #[test]
-    fn single_request_validates_the_cost() {
-        let l = limit("v", Algorithm::TokenBucket);
-        let key = Key::new(&Namespace::default(), &l, &[("user", "a")]);
-        assert!(matches!(
-            SingleRequest::new(&l, &key, 0),
-            Err(crate::CheckError::ZeroCost)
-        ));
-        let err = SingleRequest::new(&l, &key, 11).expect_err("above capacity");
-        assert!(
-            matches!(
-                err,
-                crate::CheckError::CostExceedsCapacity {
-                    cost: 11,
-                    capacity: 10,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        assert_eq!(SingleRequest::new(&l, &key, 10).expect("valid").cost(), 10);
-    }
-
-    /// Many threads on one key admit exactly the limit, half of them through the general
-    /// path and half through the single-pair one, for every algorithm.
-    #[test]
-    fn exact_under_thread_concurrency() {
-        for algorithm in Algorithm::ALL {
-            let store = MemoryStore::builder().sweep_interval(None).build();
-            let l =
-                Limit::new("c", algorithm, Quota::per_hour(1_000).expect("valid")).expect("valid");
-            let key = Key::new(&Namespace::default(), &l, &[("user", "k")]);
-            let now = Timestamp::from_millis(5_000_000);
-            let admitted = AtomicUsize::new(0);
-            std::thread::scope(|s| {
-                for t in 0..8 {
-                    let (store, l, key, admitted) = (&store, &l, &key, &admitted);
-                    s.spawn(move || {
-                        let single = SingleRequest::new(l, key, 1).expect("valid");
-                        for _ in 0..500 {
-                            let allowed = if t % 2 == 0 {
-                                store
-                                    .decide_single_at(&single, Op::Check, now)
-                                    .expect("room")
-                                    .allowed
-                            } else {
-                                store
-                                    .decide_at(&request(l, "k"), Op::Check, now)
-                                    .expect("room")[0]
-                                    .allowed
-                            };
-                            if allowed {
-                                admitted.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    });
-                }
-            });
-            assert_eq!(admitted.into_inner(), 1_000, "{algorithm}");
-        }
-    }
-}
+mod tests;
