@@ -60,17 +60,24 @@
 mod config;
 mod decide;
 mod headers;
+mod import_error;
+mod imported;
 mod rules_error;
 mod serve;
 mod service;
 mod snapshot;
+mod tree;
 mod unit;
+mod yaml;
 
 pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use envoy_types;
+pub use import_error::ImportError;
+pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
 pub use rules_error::RulesError;
 pub use serve::serve;
 pub use service::RateLimitService;
 pub use snapshot::Snapshot;
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
+pub use yaml::{load_dir, parse_file};

@@ -144,7 +144,8 @@ impl Config {
             origin: origin.clone(),
             source,
         })?;
-        Config::parse(&text, &origin, overrides)
+        let base = path.parent().unwrap_or(Path::new(""));
+        Config::parse_in(&text, &origin, base, overrides)
     }
 
     /// Validates TOML `text`; `origin` names it in errors.
@@ -168,7 +169,20 @@ impl Config {
     /// [`ConfigError`] naming `origin` and the field; a file without `[[limits]]` is refused
     /// ([`ConfigError::NoLimits`]), since it would answer every check `unknown limit`.
     pub fn parse(text: &str, origin: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let config = Config::from_raw(RawConfig::parse(text, origin)?, origin, overrides)?;
+        Config::parse_in(text, origin, Path::new(""), overrides)
+    }
+
+    /// [`Config::parse`], with a relative `envoy.config_dir` taken from `base` (the config
+    /// file's directory). Limits imported from `config_dir` count as limits.
+    fn parse_in(
+        text: &str,
+        origin: &str,
+        base: &Path,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let mut raw = RawConfig::parse(text, origin)?;
+        validate::import_envoy(&mut raw.envoy, base, origin)?;
+        let config = Config::from_raw(raw, origin, overrides)?;
         if config.limits.is_empty() {
             return Err(ConfigError::NoLimits {
                 origin: origin.to_owned(),
@@ -195,7 +209,8 @@ impl Config {
         overrides.apply(&mut raw);
         let server = validate::server(&raw, origin)?;
         let store = validate::store(&raw, origin)?;
-        let limits = validate::limits(&raw.limits, origin)?;
+        let mut limits = validate::limits(&raw.limits, origin)?;
+        validate::imported_limits(&raw.envoy, &mut limits, origin)?;
         validate::envoy(&raw.envoy, &limits, origin)?;
         Ok(Config {
             origin: origin.to_owned(),
