@@ -144,8 +144,7 @@ impl Config {
             origin: origin.clone(),
             source,
         })?;
-        let base = path.parent().unwrap_or(Path::new(""));
-        Config::parse_in(&text, &origin, base, overrides)
+        Config::parse(&text, &origin, overrides)
     }
 
     /// Validates TOML `text`; `origin` names it in errors.
@@ -168,18 +167,12 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming `origin` and the field; a file without `[[limits]]` is refused
     /// ([`ConfigError::NoLimits`]), since it would answer every check `unknown limit`.
+    ///
+    /// A relative `envoy.config_dir` is taken from the directory of `origin` (the file's path,
+    /// as the reload passes it), and the YAML files are read on every call, so a reload sees
+    /// their current content. Limits imported from `config_dir` count as limits.
     pub fn parse(text: &str, origin: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-        Config::parse_in(text, origin, Path::new(""), overrides)
-    }
-
-    /// [`Config::parse`], with a relative `envoy.config_dir` taken from `base` (the config
-    /// file's directory). Limits imported from `config_dir` count as limits.
-    fn parse_in(
-        text: &str,
-        origin: &str,
-        base: &Path,
-        overrides: &Overrides,
-    ) -> Result<Config, ConfigError> {
+        let base = Path::new(origin).parent().unwrap_or(Path::new(""));
         let mut raw = RawConfig::parse(text, origin)?;
         validate::import_envoy(&mut raw.envoy, base, origin)?;
         let config = Config::from_raw(raw, origin, overrides)?;

@@ -25,7 +25,7 @@ use crate::support::{TestServer, eventually, one_limit};
 type Client = RateLimitServiceClient<Channel>;
 
 /// Connects to the service, retrying for 10 s at most (a server may still be binding).
-async fn connect(addr: SocketAddr) -> Client {
+pub(crate) async fn connect(addr: SocketAddr) -> Client {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match Client::connect(format!("http://{addr}")).await {
@@ -39,7 +39,7 @@ async fn connect(addr: SocketAddr) -> Client {
 }
 
 /// One call with one descriptor.
-async fn call(client: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+pub(crate) async fn call(client: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
     let request = RateLimitRequest {
         domain: domain.to_owned(),
         descriptors: vec![RateLimitDescriptor {
@@ -62,14 +62,14 @@ async fn call(client: &mut Client, domain: &str, entries: &[(&str, &str)]) -> Ra
 }
 
 /// The limit that decided the first descriptor (empty when no rule matched).
-fn limit_name(response: &RateLimitResponse) -> &str {
+pub(crate) fn limit_name(response: &RateLimitResponse) -> &str {
     response.statuses[0]
         .current_limit
         .as_ref()
         .map_or("", |l| l.name.as_str())
 }
 
-fn code(response: &RateLimitResponse) -> Code {
+pub(crate) fn code(response: &RateLimitResponse) -> Code {
     Code::try_from(response.overall_code).expect("a known code")
 }
 
