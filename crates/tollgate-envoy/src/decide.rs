@@ -200,7 +200,12 @@ fn drop_replaced(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
     }
     let keep: Vec<bool> = found
         .iter()
-        .map(|i| i.rule.name.as_deref().is_none_or(|n| !replaced.contains(&n)))
+        .map(|i| {
+            i.rule
+                .name
+                .as_deref()
+                .is_none_or(|n| !replaced.contains(&n))
+        })
         .collect();
     found
         .into_iter()

@@ -132,7 +132,11 @@ impl Unit {
 impl Imported {
     /// Every descriptor of every domain, depth first, with its domain.
     pub fn walk(&self) -> Vec<(&Domain, &Descriptor)> {
-        fn go<'a>(d: &'a Domain, list: &'a [Descriptor], out: &mut Vec<(&'a Domain, &'a Descriptor)>) {
+        fn go<'a>(
+            d: &'a Domain,
+            list: &'a [Descriptor],
+            out: &mut Vec<(&'a Domain, &'a Descriptor)>,
+        ) {
             for desc in list {
                 out.push((d, desc));
                 go(d, &desc.descriptors, out);
@@ -180,8 +184,9 @@ impl Imported {
                         path: format!("{}.rate_limit", desc.path),
                         reason: e.to_string(),
                     };
-                    let quota = tollgate::Quota::new(u64::from(rl.requests_per_unit), unit.period())
-                        .map_err(err)?;
+                    let quota =
+                        tollgate::Quota::new(u64::from(rl.requests_per_unit), unit.period())
+                            .map_err(err)?;
                     let limit = tollgate::Limit::new(name.as_str(), algorithm, quota)
                         .and_then(|l| l.keyed_by((0..=depth).map(part_name)))
                         .map_err(err)?

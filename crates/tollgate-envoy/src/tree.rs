@@ -25,8 +25,16 @@ use crate::{RulesError, Unit};
 #[derive(Debug, Default)]
 pub(crate) struct Level {
     exact: HashMap<(Box<str>, Box<str>), Node>,
-    wildcards: Vec<(Box<str>, Box<[Box<str>]>, Node)>,
+    wildcards: Vec<Wildcard>,
     default: HashMap<Box<str>, Node>,
+}
+
+/// A wildcard entry: its key, its value split at each `*`, its node.
+#[derive(Debug)]
+struct Wildcard {
+    key: Box<str>,
+    pieces: Box<[Box<str>]>,
+    node: Node,
 }
 
 #[derive(Debug)]
@@ -108,7 +116,7 @@ impl Level {
             match (&d.value, wildcard) {
                 (_, Some(pattern)) => {
                     let pieces = pattern.split('*').map(Into::into).collect();
-                    level.wildcards.push((key, pieces, node));
+                    level.wildcards.push(Wildcard { key, pieces, node });
                 }
                 (Some(value), None) => {
                     level.exact.insert((key, value.as_str().into()), node);
@@ -122,7 +130,10 @@ impl Level {
     }
 
     /// The target of `entries`, and the key parts it is counted by.
-    pub(crate) fn find<'a>(&'a self, entries: &'a [Entry]) -> Option<(&'a Target, Vec<(&'a str, &'a str)>)> {
+    pub(crate) fn find<'a>(
+        &'a self,
+        entries: &'a [Entry],
+    ) -> Option<(&'a Target, Vec<(&'a str, &'a str)>)> {
         let mut level = self;
         let mut parts = Vec::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
@@ -140,14 +151,17 @@ impl Level {
     }
 
     fn lookup(&self, entry: &Entry) -> Option<&Node> {
-        let exact = (Box::from(entry.key.as_str()), Box::from(entry.value.as_str()));
+        let exact = (
+            Box::from(entry.key.as_str()),
+            Box::from(entry.value.as_str()),
+        );
         self.exact
             .get(&exact)
             .or_else(|| {
                 self.wildcards
                     .iter()
-                    .find(|(key, pieces, _)| **key == entry.key && glob(pieces, &entry.value))
-                    .map(|(_, _, node)| node)
+                    .find(|w| *w.key == entry.key && glob(&w.pieces, &entry.value))
+                    .map(|w| &w.node)
             })
             .or_else(|| self.default.get(entry.key.as_str()))
     }

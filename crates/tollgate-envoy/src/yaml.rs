@@ -276,12 +276,19 @@ impl Walk<'_> {
         }
         let requests_per_unit = match map.get("requests_per_unit") {
             None | Some(Value::Null) => 0,
-            Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                self.err(
-                    join(at, "requests_per_unit"),
-                    format!("must be a whole number from 0 to {}, not {}", u32::MAX, show(v)),
-                )
-            })?,
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    self.err(
+                        join(at, "requests_per_unit"),
+                        format!(
+                            "must be a whole number from 0 to {}, not {}",
+                            u32::MAX,
+                            show(v)
+                        ),
+                    )
+                })?,
         };
         let name = self.string(map, at, "name")?.filter(|n| !n.is_empty());
         let replaces = self.replaces(map, at, name.as_deref())?;
@@ -295,7 +302,12 @@ impl Walk<'_> {
         })
     }
 
-    fn replaces(&self, map: &Mapping, at: &str, own: Option<&str>) -> Result<Vec<String>, ImportError> {
+    fn replaces(
+        &self,
+        map: &Mapping,
+        at: &str,
+        own: Option<&str>,
+    ) -> Result<Vec<String>, ImportError> {
         let list_at = join(at, "replaces");
         let list = match map.get("replaces") {
             None | Some(Value::Null) => return Ok(Vec::new()),
@@ -311,7 +323,10 @@ impl Walk<'_> {
             self.known(entry, &here, &["name"])?;
             let name = self.string(entry, &here, "name")?.unwrap_or_default();
             if name.is_empty() {
-                return Err(self.err(join(&here, "name"), "should not have an empty replaces entry"));
+                return Err(self.err(
+                    join(&here, "name"),
+                    "should not have an empty replaces entry",
+                ));
             }
             if own == Some(name.as_str()) {
                 return Err(self.err(

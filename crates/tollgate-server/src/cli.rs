@@ -174,7 +174,13 @@ pub fn imported_table(config: &crate::config::Config) -> String {
                 Some(v) => format!("{}={v}", d.key),
                 None => d.key.clone(),
             };
-            Some([domain.name.clone(), format!("{} ({entry})", d.path), limit, rate, flags.join(",")])
+            Some([
+                domain.name.clone(),
+                format!("{} ({entry})", d.path),
+                limit,
+                rate,
+                flags.join(","),
+            ])
         })
         .collect();
     if rows.is_empty() {

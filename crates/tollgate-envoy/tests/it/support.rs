@@ -66,7 +66,9 @@ impl Rls {
             .imported
             .limits(
                 envoy.algorithm.unwrap_or(tollgate::Algorithm::FixedWindow),
-                envoy.on_store_error.unwrap_or(tollgate::OnStoreError::Allow),
+                envoy
+                    .on_store_error
+                    .unwrap_or(tollgate::OnStoreError::Allow),
             )
             .expect("generated limits");
         Rls::start_with(limits, envoy).await

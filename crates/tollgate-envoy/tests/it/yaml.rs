@@ -53,8 +53,16 @@ descriptors:
     .expect("valid");
     assert_eq!(d.name, "shop");
     let files = &d.descriptors[0];
-    assert_eq!((files.key.as_str(), files.value.as_deref()), ("route", Some("/files/*")));
-    assert!(files.share_threshold && files.shadow_mode && files.detailed_metric && files.value_to_metric);
+    assert_eq!(
+        (files.key.as_str(), files.value.as_deref()),
+        ("route", Some("/files/*"))
+    );
+    assert!(
+        files.share_threshold
+            && files.shadow_mode
+            && files.detailed_metric
+            && files.value_to_metric
+    );
     let rl = files.rate_limit.as_ref().expect("rate_limit");
     assert_eq!(rl.unit, Some(Unit::Hour));
     assert_eq!(rl.requests_per_unit, 7);
@@ -64,7 +72,12 @@ descriptors:
     let user = &d.descriptors[1];
     assert!(user.rate_limit.is_none() && user.value.is_none());
     assert_eq!(user.descriptors[0].path, "descriptors[1].descriptors[0]");
-    assert!(user.descriptors[0].rate_limit.as_ref().is_some_and(|r| r.unlimited && r.unit.is_none()));
+    assert!(
+        user.descriptors[0]
+            .rate_limit
+            .as_ref()
+            .is_some_and(|r| r.unlimited && r.unit.is_none())
+    );
 }
 
 /// The seven units of the reference's protocol, with its lengths (month 30 days, year 365).
@@ -89,7 +102,11 @@ fn units() {
 fn refusals_name_the_path() {
     let cases: &[(&str, &str, &str)] = &[
         ("domain: ''\n", "domain", "must not be empty"),
-        ("domain: d\ndescriptors:\n  - value: x\n", "descriptors[0].key", "empty key"),
+        (
+            "domain: d\ndescriptors:\n  - value: x\n",
+            "descriptors[0].key",
+            "empty key",
+        ),
         (
             "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
             "descriptors[1].descriptors[0].rate_limit.unit",
@@ -168,7 +185,8 @@ fn syntax_error_names_the_file() {
 #[test]
 fn directory() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
     write("b.yml", "domain: two\n");
     write("a.yaml", "domain: one\n");
     write(".hidden.yaml", "not: [valid\n");
@@ -234,10 +252,20 @@ descriptors:
     assert_eq!(first.policy(), OnStoreError::Allow);
     assert_eq!(first.quota().limit(), 5);
     assert_eq!(first.quota().period(), Duration::from_secs(86_400));
-    let parts: Vec<&str> = first.key_parts().expect("keyed").iter().map(|p| &**p).collect();
+    let parts: Vec<&str> = first
+        .key_parts()
+        .expect("keyed")
+        .iter()
+        .map(|p| &**p)
+        .collect();
     assert_eq!(parts, ["d0", "d1"]);
     let again = load_dir(dir.path()).expect("valid");
     assert_eq!(again, imported, "names are stable across loads");
-    let gcra = imported.limits(Algorithm::Gcra, OnStoreError::Deny).expect("limits");
-    assert_eq!((gcra[0].algorithm(), gcra[0].policy()), (Algorithm::Gcra, OnStoreError::Deny));
+    let gcra = imported
+        .limits(Algorithm::Gcra, OnStoreError::Deny)
+        .expect("limits");
+    assert_eq!(
+        (gcra[0].algorithm(), gcra[0].policy()),
+        (Algorithm::Gcra, OnStoreError::Deny)
+    );
 }

@@ -53,17 +53,30 @@ async fn nested_descriptors_per_value() {
     let mut rls = Rls::start_imported(&[("messaging.yaml", MESSAGING)], "[envoy]\n").await;
     let marketing: Desc<'_> = &[("message_type", "marketing"), ("to_number", "2061111111")];
     let number: Desc<'_> = &[("to_number", "2061111111")];
-    let r = rls.call(request("messaging", &[marketing, number], 0)).await;
+    let r = rls
+        .call(request("messaging", &[marketing, number], 0))
+        .await;
     assert_eq!(code(&r), Code::Ok, "{r:?}");
-    assert_eq!(limit_of(&r, 0), "messaging.message_type_marketing.to_number:2");
+    assert_eq!(
+        limit_of(&r, 0),
+        "messaging.message_type_marketing.to_number:2"
+    );
     assert_eq!(limit_of(&r, 1), "messaging.to_number:3");
-    let r = rls.call(request("messaging", &[marketing, number], 0)).await;
+    let r = rls
+        .call(request("messaging", &[marketing, number], 0))
+        .await;
     assert_eq!(code(&r), Code::Ok, "{r:?}");
-    let r = rls.call(request("messaging", &[marketing, number], 0)).await;
+    let r = rls
+        .call(request("messaging", &[marketing, number], 0))
+        .await;
     assert_eq!(codes(&r), [Code::OverLimit, Code::Ok], "{r:?}");
     // The refused request charged nothing: one more to_number alone still passes.
     let r = rls.call(request("messaging", &[number], 0)).await;
-    assert_eq!((code(&r), r.statuses[0].limit_remaining), (Code::Ok, 0), "{r:?}");
+    assert_eq!(
+        (code(&r), r.statuses[0].limit_remaining),
+        (Code::Ok, 0),
+        "{r:?}"
+    );
     // Another number has its own counters.
     let other: Desc<'_> = &[("message_type", "marketing"), ("to_number", "2062222222")];
     let r = rls.call(request("messaging", &[other], 0)).await;
@@ -71,7 +84,11 @@ async fn nested_descriptors_per_value() {
     // A day later (aligned fixed window) the quota is back.
     rls.clock.advance(Duration::from_secs(86_400));
     let r = rls.call(request("messaging", &[marketing], 0)).await;
-    assert_eq!((code(&r), r.statuses[0].limit_remaining), (Code::Ok, 1), "{r:?}");
+    assert_eq!(
+        (code(&r), r.statuses[0].limit_remaining),
+        (Code::Ok, 1),
+        "{r:?}"
+    );
     rls.stop().await;
 }
 
@@ -89,13 +106,36 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 0 }
 "#;
     let mut rls = Rls::start_imported(&[("ip.yaml", yaml)], "[envoy]\n").await;
-    let r = rls.call(request("edge_proxy_per_ip", &[&[("remote_address", "50.0.0.1")]], 0)).await;
-    assert_eq!((code(&r), limit_of(&r, 0)), (Code::Ok, "edge_proxy_per_ip.remote_address:10".to_owned()));
-    let r = rls.call(request("edge_proxy_per_ip", &[&[("remote_address", "50.0.0.5")]], 0)).await;
-    assert_eq!((code(&r), limit_of(&r, 0)), (Code::OverLimit, ":0".to_owned()), "{r:?}");
+    let r = rls
+        .call(request(
+            "edge_proxy_per_ip",
+            &[&[("remote_address", "50.0.0.1")]],
+            0,
+        ))
+        .await;
+    assert_eq!(
+        (code(&r), limit_of(&r, 0)),
+        (Code::Ok, "edge_proxy_per_ip.remote_address:10".to_owned())
+    );
+    let r = rls
+        .call(request(
+            "edge_proxy_per_ip",
+            &[&[("remote_address", "50.0.0.5")]],
+            0,
+        ))
+        .await;
+    assert_eq!(
+        (code(&r), limit_of(&r, 0)),
+        (Code::OverLimit, ":0".to_owned()),
+        "{r:?}"
+    );
     let longer: Desc<'_> = &[("remote_address", "50.0.0.1"), ("extra", "x")];
     let r = rls.call(request("edge_proxy_per_ip", &[longer], 0)).await;
-    assert_eq!((code(&r), limit_of(&r, 0)), (Code::Ok, String::new()), "{r:?}");
+    assert_eq!(
+        (code(&r), limit_of(&r, 0)),
+        (Code::Ok, String::new()),
+        "{r:?}"
+    );
     rls.stop().await;
 }
 
@@ -123,18 +163,38 @@ descriptors:
     let mut rls = Rls::start_imported(&[("internal.yaml", yaml)], "[envoy]\n").await;
     for _ in 0..3 {
         let r = rls
-            .call(request("internal", &[&[("trusted", "a")], &[("ldap", "b")], &[("soft", "c")]], 0))
+            .call(request(
+                "internal",
+                &[&[("trusted", "a")], &[("ldap", "b")], &[("soft", "c")]],
+                0,
+            ))
             .await;
         assert_eq!(codes(&r), [Code::Ok, Code::Ok, Code::Ok], "{r:?}");
         assert!(r.statuses[0].current_limit.is_none());
         assert_eq!(r.statuses[1].limit_remaining, u32::MAX);
     }
-    let a = rls.call(request("internal", &[&[("path", "/files/a")]], 0)).await;
-    let b = rls.call(request("internal", &[&[("path", "/files/b")]], 0)).await;
-    assert_eq!((code(&a), code(&b)), (Code::Ok, Code::Ok), "own counter per value");
-    let a = rls.call(request("internal", &[&[("path", "/shared/a")]], 0)).await;
-    let b = rls.call(request("internal", &[&[("path", "/shared/b")]], 0)).await;
-    assert_eq!((code(&a), code(&b)), (Code::Ok, Code::OverLimit), "one shared counter");
+    let a = rls
+        .call(request("internal", &[&[("path", "/files/a")]], 0))
+        .await;
+    let b = rls
+        .call(request("internal", &[&[("path", "/files/b")]], 0))
+        .await;
+    assert_eq!(
+        (code(&a), code(&b)),
+        (Code::Ok, Code::Ok),
+        "own counter per value"
+    );
+    let a = rls
+        .call(request("internal", &[&[("path", "/shared/a")]], 0))
+        .await;
+    let b = rls
+        .call(request("internal", &[&[("path", "/shared/b")]], 0))
+        .await;
+    assert_eq!(
+        (code(&a), code(&b)),
+        (Code::Ok, Code::OverLimit),
+        "one shared counter"
+    );
     rls.stop().await;
 }
 
@@ -172,7 +232,11 @@ descriptors:
     assert_eq!(codes(&r), [Code::Ok, Code::OverLimit], "{r:?}");
     // Alone, the replaced limit is untouched by the calls above.
     let r = rls.call(request("example7", &[one], 0)).await;
-    assert_eq!((code(&r), r.statuses[0].limit_remaining), (Code::Ok, 0), "{r:?}");
+    assert_eq!(
+        (code(&r), r.statuses[0].limit_remaining),
+        (Code::Ok, 0),
+        "{r:?}"
+    );
     rls.stop().await;
 }
 

@@ -40,7 +40,7 @@ pub enum FieldError {
     /// A file of `envoy.config_dir` (the reference service's YAML) is invalid; its message
     /// names the file and the path in it.
     #[error(transparent)]
-    Import(ImportError),
+    Import(Box<ImportError>),
     /// `server.admin_token` is too short to be a secret.
     #[error("must be at least 8 characters")]
     TokenTooShort,

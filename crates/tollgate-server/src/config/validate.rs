@@ -164,8 +164,9 @@ pub(super) fn import_envoy(
     origin: &str,
 ) -> Result<(), ConfigError> {
     if let Some(dir) = &envoy.config_dir {
-        envoy.imported = tollgate_envoy::load_dir(&base.join(dir))
-            .map_err(|e| ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(e)))?;
+        envoy.imported = tollgate_envoy::load_dir(&base.join(dir)).map_err(|e| {
+            ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(Box::new(e)))
+        })?;
     }
     Ok(())
 }
@@ -184,7 +185,9 @@ pub(super) fn imported_limits(
             envoy.algorithm.unwrap_or(Algorithm::FixedWindow),
             envoy.on_store_error.unwrap_or(OnStoreError::Allow),
         )
-        .map_err(|e| ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(e)))?;
+        .map_err(|e| {
+            ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(Box::new(e)))
+        })?;
     for limit in generated {
         if let Some(first) = limits.iter().position(|l| l.limit.name() == limit.name()) {
             let name = limit.name().to_owned();

@@ -68,21 +68,43 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
     let r = call(&mut client, "messaging", &marketing).await;
     assert_eq!(code(&r), Code::OverLimit, "{r:?}");
     let r = call(&mut client, "messaging", &[("trusted", "x")]).await;
-    assert_eq!((code(&r), limit_name(&r)), (Code::Ok, ""), "whitelisted: {r:?}");
+    assert_eq!(
+        (code(&r), limit_name(&r)),
+        (Code::Ok, ""),
+        "whitelisted: {r:?}"
+    );
 
     let yaml_file = dir.path().join("ratelimit/config/messaging.yaml");
-    std::fs::write(&yaml_file, MESSAGING.replace("requests_per_unit: 2", "requests_per_unit: 3"))
-        .expect("edit yaml");
+    std::fs::write(
+        &yaml_file,
+        MESSAGING.replace("requests_per_unit: 2", "requests_per_unit: 3"),
+    )
+    .expect("edit yaml");
     process.signal("HUP");
-    assert!(process.logged("config reloaded").await, "log:\n{}", process.log());
+    assert!(
+        process.logged("config reloaded").await,
+        "log:\n{}",
+        process.log()
+    );
     let r = call(&mut client, "messaging", &marketing).await;
     assert_eq!(code(&r), Code::Ok, "the new quota (3) counts on: {r:?}");
 
-    std::fs::write(&yaml_file, MESSAGING.replace("unit: day", "unit: fortnight")).expect("break yaml");
+    std::fs::write(
+        &yaml_file,
+        MESSAGING.replace("unit: day", "unit: fortnight"),
+    )
+    .expect("break yaml");
     process.signal("HUP");
-    assert!(process.logged("config reload refused").await, "log:\n{}", process.log());
+    assert!(
+        process.logged("config reload refused").await,
+        "log:\n{}",
+        process.log()
+    );
     let log = process.log();
-    assert!(log.contains("messaging.yaml: descriptors[0].descriptors[0].rate_limit.unit"), "{log}");
+    assert!(
+        log.contains("messaging.yaml: descriptors[0].descriptors[0].rate_limit.unit"),
+        "{log}"
+    );
     let r = call(&mut client, "messaging", &marketing).await;
     assert_eq!(code(&r), Code::OverLimit, "old rules kept: {r:?}");
     process.terminate();
@@ -94,7 +116,11 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
 fn check_config_prints_the_table_and_refuses_a_bad_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = layout(dir.path(), None, MESSAGING);
-    let out = Command::new(BIN).arg("check-config").arg(&path).output().expect("run");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("2 limits"), "{stdout}");
@@ -103,18 +129,33 @@ fn check_config_prints_the_table_and_refuses_a_bad_file() {
         .lines()
         .find(|l| l.contains("messaging.message_type_marketing.to_number"))
         .unwrap_or_else(|| panic!("no row for the nested limit:\n{stdout}"));
-    assert!(row.contains("2/day") && row.contains("descriptors[0].descriptors[0]"), "{row}");
-    assert!(stdout.lines().any(|l| l.contains("trusted") && l.contains("whitelisted")), "{stdout}");
+    assert!(
+        row.contains("2/day") && row.contains("descriptors[0].descriptors[0]"),
+        "{row}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("trusted") && l.contains("whitelisted")),
+        "{stdout}"
+    );
 
     std::fs::write(
         dir.path().join("ratelimit/config/other.yaml"),
         "domain: other\ndescriptors:\n  - key: a\n    rate_limit: { unlimited: true, unit: second }\n",
     )
     .expect("write");
-    let out = Command::new(BIN).arg("check-config").arg(&path).output().expect("run");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{out:?}");
-    assert!(stderr.contains("tollgate.toml: envoy.config_dir:"), "{stderr}");
+    assert!(
+        stderr.contains("tollgate.toml: envoy.config_dir:"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("other.yaml: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited"),
         "{stderr}"

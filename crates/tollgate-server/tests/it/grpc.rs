@@ -39,7 +39,11 @@ pub(crate) async fn connect(addr: SocketAddr) -> Client {
 }
 
 /// One call with one descriptor.
-pub(crate) async fn call(client: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+pub(crate) async fn call(
+    client: &mut Client,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
     let request = RateLimitRequest {
         domain: domain.to_owned(),
         descriptors: vec![RateLimitDescriptor {
