@@ -178,15 +178,23 @@ impl Walk<'_> {
         }
     }
 
+    /// The list `field` of `map` (empty when absent) and its path.
+    fn list<'v>(
+        &self,
+        map: &'v Mapping,
+        at: &str,
+        field: &str,
+    ) -> Result<(&'v [Value], String), ImportError> {
+        let list_at = join(at, field);
+        match map.get(field) {
+            None | Some(Value::Null) => Ok((&[], list_at)),
+            Some(Value::Sequence(list)) => Ok((list, list_at)),
+            Some(other) => Err(self.err(list_at, format!("must be a list, not {}", show(other)))),
+        }
+    }
+
     fn descriptors(&self, map: &Mapping, at: &str) -> Result<Vec<Descriptor>, ImportError> {
-        let list_at = join(at, "descriptors");
-        let list = match map.get("descriptors") {
-            None | Some(Value::Null) => return Ok(Vec::new()),
-            Some(Value::Sequence(list)) => list,
-            Some(other) => {
-                return Err(self.err(list_at, format!("must be a list, not {}", show(other))));
-            }
-        };
+        let (list, list_at) = self.list(map, at, "descriptors")?;
         let mut out: Vec<Descriptor> = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
             let here = format!("{list_at}[{i}]");
@@ -308,14 +316,7 @@ impl Walk<'_> {
         at: &str,
         own: Option<&str>,
     ) -> Result<Vec<String>, ImportError> {
-        let list_at = join(at, "replaces");
-        let list = match map.get("replaces") {
-            None | Some(Value::Null) => return Ok(Vec::new()),
-            Some(Value::Sequence(list)) => list,
-            Some(other) => {
-                return Err(self.err(list_at, format!("must be a list, not {}", show(other))));
-            }
-        };
+        let (list, list_at) = self.list(map, at, "replaces")?;
         let mut out = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
             let here = format!("{list_at}[{i}]");

@@ -10,7 +10,10 @@
 //! own checks (and its field names) decide what is valid; nothing is validated twice. The
 //! `[envoy]` section is `tollgate_envoy`'s own type, checked against the limits by compiling
 //! it as the gRPC service will (`envoy.rules[1].limit: unknown limit "nope"`), so
-//! `check-config` and a reload refuse exactly what the service would. A file without
+//! `check-config` and a reload refuse exactly what the service would. `[envoy] config_dir`
+//! (the reference service's YAML files) is read as part of the config, on load and on every
+//! reload, and its generated limits join `[[limits]]`: a bad YAML file refuses the config
+//! whole, so a reload keeps the old rules. A file without
 //! `[[limits]]` is refused: an emptied file must not switch every limit off. Secrets (the
 //! admin token, Redis passwords) are redacted in `Debug` output.
 

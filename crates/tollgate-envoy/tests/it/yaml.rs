@@ -222,10 +222,8 @@ descriptors:
   - key: message_type
     value: marketing
     descriptors:
-      - key: to_number
-        rate_limit: {{ unit: day, requests_per_unit: 5 }}
-  - key: to_number
-    rate_limit: {{ unit: day, requests_per_unit: 100 }}
+      - {{ key: to_number, rate_limit: {{ unit: day, requests_per_unit: 5 }} }}
+  - {{ key: to_number, rate_limit: {{ unit: day, requests_per_unit: 100 }} }}
   - key: long
     value: "{long}"
     rate_limit: {{ unit: second, requests_per_unit: 1 }}

@@ -12,22 +12,8 @@ use crate::grpc::{call, code, connect, limit_name};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
-const MESSAGING: &str = r#"
-domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 2
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-  - key: trusted
-"#;
+/// The example descriptor file (marketing 2/day per number, `trusted` whitelisted).
+const MESSAGING: &str = include_str!("../../../../examples/envoy-ratelimit/config/messaging.yaml");
 
 /// A config dir `ratelimit/config` next to `tollgate.toml`, which names it relatively.
 fn layout(dir: &Path, grpc: Option<std::net::SocketAddr>, yaml: &str) -> std::path::PathBuf {
