@@ -239,3 +239,58 @@ async fn global_shadow() {
     }
     rls.stop().await;
 }
+
+/// Store down: imported limits fail open by default (as the reference does), and `[envoy]
+/// on_store_error = "deny"` makes the call fail with `UNAVAILABLE`.
+#[tokio::test]
+async fn store_down_fails_open_unless_told_otherwise() {
+    let number: Desc<'_> = &[("to_number", "1")];
+    let mut open = Rls::start_imported(&[("m.yaml", MESSAGING)], "[envoy]\n").await;
+    open.store.set_down(true);
+    let r = open.call(request("messaging", &[number], 0)).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    open.stop().await;
+
+    let mut closed = Rls::start_imported(
+        &[("m.yaml", MESSAGING)],
+        "[envoy]\non_store_error = \"deny\"\n",
+    )
+    .await;
+    closed.store.set_down(true);
+    let status = closed
+        .client
+        .should_rate_limit(request("messaging", &[number], 0))
+        .await
+        .expect_err("deny policy refuses");
+    assert_eq!(
+        status.code(),
+        tollgate_envoy::tonic::Code::Unavailable,
+        "{status:?}"
+    );
+    closed.stop().await;
+}
+
+/// `[envoy] algorithm = "gcra"`: no fixed window, so no quota back at the window's edge.
+#[tokio::test]
+async fn algorithm_switch() {
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n";
+    let k: Desc<'_> = &[("k", "v")];
+    for (algorithm, after_edge) in [("fixed_window", Code::Ok), ("gcra", Code::OverLimit)] {
+        let mut rls = Rls::start_imported(
+            &[("d.yaml", yaml)],
+            &format!("[envoy]\nalgorithm = \"{algorithm}\"\n"),
+        )
+        .await;
+        // Just before the window's edge, the whole quota; just after it, again under a fixed
+        // window (the 2x edge burst), not under GCRA (one per 30 s).
+        rls.clock.advance(Duration::from_secs(59));
+        for _ in 0..2 {
+            let r = rls.call(request("d", &[k], 0)).await;
+            assert_eq!(code(&r), Code::Ok, "{algorithm}: {r:?}");
+        }
+        rls.clock.advance(Duration::from_secs(2));
+        let r = rls.call(request("d", &[k], 0)).await;
+        assert_eq!(code(&r), after_edge, "{algorithm}: {r:?}");
+        rls.stop().await;
+    }
+}

@@ -147,3 +147,41 @@ fn check_config_prints_the_table_and_refuses_a_bad_file() {
         "{stderr}"
     );
 }
+
+/// `[envoy]` options reach the generated limits; a generated name already used by
+/// `[[limits]]` and an unknown algorithm are refused with the field named.
+#[test]
+fn envoy_options_and_name_clashes() {
+    use tollgate::{Algorithm, OnStoreError};
+    use tollgate_server::config::{Config, Overrides};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = layout(dir.path(), None, MESSAGING);
+    let origin = origin.to_str().expect("utf-8 path");
+    let base = "[envoy]\nconfig_dir = \"ratelimit/config\"\n";
+    let text = format!("{base}algorithm = \"gcra\"\non_store_error = \"deny\"\n");
+    let config = Config::parse(&text, origin, &Overrides::default()).expect("valid");
+    assert_eq!(config.limits.len(), 2);
+    for l in &config.limits {
+        assert_eq!(
+            (l.limit.algorithm(), l.limit.policy()),
+            (Algorithm::Gcra, OnStoreError::Deny)
+        );
+    }
+    let clash = format!(
+        "{base}\n[[limits]]\nname = \"messaging.to_number\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\non_store_error = \"deny\"\n"
+    );
+    let e = Config::parse(&clash, origin, &Overrides::default()).expect_err("clash");
+    assert!(
+        e.to_string()
+            .contains("envoy.config_dir: \"messaging.to_number\" is already the name of limits[0]"),
+        "{e}"
+    );
+    let e = Config::parse(
+        &format!("{base}algorithm = \"leaky\"\n"),
+        origin,
+        &Overrides::default(),
+    )
+    .expect_err("unknown algorithm");
+    assert!(e.to_string().contains("envoy.algorithm"), "{e}");
+}
