@@ -38,6 +38,9 @@ pub(crate) struct Answer {
     pub(crate) allowed: bool,
     /// One per descriptor, in order; `None` where no rule matched.
     pub(crate) outcomes: Vec<Option<LimitDecision>>,
+    /// The YAML unit of the imported limit that decided each descriptor, shown as is in
+    /// `current_limit` (a 30-day `month` has no exact equivalent in [`crate::rate_unit`]).
+    pub(crate) units: Vec<Option<Unit>>,
     /// Descriptors answered without a limiter decision (imported `unlimited` or 0 per unit).
     pub(crate) fixed: Vec<(usize, Fixed)>,
 }
@@ -120,6 +123,7 @@ pub(crate) async fn decide<St: Store>(
     let mut answer = Answer {
         allowed: true,
         outcomes: vec![None; request.descriptors.len()],
+        units: vec![None; request.descriptors.len()],
         fixed,
     };
     let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
@@ -184,6 +188,7 @@ impl Answer {
         for (item, d) in batch.iter().zip(verdict.decisions()) {
             for &slot in &item.slots {
                 self.outcomes[slot] = Some(d.clone());
+                self.units[slot] = item.rule.unit;
             }
         }
     }

@@ -91,7 +91,8 @@ fn response(answer: &Answer, with_headers: bool) -> RateLimitResponse {
             let mut statuses: Vec<DescriptorStatus> = answer
                 .outcomes
                 .iter()
-                .map(|o| o.as_ref().map_or_else(unmatched, status))
+                .zip(&answer.units)
+                .map(|(o, &unit)| o.as_ref().map_or_else(unmatched, |o| status(o, unit)))
                 .collect();
             for &(slot, fixed) in &answer.fixed {
                 if let Some(s) = statuses.get_mut(slot) {
@@ -149,9 +150,17 @@ fn envoy_unit(unit: crate::Unit) -> Unit {
     }
 }
 
-fn status(o: &LimitDecision) -> DescriptorStatus {
+/// A decided descriptor's status; `unit` is an imported limit's own unit, shown with its
+/// `requests_per_unit` instead of the rate computed from the quota.
+fn status(o: &LimitDecision, unit: Option<crate::Unit>) -> DescriptorStatus {
     let d = &o.decision;
-    let rate = rate_unit(&o.quota);
+    let rate = match unit {
+        Some(unit) => crate::RateUnit {
+            unit: envoy_unit(unit),
+            requests_per_unit: u32::try_from(o.quota.limit()).unwrap_or(u32::MAX),
+        },
+        None => rate_unit(&o.quota),
+    };
     let until_reset = match d.retry_after {
         Some(wait) if !d.allowed => d.reset_after.max(wait),
         _ => d.reset_after,

@@ -58,6 +58,8 @@ pub(crate) struct Rule {
     pub(crate) name: Option<Arc<str>>,
     /// An imported limit's `replaces`: names dropped when both match one request.
     pub(crate) replaces: Box<[Arc<str>]>,
+    /// An imported limit's YAML unit, reported as is.
+    pub(crate) unit: Option<Unit>,
 }
 
 impl Rule {
@@ -71,6 +73,7 @@ impl Rule {
             open_key: limit.key_parts().is_none(),
             name: None,
             replaces: Box::new([]),
+            unit: None,
         }
     }
 }

@@ -99,6 +99,7 @@ impl Level {
                         let mut rule = Rule::for_limit(limit, shadow);
                         rule.name = rl.name.as_deref().map(Arc::from);
                         rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
+                        rule.unit = rl.unit;
                         Target::Limited(rule)
                     }
                     (None, Some(unit)) => Target::Blocked { unit, shadow },

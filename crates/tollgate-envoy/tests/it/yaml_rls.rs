@@ -294,3 +294,21 @@ async fn algorithm_switch() {
         rls.stop().await;
     }
 }
+
+/// An imported limit reports its YAML unit and `requests_per_unit` as written, `month`
+/// included (a 30-day window that the computed rate would show in another unit).
+#[tokio::test]
+async fn current_limit_shows_the_yaml_unit() {
+    use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: month, requests_per_unit: 10 }\n";
+    let mut rls = Rls::start_imported(&[("d.yaml", yaml)], "[envoy]\n").await;
+    let r = rls.call(request("d", &[&[("k", "v")]], 0)).await;
+    let limit = r.statuses[0].current_limit.as_ref().expect("current_limit");
+    assert_eq!(
+        (limit.requests_per_unit, Unit::try_from(limit.unit)),
+        (10, Ok(Unit::Month)),
+        "{r:?}"
+    );
+    rls.stop().await;
+}
