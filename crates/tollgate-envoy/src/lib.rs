@@ -68,6 +68,7 @@ mod decide;
 mod headers;
 mod import_error;
 mod imported;
+mod limit_names;
 mod rules_error;
 mod serve;
 mod service;
