@@ -4,11 +4,13 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use crate::binary::Process;
 use crate::grpc::{call, code, connect, limit_name};
+use crate::support::eventually;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
@@ -67,11 +69,20 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
     )
     .expect("edit yaml");
     process.signal("HUP");
-    assert!(
-        process.logged("config reloaded").await,
-        "log:\n{}",
-        process.log()
-    );
+    // The reload logs before it swaps: wait for the new quota on another number's counter.
+    let probe = [("message_type", "marketing"), ("to_number", "probe")];
+    let swapped = eventually(Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            let r = call(&mut client, "messaging", &probe).await;
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .is_some_and(|l| l.requests_per_unit == 3)
+        }
+    })
+    .await;
+    assert!(swapped, "new quota never applied; log:\n{}", process.log());
     let r = call(&mut client, "messaging", &marketing).await;
     assert_eq!(code(&r), Code::Ok, "the new quota (3) counts on: {r:?}");
 
