@@ -18,7 +18,12 @@
 //! ]
 //! ```
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
+use tollgate::{Algorithm, OnStoreError};
+
+use crate::Imported;
 
 /// The `[envoy]` section: response options and the rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -31,6 +36,25 @@ pub struct EnvoyRules {
     /// The rules, tried in order; the first that matches a descriptor decides it.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+    /// A directory of the reference service's (envoyproxy/ratelimit) YAML files, one domain
+    /// per file (its `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`); a relative
+    /// path is relative to the config file. Read by the server into [`EnvoyRules::imported`].
+    #[serde(default)]
+    pub config_dir: Option<PathBuf>,
+    /// The algorithm of the limits imported from `config_dir`; default `fixed_window`, the
+    /// reference's (a window aligned to the unit, up to 2x the limit across a window edge).
+    #[serde(default)]
+    pub algorithm: Option<Algorithm>,
+    /// The failure policy of the imported limits; default `allow`, as the reference fails
+    /// open when Redis is down.
+    #[serde(default)]
+    pub on_store_error: Option<OnStoreError>,
+    /// Global shadow mode for the imported limits: count would-be refusals, always answer OK.
+    #[serde(default)]
+    pub shadow: bool,
+    /// The descriptor trees loaded from `config_dir` (not a config field).
+    #[serde(skip)]
+    pub imported: Imported,
 }
 
 /// One `[[envoy.rules]]` entry: a descriptor shape and the limit it goes to.

@@ -18,13 +18,18 @@
 //! A descriptor whose cost exceeds its limit's capacity can never pass: when its rule is
 //! enforced, the request is over limit and nothing is charged; a shadow one is reported as
 //! refusing and charged nothing.
+//!
+//! Imported (YAML) entries follow the reference: an `unlimited` entry is OK and never counted;
+//! an entry of 0 requests per unit is over limit like a too costly one (nothing charged); when
+//! a matched limit `replaces` another matched one by name, the replaced descriptor is not
+//! decided (it is answered as unmatched).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::{LimitDecision, Limiter, Op, Outcome, Store, Verdict};
 use tonic::Status;
 
-use crate::Snapshot;
-use crate::snapshot::Rule;
+use crate::snapshot::{Found, Rule};
+use crate::{Snapshot, Unit};
 
 /// The answer to a request before it is put in protobuf.
 #[derive(Debug)]
@@ -33,6 +38,25 @@ pub(crate) struct Answer {
     pub(crate) allowed: bool,
     /// One per descriptor, in order; `None` where no rule matched.
     pub(crate) outcomes: Vec<Option<LimitDecision>>,
+    /// The YAML unit of the imported limit that decided each descriptor, shown as is in
+    /// `current_limit` (a 30-day `month` has no exact equivalent in [`crate::rate_unit`]).
+    pub(crate) units: Vec<Option<Unit>>,
+    /// Descriptors answered without a limiter decision (imported `unlimited` or 0 per unit).
+    pub(crate) fixed: Vec<(usize, Fixed)>,
+}
+
+/// An answer that needs no counter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Fixed {
+    /// OK, with `limit_remaining` at its maximum.
+    Unlimited,
+    /// Over limit (OK when shadow), 0 per `unit`.
+    Blocked {
+        /// The unit.
+        unit: Unit,
+        /// Shadow mode.
+        shadow: bool,
+    },
 }
 
 /// One matched descriptor.
@@ -63,36 +87,48 @@ pub(crate) async fn decide<St: Store>(
         return Err(Status::invalid_argument("descriptors must not be empty"));
     }
     let default_cost = u64::from(request.hits_addend.max(1));
-    let found: Vec<Item<'_>> = request
-        .descriptors
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| !d.is_negative_hits)
-        .filter_map(|(slot, d)| {
-            let rule = snapshot.find(&request.domain, &d.entries)?;
-            let cost = d
-                .hits_addend
-                .as_ref()
-                .map(|v| v.value)
-                .filter(|&v| v > 0)
-                .unwrap_or(default_cost);
-            Some(Item {
-                slots: vec![slot],
-                rule,
-                parts: rule.parts(&d.entries),
-                cost,
-            })
-        })
-        .collect();
-    let items = merge_same_key(found);
+    let mut fixed = Vec::new();
+    let mut found: Vec<Item<'_>> = Vec::new();
+    for (slot, d) in request.descriptors.iter().enumerate() {
+        if d.is_negative_hits {
+            continue;
+        }
+        match snapshot.find(&request.domain, &d.entries) {
+            None => {}
+            Some(Found::Unlimited) => fixed.push((slot, Fixed::Unlimited)),
+            Some(Found::Blocked { unit, shadow }) => {
+                fixed.push((slot, Fixed::Blocked { unit, shadow }));
+            }
+            Some(Found::Limited(rule, parts)) => {
+                let cost = d
+                    .hits_addend
+                    .as_ref()
+                    .map(|v| v.value)
+                    .filter(|&v| v > 0)
+                    .unwrap_or(default_cost);
+                found.push(Item {
+                    slots: vec![slot],
+                    rule,
+                    parts,
+                    cost,
+                });
+            }
+        }
+    }
+    let items = merge_same_key(drop_replaced(found));
     let limiter = snapshot.limiter();
+    let blocked = fixed
+        .iter()
+        .any(|(_, f)| matches!(f, Fixed::Blocked { shadow: false, .. }));
     let mut answer = Answer {
         allowed: true,
         outcomes: vec![None; request.descriptors.len()],
+        units: vec![None; request.descriptors.len()],
+        fixed,
     };
     let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
         items.iter().partition(|i| i.cost <= i.rule.capacity);
-    if too_costly.iter().any(|i| !i.rule.shadow) {
+    if blocked || too_costly.iter().any(|i| !i.rule.shadow) {
         // Can never pass: charge nothing, report each limit's current state.
         answer.allowed = false;
         let all: Vec<&Item<'_>> = items.iter().collect();
@@ -152,9 +188,35 @@ impl Answer {
         for (item, d) in batch.iter().zip(verdict.decisions()) {
             for &slot in &item.slots {
                 self.outcomes[slot] = Some(d.clone());
+                self.units[slot] = item.rule.unit;
             }
         }
     }
+}
+
+/// Drops the items whose imported limit another matched item `replaces` (by name).
+fn drop_replaced(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
+    let replaced: Vec<&str> = found
+        .iter()
+        .flat_map(|i| i.rule.replaces.iter().map(|r| &**r))
+        .collect();
+    if replaced.is_empty() {
+        return found;
+    }
+    let keep: Vec<bool> = found
+        .iter()
+        .map(|i| {
+            i.rule
+                .name
+                .as_deref()
+                .is_none_or(|n| !replaced.contains(&n))
+        })
+        .collect();
+    found
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(item, keep)| keep.then_some(item))
+        .collect()
 }
 
 /// Descriptors that name the same limit (same rule kind: enforced or shadow) and the same

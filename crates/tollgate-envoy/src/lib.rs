@@ -7,6 +7,12 @@
 //! limit and which entries become the key parts; [`RateLimitService`] answers with the
 //! overall code and one status per descriptor.
 //!
+//! It also reads the reference service's (envoyproxy/ratelimit) YAML descriptor files
+//! unchanged ([`load_dir`] → [`Imported`], `[envoy] config_dir`): each `rate_limit` becomes a
+//! generated tollgate limit ([`Imported::limits`]) and descriptors are matched against the
+//! trees the reference's way (most specific first, key-only defaults, wildcards, whitelists,
+//! `replaces`), still through the core's `prepare_keyed` + `decide`.
+//!
 //! The crate is a library to be mounted by `tollgate serve`: the service reads the current
 //! [`Snapshot`] (compiled rules + a shared [`tollgate::Limiter`]) on every call from a source
 //! the server swaps on config reload, and [`serve`] runs it next to the standard gRPC health
@@ -60,17 +66,25 @@
 mod config;
 mod decide;
 mod headers;
+mod import_error;
+mod imported;
+mod limit_names;
 mod rules_error;
 mod serve;
 mod service;
 mod snapshot;
+mod tree;
 mod unit;
+mod yaml;
 
 pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use envoy_types;
+pub use import_error::ImportError;
+pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
 pub use rules_error::RulesError;
 pub use serve::{GrpcOptions, serve, serve_with};
 pub use service::RateLimitService;
 pub use snapshot::Snapshot;
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
+pub use yaml::{load_dir, parse_file};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
@@ -21,7 +22,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
-use crate::decide::{Answer, decide};
+use crate::decide::{Answer, Fixed, decide};
 use crate::headers::response_headers;
 use crate::{Snapshot, rate_unit};
 
@@ -86,11 +87,20 @@ fn response(answer: &Answer, with_headers: bool) -> RateLimitResponse {
         } else {
             Code::OverLimit
         } as i32,
-        statuses: answer
-            .outcomes
-            .iter()
-            .map(|o| o.as_ref().map_or_else(unmatched, status))
-            .collect(),
+        statuses: {
+            let mut statuses: Vec<DescriptorStatus> = answer
+                .outcomes
+                .iter()
+                .zip(&answer.units)
+                .map(|(o, &unit)| o.as_ref().map_or_else(unmatched, |o| status(o, unit)))
+                .collect();
+            for &(slot, fixed) in &answer.fixed {
+                if let Some(s) = statuses.get_mut(slot) {
+                    *s = fixed_status(fixed);
+                }
+            }
+            statuses
+        },
         response_headers_to_add: if with_headers {
             response_headers(answer)
         } else {
@@ -107,9 +117,50 @@ fn unmatched() -> DescriptorStatus {
     }
 }
 
-fn status(o: &LimitDecision) -> DescriptorStatus {
+/// An imported `unlimited` entry (OK, remaining at its maximum, as the reference answers) or
+/// one of 0 per unit (over limit unless shadow).
+fn fixed_status(fixed: Fixed) -> DescriptorStatus {
+    match fixed {
+        Fixed::Unlimited => DescriptorStatus {
+            code: Code::Ok as i32,
+            limit_remaining: u32::MAX,
+            ..DescriptorStatus::default()
+        },
+        Fixed::Blocked { unit, shadow } => DescriptorStatus {
+            code: if shadow { Code::Ok } else { Code::OverLimit } as i32,
+            current_limit: Some(RateLimit {
+                name: String::new(),
+                requests_per_unit: 0,
+                unit: envoy_unit(unit) as i32,
+            }),
+            ..DescriptorStatus::default()
+        },
+    }
+}
+
+fn envoy_unit(unit: crate::Unit) -> Unit {
+    match unit {
+        crate::Unit::Second => Unit::Second,
+        crate::Unit::Minute => Unit::Minute,
+        crate::Unit::Hour => Unit::Hour,
+        crate::Unit::Day => Unit::Day,
+        crate::Unit::Week => Unit::Week,
+        crate::Unit::Month => Unit::Month,
+        crate::Unit::Year => Unit::Year,
+    }
+}
+
+/// A decided descriptor's status; `unit` is an imported limit's own unit, shown with its
+/// `requests_per_unit` instead of the rate computed from the quota.
+fn status(o: &LimitDecision, unit: Option<crate::Unit>) -> DescriptorStatus {
     let d = &o.decision;
-    let rate = rate_unit(&o.quota);
+    let rate = match unit {
+        Some(unit) => crate::RateUnit {
+            unit: envoy_unit(unit),
+            requests_per_unit: u32::try_from(o.quota.limit()).unwrap_or(u32::MAX),
+        },
+        None => rate_unit(&o.quota),
+    };
     let until_reset = match d.retry_after {
         Some(wait) if !d.allowed => d.reset_after.max(wait),
         _ => d.reset_after,

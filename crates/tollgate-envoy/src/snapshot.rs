@@ -6,7 +6,9 @@
 //! with the old limits or the new with the new, never a mix.
 //!
 //! Matching is a scan of the rules of the request's domain, in config order; rule sets are
-//! small (tens), and a hash index would have to give up "first match wins".
+//! small (tens), and a hash index would have to give up "first match wins". A descriptor no
+//! `[[envoy.rules]]` rule matches is then matched against the domain's imported tree (the
+//! reference's YAML files, `tree.rs`), the reference's way: explicit tollgate rules win.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,13 +17,31 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate::{Limit, Limiter, Store, validate_name};
 
-use crate::{EnvoyRules, RulesError};
+use crate::tree::{Level, Target};
+use crate::{EnvoyRules, RulesError, Unit};
 
 /// Compiled rules over a shared limiter.
 pub struct Snapshot<St> {
     limiter: Arc<Limiter<St>>,
     domains: HashMap<Box<str>, Vec<Rule>>,
+    trees: HashMap<Box<str>, Level>,
     response_headers: bool,
+}
+
+/// What a descriptor matched.
+#[derive(Debug)]
+pub(crate) enum Found<'a> {
+    /// A limit decides it, keyed by these parts.
+    Limited(&'a Rule, Vec<(&'a str, &'a str)>),
+    /// An imported `unlimited` entry.
+    Unlimited,
+    /// An imported entry of 0 requests per unit.
+    Blocked {
+        /// Its unit.
+        unit: Unit,
+        /// Whether it is in shadow mode.
+        shadow: bool,
+    },
 }
 
 /// One compiled rule.
@@ -34,6 +54,28 @@ pub(crate) struct Rule {
     pub(crate) capacity: u64,
     /// Whether the limit takes every key part it is given (no fixed key shape).
     pub(crate) open_key: bool,
+    /// An imported limit's `rate_limit.name`, what `replaces` refers to.
+    pub(crate) name: Option<Arc<str>>,
+    /// An imported limit's `replaces`: names dropped when both match one request.
+    pub(crate) replaces: Box<[Arc<str>]>,
+    /// An imported limit's YAML unit, reported as is.
+    pub(crate) unit: Option<Unit>,
+}
+
+impl Rule {
+    /// A rule deciding with `limit` (entries are the caller's).
+    pub(crate) fn for_limit(limit: &Limit, shadow: bool) -> Rule {
+        Rule {
+            entries: Box::new([]),
+            limit: limit.name_arc().clone(),
+            shadow,
+            capacity: limit.capacity(),
+            open_key: limit.key_parts().is_none(),
+            name: None,
+            replaces: Box::new([]),
+            unit: None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -102,15 +144,18 @@ impl<St: Store> Snapshot<St> {
                 .or_default()
                 .push(Rule {
                     entries: entries.into(),
-                    limit: limit.name_arc().clone(),
-                    shadow: rule.shadow,
-                    capacity: limit.capacity(),
-                    open_key: limit.key_parts().is_none(),
+                    ..Rule::for_limit(limit, rule.shadow)
                 });
+        }
+        let mut trees = HashMap::new();
+        for domain in &config.imported.domains {
+            let tree = Level::compile(domain, &limiter, config.shadow)?;
+            trees.insert(domain.name.as_str().into(), tree);
         }
         Ok(Snapshot {
             limiter,
             domains,
+            trees,
             response_headers: config.response_headers,
         })
     }
@@ -127,12 +172,23 @@ impl<St> Snapshot<St> {
         self.response_headers
     }
 
-    /// The first rule of `domain` whose descriptor shape `entries` has.
-    pub(crate) fn find(&self, domain: &str, entries: &[Entry]) -> Option<&Rule> {
-        self.domains
-            .get(domain)?
-            .iter()
-            .find(|rule| rule.matches(entries))
+    /// The first rule of `domain` whose descriptor shape `entries` has, else the imported
+    /// tree's match.
+    pub(crate) fn find<'a>(&'a self, domain: &str, entries: &'a [Entry]) -> Option<Found<'a>> {
+        if let Some(rule) = self
+            .domains
+            .get(domain)
+            .and_then(|rules| rules.iter().find(|rule| rule.matches(entries)))
+        {
+            return Some(Found::Limited(rule, rule.parts(entries)));
+        }
+        let (target, parts) = self.trees.get(domain)?.find(entries)?;
+        Some(match target {
+            Target::Limited(rule) => Found::Limited(rule, parts),
+            Target::Unlimited => Found::Unlimited,
+            &Target::Blocked { unit, shadow } => Found::Blocked { unit, shadow },
+            Target::Nothing => return None,
+        })
     }
 }
 
@@ -181,6 +237,7 @@ impl<St> fmt::Debug for Snapshot<St> {
         f.debug_struct("Snapshot")
             .field("limiter", &self.limiter)
             .field("domains", &self.domains)
+            .field("trees", &self.trees)
             .field("response_headers", &self.response_headers)
             .finish()
     }

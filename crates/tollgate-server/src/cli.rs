@@ -135,3 +135,76 @@ pub fn init_tracing() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
+
+/// `tollgate check-config`'s table of the rules imported from `envoy.config_dir`: one row per
+/// descriptor that decides something (domain, descriptor path, limit, rate, flags), empty when
+/// nothing is imported.
+pub fn imported_table(config: &crate::config::Config) -> String {
+    let envoy = &config.envoy;
+    let rows: Vec<[String; 5]> = envoy
+        .imported
+        .walk()
+        .into_iter()
+        .filter_map(|(domain, d)| {
+            let rl = d.rate_limit.as_ref();
+            let (limit, rate) = match rl {
+                None if d.descriptors.is_empty() => ("-".to_owned(), "whitelisted".to_owned()),
+                None => return None,
+                Some(rl) if rl.unlimited => ("-".to_owned(), "unlimited".to_owned()),
+                Some(rl) => (
+                    rl.limit.clone().unwrap_or_else(|| "-".to_owned()),
+                    format!(
+                        "{}/{}",
+                        rl.requests_per_unit,
+                        rl.unit.map_or("?", tollgate_envoy::Unit::name)
+                    ),
+                ),
+            };
+            let mut flags = Vec::new();
+            if d.shadow_mode || envoy.shadow {
+                flags.push("shadow".to_owned());
+            }
+            if d.share_threshold {
+                flags.push("shared".to_owned());
+            }
+            if let Some(rl) = rl {
+                flags.extend(rl.replaces.iter().map(|r| format!("replaces={r}")));
+            }
+            let entry = match &d.value {
+                Some(v) => format!("{}={v}", d.key),
+                None => d.key.clone(),
+            };
+            Some([
+                domain.name.clone(),
+                format!("{} ({entry})", d.path),
+                limit,
+                rate,
+                flags.join(","),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let algorithm = envoy
+        .algorithm
+        .map_or_else(|| "fixed_window".to_owned(), |a| a.to_string());
+    let mut out = format!("imported envoy rules (algorithm {algorithm}):\n");
+    let header = ["DOMAIN", "DESCRIPTOR", "LIMIT", "RATE", "FLAGS"].map(str::to_owned);
+    let mut widths = [0usize; 5];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

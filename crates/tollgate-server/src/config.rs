@@ -10,7 +10,10 @@
 //! own checks (and its field names) decide what is valid; nothing is validated twice. The
 //! `[envoy]` section is `tollgate_envoy`'s own type, checked against the limits by compiling
 //! it as the gRPC service will (`envoy.rules[1].limit: unknown limit "nope"`), so
-//! `check-config` and a reload refuse exactly what the service would. A file without
+//! `check-config` and a reload refuse exactly what the service would. `[envoy] config_dir`
+//! (the reference service's YAML files) is read as part of the config, on load and on every
+//! reload, and its generated limits join `[[limits]]`: a bad YAML file refuses the config
+//! whole, so a reload keeps the old rules. A file without
 //! `[[limits]]` is refused: an emptied file must not switch every limit off. Secrets (the
 //! admin token, Redis passwords) are redacted in `Debug` output.
 
@@ -195,8 +198,15 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming `origin` and the field; a file without `[[limits]]` is refused
     /// ([`ConfigError::NoLimits`]), since it would answer every check `unknown limit`.
+    ///
+    /// A relative `envoy.config_dir` is taken from the directory of `origin` (the file's path,
+    /// as the reload passes it), and the YAML files are read on every call, so a reload sees
+    /// their current content. Limits imported from `config_dir` count as limits.
     pub fn parse(text: &str, origin: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let config = Config::from_raw(RawConfig::parse(text, origin)?, origin, overrides)?;
+        let base = Path::new(origin).parent().unwrap_or(Path::new(""));
+        let mut raw = RawConfig::parse(text, origin)?;
+        validate::import_envoy(&mut raw.envoy, base, origin)?;
+        let config = Config::from_raw(raw, origin, overrides)?;
         if config.limits.is_empty() {
             return Err(ConfigError::NoLimits {
                 origin: origin.to_owned(),
@@ -223,7 +233,8 @@ impl Config {
         overrides.apply(&mut raw);
         let server = validate::server(&raw, origin)?;
         let store = validate::store(&raw, origin)?;
-        let limits = validate::limits(&raw.limits, origin)?;
+        let mut limits = validate::limits(&raw.limits, origin)?;
+        validate::imported_limits(&raw.envoy, &mut limits, origin)?;
         validate::envoy(&raw.envoy, &limits, origin)?;
         Ok(Config {
             origin: origin.to_owned(),

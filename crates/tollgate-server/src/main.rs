@@ -46,6 +46,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.envoy.rules.len(),
                 config.store.backend.name()
             );
+            print!("{}", cli::imported_table(&config));
             Ok(())
         }
         #[cfg(feature = "load")]

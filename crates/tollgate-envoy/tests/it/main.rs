@@ -5,3 +5,5 @@ mod config;
 mod python;
 mod rls;
 mod support;
+mod yaml;
+mod yaml_rls;

@@ -50,6 +50,32 @@ pub(crate) fn rules(toml_text: &str) -> EnvoyRules {
 impl Rls {
     /// Starts the service with `limits` and the `[envoy]` section `rules_toml`.
     pub(crate) async fn start(limits: Vec<Limit>, rules_toml: &str) -> Rls {
+        Rls::start_with(limits, rules(rules_toml)).await
+    }
+
+    /// Starts the service with the reference's YAML files `files` (name, text) as
+    /// `config_dir`, the limits generated for them and the `[envoy]` options `rules_toml`.
+    pub(crate) async fn start_imported(files: &[(&str, &str)], rules_toml: &str) -> Rls {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write yaml");
+        }
+        let mut envoy = rules(rules_toml);
+        envoy.imported = tollgate_envoy::load_dir(dir.path()).expect("valid yaml files");
+        let limits = envoy
+            .imported
+            .limits(
+                envoy.algorithm.unwrap_or(tollgate::Algorithm::FixedWindow),
+                envoy
+                    .on_store_error
+                    .unwrap_or(tollgate::OnStoreError::Allow),
+            )
+            .expect("generated limits");
+        Rls::start_with(limits, envoy).await
+    }
+
+    /// Starts the service with `limits` and the `[envoy]` section `envoy`.
+    pub(crate) async fn start_with(limits: Vec<Limit>, envoy: EnvoyRules) -> Rls {
         let clock = FakeClock::new(Timestamp::from_millis(START_MS));
         let store: St = FailingStore::new(
             MemoryStore::builder()
@@ -58,7 +84,7 @@ impl Rls {
                 .build(),
         );
         let limiter = limiter(&store, &clock, limits);
-        let snapshot = Snapshot::new(&rules(rules_toml), limiter).expect("rules fit the limits");
+        let snapshot = Snapshot::new(&envoy, limiter).expect("rules fit the limits");
         let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");

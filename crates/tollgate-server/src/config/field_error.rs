@@ -6,7 +6,7 @@
 //! rendered from its fields), the Envoy rules' [`RulesError`], TOML's parse error.
 
 use tollgate::{LimitError, UnknownAlgorithm};
-use tollgate_envoy::RulesError;
+use tollgate_envoy::{ImportError, RulesError};
 
 use super::{AddressError, RedisUrlError};
 use crate::duration::DurationError;
@@ -37,6 +37,10 @@ pub enum FieldError {
     /// An `[envoy]` rule that does not fit the limits.
     #[error("{}", .0.reason)]
     Envoy(#[source] RulesError),
+    /// A file of `envoy.config_dir` (the reference service's YAML) is invalid; its message
+    /// names the file and the path in it.
+    #[error(transparent)]
+    Import(Box<ImportError>),
     /// `server.admin_token` is too short to be a secret.
     #[error("must be at least 8 characters")]
     TokenTooShort,

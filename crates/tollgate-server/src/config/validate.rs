@@ -6,12 +6,13 @@
 //! limits as the gRPC service will, so what it refuses is refused here.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{
     Algorithm, DEFAULT_DENY_CACHE_ENTRIES, DEFAULT_MAX_KEYS, Limit, Limiter, MemoryStore,
-    Namespace, Quota,
+    Namespace, OnStoreError, Quota,
 };
 use tollgate_envoy::EnvoyRules;
 
@@ -189,6 +190,51 @@ fn limit(l: &RawLimit) -> Result<LimitConfig, (&'static str, FieldError)> {
     })
 }
 
+/// Reads `envoy.config_dir` (relative to `base`) into `envoy.imported`.
+pub(super) fn import_envoy(
+    envoy: &mut EnvoyRules,
+    base: &Path,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    if let Some(dir) = &envoy.config_dir {
+        envoy.imported = tollgate_envoy::load_dir(&base.join(dir)).map_err(|e| {
+            ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(Box::new(e)))
+        })?;
+    }
+    Ok(())
+}
+
+/// Appends the limits generated for `envoy.imported` to `limits`: fixed windows (or
+/// `envoy.algorithm`), failing open (or `envoy.on_store_error`); a generated name may not be
+/// the name of a `[[limits]]` entry.
+pub(super) fn imported_limits(
+    envoy: &EnvoyRules,
+    limits: &mut Vec<LimitConfig>,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    let generated = envoy
+        .imported
+        .limits(
+            envoy.algorithm.unwrap_or(Algorithm::FixedWindow),
+            envoy.on_store_error.unwrap_or(OnStoreError::Allow),
+        )
+        .map_err(|e| {
+            ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(Box::new(e)))
+        })?;
+    for limit in generated {
+        if let Some(first) = limits.iter().position(|l| l.limit.name() == limit.name()) {
+            let name = limit.name().to_owned();
+            let e = FieldError::DuplicateName { name, first };
+            return Err(ConfigError::invalid(origin, "envoy.config_dir", e));
+        }
+        limits.push(LimitConfig {
+            limit,
+            shadow: false,
+        });
+    }
+    Ok(())
+}
+
 /// Compiles the `[envoy]` rules against `limits` as the gRPC service will (over a throwaway
 /// memory store: compiling touches no counter), so that what it refuses is refused here.
 pub(super) fn envoy(
@@ -196,7 +242,7 @@ pub(super) fn envoy(
     limits: &[LimitConfig],
     origin: &str,
 ) -> Result<(), ConfigError> {
-    if rules.rules.is_empty() {
+    if rules.rules.is_empty() && rules.imported.domains.is_empty() {
         return Ok(());
     }
     let store = MemoryStore::builder()

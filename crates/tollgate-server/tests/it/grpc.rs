@@ -25,7 +25,7 @@ use crate::support::{TestServer, eventually, one_limit};
 pub(crate) type Client = RateLimitServiceClient<Channel>;
 
 /// Connects to the service, retrying for 10 s at most (a server may still be binding).
-async fn connect(addr: SocketAddr) -> Client {
+pub(crate) async fn connect(addr: SocketAddr) -> Client {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match Client::connect(format!("http://{addr}")).await {
@@ -66,7 +66,7 @@ pub(crate) async fn call(
 }
 
 /// The limit that decided the first descriptor (empty when no rule matched).
-fn limit_name(response: &RateLimitResponse) -> &str {
+pub(crate) fn limit_name(response: &RateLimitResponse) -> &str {
     response.statuses[0]
         .current_limit
         .as_ref()

@@ -1,0 +1,209 @@
+//! The reference service's matching, over the imported descriptor trees.
+//!
+//! A request's descriptor is walked down its domain's tree one entry per level, as the
+//! reference does: at each level the entry's key and value are looked up exactly first, then
+//! against the wildcard values of that key (file order; each `*` matches any run of
+//! characters), then the key alone (the key-only default). The descriptor matches only if the
+//! node reached by its **last** entry has a `rate_limit`: a shorter or longer descriptor, or a
+//! node with neither `rate_limit` nor children (a whitelist entry), matches nothing.
+//!
+//! The counter key is the value of every entry down to the match (the reference's cache key),
+//! except that a `share_threshold` wildcard contributes its pattern, so all values matching it
+//! share one counter.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate::{Limiter, Store};
+
+use crate::imported::{Descriptor, Domain, part_name};
+use crate::snapshot::Rule;
+use crate::{RulesError, Unit};
+
+/// One level of a tree.
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    exact: HashMap<(Box<str>, Box<str>), Node>,
+    wildcards: Vec<Wildcard>,
+    default: HashMap<Box<str>, Node>,
+}
+
+/// A wildcard entry: its key, its value split at each `*`, its node.
+#[derive(Debug)]
+struct Wildcard {
+    key: Box<str>,
+    pieces: Box<[Box<str>]>,
+    node: Node,
+}
+
+#[derive(Debug)]
+struct Node {
+    /// This level's key part name (`d<depth>`).
+    part: Box<str>,
+    /// The value this entry gives the key instead of the request's (a shared wildcard).
+    shared: Option<Box<str>>,
+    target: Target,
+    children: Level,
+}
+
+/// What a matching descriptor gets.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// No `rate_limit` here: matches nothing.
+    Nothing,
+    /// Decided by a generated limit.
+    Limited(Rule),
+    /// `unlimited: true`: OK, never counted.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over limit (unless shadow), never counted.
+    Blocked {
+        /// The limit's unit, for the answer.
+        unit: Unit,
+        /// `shadow_mode`.
+        shadow: bool,
+    },
+}
+
+impl Level {
+    /// Compiles `domain`'s tree against the generated limits of `limiter`.
+    pub(crate) fn compile<St: Store>(
+        domain: &Domain,
+        limiter: &Limiter<St>,
+        global_shadow: bool,
+    ) -> Result<Level, RulesError> {
+        Level::build(domain, &domain.descriptors, 0, limiter, global_shadow)
+    }
+
+    fn build<St: Store>(
+        domain: &Domain,
+        list: &[Descriptor],
+        depth: usize,
+        limiter: &Limiter<St>,
+        global_shadow: bool,
+    ) -> Result<Level, RulesError> {
+        let mut level = Level::default();
+        for d in list {
+            let shadow = d.shadow_mode || global_shadow;
+            let target = match &d.rate_limit {
+                None => Target::Nothing,
+                Some(rl) if rl.unlimited => Target::Unlimited,
+                Some(rl) => match (&rl.limit, rl.unit) {
+                    (Some(name), _) => {
+                        let limit = limiter.get(name).ok_or_else(|| {
+                            RulesError::new(
+                                format!("{}: {}.rate_limit", domain.file.display(), d.path),
+                                format!("generated limit {name:?} is not loaded"),
+                            )
+                        })?;
+                        let mut rule = Rule::for_limit(limit, shadow);
+                        rule.name = rl.name.as_deref().map(Arc::from);
+                        rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
+                        rule.unit = rl.unit;
+                        Target::Limited(rule)
+                    }
+                    (None, Some(unit)) => Target::Blocked { unit, shadow },
+                    (None, None) => Target::Nothing,
+                },
+            };
+            let wildcard = d.value.as_deref().filter(|v| v.contains('*'));
+            let node = Node {
+                part: part_name(depth).into(),
+                shared: wildcard.filter(|_| d.share_threshold).map(Into::into),
+                target,
+                children: Level::build(domain, &d.descriptors, depth + 1, limiter, global_shadow)?,
+            };
+            let key: Box<str> = d.key.as_str().into();
+            match (&d.value, wildcard) {
+                (_, Some(pattern)) => {
+                    let pieces = pattern.split('*').map(Into::into).collect();
+                    level.wildcards.push(Wildcard { key, pieces, node });
+                }
+                (Some(value), None) => {
+                    level.exact.insert((key, value.as_str().into()), node);
+                }
+                (None, None) => {
+                    level.default.insert(key, node);
+                }
+            }
+        }
+        Ok(level)
+    }
+
+    /// The target of `entries`, and the key parts it is counted by.
+    pub(crate) fn find<'a>(
+        &'a self,
+        entries: &'a [Entry],
+    ) -> Option<(&'a Target, Vec<(&'a str, &'a str)>)> {
+        let mut level = self;
+        let mut parts = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let node = level.lookup(entry)?;
+            parts.push((&*node.part, node.shared.as_deref().unwrap_or(&entry.value)));
+            if i + 1 == entries.len() {
+                return match node.target {
+                    Target::Nothing => None,
+                    ref target => Some((target, parts)),
+                };
+            }
+            level = &node.children;
+        }
+        None
+    }
+
+    fn lookup(&self, entry: &Entry) -> Option<&Node> {
+        let exact = (
+            Box::from(entry.key.as_str()),
+            Box::from(entry.value.as_str()),
+        );
+        self.exact
+            .get(&exact)
+            .or_else(|| {
+                self.wildcards
+                    .iter()
+                    .find(|w| *w.key == entry.key && glob(&w.pieces, &entry.value))
+                    .map(|w| &w.node)
+            })
+            .or_else(|| self.default.get(entry.key.as_str()))
+    }
+}
+
+/// Whether `value` matches the pattern split at its `*`s.
+fn glob(pieces: &[Box<str>], value: &str) -> bool {
+    let [first, middle @ .., last] = pieces else {
+        return pieces.first().is_some_and(|p| **p == *value);
+    };
+    let Some(mut rest) = value.strip_prefix(&**first) else {
+        return false;
+    };
+    for piece in middle {
+        match rest.find(&**piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(&**last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    fn g(pattern: &str, value: &str) -> bool {
+        let pieces: Vec<Box<str>> = pattern.split('*').map(Into::into).collect();
+        glob(&pieces, value)
+    }
+
+    /// Trailing, middle and multiple wildcards match as the reference's README describes.
+    #[test]
+    fn wildcards() {
+        assert!(g("value*", "value1"));
+        assert!(g("value*", "value"));
+        assert!(!g("value*", "valu"));
+        assert!(g("/api/*/action", "/api/123/action"));
+        assert!(!g("/api/*/action", "/api/123/other"));
+        assert!(g("/api/*/resource/*/action", "/api/v1/resource/9/action"));
+        assert!(!g("a*a", "a"));
+        assert!(g("plain", "plain"));
+    }
+}

@@ -1,0 +1,351 @@
+//! Loads a directory of the reference service's (envoyproxy/ratelimit) YAML files, unchanged.
+//!
+//! The reference reads `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY/*.yaml`, one
+//! domain per file; `[envoy] config_dir` names that last directory. Files ending in `.yaml` or
+//! `.yml` are read in name order; dot files and subdirectories are skipped.
+//!
+//! Files are parsed into a generic YAML value and walked by hand rather than deserialized into
+//! structs: the reference's own checks (non-string keys, unknown keys, `unlimited` with a unit,
+//! …) need the path of the offending node, which this walk always knows. Its refusals are ours:
+//! duplicate domain, duplicate key (same key and value at one level), empty key or domain, bad
+//! unit, a non-string key, `unlimited` with a unit, `replaces` naming itself or empty, an
+//! unknown field. `quota_mode: true` is refused too: tollgate has no quota mode, and silently
+//! enforcing such a limit would change what passes.
+//!
+//! Each counted `rate_limit` then gets its generated tollgate limit name (`limit_names.rs`).
+
+use std::path::{Path, PathBuf};
+
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::ImportError;
+use crate::imported::{Descriptor, Domain, Imported, RateLimit, Unit};
+use crate::limit_names::name_limits;
+
+/// Reads every YAML file of `dir`.
+///
+/// # Errors
+/// [`ImportError`] naming the file (and the path in it) of the first problem.
+pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
+    let read = |path: &Path, source| ImportError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| read(dir, e))? {
+        let path = entry.map_err(|e| read(dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+        if yaml && !name.starts_with('.') && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    let mut imported = Imported::default();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|e| read(&file, e))?;
+        let domain = parse_file(&text, &file)?;
+        if let Some(first) = imported.domains.iter().find(|d| d.name == domain.name) {
+            return Err(invalid(
+                &file,
+                "domain",
+                format!(
+                    "duplicate domain {:?} (already in {})",
+                    domain.name,
+                    first.file.display()
+                ),
+            ));
+        }
+        imported.domains.push(domain);
+    }
+    name_limits(&mut imported);
+    Ok(imported)
+}
+
+/// Parses one file's text (`file` names it in errors); limits are not named yet.
+///
+/// # Errors
+/// [`ImportError::Syntax`] or [`ImportError::Invalid`].
+pub fn parse_file(text: &str, file: &Path) -> Result<Domain, ImportError> {
+    let value: Value = serde_yaml_ng::from_str(text).map_err(|source| ImportError::Syntax {
+        file: file.to_owned(),
+        source,
+    })?;
+    let at = Walk { file };
+    let map = at.map(&value, "")?;
+    at.known(map, "", &["domain", "descriptors"])?;
+    let name = at.string(map, "", "domain")?.unwrap_or_default();
+    if name.is_empty() {
+        return Err(invalid(file, "domain", "must not be empty"));
+    }
+    let descriptors = at.descriptors(map, "")?;
+    Ok(Domain {
+        file: file.to_owned(),
+        name,
+        descriptors,
+    })
+}
+
+fn invalid(file: &Path, path: impl Into<String>, reason: impl Into<String>) -> ImportError {
+    ImportError::Invalid {
+        file: file.to_owned(),
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+fn join(at: &str, field: &str) -> String {
+    if at.is_empty() {
+        field.to_owned()
+    } else {
+        format!("{at}.{field}")
+    }
+}
+
+/// The walk over one file, which it names in errors.
+struct Walk<'f> {
+    file: &'f Path,
+}
+
+const DESCRIPTOR_FIELDS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+const RATE_LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
+
+impl Walk<'_> {
+    fn err(&self, path: impl Into<String>, reason: impl Into<String>) -> ImportError {
+        invalid(self.file, path, reason)
+    }
+
+    fn map<'v>(&self, value: &'v Value, at: &str) -> Result<&'v Mapping, ImportError> {
+        value.as_mapping().ok_or_else(|| {
+            let at = if at.is_empty() { "(top)" } else { at };
+            self.err(at, "must be a map")
+        })
+    }
+
+    /// Refuses non-string keys and keys not in `fields`.
+    fn known(&self, map: &Mapping, at: &str, fields: &[&str]) -> Result<(), ImportError> {
+        for key in map.keys() {
+            let Some(key) = key.as_str() else {
+                return Err(self.err(
+                    if at.is_empty() { "(top)" } else { at },
+                    format!("key is not a string: {}", show(key)),
+                ));
+            };
+            if !fields.contains(&key) {
+                return Err(self.err(join(at, key), "unknown field"));
+            }
+        }
+        Ok(())
+    }
+
+    fn string(&self, map: &Mapping, at: &str, field: &str) -> Result<Option<String>, ImportError> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            // The reference reads scalars as strings (`value: 42` is "42").
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(Value::Bool(b)) => Ok(Some(b.to_string())),
+            Some(other) => Err(self.err(
+                join(at, field),
+                format!("must be a string, not {}", show(other)),
+            )),
+        }
+    }
+
+    fn flag(&self, map: &Mapping, at: &str, field: &str) -> Result<bool, ImportError> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(self.err(
+                join(at, field),
+                format!("must be true or false, not {}", show(other)),
+            )),
+        }
+    }
+
+    /// The list `field` of `map` (empty when absent) and its path.
+    fn list<'v>(
+        &self,
+        map: &'v Mapping,
+        at: &str,
+        field: &str,
+    ) -> Result<(&'v [Value], String), ImportError> {
+        let list_at = join(at, field);
+        match map.get(field) {
+            None | Some(Value::Null) => Ok((&[], list_at)),
+            Some(Value::Sequence(list)) => Ok((list, list_at)),
+            Some(other) => Err(self.err(list_at, format!("must be a list, not {}", show(other)))),
+        }
+    }
+
+    fn descriptors(&self, map: &Mapping, at: &str) -> Result<Vec<Descriptor>, ImportError> {
+        let (list, list_at) = self.list(map, at, "descriptors")?;
+        let mut out: Vec<Descriptor> = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let here = format!("{list_at}[{i}]");
+            let d = self.descriptor(item, &here)?;
+            if let Some(first) = out.iter().find(|o| o.key == d.key && o.value == d.value) {
+                let what = match &d.value {
+                    Some(v) => format!("{}_{v}", d.key),
+                    None => d.key.clone(),
+                };
+                return Err(self.err(
+                    here,
+                    format!("duplicate key {what:?} (already at {})", first.path),
+                ));
+            }
+            out.push(d);
+        }
+        Ok(out)
+    }
+
+    fn descriptor(&self, item: &Value, at: &str) -> Result<Descriptor, ImportError> {
+        let map = self.map(item, at)?;
+        self.known(map, at, DESCRIPTOR_FIELDS)?;
+        let key = self.string(map, at, "key")?.unwrap_or_default();
+        if key.is_empty() {
+            return Err(self.err(join(at, "key"), "descriptor has an empty key"));
+        }
+        let value = self.string(map, at, "value")?.filter(|v| !v.is_empty());
+        if self.flag(map, at, "quota_mode")? {
+            return Err(self.err(
+                join(at, "quota_mode"),
+                "quota mode is not supported by tollgate (remove it, or use shadow_mode)",
+            ));
+        }
+        let share_threshold = self.flag(map, at, "share_threshold")?;
+        if share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
+            return Err(self.err(
+                join(at, "share_threshold"),
+                "only applies to a wildcard value (one with `*`)",
+            ));
+        }
+        let rate_limit = match map.get("rate_limit") {
+            None | Some(Value::Null) => None,
+            Some(rl) => Some(self.rate_limit(rl, &join(at, "rate_limit"))?),
+        };
+        Ok(Descriptor {
+            path: at.to_owned(),
+            key,
+            value,
+            rate_limit,
+            shadow_mode: self.flag(map, at, "shadow_mode")?,
+            detailed_metric: self.flag(map, at, "detailed_metric")?,
+            value_to_metric: self.flag(map, at, "value_to_metric")?,
+            share_threshold,
+            descriptors: self.descriptors(map, at)?,
+        })
+    }
+
+    fn rate_limit(&self, value: &Value, at: &str) -> Result<RateLimit, ImportError> {
+        let map = self.map(value, at)?;
+        self.known(map, at, RATE_LIMIT_FIELDS)?;
+        let unlimited = self.flag(map, at, "unlimited")?;
+        let unit = match self.string(map, at, "unit")? {
+            None => None,
+            Some(word) => match Unit::parse(&word) {
+                Some(unit) => Some(unit),
+                None => {
+                    return Err(self.err(
+                        join(at, "unit"),
+                        format!(
+                            "invalid rate limit unit {word:?} (second, minute, hour, day, week, month, year)"
+                        ),
+                    ));
+                }
+            },
+        };
+        match (unlimited, unit) {
+            (true, Some(_)) => {
+                return Err(self.err(
+                    join(at, "unit"),
+                    "should not specify rate limit unit when unlimited",
+                ));
+            }
+            (false, None) => {
+                return Err(self.err(join(at, "unit"), "required (unless unlimited)"));
+            }
+            _ => {}
+        }
+        let requests_per_unit = match map.get("requests_per_unit") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    self.err(
+                        join(at, "requests_per_unit"),
+                        format!(
+                            "must be a whole number from 0 to {}, not {}",
+                            u32::MAX,
+                            show(v)
+                        ),
+                    )
+                })?,
+        };
+        let name = self.string(map, at, "name")?.filter(|n| !n.is_empty());
+        let replaces = self.replaces(map, at, name.as_deref())?;
+        Ok(RateLimit {
+            requests_per_unit,
+            unit,
+            unlimited,
+            name,
+            replaces,
+            limit: None,
+        })
+    }
+
+    fn replaces(
+        &self,
+        map: &Mapping,
+        at: &str,
+        own: Option<&str>,
+    ) -> Result<Vec<String>, ImportError> {
+        let (list, list_at) = self.list(map, at, "replaces")?;
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let here = format!("{list_at}[{i}]");
+            let entry = self.map(item, &here)?;
+            self.known(entry, &here, &["name"])?;
+            let name = self.string(entry, &here, "name")?.unwrap_or_default();
+            if name.is_empty() {
+                return Err(self.err(
+                    join(&here, "name"),
+                    "should not have an empty replaces entry",
+                ));
+            }
+            if own == Some(name.as_str()) {
+                return Err(self.err(
+                    join(&here, "name"),
+                    "replaces should not contain name of same descriptor",
+                ));
+            }
+            out.push(name);
+        }
+        Ok(out)
+    }
+}
+
+/// A YAML value, short, for messages.
+fn show(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Sequence(_) => "a list".to_owned(),
+        Value::Mapping(_) => "a map".to_owned(),
+        Value::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
+}

@@ -1,0 +1,269 @@
+//! The loader of the reference service's YAML files: every field read, every refusal naming
+//! the file and the path in it, directory rules, generated limit names.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tollgate::{Algorithm, OnStoreError};
+use tollgate_envoy::{ImportError, Unit, load_dir, parse_file};
+
+fn parse(text: &str) -> Result<tollgate_envoy::Domain, ImportError> {
+    parse_file(text, Path::new("conf/a.yaml"))
+}
+
+/// The refusal of `text`: (path in the file, reason); the file is always named.
+fn refusal(text: &str) -> (String, String) {
+    let e = parse(text).expect_err("refused");
+    assert_eq!(e.file(), Path::new("conf/a.yaml"), "{e}");
+    assert!(e.to_string().starts_with("conf/a.yaml: "), "{e}");
+    match e {
+        ImportError::Invalid { path, reason, .. } => (path, reason),
+        other => panic!("not a validation error: {other}"),
+    }
+}
+
+/// Every field of the format is read into the tree.
+#[test]
+fn every_field_is_read() {
+    let d = parse(
+        r#"
+domain: shop
+descriptors:
+  - key: route
+    value: "/files/*"
+    share_threshold: true
+    shadow_mode: true
+    detailed_metric: true
+    value_to_metric: true
+    metadata: { owner: team-a }
+    rate_limit:
+      name: files
+      unit: Hour
+      requests_per_unit: 7
+      replaces:
+        - name: other
+  - key: user
+    quota_mode: false
+    descriptors:
+      - key: method
+        value: GET
+        rate_limit: { unlimited: true }
+"#,
+    )
+    .expect("valid");
+    assert_eq!(d.name, "shop");
+    let files = &d.descriptors[0];
+    assert_eq!(
+        (files.key.as_str(), files.value.as_deref()),
+        ("route", Some("/files/*"))
+    );
+    assert!(
+        files.share_threshold
+            && files.shadow_mode
+            && files.detailed_metric
+            && files.value_to_metric
+    );
+    let rl = files.rate_limit.as_ref().expect("rate_limit");
+    assert_eq!(rl.unit, Some(Unit::Hour));
+    assert_eq!(rl.requests_per_unit, 7);
+    assert_eq!(rl.name.as_deref(), Some("files"));
+    assert_eq!(rl.replaces, vec!["other".to_owned()]);
+    assert!(!rl.unlimited);
+    let user = &d.descriptors[1];
+    assert!(user.rate_limit.is_none() && user.value.is_none());
+    assert_eq!(user.descriptors[0].path, "descriptors[1].descriptors[0]");
+    assert!(
+        user.descriptors[0]
+            .rate_limit
+            .as_ref()
+            .is_some_and(|r| r.unlimited && r.unit.is_none())
+    );
+}
+
+/// The seven units of the reference's protocol, with its lengths (month 30 days, year 365).
+#[test]
+fn units() {
+    for (word, unit, secs) in [
+        ("second", Unit::Second, 1),
+        ("minute", Unit::Minute, 60),
+        ("hour", Unit::Hour, 3_600),
+        ("day", Unit::Day, 86_400),
+        ("week", Unit::Week, 7 * 86_400),
+        ("month", Unit::Month, 30 * 86_400),
+        ("YEAR", Unit::Year, 365 * 86_400),
+    ] {
+        assert_eq!(Unit::parse(word), Some(unit), "{word}");
+        assert_eq!(unit.period(), Duration::from_secs(secs), "{word}");
+    }
+}
+
+/// Each of the reference's refusals, with the path of the offending node.
+#[test]
+fn refusals_name_the_path() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("domain: ''\n", "domain", "must not be empty"),
+        (
+            "domain: d\ndescriptors:\n  - value: x\n",
+            "descriptors[0].key",
+            "empty key",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
+            "descriptors[1].descriptors[0].rate_limit.unit",
+            "invalid rate limit unit \"fortnight\"",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    value: v\n  - key: a\n    value: v\n",
+            "descriptors[1]",
+            "duplicate key \"a_v\" (already at descriptors[0])",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unlimited: true, unit: second }\n",
+            "descriptors[0].rate_limit.unit",
+            "should not specify rate limit unit when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { name: n, unit: second, requests_per_unit: 1, replaces: [{ name: n }] }\n",
+            "descriptors[0].rate_limit.replaces[0].name",
+            "replaces should not contain name of same descriptor",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: 1, replaces: [{ name: '' }] }\n",
+            "descriptors[0].rate_limit.replaces[0].name",
+            "should not have an empty replaces entry",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limits: {}\n",
+            "descriptors[0].rate_limits",
+            "unknown field",
+        ),
+        ("domain: d\nbogus: 1\n", "bogus", "unknown field"),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    1: x\n",
+            "descriptors[0]",
+            "key is not a string: 1",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { requests_per_unit: 1 }\n",
+            "descriptors[0].rate_limit.unit",
+            "required",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: -1 }\n",
+            "descriptors[0].rate_limit.requests_per_unit",
+            "whole number",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n",
+            "descriptors[0].quota_mode",
+            "not supported",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n",
+            "descriptors[0].share_threshold",
+            "wildcard",
+        ),
+        ("- a\n", "(top)", "must be a map"),
+    ];
+    for (text, path, reason) in cases {
+        let (got_path, got_reason) = refusal(text);
+        assert_eq!(&got_path, path, "{text}");
+        assert!(got_reason.contains(reason), "{text}: {got_reason}");
+    }
+}
+
+/// Not YAML: a syntax error naming the file.
+#[test]
+fn syntax_error_names_the_file() {
+    let e = parse("domain: [unclosed\n").expect_err("refused");
+    assert!(matches!(e, ImportError::Syntax { .. }), "{e}");
+    assert!(e.to_string().starts_with("conf/a.yaml: "), "{e}");
+}
+
+/// A directory: `.yaml` and `.yml` files in name order, dot files and others skipped; a domain
+/// in two files is refused naming both.
+#[test]
+fn directory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    write("b.yml", "domain: two\n");
+    write("a.yaml", "domain: one\n");
+    write(".hidden.yaml", "not: [valid\n");
+    write("notes.txt", "not yaml at all: [\n");
+    let imported = load_dir(dir.path()).expect("valid");
+    let names: Vec<&str> = imported.domains.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["one", "two"]);
+
+    write("c.yaml", "domain: one\n");
+    let e = load_dir(dir.path()).expect_err("duplicate domain");
+    assert_eq!(e.file(), dir.path().join("c.yaml"));
+    assert_eq!(e.path(), Some("domain"));
+    assert!(e.to_string().contains("duplicate domain \"one\""), "{e}");
+    assert!(e.to_string().contains("a.yaml"), "{e}");
+
+    let missing = load_dir(&dir.path().join("nope")).expect_err("missing dir");
+    assert!(matches!(missing, ImportError::Read { .. }), "{missing}");
+}
+
+/// Generated limits: readable names from domain and path, hashed when long, keyed by one part
+/// per level, fixed windows of one unit failing open unless told otherwise; unlimited and
+/// 0-per-unit entries get no limit.
+#[test]
+fn generated_limits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let long = "v".repeat(80);
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        format!(
+            r#"
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - {{ key: to_number, rate_limit: {{ unit: day, requests_per_unit: 5 }} }}
+  - {{ key: to_number, rate_limit: {{ unit: day, requests_per_unit: 100 }} }}
+  - key: long
+    value: "{long}"
+    rate_limit: {{ unit: second, requests_per_unit: 1 }}
+  - key: ldap
+    rate_limit: {{ unlimited: true }}
+  - key: blocked
+    rate_limit: {{ unit: second, requests_per_unit: 0 }}
+"#
+        ),
+    )
+    .expect("write");
+    let imported = load_dir(dir.path()).expect("valid");
+    let limits = imported
+        .limits(Algorithm::FixedWindow, OnStoreError::Allow)
+        .expect("limits");
+    let names: Vec<&str> = limits.iter().map(|l| l.name()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[0], "messaging.message_type_marketing.to_number");
+    assert_eq!(names[1], "messaging.to_number");
+    assert_eq!(names[2].len(), 64, "{}", names[2]);
+    assert!(names[2].starts_with("messaging.long_vvv"), "{}", names[2]);
+    let first = &limits[0];
+    assert_eq!(first.algorithm(), Algorithm::FixedWindow);
+    assert_eq!(first.policy(), OnStoreError::Allow);
+    assert_eq!(first.quota().limit(), 5);
+    assert_eq!(first.quota().period(), Duration::from_secs(86_400));
+    let parts: Vec<&str> = first
+        .key_parts()
+        .expect("keyed")
+        .iter()
+        .map(|p| &**p)
+        .collect();
+    assert_eq!(parts, ["d0", "d1"]);
+    let again = load_dir(dir.path()).expect("valid");
+    assert_eq!(again, imported, "names are stable across loads");
+    let gcra = imported
+        .limits(Algorithm::Gcra, OnStoreError::Deny)
+        .expect("limits");
+    assert_eq!(
+        (gcra[0].algorithm(), gcra[0].policy()),
+        (Algorithm::Gcra, OnStoreError::Deny)
+    );
+}

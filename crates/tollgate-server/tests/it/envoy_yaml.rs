@@ -1,0 +1,198 @@
+//! `[envoy] config_dir`: the reference service's YAML files served by the real binary over
+//! gRPC (with no `[[limits]]` at all), reloaded on SIGHUP (a bad file keeps the old rules), and
+//! checked by `tollgate check-config` (a table, or the file and path of the problem).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::binary::Process;
+use crate::grpc::{call, code, connect, limit_name};
+use crate::support::eventually;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// The example descriptor file (marketing 2/day per number, `trusted` whitelisted).
+const MESSAGING: &str = include_str!("../../../../examples/envoy-ratelimit/config/messaging.yaml");
+
+/// A config dir `ratelimit/config` next to `tollgate.toml`, which names it relatively.
+fn layout(dir: &Path, grpc: Option<std::net::SocketAddr>, yaml: &str) -> std::path::PathBuf {
+    let conf = dir.join("ratelimit").join("config");
+    std::fs::create_dir_all(&conf).expect("mkdir");
+    std::fs::write(conf.join("messaging.yaml"), yaml).expect("write yaml");
+    let server = grpc.map_or(String::new(), |g| format!("[server]\ngrpc = \"{g}\"\n"));
+    let path = dir.join("tollgate.toml");
+    std::fs::write(
+        &path,
+        format!("{server}[envoy]\nconfig_dir = \"ratelimit/config\"\n"),
+    )
+    .expect("write toml");
+    path
+}
+
+fn free_port() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// The binary serves a config whose limits all come from YAML: the nested entry's limit
+/// applies, OVER_LIMIT after 2; a SIGHUP after editing the YAML applies the new quota; a SIGHUP
+/// after breaking it keeps the old rules and logs the file and path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = layout(dir.path(), Some(free_port()), MESSAGING);
+    let mut process = Process::serve(&path);
+    let grpc = process.grpc.expect("gRPC address in the listening line");
+    let mut client = connect(grpc).await;
+    let marketing = [("message_type", "marketing"), ("to_number", "206")];
+    for _ in 0..2 {
+        let r = call(&mut client, "messaging", &marketing).await;
+        assert_eq!(code(&r), Code::Ok, "{r:?}");
+        assert_eq!(limit_name(&r), "messaging.message_type_marketing.to_number");
+    }
+    let r = call(&mut client, "messaging", &marketing).await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    let r = call(&mut client, "messaging", &[("trusted", "x")]).await;
+    assert_eq!(
+        (code(&r), limit_name(&r)),
+        (Code::Ok, ""),
+        "whitelisted: {r:?}"
+    );
+
+    let yaml_file = dir.path().join("ratelimit/config/messaging.yaml");
+    std::fs::write(
+        &yaml_file,
+        MESSAGING.replace("requests_per_unit: 2", "requests_per_unit: 3"),
+    )
+    .expect("edit yaml");
+    process.signal("HUP");
+    // The reload logs before it swaps: wait for the new quota on another number's counter.
+    let probe = [("message_type", "marketing"), ("to_number", "probe")];
+    let swapped = eventually(Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            let r = call(&mut client, "messaging", &probe).await;
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .is_some_and(|l| l.requests_per_unit == 3)
+        }
+    })
+    .await;
+    assert!(swapped, "new quota never applied; log:\n{}", process.log());
+    let r = call(&mut client, "messaging", &marketing).await;
+    assert_eq!(code(&r), Code::Ok, "the new quota (3) counts on: {r:?}");
+
+    std::fs::write(
+        &yaml_file,
+        MESSAGING.replace("unit: day", "unit: fortnight"),
+    )
+    .expect("break yaml");
+    process.signal("HUP");
+    assert!(
+        process.logged("config reload refused").await,
+        "log:\n{}",
+        process.log()
+    );
+    let log = process.log();
+    assert!(
+        log.contains("messaging.yaml: descriptors[0].descriptors[0].rate_limit.unit"),
+        "{log}"
+    );
+    let r = call(&mut client, "messaging", &marketing).await;
+    assert_eq!(code(&r), Code::OverLimit, "old rules kept: {r:?}");
+    process.terminate();
+}
+
+/// `check-config` prints the imported rules as a table, and refuses a bad file naming it and
+/// the path in it.
+#[test]
+fn check_config_prints_the_table_and_refuses_a_bad_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = layout(dir.path(), None, MESSAGING);
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("2 limits"), "{stdout}");
+    assert!(stdout.contains("DOMAIN"), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("messaging.message_type_marketing.to_number"))
+        .unwrap_or_else(|| panic!("no row for the nested limit:\n{stdout}"));
+    assert!(
+        row.contains("2/day") && row.contains("descriptors[0].descriptors[0]"),
+        "{row}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("trusted") && l.contains("whitelisted")),
+        "{stdout}"
+    );
+
+    std::fs::write(
+        dir.path().join("ratelimit/config/other.yaml"),
+        "domain: other\ndescriptors:\n  - key: a\n    rate_limit: { unlimited: true, unit: second }\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr.contains("tollgate.toml: envoy.config_dir:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("other.yaml: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited"),
+        "{stderr}"
+    );
+}
+
+/// `[envoy]` options reach the generated limits; a generated name already used by
+/// `[[limits]]` and an unknown algorithm are refused with the field named.
+#[test]
+fn envoy_options_and_name_clashes() {
+    use tollgate::{Algorithm, OnStoreError};
+    use tollgate_server::config::{Config, Overrides};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = layout(dir.path(), None, MESSAGING);
+    let origin = origin.to_str().expect("utf-8 path");
+    let base = "[envoy]\nconfig_dir = \"ratelimit/config\"\n";
+    let text = format!("{base}algorithm = \"gcra\"\non_store_error = \"deny\"\n");
+    let config = Config::parse(&text, origin, &Overrides::default()).expect("valid");
+    assert_eq!(config.limits.len(), 2);
+    for l in &config.limits {
+        assert_eq!(
+            (l.limit.algorithm(), l.limit.policy()),
+            (Algorithm::Gcra, OnStoreError::Deny)
+        );
+    }
+    let clash = format!(
+        "{base}\n[[limits]]\nname = \"messaging.to_number\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\non_store_error = \"deny\"\n"
+    );
+    let e = Config::parse(&clash, origin, &Overrides::default()).expect_err("clash");
+    assert!(
+        e.to_string()
+            .contains("envoy.config_dir: \"messaging.to_number\" is already the name of limits[0]"),
+        "{e}"
+    );
+    let e = Config::parse(
+        &format!("{base}algorithm = \"leaky\"\n"),
+        origin,
+        &Overrides::default(),
+    )
+    .expect_err("unknown algorithm");
+    assert!(e.to_string().contains("envoy.algorithm"), "{e}");
+}
