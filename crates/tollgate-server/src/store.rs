@@ -230,7 +230,7 @@ async fn connect_in_background(
 
 /// An error and its causes, `: `-separated, for logs (the store errors' own messages are
 /// short and their sources say what happened).
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
     let mut last = out.clone();
     let mut source = error.source();

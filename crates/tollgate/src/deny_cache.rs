@@ -23,8 +23,9 @@
 //!   (`r`: at most the limit's period for the window algorithms, `burst × period ÷ limit` for
 //!   token bucket and GCRA).
 //!
-//! Memory is bounded: at most `capacity` entries, in shards; a full shard drops its expired
-//! entries, then the one that expires soonest.
+//! Memory is bounded: at most `capacity` entries, in shards; a full shard drops, of a few
+//! entries it samples, the one that expires soonest (an expired one first), so an insert
+//! costs the same whatever the cache holds.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -34,6 +35,8 @@ use crate::Key;
 use crate::key::BuildKeyHasher;
 
 const SHARDS: usize = 16;
+/// Entries of a full shard looked at to choose the one to drop.
+const EVICTION_SAMPLE: usize = 8;
 
 /// The default number of refusals remembered.
 pub const DEFAULT_DENY_CACHE_ENTRIES: usize = 100_000;
@@ -104,16 +107,16 @@ impl DenyCache {
             *known = Denial { cost, until };
             return;
         }
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, d| d.until > asked_at);
-            if shard.len() >= self.per_shard
-                && let Some(soonest) = shard
-                    .iter()
-                    .min_by_key(|(_, d)| d.until)
-                    .map(|(k, _)| k.clone())
-            {
-                shard.remove(&soonest);
-            }
+        if shard.len() >= self.per_shard
+            && let Some(soonest) = shard
+                .iter()
+                .take(EVICTION_SAMPLE)
+                .min_by_key(|(_, d)| d.until)
+                .map(|(k, _)| k.clone())
+        {
+            // A sample, not the whole shard: a flood of new refused keys must not make each
+            // insert scan thousands of entries under the lock. Expired entries sort first.
+            shard.remove(&soonest);
         }
         shard.insert(key.clone(), Denial { cost, until });
     }

@@ -373,14 +373,14 @@ impl<S: Store> Limiter<S> {
     /// failure policy), most refused first, each with its count and the most that count may
     /// overstate (a bounded sketch: see [`crate::TopKey`]). `None` for an unknown limit.
     pub fn top_denied(&self, limit: &str, k: usize, span: Span) -> Option<Vec<TopKey>> {
-        let minute = self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000;
+        let minute = self.minute();
         Some(self.activity.get(limit)?.top(k, span, minute))
     }
 
     /// The share of `limit`'s checks refused by its quota over the last minute (the current
     /// and the previous calendar minute); `None` for an unknown limit or no check.
     pub fn deny_ratio(&self, limit: &str) -> Option<f64> {
-        let minute = self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000;
+        let minute = self.minute();
         self.activity.get(limit)?.deny_ratio(minute)
     }
 
@@ -437,6 +437,12 @@ impl<S: Store> Limiter<S> {
         self.clock.as_ref().map(|c| c.now())
     }
 
+    /// The current minute (µs ÷ 60 s) on the limiter's clock, else the system's: the unit of
+    /// the refusal ratio and of the recent top-k.
+    fn minute(&self) -> u64 {
+        self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000
+    }
+
     /// Asks the store (timing the call), applies the policies when it fails, and counts
     /// every decision: the one path of every check and peek.
     async fn run(
@@ -469,7 +475,7 @@ impl<S: Store> Limiter<S> {
             }
         };
         if op == Op::Check {
-            let minute = self.now().unwrap_or_else(|| SystemClock.now()).as_micros() / 60_000_000;
+            let minute = self.minute();
             for (e, d) in request.entries().iter().zip(&decisions) {
                 let refused =
                     !d.decision.allowed && matches!(d.source, Source::Store | Source::DenyCache);
