@@ -69,7 +69,6 @@ pub(crate) async fn serve(
         }
     }
     let queued: Vec<(TcpStream, SocketAddr, OwnedSemaphorePermit)> = listener.backlog();
-    drop(listener);
     for accepted in queued {
         spawn(&mut connections, accepted);
     }

@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -42,14 +41,49 @@ impl CappedListener {
     }
 
     /// The connections the kernel has already queued, taken without waiting, as far as
-    /// permits allow: on shutdown, their requests were sent before the listener closed.
-    pub(crate) fn backlog(&self) -> Vec<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
-        let mut cx = Context::from_waker(Waker::noop());
+    /// permits allow, and the listener closed: on shutdown, their requests were sent before
+    /// the listener closed.
+    ///
+    /// The accept queue is read with the socket's own non-blocking `accept`, not tokio's
+    /// `poll_accept`: the latter trusts tokio's cached readiness, which can still say "not
+    /// ready" for connections the kernel queued a moment ago (their event not yet seen by the
+    /// driver), and those clients would be reset with their request unanswered.
+    pub(crate) fn backlog(self) -> Vec<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
         let mut queued = Vec::new();
+        let listener = match self.listener.into_std() {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::warn!(cause = %e, "could not take the accept queue on shutdown");
+                return queued;
+            }
+        };
+        if let Err(e) = listener.set_nonblocking(true) {
+            tracing::warn!(cause = %e, "could not take the accept queue on shutdown");
+            return queued;
+        }
         while let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
-            match self.listener.poll_accept(&mut cx) {
-                Poll::Ready(Ok((stream, peer))) => queued.push((stream, peer, permit)),
-                Poll::Ready(Err(_)) | Poll::Pending => break,
+            let (stream, peer) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(cause = %e, "accept on shutdown failed; queued clients dropped");
+                    break;
+                }
+            };
+            let stream = stream
+                .set_nonblocking(true)
+                .and_then(|()| TcpStream::from_std(stream));
+            match stream {
+                Ok(stream) => queued.push((stream, peer, permit)),
+                Err(e) => tracing::debug!(cause = %e, "queued connection dropped on shutdown"),
             }
         }
         queued
@@ -68,4 +102,35 @@ pub(crate) async fn pause_after(e: &std::io::Error) {
     }
     tracing::warn!(cause = %e, "accept failed; pausing");
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections queued by the kernel are taken even when tokio's driver has not yet seen
+    /// them (here it never ran: nothing awaited since they connected).
+    #[tokio::test]
+    async fn the_backlog_is_read_from_the_kernel_not_from_cached_readiness() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let capped = CappedListener::new(listener, 100);
+        let clients: Vec<std::net::TcpStream> = (0..5)
+            .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+            .collect();
+        let queued = capped.backlog();
+        assert_eq!(queued.len(), clients.len());
+    }
+
+    /// The cap holds on shutdown too: what is over it stays queued (and is reset on close).
+    #[tokio::test]
+    async fn the_backlog_is_taken_as_far_as_permits_allow() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let capped = CappedListener::new(listener, 3);
+        let _clients: Vec<std::net::TcpStream> = (0..5)
+            .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+            .collect();
+        assert_eq!(capped.backlog().len(), 3);
+    }
 }
