@@ -38,7 +38,9 @@
 //! never less; the other side reads it as unspent).
 //!
 //! ## Failures
-//! Every call has a timeout (default 50 ms), errors are classified into
+//! Every call has a timeout (default 50 ms) that measures Redis's silence, not this process's
+//! queue: a call fails when Redis answered nothing on the store for a whole timeout, and
+//! after four timeouts in any case (`src/patience.rs`). Errors are classified into
 //! [`tollgate::StoreErrorKind`]s, and a circuit breaker skips Redis for a cool-down after
 //! repeated transient failures ([`tollgate::StoreError::CircuitOpen`]), then lets one probe
 //! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors
@@ -49,12 +51,14 @@
 
 mod breaker;
 mod error;
+mod patience;
 mod resets;
 mod script;
 mod slot;
 mod store;
 mod store_builder;
 
+pub use patience::MAX_WAITS;
 pub use resets::{listen_for_resets, reset_channel};
 #[doc(hidden)]
 pub use script::ScriptCall;

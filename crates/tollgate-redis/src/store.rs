@@ -8,8 +8,9 @@
 //! - **Group by slot before calling**: a cluster refuses a script over keys of several slots,
 //!   so entries are grouped by [`slot_of`] (always one group on a single Redis) — see the
 //!   crate docs for the guarantee across groups.
-//! - **The timeout covers the whole call**, all round trips of a cross-slot request included.
-//!   A call cut off by it has either run entirely on Redis or not at all, per group: a script
+//! - **The timeout covers the whole call**, all round trips of a cross-slot request included,
+//!   and measures Redis's silence: a call waiting behind others fails only when Redis has
+//!   answered nothing for a whole timeout, or after four ([`Patience`]). A call cut off by it has either run entirely on Redis or not at all, per group: a script
 //!   is atomic. A cross-slot check cut off after some groups were charged keeps those units
 //!   taken until they replenish (errs towards refusing).
 //! - **A refusal due within a millisecond is decided again a millisecond later**, once, on
@@ -30,6 +31,7 @@ use tollgate::{Decision, Decisions, Entry, Key, Request, Store, StoreError, Time
 
 use crate::breaker::Breaker;
 use crate::error::classify;
+use crate::patience::{GaveUp, Patience};
 use crate::resets::reset_channel;
 use crate::script::{Op, TimeSource, all_scripts, decode, invocation};
 use crate::slot::slot_of;
@@ -62,6 +64,7 @@ struct Inner {
     connection: Connection,
     scripts: Scripts,
     timeout: Duration,
+    patience: Patience,
     breaker: Breaker,
     target: String,
 }
@@ -107,6 +110,7 @@ impl RedisStore {
                 connection,
                 scripts: Scripts::default(),
                 timeout,
+                patience: Patience::default(),
                 breaker,
                 target,
             }),
@@ -124,9 +128,9 @@ impl RedisStore {
         F: Future<Output = Result<T, StoreError>>,
     {
         let permit = self.inner.breaker.admit()?;
-        let result = match tokio::time::timeout(self.inner.timeout, call).await {
+        let result = match self.inner.patience.wait(self.inner.timeout, call).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.inner.timeout)),
+            Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
         };
         if let Err(e) = &result {
             tracing::debug!(target_redis = %self.inner.target, kind = e.kind().as_str(), cause = ?e, "redis call failed");
@@ -147,6 +151,7 @@ impl RedisStore {
                 Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
                 Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
             };
+            self.heard(&result);
             match result {
                 Err(e)
                     if attempts < 2 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
@@ -365,7 +370,19 @@ impl RedisStore {
                 }
             }
         };
+        self.heard(&result);
         result.map_err(classify)
+    }
+
+    /// Counts a reply (or a server error: Redis answered) for the calls waiting on theirs.
+    fn heard<T>(&self, result: &Result<T, redis::RedisError>) {
+        let answered = match result {
+            Ok(_) => true,
+            Err(e) => !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()),
+        };
+        if answered {
+            self.inner.patience.heard();
+        }
     }
 }
 

@@ -163,7 +163,11 @@ impl Server {
 
         let settings = Settings::new(&config.server);
         let grpc_task = grpc.map(|listener| {
-            let call_timeout = settings.body_timeout + config.store.timeout;
+            // A store call ends within MAX_WAITS timeouts (and a millisecond): the store
+            // timeout measures Redis's silence, not the call (tollgate-redis, patience.rs).
+            let call_timeout = settings.body_timeout
+                + config.store.timeout * tollgate_redis::MAX_WAITS
+                + std::time::Duration::from_millis(10);
             spawn_grpc(listener, &state, settings, call_timeout, &stop)
         });
         let served = serve_http(listener, state, settings, shutdown, &stop).await;

@@ -27,6 +27,8 @@ pub struct RedisServer {
     port: u16,
     dir: TempDir,
     child: Option<Child>,
+    /// The server's own pid (the child is its supervising shell), read once when needed.
+    pid: std::sync::OnceLock<u32>,
 }
 
 impl RedisServer {
@@ -45,6 +47,7 @@ impl RedisServer {
             port: free_port(false),
             dir,
             child: None,
+            pid: std::sync::OnceLock::new(),
         };
         server.spawn(&[]);
         server
@@ -56,6 +59,7 @@ impl RedisServer {
             port,
             dir,
             child: None,
+            pid: std::sync::OnceLock::new(),
         };
         server.spawn(extra);
         server
@@ -96,6 +100,7 @@ impl RedisServer {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {bin} under sh: {e}"));
         self.child = Some(child);
+        self.pid = std::sync::OnceLock::new();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if command(self.port, &["PING"]).is_ok_and(|reply| reply.starts_with("+PONG")) {
@@ -141,6 +146,39 @@ impl RedisServer {
             drop(child.stdin.take());
             let _ = child.wait();
         }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered, as with a
+    /// Redis stuck in a long command or a host that stalls. [`RedisServer::resume`] thaws it.
+    ///
+    /// # Panics
+    /// When the server's pid cannot be read or the signal cannot be sent.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a server frozen by [`RedisServer::pause`] (SIGCONT).
+    ///
+    /// # Panics
+    /// As [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.pid.get_or_init(|| {
+            let info = self.cmd(&["INFO", "server"]);
+            info.lines()
+                .find_map(|l| l.strip_prefix("process_id:"))
+                .and_then(|p| p.trim().parse::<u32>().ok())
+                .unwrap_or_else(|| panic!("no process_id in INFO server: {info}"))
+        });
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
+        assert!(status.success(), "kill -{name} {pid} failed: {status}");
     }
 
     /// Whether the server process is running (not killed).

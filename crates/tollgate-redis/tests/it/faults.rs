@@ -68,6 +68,86 @@ async fn script_flush_mid_run_is_transparent() {
     assert_all_keys_expire(&redis, &ns);
 }
 
+/// Redis frozen (SIGSTOP: the connection stays open, nothing is answered): every one of many
+/// concurrent calls ends as a timeout by its policy, none hangs, although the store counts
+/// Redis's silence rather than the wall clock; thawed, the same store answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_times_out_every_waiting_call() {
+    let redis = RedisServer::start();
+    let store = RedisStore::builder(redis.url())
+        .timeout(Duration::from_millis(50))
+        .circuit_breaker(1000, Duration::from_millis(100))
+        .build()
+        .await
+        .expect("connect");
+    let limit = Limit::new(
+        "frozen",
+        Algorithm::Gcra,
+        Quota::per_hour(1000).expect("valid"),
+    )
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = std::sync::Arc::new(
+        Limiter::builder(store)
+            .namespace(unique_namespace("frozen"))
+            .limit(limit)
+            .build()
+            .expect("limiter"),
+    );
+    let v = limiter
+        .check("frozen", &[("user", "0")])
+        .await
+        .expect("check");
+    assert!(v.store_error().is_none(), "before the freeze: {v:?}");
+
+    redis.pause();
+    let calls: Vec<_> = (0..50)
+        .map(|i| {
+            let limiter = std::sync::Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let key = i.to_string();
+                let v = limiter
+                    .check("frozen", &[("user", key.as_str())])
+                    .await
+                    .expect("check");
+                (started.elapsed(), v)
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(call.await.expect("task"));
+    }
+    redis.resume();
+    for (i, (took, v)) in results.iter().enumerate() {
+        // A hang would be seconds; the bound is four timeouts (generously: shared machine).
+        assert!(*took < Duration::from_secs(2), "call {i} took {took:?}");
+        assert_eq!(
+            v.store_error(),
+            Some(StoreErrorKind::Timeout),
+            "call {i}: {v:?}"
+        );
+        assert!(
+            matches!(v.outcome(), Outcome::Unavailable { .. }),
+            "call {i}: {v:?}"
+        );
+    }
+    // Bounded polling: the thawed server answers the calls queued on the connection first.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = limiter
+            .check("frozen", &[("user", "0")])
+            .await
+            .expect("check");
+        if v.store_error().is_none() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no answer after the thaw: {v:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Redis killed: calls follow each limit's policy within the timeout, the breaker opens;
 /// Redis back on the same port: the same store answers again, no rebuild.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

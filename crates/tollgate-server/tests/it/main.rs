@@ -5,6 +5,7 @@
 mod api;
 mod bad_input;
 mod binary;
+mod busy_redis;
 mod config;
 mod envoy_yaml;
 mod grpc;

@@ -1,0 +1,171 @@
+//! [`Patience`]: the store timeout, measured as Redis's silence, not as this process's queue.
+//!
+//! A plain `tokio::time::timeout` around a call measures everything between the caller and
+//! the reply: the wait for a worker thread, the queue of calls pipelined ahead on the one
+//! multiplexed connection, the reader task that parses replies. On a busy, healthy instance
+//! (200 clients on two cores shared with Redis and a load generator) that wait passed 50 ms
+//! while Redis answered every script in microseconds, and checks were refused by their
+//! failure policy: a store error that was this process's own queue.
+//!
+//! So the timeout measures what it is for, whether Redis is answering:
+//! - a call that has waited `timeout` fails **only if Redis answered nothing** on this store
+//!   in that time (no reply to any call: a dead, stopped or blocked Redis, a lost connection);
+//!   while replies keep coming, the call waits another `timeout`;
+//! - a timer that fires late by more than half a `timeout` shows that this process was not
+//!   running (the silence is ours, its replies may sit unread in the socket): the call waits
+//!   another `timeout` too;
+//! - before giving up, the call waits one more millisecond and looks again, in case the
+//!   reader task had a reply in hand but no thread to run on;
+//! - whatever happens, a call ends after [`MAX_WAITS`] × `timeout` (a bound on latency under
+//!   overload, and on a cluster where one node is silent while the others answer: replies are
+//!   counted per store, not per node).
+//!
+//! A dead Redis is therefore detected in `timeout` and a millisecond (or two timeouts, when its last reply came just after
+//! the call began), as before; a busy one is waited for, up to the bound.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The longest a store call waits, in timeouts, however busy a healthy Redis is (and a
+/// millisecond more: see the module docs).
+pub const MAX_WAITS: u32 = 4;
+
+/// How long a call that heard nothing waits for the reader task to run before giving up.
+const GRACE: Duration = Duration::from_millis(1);
+
+/// Replies heard from Redis on one store: bumped by every call that got an answer, read by
+/// the calls that are waiting for theirs.
+#[derive(Debug, Default)]
+pub(crate) struct Patience {
+    replies: AtomicU64,
+}
+
+/// A call that gave up: Redis was silent for a whole timeout, or the bound was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GaveUp;
+
+impl Patience {
+    /// Records that Redis answered a call (a reply or a server error: either is Redis alive).
+    #[inline]
+    pub(crate) fn heard(&self) {
+        self.replies.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `call` to its end, or until it is given up on (see the module docs).
+    pub(crate) async fn wait<T>(
+        &self,
+        timeout: Duration,
+        call: impl Future<Output = T>,
+    ) -> Result<T, GaveUp> {
+        let start = Instant::now();
+        let bound = start + timeout * MAX_WAITS;
+        let mut call = std::pin::pin!(call);
+        let mut seen = self.replies.load(Ordering::Relaxed);
+        let mut due = start + timeout;
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut call => return Ok(out),
+                () = tokio::time::sleep_until(due) => {}
+            }
+            let mut now = Instant::now();
+            let mut answering = self.replies.load(Ordering::Relaxed) != seen;
+            let we_were_stalled = now.saturating_duration_since(due) > timeout / 2;
+            if !(answering || we_were_stalled) && now < bound {
+                // No sign yet: a reply may sit read-ready while the reader task waits for a
+                // thread. Give it a moment (a tick of the timer) to run, then look again.
+                tokio::select! {
+                    biased;
+                    out = &mut call => return Ok(out),
+                    () = tokio::time::sleep(GRACE) => {}
+                }
+                now = Instant::now();
+                answering = self.replies.load(Ordering::Relaxed) != seen;
+            }
+            if !(answering || we_were_stalled) || now >= bound {
+                return Err(GaveUp);
+            }
+            let replies = self.replies.load(Ordering::Relaxed);
+            seen = replies;
+            due = (now + timeout).min(bound);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_millis(50);
+
+    /// A call whose Redis says nothing fails after one timeout (and the grace).
+    #[tokio::test(start_paused = true)]
+    async fn silence_fails_after_one_timeout() {
+        let patience = Patience::default();
+        let start = Instant::now();
+        let out = patience.wait(T, std::future::pending::<()>()).await;
+        assert_eq!(out, Err(GaveUp));
+        assert_eq!(start.elapsed(), T + GRACE);
+    }
+
+    /// While other calls keep getting replies, a queued call waits, up to the bound.
+    #[tokio::test(start_paused = true)]
+    async fn replies_to_others_extend_the_wait_up_to_the_bound() {
+        let patience = std::sync::Arc::new(Patience::default());
+        let talker = std::sync::Arc::clone(&patience);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                talker.heard();
+            }
+        });
+        let start = Instant::now();
+        // Answered after 3 timeouts: waited for.
+        let slow = tokio::time::sleep(T * 3);
+        assert_eq!(patience.wait(T, slow).await, Ok(()));
+        assert_eq!(start.elapsed(), T * 3);
+        // Never answered: given up on at the bound.
+        let start = Instant::now();
+        let out = patience.wait(T, std::future::pending::<()>()).await;
+        assert_eq!(out, Err(GaveUp));
+        assert_eq!(start.elapsed(), T * MAX_WAITS);
+    }
+
+    /// Replies that stop: the call fails one timeout after the last it could hear.
+    #[tokio::test(start_paused = true)]
+    async fn replies_that_stop_fail_within_two_timeouts() {
+        let patience = std::sync::Arc::new(Patience::default());
+        let talker = std::sync::Arc::clone(&patience);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            talker.heard();
+        });
+        let start = Instant::now();
+        let out = patience.wait(T, std::future::pending::<()>()).await;
+        assert_eq!(out, Err(GaveUp));
+        assert_eq!(start.elapsed(), T * 2 + GRACE);
+    }
+
+    /// A process that did not run past its deadline (time passed while it was not polled)
+    /// does not blame Redis: the answer that its reader delivers just after is taken. A plain
+    /// `tokio::time::timeout` fails here.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_process_is_not_a_silent_redis() {
+        let patience = std::sync::Arc::new(Patience::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let waiting = std::sync::Arc::clone(&patience);
+        let call = tokio::spawn(async move { waiting.wait(T, async { rx.await.ok() }).await });
+        tokio::task::yield_now().await;
+        // Two timeouts pass without this process running; its timer fires late.
+        tokio::time::advance(T * 2).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        // The reader task runs only now, and delivers the reply Redis sent meanwhile.
+        let _ = tx.send(7);
+        assert_eq!(call.await.expect("task"), Ok(Some(7)));
+    }
+}
