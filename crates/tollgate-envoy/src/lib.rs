@@ -87,4 +87,4 @@ pub use service::RateLimitService;
 pub use snapshot::Snapshot;
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
-pub use yaml::{load_dir, parse_file};
+pub use yaml::{dir_contents, load_dir, parse_file};

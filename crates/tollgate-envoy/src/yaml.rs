@@ -31,16 +31,7 @@ pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
         path: path.to_owned(),
         source,
     };
-    let mut files: Vec<PathBuf> = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| read(dir, e))? {
-        let path = entry.map_err(|e| read(dir, e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
-        if yaml && !name.starts_with('.') && path.is_file() {
-            files.push(path);
-        }
-    }
-    files.sort();
+    let files = yaml_files(dir).map_err(|e| read(dir, e))?;
     let mut imported = Imported::default();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|e| read(&file, e))?;
@@ -60,6 +51,42 @@ pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
     }
     name_limits(&mut imported);
     Ok(imported)
+}
+
+/// The files of `dir` that [`load_dir`] reads, in the order it reads them.
+fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+        if yaml && !name.starts_with('.') && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What [`load_dir`] would read in `dir`, as one string (each file's name and content; or
+/// the error that stops the reading): equal strings load equal rules, so a watcher that
+/// compares them sees every edit, added or removed file, and directory swap.
+pub fn dir_contents(dir: &Path) -> String {
+    let mut out = String::new();
+    let files = match yaml_files(dir) {
+        Ok(files) => files,
+        Err(e) => return format!("unreadable {}: {e}", dir.display()),
+    };
+    for file in files {
+        out.push_str(&file.display().to_string());
+        out.push('\0');
+        match std::fs::read_to_string(&file) {
+            Ok(text) => out.push_str(&text),
+            Err(e) => out.push_str(&format!("unreadable: {e}")),
+        }
+        out.push('\0');
+    }
+    out
 }
 
 /// Parses one file's text (`file` names it in errors); limits are not named yet.

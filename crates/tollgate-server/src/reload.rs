@@ -1,7 +1,8 @@
 //! Hot reload of the limits and the Envoy rules.
 //!
 //! The config file is polled (its content compared with what was last seen) every interval,
-//! one second by default, and re-read on SIGHUP. A change is acted on once the content has
+//! one second by default, and re-read on SIGHUP; so is the directory of Envoy YAML files it
+//! names (`envoy.config_dir`: each file's name and content). A change is acted on once the content has
 //! stayed the same for one interval, so a file caught half-written (an editor truncates, then
 //! writes; a truncated file can be valid TOML with fewer limits) is never applied; a reload
 //! therefore lands one to two intervals after the edit.
@@ -32,6 +33,10 @@ use crate::http::AppState;
 use crate::limits::Limits;
 use crate::metrics;
 use crate::server::SharedClock;
+
+/// Separates the config file's text from the `envoy.config_dir` contents in what the poller
+/// compares (a NUL: never in a TOML file that parsed).
+const DIR_MARK: &str = "\0envoy.config_dir\0";
 
 /// Everything a reload needs.
 #[derive(Debug)]
@@ -88,6 +93,7 @@ impl Reloader {
             }
         };
         self.read_failed = false;
+        let text = self.with_rules_dir(text);
         if !force {
             // Act only on content that has not changed for one interval: a file being
             // written (truncated, then filled) is never read half-way.
@@ -101,13 +107,29 @@ impl Reloader {
         self.last_seen = Some(text.clone());
         self.last_handled = Some(text.clone());
         let origin = self.path.display().to_string();
-        match Config::parse(&text, &origin, &self.overrides) {
+        let file = text
+            .split_once(DIR_MARK)
+            .map_or(text.as_str(), |(file, _)| file);
+        match Config::parse(file, &origin, &self.overrides) {
             Ok(config) => self.apply(config),
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
                 metrics::config_reload(false);
             }
         }
+    }
+
+    /// The file's `text`, followed by what `envoy.config_dir` holds when the running config
+    /// has one: the YAML files are watched like the file, so an edit there reloads too (one
+    /// to two intervals later, once it has settled), as the reference service reloads on a
+    /// write in its runtime directory.
+    fn with_rules_dir(&self, mut text: String) -> String {
+        if let Some(dir) = &self.running.envoy.config_dir {
+            let base = self.path.parent().unwrap_or(std::path::Path::new(""));
+            text.push_str(DIR_MARK);
+            text.push_str(&tollgate_envoy::dir_contents(&base.join(dir)));
+        }
+        text
     }
 
     fn apply(&mut self, config: Config) {

@@ -107,6 +107,68 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
     process.terminate();
 }
 
+/// The directory is watched like the config file: an edited YAML file and a new domain file
+/// apply without a signal (once settled, one to two poll intervals later), and a broken one
+/// is refused whole, keeping the rules in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_in_the_yaml_directory_reloads_without_a_signal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = layout(dir.path(), Some(free_port()), MESSAGING);
+    let process = Process::serve(&path);
+    let grpc = process.grpc.expect("gRPC address in the listening line");
+    let client = connect(grpc).await;
+    let quota = |domain: &'static str, entries: &'static [(&'static str, &'static str)]| {
+        let mut client = client.clone();
+        async move {
+            let r = call(&mut client, domain, entries).await;
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit)
+        }
+    };
+    const PROBE: &[(&str, &str)] = &[("message_type", "marketing"), ("to_number", "probe")];
+    assert_eq!(quota("messaging", PROBE).await, Some(2));
+
+    let conf = dir.path().join("ratelimit/config");
+    std::fs::write(
+        conf.join("messaging.yaml"),
+        MESSAGING.replace("requests_per_unit: 2", "requests_per_unit: 7"),
+    )
+    .expect("edit yaml");
+    let edited = eventually(Duration::from_secs(10), || async {
+        quota("messaging", PROBE).await == Some(7)
+    })
+    .await;
+    assert!(edited, "edit never applied; log:\n{}", process.log());
+
+    std::fs::write(
+        conf.join("rides.yaml"),
+        "domain: rides\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 4\n",
+    )
+    .expect("add a domain");
+    const RIDER: &[(&str, &str)] = &[("user", "u1")];
+    let added = eventually(Duration::from_secs(10), || async {
+        quota("rides", RIDER).await == Some(4)
+    })
+    .await;
+    assert!(added, "new domain never applied; log:\n{}", process.log());
+
+    std::fs::write(
+        conf.join("rides.yaml"),
+        "domain: rides\ndescriptors:\n  - key: [user]\n",
+    )
+    .expect("break it");
+    assert!(
+        process.logged("config reload refused").await,
+        "log:\n{}",
+        process.log()
+    );
+    assert!(process.log().contains("rides.yaml"), "{}", process.log());
+    assert_eq!(quota("rides", RIDER).await, Some(4), "old rules kept");
+    assert_eq!(quota("messaging", PROBE).await, Some(7), "old rules kept");
+}
+
 /// `check-config` prints the imported rules as a table, and refuses a bad file naming it and
 /// the path in it.
 #[test]
