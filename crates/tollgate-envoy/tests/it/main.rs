@@ -3,6 +3,7 @@
 
 mod config;
 mod python;
+mod readme_examples;
 mod rls;
 mod support;
 mod yaml;
