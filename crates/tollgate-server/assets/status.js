@@ -1,7 +1,7 @@
 // The status page: polls GET /v1/status every second and shows it. Text only goes through
-// textContent (never innerHTML), so names and key values cannot become markup. Rates come
-// from two polls' counts divided by the server's uptime difference (not the browser's
-// clock, which may be throttled or virtual).
+// textContent (no HTML is ever parsed from data), so names and key values cannot become
+// markup. Rates come from two polls' counts divided by the server's uptime difference (not
+// the browser's clock, which may be throttled or virtual).
 "use strict";
 
 const POLL_MS = 1000;

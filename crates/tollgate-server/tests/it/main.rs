@@ -12,4 +12,6 @@ mod hardening;
 mod redis;
 mod redis_down;
 mod reload;
+mod status;
+mod status_page;
 mod support;
