@@ -1,11 +1,10 @@
 // The status page: polls GET /v1/status every second and shows it. Text only goes through
 // textContent (no HTML is ever parsed from data), so names and key values cannot become
-// markup. Rates come from two polls' counts divided by the server's uptime difference (not
-// the browser's clock, which may be throttled or virtual).
+// markup. Rates are the server's (over real time since an earlier poll at least a second
+// old), not computed from the browser's clock, which may be throttled or virtual.
 "use strict";
 
 const POLL_MS = 1000;
-let previous = null; // { uptime_ms, totals: Map(name -> {decisions, denied}) }
 let polls = 0;
 
 function el(tag, text, cls) {
@@ -29,7 +28,7 @@ function fmtMs(ms) {
 }
 
 function fmtRate(r) {
-  if (r === null) return "–";
+  if (r === null || r === undefined) return "–";
   return r < 10 ? r.toFixed(1) : r.toFixed(0);
 }
 
@@ -88,15 +87,9 @@ function renderReload(r, uptime) {
 }
 
 function renderLimits(status) {
-  const totals = new Map();
-  const dt = previous ? (status.uptime_ms - previous.uptime_ms) / 1000 : 0;
   const rows = status.limits.map((l) => {
     const d = l.decisions;
     const total = d.allowed + d.denied + d.store_error_allowed + d.store_error_denied;
-    const denied = d.denied + d.store_error_denied;
-    totals.set(l.name, { total, denied });
-    const before = previous && previous.totals.get(l.name);
-    const rate = (now, then) => (before && dt > 0 ? Math.max(0, now - then) / dt : null);
     const tr = el("tr");
     tr.dataset.limit = l.name;
     const cell = (text, field, cls) => {
@@ -109,8 +102,8 @@ function renderLimits(status) {
     cell(l.algorithm, "algorithm");
     cell(quota(l), "quota");
     cell(l.on_store_error, "on_store_error");
-    cell(fmtRate(rate(total, before && before.total)), "rate", "num");
-    cell(fmtRate(rate(denied, before && before.denied)), "denied_rate", "num");
+    cell(fmtRate(l.rate && l.rate.decisions_per_s), "rate", "num");
+    cell(fmtRate(l.rate && l.rate.denied_per_s), "denied_rate", "num");
     const ratio = l.deny_ratio === null ? "–" : (l.deny_ratio * 100).toFixed(1) + " %";
     cell(ratio, "deny_ratio", "num" + (l.deny_ratio > 0.5 ? " warn" : ""));
     cell(total, "total", "num");
@@ -134,7 +127,6 @@ function renderLimits(status) {
     rows.push(tr);
   }
   document.getElementById("limits-body").replaceChildren(...rows);
-  previous = { uptime_ms: status.uptime_ms, totals };
 }
 
 async function poll() {

@@ -28,6 +28,7 @@ use crate::connection::BodyTimedOut;
 use crate::limits::Limits;
 use crate::metrics;
 use crate::page;
+use crate::rate_history::RateHistory;
 use crate::reload_status::ReloadStatus;
 use crate::response::{ApiError, Reply};
 use crate::status::{self, StatusBody};
@@ -58,6 +59,8 @@ pub struct AppState {
     pub(crate) max_keys: Option<usize>,
     /// The store's health probe.
     pub(crate) probe: StoreProbe,
+    /// Decision counts over time, for rates.
+    pub(crate) rates: RateHistory,
 }
 
 impl AppState {
@@ -78,6 +81,7 @@ impl AppState {
             store_timeout: config.timeout,
             max_keys: matches!(config.backend, Backend::Memory).then_some(config.max_keys),
             probe: StoreProbe::new(&config.namespace),
+            rates: RateHistory::default(),
         }
     }
 }

@@ -3,10 +3,10 @@
 //! Read-only, and safe to expose inside a cluster: limits as configured (names, algorithms,
 //! quotas, key part *names*), counts, the store's health, and the most refused keys exactly
 //! as `GET /v1/top` shows them. Never the admin token, never the Redis URL (it may hold a
-//! password), never a key value beyond the top refused ones. The page computes decisions/s
-//! from two polls' counts and `uptime_ms`, the server's clock, not the browser's.
+//! password), never a key value beyond the top refused ones. Rates are computed here
+//! ([`crate::rate_history`]) over real time, whatever the caller's clock.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tollgate::Span;
@@ -15,6 +15,7 @@ use crate::api::{LimitBody, TopKeyBody};
 use crate::http::AppState;
 use crate::latency_window::Percentiles;
 use crate::observed::{DecisionCounts, observed};
+use crate::rate_history::{Counts, Rate};
 
 /// Keys listed per limit on the page.
 const TOP_SHOWN: usize = 5;
@@ -99,6 +100,9 @@ pub struct LimitStatus {
     pub limit: LimitBody,
     /// Decisions since the service started, by outcome.
     pub decisions: DecisionCounts,
+    /// Decisions and refusals per second, over the time since a previous call at least a
+    /// second ago (`null`: no such call within the last minute).
+    pub rate: Option<Rate>,
     /// Refusals ÷ checks over the last minute (`null` without a check).
     pub deny_ratio: Option<f64>,
     /// The most refused keys of the last five minutes (as `GET /v1/top` shows them).
@@ -163,23 +167,35 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
                 .map_or(0, |(_, k)| *k)
         })
     };
+    let counts: Vec<(&str, DecisionCounts)> = limits
+        .configs()
+        .iter()
+        .map(|c| (c.limit.name(), observed.decisions(c.limit.name())))
+        .collect();
+    let current: Counts = counts
+        .iter()
+        .map(|(name, d)| {
+            let total = d.allowed + d.denied + d.store_error_allowed + d.store_error_denied;
+            ((*name).to_owned(), [total, d.denied + d.store_error_denied])
+        })
+        .collect();
+    let rates = state.rates.rates(Instant::now(), &current);
     let limit_status = limits
         .configs()
         .iter()
-        .map(|config| {
-            let name = config.limit.name();
-            LimitStatus {
-                limit: LimitBody::new(config),
-                decisions: observed.decisions(name),
-                deny_ratio: limits.deny_ratio(name),
-                top_denied: limits
-                    .top_denied(name, TOP_SHOWN, Span::Recent)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(TopKeyBody::new)
-                    .collect(),
-                keys: keys_of(name),
-            }
+        .zip(counts)
+        .map(|(config, (name, decisions))| LimitStatus {
+            limit: LimitBody::new(config),
+            decisions,
+            rate: rates.get(name).copied(),
+            deny_ratio: limits.deny_ratio(name),
+            top_denied: limits
+                .top_denied(name, TOP_SHOWN, Span::Recent)
+                .unwrap_or_default()
+                .iter()
+                .map(TopKeyBody::new)
+                .collect(),
+            keys: keys_of(name),
         })
         .collect();
     StatusBody {

@@ -34,6 +34,11 @@ async fn status_follows_the_traffic() {
     );
     assert_eq!(limit["decisions"]["allowed"], 0);
     assert_eq!(limit["deny_ratio"], serde_json::Value::Null);
+    assert_eq!(
+        limit["rate"],
+        serde_json::Value::Null,
+        "no earlier call: {limit}"
+    );
 
     for _ in 0..5 {
         server
@@ -75,6 +80,27 @@ async fn status_follows_the_traffic() {
     );
     assert_eq!(status["reload"]["watching"], false);
     assert!(status["uptime_ms"].as_u64().is_some(), "{status}");
+
+    // The rate: over the time since the first call (the only one kept, as the next ones were
+    // within a second of it), the six checks made since.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let rate = loop {
+        let rate = server.get("/v1/status").await.json["limits"][0]["rate"].clone();
+        if !rate.is_null() {
+            break rate;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a rate once the first call is a second old"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let span = rate["over_s"].as_f64().expect("over_s");
+    assert!(span >= 1.0, "{rate}");
+    let decisions = rate["decisions_per_s"].as_f64().expect("rate") * span;
+    let denied = rate["denied_per_s"].as_f64().expect("rate") * span;
+    assert!((decisions - 6.0).abs() < 1e-6, "six checks: {rate}");
+    assert!((denied - 2.0).abs() < 1e-6, "two refusals: {rate}");
 }
 
 /// The page and its files are served with a strict CSP and without inline script.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::binary::{Process, config_file};
-use crate::support::{output_within, system_tool};
+use crate::support::{eventually, output_within, system_tool};
 
 /// The page in Chromium: the DOM after `budget_ms` of virtual time, and the console lines.
 fn load(url: &str, budget_ms: u32) -> (String, Vec<String>) {
@@ -117,10 +117,24 @@ on_store_error = "allow"
 "#,
     );
     let process = Process::serve(&path);
+    let status = || async {
+        crate::support::request(process.addr, "GET", "/v1/status", bytes::Bytes::new(), &[])
+            .await
+            .json
+    };
+    status().await; // the baseline of the rates
     let check = r#"{"limit": "page_sms", "key": {"user": "abuser"}}"#;
     for _ in 0..12 {
         process.post("/v1/check", check).await;
     }
+    let rated = eventually(Duration::from_secs(10), || async {
+        !status().await["limits"][0]["rate"].is_null()
+    })
+    .await;
+    assert!(
+        rated,
+        "the service has rates once its baseline is a second old"
+    );
     let url = format!("http://{}/", process.addr);
     let page = url.clone();
     let (dom, console) = tokio::task::spawn_blocking(move || load(&page, 4000))
