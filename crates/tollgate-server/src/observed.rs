@@ -5,7 +5,8 @@
 //! them here as they are recorded, so the page needs no parsing of the Prometheus exposition
 //! and the hot path does no extra work beyond one more relaxed add. Process-wide, like the
 //! recorder: every server in a process (several, in tests) shares it, told apart by limit
-//! names.
+//! names. A program embedding the service with its own recorder installed first gets
+//! neither `/metrics` nor these figures (zeros on the page), as [`crate::metrics`] warns.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
