@@ -93,6 +93,12 @@ impl Breaker {
         }
     }
 
+    /// Whether the breaker is open (cooling down or probing): the failures counted reached
+    /// the threshold and no call has succeeded since.
+    pub(crate) fn is_open(&self) -> bool {
+        self.threshold > 0 && self.failures.load(Ordering::Acquire) >= self.threshold
+    }
+
     /// Records the outcome of a call let through by [`Breaker::admit`].
     pub(crate) fn record<T>(&self, permit: Permit, result: &Result<T, StoreError>) {
         let transient = matches!(result, Err(e) if e.is_transient());
@@ -154,7 +160,9 @@ mod tests {
         let probe = b.admit().expect("probe");
         assert_eq!(probe.kind, PermitKind::Probe);
         assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
+        assert!(b.is_open());
         b.record(probe, &Ok(()));
+        assert!(!b.is_open());
         assert_eq!(b.admit().expect("closed again").kind, PermitKind::Closed);
     }
 

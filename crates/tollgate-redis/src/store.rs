@@ -122,6 +122,13 @@ impl RedisStore {
         matches!(self.inner.connection, Connection::Cluster(_))
     }
 
+    /// Whether the circuit breaker is open: enough consecutive failures were counted that
+    /// calls are refused at once (or only the probe is let through) until one succeeds.
+    /// For status pages and gauges; a call never needs to ask.
+    pub fn circuit_open(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
     /// Runs `call` under the breaker and the timeout.
     async fn guarded<T, F>(&self, call: F) -> Result<T, StoreError>
     where

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use axum::extract::rejection::BytesRejection;
@@ -19,18 +20,20 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
-use tollgate::{
-    Algorithm, CheckError, Entry, Key, Limit, Namespace, Op, Quota, Request, Span, Store,
-    TOP_CAPACITY,
-};
+use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 
 use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
-use crate::config::Secret;
+use crate::config::{Backend, Secret, StoreConfig};
 use crate::connection::BodyTimedOut;
 use crate::limits::Limits;
 use crate::metrics;
+use crate::page;
+use crate::rate_history::RateHistory;
+use crate::reload_status::ReloadStatus;
 use crate::response::{ApiError, Reply};
+use crate::status::{self, StatusBody};
 use crate::store::AnyStore;
+use crate::store_probe::StoreProbe;
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -46,32 +49,39 @@ pub struct AppState {
     pub admin_token: Option<Secret>,
     /// Prometheus exposition.
     pub metrics: PrometheusHandle,
-    /// The readiness probe's limit and key.
-    probe: (Limit, Key),
+    /// Config reloads, for the status page.
+    pub reloads: ReloadStatus,
+    /// When the service started.
+    pub(crate) started: Instant,
+    /// `store.timeout`.
+    pub(crate) store_timeout: Duration,
+    /// `store.max_keys`, for the memory store.
+    pub(crate) max_keys: Option<usize>,
+    /// The store's health probe.
+    pub(crate) probe: StoreProbe,
+    /// Decision counts over time, for rates.
+    pub(crate) rates: RateHistory,
 }
 
 impl AppState {
-    /// State for a server over `store` with `limits`.
+    /// State for a server over `store` (configured by `config`) with `limits`.
     pub fn new(
         limits: Limits,
         store: AnyStore,
-        namespace: &Namespace,
+        config: &StoreConfig,
         admin_token: Option<Secret>,
     ) -> AppState {
-        let probe_limit = Quota::per_second(1)
-            .and_then(|q| Limit::new("readyz", Algorithm::Gcra, q))
-            .and_then(|l| l.keyed_by(["probe"]));
-        let probe_limit = match probe_limit {
-            Ok(limit) => limit,
-            Err(e) => unreachable!("the probe limit is valid: {e}"),
-        };
-        let probe_key = Key::new(namespace, &probe_limit, &[("probe", "readyz")]);
         AppState {
             limits: ArcSwap::from_pointee(limits),
             store,
             admin_token,
             metrics: metrics::handle(),
-            probe: (probe_limit, probe_key),
+            reloads: ReloadStatus::default(),
+            started: Instant::now(),
+            store_timeout: config.timeout,
+            max_keys: matches!(config.backend, Backend::Memory).then_some(config.max_keys),
+            probe: StoreProbe::new(&config.namespace),
+            rates: RateHistory::default(),
         }
     }
 }
@@ -85,7 +95,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/limits", get(list_limits))
         .route("/v1/top", get(top_denied))
         .route("/metrics", get(render_metrics))
+        .route("/v1/status", get(status))
         .route("/healthz", get(healthz))
+        .merge(page::routes())
         .route("/readyz", get(readyz))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -297,6 +309,10 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
         }
     }
     metrics::deny_cache_entries(limits.deny_cache_len());
+    metrics::store_up(state.probe.recent(&state.store).await.error.is_none());
+    if let Some(open) = state.store.circuit_open() {
+        metrics::circuit_open(open);
+    }
     state.metrics.run_upkeep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -311,18 +327,20 @@ async fn healthz() -> Json<serde_json::Value> {
 
 /// Ready when the store answers a peek (which writes nothing) on a probe key.
 async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
-    let (limit, key) = &state.probe;
-    let request = Request::new([Entry::new(limit, key.clone())], 1)
-        .map_err(|e| ApiError::Internal(e.into()))?;
     state
-        .store
-        .boxed()
-        .decide(&request, Op::Peek, None)
+        .probe
+        .probe(&state.store)
         .await
         .map_err(ApiError::StoreUnavailable)?;
     Ok(Reply::json(
         serde_json::json!({ "status": "ready", "store": state.store.kind() }),
     ))
+}
+
+/// `GET /v1/status`: what the status page shows.
+async fn status(State(state): State<Arc<AppState>>) -> Response {
+    let body: StatusBody = status::status(&state).await;
+    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
 }
 
 #[cfg(test)]

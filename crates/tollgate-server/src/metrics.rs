@@ -8,12 +8,23 @@
 //! their series apart.
 //!
 //! This module adds only what the core does not count: the service's own series
-//! (`tollgate_config_reload_total`, `tollgate_keys`). It never counts a decision a second
-//! time; shadow limits' would-be denials (`tollgate_shadow_denied_total`) are the limiter's.
+//! (`tollgate_config_reload_total`, `tollgate_keys`, the store's health and settings, which
+//! alerts compare against). It never counts a decision a second time; shadow limits'
+//! would-be denials (`tollgate_shadow_denied_total`) are the limiter's. The recorder is
+//! Prometheus's, teed ([`crate::tee_recorder`]) so the status page sees decisions and store
+//! latencies too.
 
 use std::sync::OnceLock;
 
+use std::time::Duration;
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::observed::observed;
+use crate::tee_recorder::TeeRecorder;
+
+/// Decisions by limit and outcome, counted by the core limiter.
+pub const DECISIONS: &str = "tollgate_decisions_total";
 
 /// Would-be denials of shadow limits, by limit (counted by the core limiter).
 pub const SHADOW_DENIED: &str = "tollgate_shadow_denied_total";
@@ -43,7 +54,7 @@ pub fn handle() -> PrometheusHandle {
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
-            if metrics::set_global_recorder(recorder).is_err() {
+            if metrics::set_global_recorder(TeeRecorder::new(recorder, observed())).is_err() {
                 tracing::warn!("another metrics recorder is installed; /metrics will be empty");
             }
             describe();
@@ -54,7 +65,7 @@ pub fn handle() -> PrometheusHandle {
 
 fn describe() {
     metrics::describe_counter!(
-        "tollgate_decisions_total",
+        DECISIONS,
         "Decisions by limit and outcome (allowed, denied, store_error_allowed, store_error_denied)"
     );
     metrics::describe_counter!("tollgate_store_errors_total", "Store failures by kind");
@@ -71,6 +82,67 @@ fn describe() {
         "tollgate_deny_cache_hits_total",
         "Refusals answered by the deny cache without a store call, by limit"
     );
+    metrics::describe_gauge!(
+        STORE_UP,
+        "1 when the store answered the health probe at the last scrape, else 0"
+    );
+    metrics::describe_gauge!(
+        CIRCUIT_OPEN,
+        "1 while the Redis store's circuit breaker is open (Redis only)"
+    );
+    metrics::describe_gauge!(
+        STORE_TIMEOUT,
+        metrics::Unit::Seconds,
+        "The store call timeout (store.timeout)"
+    );
+    metrics::describe_gauge!(
+        STORE_MAX_KEYS,
+        "The memory store's key cap (store.max_keys; memory store only)"
+    );
+    metrics::describe_gauge!(
+        LAST_RELOAD_SUCCESSFUL,
+        "0 when the last config reload was refused, else 1"
+    );
+}
+
+/// Whether the store answered the health probe (set at each scrape).
+pub const STORE_UP: &str = "tollgate_store_up";
+/// The Redis circuit breaker's state (set at each scrape, and by the breaker on transitions).
+pub const CIRCUIT_OPEN: &str = "tollgate_store_circuit_open";
+/// `store.timeout`, for the latency alert.
+pub const STORE_TIMEOUT: &str = "tollgate_store_timeout_seconds";
+/// `store.max_keys` of the memory store, for the key cap alert.
+pub const STORE_MAX_KEYS: &str = "tollgate_store_max_keys";
+/// Whether the last reload was applied.
+pub const LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
+
+/// Records the store's health probe result.
+pub fn store_up(up: bool) {
+    metrics::gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Records the circuit breaker's state.
+pub fn circuit_open(open: bool) {
+    metrics::gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+}
+
+/// Records the store's settings: its call timeout and, for the memory store, its key cap.
+pub fn store_settings(timeout: Duration, max_keys: Option<usize>) {
+    metrics::gauge!(STORE_TIMEOUT).set(timeout.as_secs_f64());
+    if let Some(max) = max_keys {
+        // Far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        metrics::gauge!(STORE_MAX_KEYS).set(max as f64);
+    }
+}
+
+/// Makes the reload series exist from start-up (at 0 and "successful"), so that a first
+/// failure is an increase Prometheus can see, not a series appearing at 1.
+pub fn reloads_watched() {
+    for result in ["ok", "error"] {
+        metrics::counter!(CONFIG_RELOAD, "result" => result).increment(0);
+    }
+    metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(1.0);
 }
 
 /// Each limit's refusal ratio over the last minute (set at each scrape).
@@ -93,6 +165,7 @@ pub fn deny_cache_entries(entries: usize) {
 /// Counts a config reload attempt.
 pub fn config_reload(ok: bool) {
     metrics::counter!(CONFIG_RELOAD, "result" => if ok { "ok" } else { "error" }).increment(1);
+    metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(if ok { 1.0 } else { 0.0 });
 }
 
 /// Records the memory store's key count for `limit`.

@@ -32,6 +32,7 @@ use crate::config::{Config, Overrides};
 use crate::http::AppState;
 use crate::limits::Limits;
 use crate::metrics;
+use crate::reload_status;
 use crate::server::SharedClock;
 
 /// Separates the config file's text from the `envoy.config_dir` contents in what the poller
@@ -86,6 +87,9 @@ impl Reloader {
                 if force || !self.read_failed {
                     tracing::error!(path = %self.path.display(), cause = %e, "cannot read the config file; keeping the current limits");
                     metrics::config_reload(false);
+                    self.state
+                        .reloads
+                        .record(Some(format!("cannot read the config file: {e}")));
                 }
                 self.read_failed = true;
                 self.last_seen = None;
@@ -115,6 +119,7 @@ impl Reloader {
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
                 metrics::config_reload(false);
+                self.state.reloads.record(Some(reload_status::shown(&e)));
             }
         }
     }
@@ -174,12 +179,14 @@ impl Reloader {
                 tracing::info!(limits = ?names, envoy_rules = config.envoy.rules.len(), "config reloaded");
                 self.state.limits.store(Arc::new(limits));
                 metrics::config_reload(true);
+                self.state.reloads.record(None);
                 self.running.limits = config.limits;
                 self.running.envoy = config.envoy;
             }
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
                 metrics::config_reload(false);
+                self.state.reloads.record(Some(e.to_string()));
             }
         }
     }

@@ -26,10 +26,11 @@ use tollgate::{Clock, StoreError, Timestamp};
 use tollgate_envoy::RateLimitService;
 use tollgate_envoy::tonic::transport::Error as GrpcError;
 
-use crate::config::{Config, Overrides};
+use crate::config::{Backend, Config, Overrides};
 use crate::connection::{self, CappedListener, Lifecycle, Settings};
 use crate::http::{self, AppState};
 use crate::limits::{Limits, LimitsError};
+use crate::metrics;
 use crate::reload::{self, Reloader};
 use crate::store::AnyStore;
 
@@ -226,20 +227,25 @@ async fn build_state(
             target: config.store.backend.to_string(),
             source,
         })?;
-    let namespace = config.store.namespace.clone();
     let limits = Limits::build(
         config.limits.clone(),
         &config.envoy,
         store.clone(),
-        namespace.clone(),
+        config.store.namespace.clone(),
         clock,
     )?;
-    Ok(Arc::new(AppState::new(
+    let state = AppState::new(
         limits,
         store,
-        &namespace,
+        &config.store,
         config.server.admin_token.clone(),
-    )))
+    );
+    // After the state, which installs the recorder.
+    metrics::store_settings(
+        config.store.timeout,
+        matches!(config.store.backend, Backend::Memory).then_some(config.store.max_keys),
+    );
+    Ok(Arc::new(state))
 }
 
 /// Starts reloading from the watched file, if any; without one, SIGHUP is only logged.
@@ -254,6 +260,8 @@ fn spawn_reload(
         reload::ignore_hangup(stop.receiver());
         return None;
     };
+    state.reloads.watching();
+    metrics::reloads_watched();
     let reloader = Reloader::new(path, overrides, config.clone(), clock, Arc::clone(state));
     Some(reload::spawn(reloader, interval, stop.receiver()))
 }

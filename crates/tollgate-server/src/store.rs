@@ -128,6 +128,25 @@ impl AnyStore {
         Some(memory.keys_per_limit(sample))
     }
 
+    /// Whether the store is connected: always for the memory store; for Redis, once the
+    /// first connection was made (started while Redis was down, not until then).
+    pub fn connected(&self) -> bool {
+        match self.store.downcast_ref::<Arc<Connecting>>() {
+            Some(connecting) => connecting.redis.get().is_some(),
+            None => true,
+        }
+    }
+
+    /// Whether the Redis store's circuit breaker is open (`None`: the memory store, or
+    /// Redis not connected yet).
+    pub fn circuit_open(&self) -> Option<bool> {
+        let redis = match self.store.downcast_ref::<Arc<Connecting>>() {
+            Some(connecting) => connecting.redis.get(),
+            None => self.store.downcast_ref::<RedisStore>(),
+        };
+        redis.map(RedisStore::circuit_open)
+    }
+
     /// `memory`, `redis` or `redis_cluster`, for logs and `/v1/limits`.
     pub fn kind(&self) -> &'static str {
         self.kind

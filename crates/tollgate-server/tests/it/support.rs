@@ -216,3 +216,50 @@ on_store_error = "{policy}"
 "#
     )
 }
+
+/// The path of the first of `names` found on `PATH`; panics, saying how to install it
+/// (`scripts/test` installs it), when none is: a test never skips silently.
+pub(crate) fn system_tool(names: &[&str], package: &str) -> std::path::PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        for name in names {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "{} not found on PATH: install the Debian package `{package}` \
+         (`apt-get install {package}`; ./scripts/test installs it when missing)",
+        names.join(" or ")
+    );
+}
+
+/// Runs `command`, killing it after `limit`; its output.
+pub(crate) fn output_within(
+    command: &mut std::process::Command,
+    limit: Duration,
+) -> std::process::Output {
+    use std::process::Stdio;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => output.expect("output"),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{command:?} did not finish within {limit:?}");
+        }
+    }
+}

@@ -1,0 +1,155 @@
+// The status page: polls GET /v1/status every second and shows it. Text only goes through
+// textContent (no HTML is ever parsed from data), so names and key values cannot become
+// markup. Rates are the server's (over real time since an earlier poll at least a second
+// old), not computed from the browser's clock, which may be throttled or virtual.
+"use strict";
+
+const POLL_MS = 1000;
+let polls = 0;
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function set(id, text, cls) {
+  const e = document.getElementById(id);
+  e.textContent = text;
+  e.className = cls || "";
+}
+
+function fmtMs(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1) return (ms * 1000).toFixed(0) + " µs";
+  if (ms < 100) return ms.toFixed(2) + " ms";
+  return ms.toFixed(0) + " ms";
+}
+
+function fmtRate(r) {
+  if (r === null || r === undefined) return "–";
+  return r < 10 ? r.toFixed(1) : r.toFixed(0);
+}
+
+function fmtDuration(ms) {
+  let s = Math.floor(ms / 1000);
+  const d = Math.floor(s / 86400); s -= d * 86400;
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  return (d ? d + "d " : "") + (d || h ? h + "h " : "") + (d || h || m ? m + "m " : "") + s + "s";
+}
+
+function quota(l) {
+  let q = l.limit + " / " + l.period;
+  if (l.burst !== undefined) q += ", burst " + l.burst;
+  if (l.buckets !== undefined) q += ", " + l.buckets + " buckets";
+  return q;
+}
+
+function keyText(key) {
+  return Object.keys(key).map((k) => k + "=" + key[k]).join(",");
+}
+
+function renderStore(s) {
+  set("store-kind", s.kind);
+  if (!s.connected) set("store-health", "not connected (connecting in the background)", "bad");
+  else if (s.up) set("store-health", "up (probe " + fmtMs(s.probe_ms) + ")", "ok");
+  else set("store-health", "down: " + s.error, "bad");
+  if (s.circuit_open === null) set("store-breaker", "–");
+  else if (s.circuit_open) set("store-breaker", "open", "bad");
+  else set("store-breaker", "closed", "ok");
+  if (s.latency) {
+    const l = s.latency;
+    set("store-latency", "p50 " + fmtMs(l.p50_ms) + " · p90 " + fmtMs(l.p90_ms) + " · p99 " +
+      fmtMs(l.p99_ms) + " · max " + fmtMs(l.max_ms) + " (" + l.samples + " calls)",
+      l.p99_ms > 0.8 * s.timeout_ms ? "warn" : "");
+  } else {
+    set("store-latency", "no store call in the last minute");
+  }
+  set("store-timeout", fmtMs(s.timeout_ms));
+  const dc = s.deny_cache;
+  set("store-deny-cache", dc.enabled ? dc.entries + " of " + dc.capacity + " refusals held" : "off");
+  if (s.max_keys === null) set("store-keys", "– (kept by Redis)");
+  else set("store-keys", s.keys + " of " + s.max_keys, s.keys > 0.9 * s.max_keys ? "warn" : "");
+}
+
+function renderReload(r, uptime) {
+  set("uptime", fmtDuration(uptime));
+  set("reload-watching", r.watching ? "yes (reloaded on change and SIGHUP)" : "no (started without --config)");
+  if (!r.last) {
+    set("reload-last", "none since start");
+  } else {
+    const at = new Date(r.last.at_ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    if (r.last.ok) set("reload-last", at + ": applied", "ok");
+    else set("reload-last", at + ": refused: " + r.last.error, "bad");
+  }
+}
+
+function renderLimits(status) {
+  const rows = status.limits.map((l) => {
+    const d = l.decisions;
+    const total = d.allowed + d.denied + d.store_error_allowed + d.store_error_denied;
+    const tr = el("tr");
+    tr.dataset.limit = l.name;
+    const cell = (text, field, cls) => {
+      const td = el("td", text, cls);
+      if (field) td.dataset.field = field;
+      tr.appendChild(td);
+      return td;
+    };
+    cell(l.name + (l.shadow ? " (shadow)" : ""), "name");
+    cell(l.algorithm, "algorithm");
+    cell(quota(l), "quota");
+    cell(l.on_store_error, "on_store_error");
+    cell(fmtRate(l.rate && l.rate.decisions_per_s), "rate", "num");
+    cell(fmtRate(l.rate && l.rate.denied_per_s), "denied_rate", "num");
+    const ratio = l.deny_ratio === null ? "–" : (l.deny_ratio * 100).toFixed(1) + " %";
+    cell(ratio, "deny_ratio", "num" + (l.deny_ratio > 0.5 ? " warn" : ""));
+    cell(total, "total", "num");
+    cell(d.denied, "denied", "num");
+    const errors = d.store_error_allowed + d.store_error_denied;
+    cell(errors, "store_errors", "num" + (errors > 0 ? " bad" : ""));
+    const keys = cell(null, "top");
+    const ul = el("ul", null, "keys");
+    for (const k of l.top_denied) {
+      ul.appendChild(el("li", keyText(k.key) + " ×" + k.denied + (k.error ? " (±" + k.error + ")" : "")));
+    }
+    if (!l.top_denied.length) ul.appendChild(el("li", "–"));
+    keys.appendChild(ul);
+    return tr;
+  });
+  if (!rows.length) {
+    const tr = el("tr");
+    const td = el("td", "no limits configured");
+    td.colSpan = 11;
+    tr.appendChild(td);
+    rows.push(tr);
+  }
+  document.getElementById("limits-body").replaceChildren(...rows);
+}
+
+async function poll() {
+  try {
+    const response = await fetch("/v1/status", { cache: "no-store" });
+    if (!response.ok) throw new Error("GET /v1/status: HTTP " + response.status);
+    const status = await response.json();
+    set("version", "v" + status.version);
+    renderStore(status.store);
+    renderReload(status.reload, status.uptime_ms);
+    renderLimits(status);
+    polls += 1;
+    document.body.dataset.polls = String(polls);
+    const state = document.getElementById("state");
+    state.dataset.state = "ok";
+    state.textContent = "updated " + new Date(status.now_ms).toISOString().slice(11, 19) + " UTC";
+  } catch (e) {
+    const state = document.getElementById("state");
+    state.dataset.state = "error";
+    state.textContent = "cannot reach the service: " + e.message;
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+poll();

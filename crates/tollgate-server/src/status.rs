@@ -1,0 +1,232 @@
+//! `GET /v1/status`: everything the status page (`GET /`) shows, in one JSON document.
+//!
+//! Read-only, and safe to expose inside a cluster: limits as configured (names, algorithms,
+//! quotas, key part *names*), counts, the store's health, and the most refused keys exactly
+//! as `GET /v1/top` shows them. Never the admin token, never the Redis URL (it may hold a
+//! password), never a key value beyond the top refused ones. Rates are computed here
+//! ([`crate::rate_history`]) over real time, whatever the caller's clock.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tollgate::Span;
+
+use crate::api::{LimitBody, TopKeyBody};
+use crate::http::AppState;
+use crate::latency_window::Percentiles;
+use crate::observed::{DecisionCounts, observed};
+use crate::rate_history::{Counts, Rate};
+
+/// Keys listed per limit on the page.
+const TOP_SHOWN: usize = 5;
+
+/// The whole status.
+#[derive(Debug, Serialize)]
+pub struct StatusBody {
+    /// The service's version.
+    pub version: &'static str,
+    /// Since the service started, ms (the page's clock for rates).
+    pub uptime_ms: u64,
+    /// The server's wall clock, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The store.
+    pub store: StoreStatus,
+    /// Each limit, in file order.
+    pub limits: Vec<LimitStatus>,
+    /// Config reloads.
+    pub reload: ReloadBody,
+}
+
+/// The store's health.
+#[derive(Debug, Serialize)]
+pub struct StoreStatus {
+    /// `memory`, `redis` or `redis_cluster`.
+    pub kind: &'static str,
+    /// Connected (Redis started while down: not until the first connection).
+    pub connected: bool,
+    /// The health probe (a peek, at most a second old) answered.
+    pub up: bool,
+    /// The probe's error kind, when it failed.
+    pub error: Option<&'static str>,
+    /// How long the probe took, ms.
+    pub probe_ms: f64,
+    /// The Redis circuit breaker is open (`null`: memory store, or not connected).
+    pub circuit_open: Option<bool>,
+    /// `store.timeout`, ms.
+    pub timeout_ms: f64,
+    /// Store call latencies of the last minute (`null`: no call).
+    pub latency: Option<LatencyBody>,
+    /// The exact deny cache.
+    pub deny_cache: DenyCacheBody,
+    /// The memory store's key cap (`null` on Redis).
+    pub max_keys: Option<usize>,
+    /// Keys the memory store holds (`null` on Redis).
+    pub keys: Option<u64>,
+}
+
+/// Latency percentiles, ms (each its histogram bucket's upper bound: at most 19 % high).
+#[derive(Debug, Serialize)]
+pub struct LatencyBody {
+    /// The span covered, s.
+    pub window_s: u64,
+    /// Calls counted.
+    pub samples: u64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Slowest.
+    pub max_ms: f64,
+}
+
+/// The deny cache's figures.
+#[derive(Debug, Serialize)]
+pub struct DenyCacheBody {
+    /// Whether it is on.
+    pub enabled: bool,
+    /// Refusals held.
+    pub entries: usize,
+    /// The most it holds.
+    pub capacity: usize,
+}
+
+/// One limit.
+#[derive(Debug, Serialize)]
+pub struct LimitStatus {
+    /// As `GET /v1/limits` lists it.
+    #[serde(flatten)]
+    pub limit: LimitBody,
+    /// Decisions since the service started, by outcome.
+    pub decisions: DecisionCounts,
+    /// Decisions and refusals per second, over the time since a previous call at least a
+    /// second ago (`null`: no such call within the last minute).
+    pub rate: Option<Rate>,
+    /// Refusals ÷ checks over the last minute (`null` without a check).
+    pub deny_ratio: Option<f64>,
+    /// The most refused keys of the last five minutes (as `GET /v1/top` shows them).
+    pub top_denied: Vec<TopKeyBody>,
+    /// Keys the memory store holds for it (`null` on Redis).
+    pub keys: Option<u64>,
+}
+
+/// Reloads.
+#[derive(Debug, Serialize)]
+pub struct ReloadBody {
+    /// Whether the config file is watched (`serve --config`).
+    pub watching: bool,
+    /// The last attempt (`null`: none since start).
+    pub last: Option<LastReloadBody>,
+}
+
+/// One reload attempt.
+#[derive(Debug, Serialize)]
+pub struct LastReloadBody {
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Applied.
+    pub ok: bool,
+    /// Why not.
+    pub error: Option<String>,
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl LatencyBody {
+    fn new(p: Percentiles) -> LatencyBody {
+        LatencyBody {
+            window_s: 60,
+            samples: p.samples,
+            p50_ms: millis(p.p50),
+            p90_ms: millis(p.p90),
+            p99_ms: millis(p.p99),
+            max_ms: millis(p.max),
+        }
+    }
+}
+
+/// The status as of now.
+pub(crate) async fn status(state: &AppState) -> StatusBody {
+    let probed = state.probe.recent(&state.store).await;
+    let limits = state.limits.load();
+    let memory_keys = state.store.memory_keys();
+    let observed = observed();
+    let keys_of = |name: &str| {
+        memory_keys.as_ref().map(|per_limit| {
+            per_limit
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, k)| *k)
+        })
+    };
+    let counts: Vec<(&str, DecisionCounts)> = limits
+        .configs()
+        .iter()
+        .map(|c| (c.limit.name(), observed.decisions(c.limit.name())))
+        .collect();
+    let current: Counts = counts
+        .iter()
+        .map(|(name, d)| {
+            let total = d.allowed + d.denied + d.store_error_allowed + d.store_error_denied;
+            ((*name).to_owned(), [total, d.denied + d.store_error_denied])
+        })
+        .collect();
+    let rates = state.rates.rates(Instant::now(), &current);
+    let limit_status = limits
+        .configs()
+        .iter()
+        .zip(counts)
+        .map(|(config, (name, decisions))| LimitStatus {
+            limit: LimitBody::new(config),
+            decisions,
+            rate: rates.get(name).copied(),
+            deny_ratio: limits.deny_ratio(name),
+            top_denied: limits
+                .top_denied(name, TOP_SHOWN, Span::Recent)
+                .unwrap_or_default()
+                .iter()
+                .map(TopKeyBody::new)
+                .collect(),
+            keys: keys_of(name),
+        })
+        .collect();
+    StatusBody {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        now_ms: epoch_ms(SystemTime::now()),
+        store: StoreStatus {
+            kind: state.store.kind(),
+            connected: state.store.connected(),
+            up: probed.error.is_none(),
+            error: probed.error,
+            probe_ms: millis(probed.took),
+            circuit_open: state.store.circuit_open(),
+            timeout_ms: millis(state.store_timeout),
+            latency: observed.store_latency_percentiles().map(LatencyBody::new),
+            deny_cache: DenyCacheBody {
+                enabled: state.store.deny_cache_entries() > 0,
+                entries: limits.deny_cache_len(),
+                capacity: state.store.deny_cache_entries(),
+            },
+            max_keys: state.max_keys,
+            keys: memory_keys.map(|per_limit| per_limit.iter().map(|(_, k)| k).sum()),
+        },
+        limits: limit_status,
+        reload: ReloadBody {
+            watching: state.reloads.is_watching(),
+            last: state.reloads.last().map(|last| LastReloadBody {
+                at_ms: epoch_ms(last.at),
+                ok: last.ok,
+                error: last.error,
+            }),
+        },
+    }
+}

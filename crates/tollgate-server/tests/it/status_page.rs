@@ -1,0 +1,191 @@
+//! The status page in a real browser: `tollgate serve` is spawned, traffic is driven over
+//! HTTP, and headless Chromium (the Debian package `chromium`, installed by `scripts/test`)
+//! loads `/`, runs its script for a few seconds of virtual time (several polls of
+//! `/v1/status`), and dumps the DOM. The figures in the DOM must be the traffic's, must
+//! change with more traffic, and the browser must log no console message at all (the page
+//! logs nothing; a script error, a CSP violation or a failed request each print one).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::binary::{Process, config_file};
+use crate::support::{eventually, output_within, system_tool};
+
+/// The page in Chromium: the DOM after `budget_ms` of virtual time, and the console lines.
+fn load(url: &str, budget_ms: u32) -> (String, Vec<String>) {
+    let chromium: PathBuf = system_tool(&["chromium", "chromium-browser"], "chromium");
+    let profile = tempfile::tempdir().expect("profile dir");
+    let output = output_within(
+        std::process::Command::new(chromium)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--virtual-time-budget={budget_ms}"))
+            .args(["--dump-dom", url]),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "chromium failed: {stderr}");
+    let console = stderr
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_owned)
+        .collect();
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        console,
+    )
+}
+
+/// The text of the cell `field` in the row of `limit`.
+fn cell(dom: &str, limit: &str, field: &str) -> String {
+    let row_start = dom
+        .find(&format!(r#"<tr data-limit="{limit}">"#))
+        .unwrap_or_else(|| panic!("no row for {limit}: {dom}"));
+    let row = &dom[row_start..];
+    let row = &row[..row.find("</tr>").expect("row end")];
+    let marker = format!(r#"data-field="{field}">"#);
+    let start = row
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {field} in {row}"))
+        + marker.len();
+    row[start..]
+        .split("</td>")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The text of the element with `id`.
+fn by_id(dom: &str, id: &str) -> String {
+    let marker = format!(r#"id="{id}""#);
+    let start = dom
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no #{id}: {dom}"));
+    let rest = &dom[start..];
+    let text = &rest[rest.find('>').expect("tag end") + 1..];
+    text[..text.find('<').expect("text end")].to_owned()
+}
+
+/// The console check can fail: a page that logs an error is seen.
+#[test]
+fn the_console_check_sees_errors() {
+    let (_, console) = load(
+        "data:text/html,<script>console.error('probe-error'); missing();</script>",
+        500,
+    );
+    assert!(
+        console.iter().any(|l| l.contains("probe-error")),
+        "console.error not seen: {console:?}"
+    );
+    assert!(
+        console
+            .iter()
+            .any(|l| l.contains("Uncaught ReferenceError")),
+        "an uncaught error not seen: {console:?}"
+    );
+}
+
+/// The page shows the limits and the counts of the traffic, follows more traffic, and
+/// logs nothing in the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_traffic_in_a_browser() {
+    let (_dir, path) = config_file(
+        r#"
+[[limits]]
+name = "page_sms"
+algorithm = "fixed_window"
+limit = 5
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+
+[[limits]]
+name = "page_api"
+algorithm = "gcra"
+limit = 100
+period = "1s"
+key = ["user"]
+on_store_error = "allow"
+"#,
+    );
+    let process = Process::serve(&path);
+    let status = || async {
+        crate::support::request(process.addr, "GET", "/v1/status", bytes::Bytes::new(), &[])
+            .await
+            .json
+    };
+    status().await; // the baseline of the rates
+    let check = r#"{"limit": "page_sms", "key": {"user": "abuser"}}"#;
+    for _ in 0..12 {
+        process.post("/v1/check", check).await;
+    }
+    let rated = eventually(Duration::from_secs(10), || async {
+        !status().await["limits"][0]["rate"].is_null()
+    })
+    .await;
+    assert!(
+        rated,
+        "the service has rates once its baseline is a second old"
+    );
+    let url = format!("http://{}/", process.addr);
+    let page = url.clone();
+    let (dom, console) = tokio::task::spawn_blocking(move || load(&page, 4000))
+        .await
+        .expect("chromium");
+    assert!(console.is_empty(), "console messages: {console:?}");
+    assert!(dom.contains(r#"data-state="ok""#), "{dom}");
+    let polls: u32 = dom
+        .split(r#"data-polls=""#)
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(polls >= 2, "the page polls: {polls} polls; {dom}");
+    assert_eq!(cell(&dom, "page_sms", "algorithm"), "fixed_window");
+    assert_eq!(cell(&dom, "page_sms", "quota"), "5 / 1h");
+    assert_eq!(cell(&dom, "page_sms", "total"), "12", "{dom}");
+    assert_eq!(cell(&dom, "page_sms", "denied"), "7", "{dom}");
+    assert_eq!(cell(&dom, "page_sms", "deny_ratio"), "58.3 %", "{dom}");
+    assert!(
+        cell(&dom, "page_sms", "top").contains("user=abuser ×7"),
+        "{dom}"
+    );
+    assert_ne!(
+        cell(&dom, "page_sms", "rate"),
+        "–",
+        "a rate after two polls"
+    );
+    assert_eq!(cell(&dom, "page_api", "total"), "0");
+    assert!(by_id(&dom, "store-health").starts_with("up"), "{dom}");
+    assert_eq!(by_id(&dom, "store-kind"), "memory");
+    assert!(by_id(&dom, "reload-watching").starts_with("yes"), "{dom}");
+
+    for _ in 0..8 {
+        process.post("/v1/check", check).await;
+    }
+    process
+        .post(
+            "/v1/check",
+            r#"{"limit": "page_api", "key": {"user": "a"}}"#,
+        )
+        .await;
+    let (dom, console) = tokio::task::spawn_blocking(move || load(&url, 3000))
+        .await
+        .expect("chromium");
+    assert!(console.is_empty(), "console messages: {console:?}");
+    assert_eq!(cell(&dom, "page_sms", "total"), "20", "{dom}");
+    assert_eq!(cell(&dom, "page_sms", "denied"), "15", "{dom}");
+    assert!(
+        cell(&dom, "page_sms", "top").contains("user=abuser ×15"),
+        "{dom}"
+    );
+    assert_eq!(cell(&dom, "page_api", "total"), "1", "{dom}");
+}
