@@ -40,7 +40,7 @@
 //! ## Failures
 //! Every call has a timeout (default 50 ms) that measures Redis's silence, not this process's
 //! queue: a call fails when Redis answered nothing on the store for a whole timeout, and
-//! after four timeouts in any case (`src/patience.rs`). Errors are classified into
+//! one second after its timeout in any case (`src/patience.rs`, [`longest_wait`]). Errors are classified into
 //! [`tollgate::StoreErrorKind`]s, and a circuit breaker skips Redis for a cool-down after
 //! repeated transient failures ([`tollgate::StoreError::CircuitOpen`]), then lets one probe
 //! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors
@@ -58,7 +58,7 @@ mod slot;
 mod store;
 mod store_builder;
 
-pub use patience::MAX_WAITS;
+pub use patience::longest_wait;
 pub use resets::{listen_for_resets, reset_channel};
 #[doc(hidden)]
 pub use script::ScriptCall;

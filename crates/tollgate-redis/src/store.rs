@@ -10,7 +10,7 @@
 //!   crate docs for the guarantee across groups.
 //! - **The timeout covers the whole call**, all round trips of a cross-slot request included,
 //!   and measures Redis's silence: a call waiting behind others fails only when Redis has
-//!   answered nothing for a whole timeout, or after four ([`Patience`]). A call cut off by it has either run entirely on Redis or not at all, per group: a script
+//!   answered nothing for a whole timeout, or a second after it ([`Patience`]). A call cut off by it has either run entirely on Redis or not at all, per group: a script
 //!   is atomic. A cross-slot check cut off after some groups were charged keeps those units
 //!   taken until they replenish (errs towards refusing).
 //! - **A refusal due within a millisecond is decided again a millisecond later**, once, on

@@ -164,10 +164,10 @@ impl Server {
 
         let settings = Settings::new(&config.server);
         let grpc_task = grpc.map(|listener| {
-            // A store call ends within MAX_WAITS timeouts (and a millisecond): the store
-            // timeout measures Redis's silence, not the call (tollgate-redis, patience.rs).
+            // The store timeout measures Redis's silence, not the call (tollgate-redis,
+            // patience.rs): a store call ends within `longest_wait`.
             let call_timeout = settings.body_timeout
-                + config.store.timeout * tollgate_redis::MAX_WAITS
+                + tollgate_redis::longest_wait(config.store.timeout)
                 + std::time::Duration::from_millis(10);
             spawn_grpc(listener, &state, settings, call_timeout, &stop)
         });

@@ -33,7 +33,8 @@ pub(crate) enum Lifecycle {
     /// Serving.
     Serving,
     /// Shutting down: HTTP/1 connections end once they have no request (a head being read,
-    /// or in the service, is answered first; one with nothing sent yet ends at once).
+    /// or in the service, is answered first; an idle one ends at once, one accepted but
+    /// silent after `FRESH_GRACE`).
     Draining,
     /// The drain deadline passed: every connection ends now.
     Closing,
@@ -196,6 +197,24 @@ impl GuardedIo {
     }
 }
 
+/// How long a connection accepted but silent may still send its first request once the
+/// server drains. Its client connected before the signal and is about to write (or wrote, and
+/// the bytes are still on their way through a loaded kernel); closing it at once would lose a
+/// request sent in good faith. Go's `http.Server.Shutdown` waits five seconds for such
+/// connections; one is plenty on a loopback or a LAN, and keeps a SIGTERM quick.
+const FRESH_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the client's bytes wait in the socket, asked of the kernel (a non-blocking peek).
+///
+/// The read above can answer "pending" with a request already in the socket: tokio reads only
+/// once its driver has seen the socket readable, and on a loaded process (or a socket accepted
+/// a moment ago) it may not have yet. Draining would then close a connection whose request
+/// was sent before the signal. With bytes waiting, the read stays pending: the driver wakes it.
+fn bytes_waiting(stream: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
+}
+
 fn closing() -> io::Error {
     io::Error::new(
         io::ErrorKind::ConnectionAborted,
@@ -224,16 +243,27 @@ impl AsyncRead for GuardedIo {
         let Some(state) = this.phase.get() else {
             return Poll::Pending;
         };
+        let mut drain_at = None;
         if lifecycle == Lifecycle::Draining
             && this.phase.mode == Mode::Http1
             && matches!(state, State::Idle(_) | State::Fresh(_))
+            && !bytes_waiting(&this.inner)
         {
-            // Nothing of a next request has arrived (what the client sent before the signal
-            // is in the socket and was read just above): end of stream, hyper closes.
-            return Poll::Ready(Ok(()));
+            // Nothing of a next request has arrived: end of stream, hyper closes; but a
+            // connection accepted a moment ago gets `FRESH_GRACE` to deliver its first request.
+            match state {
+                State::Fresh(since) if Instant::now() < since + FRESH_GRACE => {
+                    drain_at = Some(since + FRESH_GRACE);
+                }
+                _ => return Poll::Ready(Ok(())),
+            }
         }
         let Some((deadline, cuts_head)) = this.deadline(state) else {
             return Poll::Pending;
+        };
+        let (deadline, cuts_head) = match drain_at {
+            Some(at) if at < deadline => (at, false),
+            _ => (deadline, cuts_head),
         };
         if this.armed != Some(deadline) {
             this.sleep.as_mut().reset(deadline.into());
@@ -241,6 +271,10 @@ impl AsyncRead for GuardedIo {
         }
         if this.sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
+        }
+        if drain_at.is_some_and(|at| at <= deadline) {
+            // The grace is over with nothing sent: end of stream, as for an idle connection.
+            return Poll::Ready(Ok(()));
         }
         if cuts_head && !this.unflushed && this.pending.is_empty() {
             // One attempt: a client that reads nothing gets nothing.
@@ -338,5 +372,67 @@ impl Watch {
             self.changed = None;
         }
         *self.rx.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt as _;
+    use tokio::net::TcpListener;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// Draining ends a connection with nothing sent, but not one whose request is in the
+    /// socket while tokio's driver has not yet seen it readable (here: never, since nothing
+    /// was awaited between the accept and the read).
+    #[tokio::test]
+    async fn draining_reads_a_request_the_driver_has_not_seen_yet() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut client = std::net::TcpStream::connect(addr).expect("connect");
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .expect("write");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let settings = Settings {
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            max_connections: 1,
+            shutdown_timeout: Duration::from_secs(5),
+        };
+        let (_lifecycle, watcher) = watch::channel(Lifecycle::Draining);
+        let permit = Arc::new(Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .expect("permit");
+        let mut io = GuardedIo::new(stream, permit, Mode::Http1, settings, watcher);
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
+            .await
+            .expect("read within 5 s")
+            .expect("read");
+        assert!(n > 0, "the request was taken for an end of stream");
+        assert!(buf[..n].starts_with(b"GET /healthz"));
+
+        // With nothing sent, draining ends the connection (end of stream), after the grace.
+        let mut quiet = std::net::TcpStream::connect(addr).expect("connect");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let (_lifecycle, watcher) = watch::channel(Lifecycle::Draining);
+        let permit = Arc::new(Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .expect("permit");
+        let mut io = GuardedIo::new(stream, permit, Mode::Http1, settings, watcher);
+        let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
+            .await
+            .expect("read within 5 s")
+            .expect("read");
+        assert_eq!(n, 0);
+        quiet.flush().expect("flush");
     }
 }

@@ -8,7 +8,8 @@
 //! Shutdown: the loop stops accepting, then takes what the kernel has already queued (those
 //! clients connected, and may have written their request, before the signal) and closes the
 //! listener. Every connection then ends as soon as it has no request: an idle one at once, one
-//! reading a head or in the service after answering it. Past `shutdown_timeout`, whatever is
+//! reading a head or in the service after answering it, one accepted that has sent nothing
+//! after a second's grace (its request may be on its way). Past `shutdown_timeout`, whatever is
 //! left is closed: a slow client cannot stall a deploy. A drain that ends in time answers
 //! every request received before the signal.
 

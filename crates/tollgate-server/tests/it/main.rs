@@ -5,7 +5,6 @@
 mod api;
 mod bad_input;
 mod binary;
-mod busy_redis;
 mod config;
 mod envoy_yaml;
 mod grpc;
