@@ -68,7 +68,7 @@ pub struct RateLimit {
 }
 
 /// The reference's units (its protocol's enum, UNKNOWN excluded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// 1 s.
     Second,
