@@ -281,10 +281,8 @@ async fn run<St: Store>(
     batch: &[&Item<'_>],
     op: Op,
 ) -> Result<Verdict, Status> {
-    let pairs: Vec<(&Rule, &[(&str, &str)])> = batch
-        .iter()
-        .map(|i| (i.rule, i.parts.as_slice()))
-        .collect();
+    let pairs: Vec<(&Rule, &[(&str, &str)])> =
+        batch.iter().map(|i| (i.rule, i.parts.as_slice())).collect();
     let mut request = crate::overrides::prepare(limiter, &pairs, cost(batch[0]))
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
     for (i, item) in batch.iter().enumerate() {

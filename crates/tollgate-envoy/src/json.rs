@@ -20,9 +20,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
@@ -159,7 +157,10 @@ fn status_json(s: &DescriptorStatus) -> Value {
         out.insert("limitRemaining".into(), json!(s.limit_remaining));
     }
     if let Some(d) = &s.duration_until_reset {
-        out.insert("durationUntilReset".into(), json!(format!("{}s", d.seconds)));
+        out.insert(
+            "durationUntilReset".into(),
+            json!(format!("{}s", d.seconds)),
+        );
     }
     Value::Object(out)
 }
@@ -230,12 +231,18 @@ mod tests {
         assert_eq!(r.domain, "d");
         assert_eq!(r.hits_addend, 3);
         let d = &r.descriptors[0];
-        assert_eq!((d.entries[0].key.as_str(), d.entries[0].value.as_str()), ("k", "v"));
+        assert_eq!(
+            (d.entries[0].key.as_str(), d.entries[0].value.as_str()),
+            ("k", "v")
+        );
         assert_eq!(d.limit.map(|l| (l.requests_per_unit, l.unit)), Some((5, 3)));
         assert_eq!(d.hits_addend.map(|h| h.value), Some(2));
         let e = parse_request(br#"{"domain":"d","descriptors":[{"entries":[{"kye":"k"}]}]}"#)
             .expect_err("unknown field");
-        assert!(e.contains("descriptors[0].entries[0]") && e.contains("kye"), "{e}");
+        assert!(
+            e.contains("descriptors[0].entries[0]") && e.contains("kye"),
+            "{e}"
+        );
         let e = parse_request(br#"{"domain":"d","descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}"#)
             .expect_err("bad unit");
         assert!(e.contains("descriptors[0].limit.unit"), "{e}");

@@ -85,14 +85,14 @@ pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use envoy_types;
 pub use import_error::ImportError;
 pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
-pub use rules_error::RulesError;
-pub use serve::{GrpcOptions, serve, serve_with};
 pub use json::{parse_request as parse_json_request, response_json};
 pub use overrides::{MAX_CACHED as MAX_CACHED_OVERRIDES, limit_name as override_limit_name};
 pub use reference_metrics::{
     GLOBAL_SHADOW_MODE, MAX_DYNAMIC as MAX_DYNAMIC_METRIC_KEYS, NEAR_LIMIT, NEAR_LIMIT_RATIO,
     OVER_LIMIT, SHADOW_MODE, TOTAL_HITS, WITHIN_LIMIT,
 };
+pub use rules_error::RulesError;
+pub use serve::{GrpcOptions, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
 pub use snapshot::Snapshot;
 pub use tonic;

@@ -15,9 +15,7 @@
 //! They are built from the final statuses, so they show what Envoy is told.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 
 use crate::{EnvoyRules, RulesError};
 

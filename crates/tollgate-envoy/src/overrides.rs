@@ -141,7 +141,8 @@ impl Overrides {
             return Ok(Arc::clone(found));
         }
         let quota = Quota::new(u64::from(per_unit), unit.period())?;
-        let limit = Limit::new(limit_name(unit), self.algorithm, quota)?.on_store_error(self.policy);
+        let limit =
+            Limit::new(limit_name(unit), self.algorithm, quota)?.on_store_error(self.policy);
         let mut rule = Rule::for_limit(&limit, self.shadow);
         rule.unit = Some(unit);
         rule.own = Some(Arc::new(limit));

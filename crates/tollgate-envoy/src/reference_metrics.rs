@@ -68,7 +68,9 @@ pub(crate) enum StatKey {
 impl Stat {
     /// The key of `levels` (`key` or `key_value` each) in `domain`.
     pub(crate) fn new(domain: &str, levels: &[String]) -> Stat {
-        let (first, rest) = levels.split_first().map_or(("", &[][..]), |(f, r)| (&**f, r));
+        let (first, rest) = levels
+            .split_first()
+            .map_or(("", &[][..]), |(f, r)| (&**f, r));
         Stat {
             domain: domain.into(),
             key1: first.into(),
@@ -162,7 +164,11 @@ impl Hits {
         // Units in use after this hit, and before it.
         let after = limit.saturating_sub(o.decision.remaining);
         let before = after.saturating_sub(cost);
-        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
         let threshold = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
         let near = if after > threshold {
             after - before.max(threshold)
@@ -255,8 +261,14 @@ mod tests {
     /// One level is `key1` alone; deeper levels go to `key2`, joined by dots.
     #[test]
     fn keys_split_as_the_reference_mapping() {
-        let s = Stat::new("messaging", &["message_type_marketing".into(), "to_number".into()]);
-        assert_eq!((&*s.key1, s.key2.as_deref()), ("message_type_marketing", Some("to_number")));
+        let s = Stat::new(
+            "messaging",
+            &["message_type_marketing".into(), "to_number".into()],
+        );
+        assert_eq!(
+            (&*s.key1, s.key2.as_deref()),
+            ("message_type_marketing", Some("to_number"))
+        );
         let s = Stat::new("d", &["a".into()]);
         assert_eq!(s.key2, None);
         let s = Stat::new("d", &["a".into(), "b_1".into(), "c".into()]);
