@@ -113,7 +113,7 @@ pub(crate) fn record(
         let cost = d
             .hits_addend
             .as_ref()
-            .map(|v| u64::from(v.value))
+            .map(|v| v.value)
             .filter(|&v| v > 0)
             .unwrap_or(default_cost);
         let fixed = answer
