@@ -7,6 +7,8 @@
 //! ```toml
 //! [envoy]
 //! response_headers = true          # draft RateLimit / RateLimit-Policy headers for Envoy to add
+//! limit_response_headers = false   # the reference's RateLimit-Limit / -Remaining / -Reset
+//! shadow = false                   # global shadow mode: every answer OK, still counting
 //!
 //! [[envoy.rules]]
 //! domain = "edge"                  # RateLimitRequest.domain

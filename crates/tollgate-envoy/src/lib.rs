@@ -27,7 +27,13 @@
 //!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
 //! - descriptors that match no rule are `OK` and charge nothing;
-//! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's.
+//! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's;
+//! - a descriptor's `limit` override decides it, on a counter of its own (`overrides.rs`).
+//!
+//! For a migration from the reference it also counts the reference's per-rule statistics
+//! under its Prometheus names (`reference_metrics.rs`), can add its limit headers
+//! (`limit_headers.rs`), and maps a request and its response to and from JSON for the
+//! server's `POST /json` (`json.rs`, [`should_rate_limit`]).
 //!
 //! Mounting it:
 //!
