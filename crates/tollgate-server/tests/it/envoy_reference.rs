@@ -533,3 +533,58 @@ async fn json_answers_as_grpc_does() {
         "{body}"
     );
 }
+
+/// On Redis, an override's counter is one for every instance (two processes on one Redis take
+/// turns), and its key lives under the store's prefix with a TTL, like every key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_share_one_counter_across_instances_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let start = || {
+        let grpc = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port");
+        let (dir, path) = config_file(&format!(
+            "[server]\ngrpc = \"{grpc}\"\n\n[store]\nredis = \"{}\"\nprefix = \"ovr\"\ntimeout = \"2s\"\n\n\
+             [[limits]]\nname = \"per_user\"\nalgorithm = \"gcra\"\nlimit = 2\nperiod = \"1h\"\nkey = [\"user\"]\non_store_error = \"deny\"\n\n\
+             [envoy]\nalgorithm = \"gcra\"\non_store_error = \"deny\"\n\n\
+             [[envoy.rules]]\ndomain = \"edge\"\nlimit = \"per_user\"\ndescriptor = [{{ key = \"user\", part = \"user\" }}]\n",
+            redis.url()
+        ));
+        (dir, Process::serve(&path))
+    };
+    let (_a_dir, a) = start();
+    let (_b_dir, b) = start();
+    let mut clients = [
+        connect(a.grpc.expect("grpc a")).await,
+        connect(b.grpc.expect("grpc b")).await,
+    ];
+    let over = || req("edge", vec![descriptor(&[("user", "r")], Some((3, HOUR)))]);
+    let mut remaining = Vec::new();
+    for i in 0..4 {
+        let r = ask(&mut clients[i % 2], over()).await;
+        remaining.push((code(&r), r.statuses[0].limit_remaining));
+    }
+    assert_eq!(
+        remaining,
+        [
+            (Code::Ok, 2),
+            (Code::Ok, 1),
+            (Code::Ok, 0),
+            (Code::OverLimit, 0)
+        ],
+        "redis:\n{}",
+        redis.log()
+    );
+    let keys = redis.cmd(&["KEYS", "ovr:envoy.override.hour:*"]);
+    let key = keys
+        .lines()
+        .find(|l| l.starts_with("ovr:envoy.override.hour:"))
+        .unwrap_or_else(|| panic!("an override key in {keys:?}"));
+    assert!(
+        key.contains("rate=3") && key.contains("domain=edge"),
+        "{key}"
+    );
+    let ttl = redis.cmd(&["PTTL", key]);
+    let ttl: i64 = ttl.trim().trim_start_matches(':').parse().expect("PTTL");
+    assert!(ttl > 0, "the key has a TTL: {ttl}");
+}
