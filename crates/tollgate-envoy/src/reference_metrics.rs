@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use metrics::Label;
 use tollgate::LimitDecision;
 
 use crate::decide::{Answer, Fixed};
@@ -184,16 +185,13 @@ impl Hits {
     }
 
     fn emit(&self, stat: &Stat) {
-        let labels = || {
-            let mut l = vec![
-                ("domain", stat.domain.to_string()),
-                ("key1", stat.key1.to_string()),
-            ];
-            if let Some(k2) = &stat.key2 {
-                l.push(("key2", k2.to_string()));
-            }
-            l
-        };
+        // Shared strings: the labels are built once per descriptor, without copying text.
+        let mut labels = Vec::with_capacity(3);
+        labels.push(Label::new("domain", Arc::clone(&stat.domain)));
+        labels.push(Label::new("key1", Arc::clone(&stat.key1)));
+        if let Some(k2) = &stat.key2 {
+            labels.push(Label::new("key2", Arc::clone(k2)));
+        }
         for (name, n) in [
             (TOTAL_HITS, self.total),
             (WITHIN_LIMIT, self.within),
@@ -202,7 +200,7 @@ impl Hits {
             (SHADOW_MODE, self.shadow),
         ] {
             // Every series of a counted rule exists (0 included), as the reference's do.
-            metrics::counter!(name, &labels()).increment(n);
+            metrics::counter!(name, labels.clone()).increment(n);
         }
     }
 }
