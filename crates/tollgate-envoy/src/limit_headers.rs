@@ -33,9 +33,6 @@ impl LimitHeaders {
     /// # Errors
     /// [`RulesError`] naming the field when a name is not a valid HTTP header name.
     pub(crate) fn from_config(config: &EnvoyRules) -> Result<Option<LimitHeaders>, RulesError> {
-        if !config.limit_response_headers {
-            return Ok(None);
-        }
         let name = |field: &str, given: &Option<String>, default: &str| {
             let name = given.clone().unwrap_or_else(|| default.to_owned());
             let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
@@ -47,7 +44,7 @@ impl LimitHeaders {
             }
             Ok(name)
         };
-        Ok(Some(LimitHeaders {
+        let headers = LimitHeaders {
             limit: name(
                 "limit_limit_header",
                 &config.limit_limit_header,
@@ -63,7 +60,9 @@ impl LimitHeaders {
                 &config.limit_reset_header,
                 "RateLimit-Reset",
             )?,
-        }))
+        };
+        // Checked even when off: a typo should not wait for the day the headers are enabled.
+        Ok(config.limit_response_headers.then_some(headers))
     }
 
     /// The headers for `statuses`; none when no descriptor has a limit.
