@@ -71,6 +71,36 @@ fn describe() {
         "tollgate_deny_cache_hits_total",
         "Refusals answered by the deny cache without a store call, by limit"
     );
+    // The Envoy service's counters under envoyproxy/ratelimit's names (docs/envoy.md).
+    use tollgate_envoy as envoy;
+    for (name, help) in [
+        (
+            envoy::TOTAL_HITS,
+            "Envoy descriptor hits, by rule key (as envoyproxy/ratelimit)",
+        ),
+        (
+            envoy::WITHIN_LIMIT,
+            "Envoy descriptor hits admitted, by rule key",
+        ),
+        (
+            envoy::NEAR_LIMIT,
+            "Admitted Envoy hits past 80 % of the limit, by rule key",
+        ),
+        (
+            envoy::OVER_LIMIT,
+            "Envoy descriptor hits refused, by rule key",
+        ),
+        (
+            envoy::SHADOW_MODE,
+            "Envoy hits refused by a shadow rule and answered OK, by rule key",
+        ),
+        (
+            envoy::GLOBAL_SHADOW_MODE,
+            "Envoy answers turned OK by global shadow mode",
+        ),
+    ] {
+        metrics::describe_counter!(name, help);
+    }
 }
 
 /// Each limit's refusal ratio over the last minute (set at each scrape).
