@@ -7,6 +7,8 @@
 //! ```toml
 //! [envoy]
 //! response_headers = true          # draft RateLimit / RateLimit-Policy headers for Envoy to add
+//! limit_response_headers = false   # the reference's RateLimit-Limit / -Remaining / -Reset
+//! shadow = false                   # global shadow mode: every answer OK, still counting
 //!
 //! [[envoy.rules]]
 //! domain = "edge"                  # RateLimitRequest.domain
@@ -49,9 +51,26 @@ pub struct EnvoyRules {
     /// open when Redis is down.
     #[serde(default)]
     pub on_store_error: Option<OnStoreError>,
-    /// Global shadow mode for the imported limits: count would-be refusals, always answer OK.
+    /// Global shadow mode (the reference's `SHADOW_MODE`): every descriptor of every rule,
+    /// imported limit and limit override is decided and counted as usual, would-be refusals
+    /// are counted, and every answer is OK.
     #[serde(default)]
     pub shadow: bool,
+    /// The reference's `LIMIT_RESPONSE_HEADERS_ENABLED`: add a limit / remaining / reset header
+    /// (names below) for the descriptor closest to its limit (an over-limit one first) to
+    /// `response_headers_to_add`, beside or instead of the draft headers of
+    /// `response_headers`.
+    #[serde(default)]
+    pub limit_response_headers: bool,
+    /// The limit header's name (`LIMIT_LIMIT_HEADER`); default `RateLimit-Limit`.
+    #[serde(default)]
+    pub limit_limit_header: Option<String>,
+    /// The remaining header's name (`LIMIT_REMAINING_HEADER`); default `RateLimit-Remaining`.
+    #[serde(default)]
+    pub limit_remaining_header: Option<String>,
+    /// The reset header's name (`LIMIT_RESET_HEADER`); default `RateLimit-Reset`.
+    #[serde(default)]
+    pub limit_reset_header: Option<String>,
     /// The descriptor trees loaded from `config_dir` (not a config field).
     #[serde(skip)]
     pub imported: Imported,

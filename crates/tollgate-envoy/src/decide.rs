@@ -86,6 +86,8 @@ pub(crate) async fn decide<St: Store>(
     if request.descriptors.is_empty() {
         return Err(Status::invalid_argument("descriptors must not be empty"));
     }
+    // Per-request limit overrides (overrides.rs), validated before anything is decided.
+    let overrides = snapshot.overrides(request)?;
     let default_cost = u64::from(request.hits_addend.max(1));
     let mut fixed = Vec::new();
     let mut found: Vec<Item<'_>> = Vec::new();
@@ -93,7 +95,7 @@ pub(crate) async fn decide<St: Store>(
         if d.is_negative_hits {
             continue;
         }
-        match snapshot.find(&request.domain, &d.entries) {
+        match snapshot.find_for(&request.domain, d, overrides[slot].as_deref()) {
             None => {}
             Some(Found::Unlimited) => fixed.push((slot, Fixed::Unlimited)),
             Some(Found::Blocked { unit, shadow }) => {
@@ -279,12 +281,9 @@ async fn run<St: Store>(
     batch: &[&Item<'_>],
     op: Op,
 ) -> Result<Verdict, Status> {
-    let pairs: Vec<(&str, &[(&str, &str)])> = batch
-        .iter()
-        .map(|i| (&*i.rule.limit, i.parts.as_slice()))
-        .collect();
-    let mut request = limiter
-        .prepare_keyed(&pairs, cost(batch[0]))
+    let pairs: Vec<(&Rule, &[(&str, &str)])> =
+        batch.iter().map(|i| (i.rule, i.parts.as_slice())).collect();
+    let mut request = crate::overrides::prepare(limiter, &pairs, cost(batch[0]))
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
     for (i, item) in batch.iter().enumerate() {
         if item.rule.shadow {

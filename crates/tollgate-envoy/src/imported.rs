@@ -40,7 +40,8 @@ pub struct Descriptor {
     pub rate_limit: Option<RateLimit>,
     /// `shadow_mode`: always answer OK, count would-be refusals.
     pub shadow_mode: bool,
-    /// `detailed_metric` (accepted; tollgate's metrics are per limit, see `docs/envoy.md`).
+    /// `detailed_metric`: the reference's per-rule counters are labelled with the request's
+    /// values (bounded, see `docs/envoy.md`).
     pub detailed_metric: bool,
     /// `value_to_metric` (accepted; as `detailed_metric`).
     pub value_to_metric: bool,
@@ -68,7 +69,7 @@ pub struct RateLimit {
 }
 
 /// The reference's units (its protocol's enum, UNKNOWN excluded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// 1 s.
     Second,

@@ -27,7 +27,13 @@
 //!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
 //! - descriptors that match no rule are `OK` and charge nothing;
-//! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's.
+//! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's;
+//! - a descriptor's `limit` override decides it, on a counter of its own (`overrides.rs`).
+//!
+//! For a migration from the reference it also counts the reference's per-rule statistics
+//! under its Prometheus names (`reference_metrics.rs`), can add its limit headers
+//! (`limit_headers.rs`), and maps a request and its response to and from JSON for the
+//! server's `POST /json` (`json.rs`, [`should_rate_limit`]).
 //!
 //! Mounting it:
 //!
@@ -68,7 +74,11 @@ mod decide;
 mod headers;
 mod import_error;
 mod imported;
+mod json;
+mod limit_headers;
 mod limit_names;
+mod overrides;
+mod reference_metrics;
 mod rules_error;
 mod serve;
 mod service;
@@ -81,9 +91,15 @@ pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use envoy_types;
 pub use import_error::ImportError;
 pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
+pub use json::{parse_request as parse_json_request, response_json};
+pub use overrides::{MAX_CACHED as MAX_CACHED_OVERRIDES, limit_name as override_limit_name};
+pub use reference_metrics::{
+    GLOBAL_SHADOW_MODE, MAX_DYNAMIC as MAX_DYNAMIC_METRIC_KEYS, NEAR_LIMIT, NEAR_LIMIT_RATIO,
+    OVER_LIMIT, SHADOW_MODE, TOTAL_HITS, WITHIN_LIMIT,
+};
 pub use rules_error::RulesError;
 pub use serve::{GrpcOptions, serve, serve_with};
-pub use service::RateLimitService;
+pub use service::{RateLimitService, should_rate_limit};
 pub use snapshot::Snapshot;
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};

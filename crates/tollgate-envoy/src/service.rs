@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status};
 
 use crate::decide::{Answer, Fixed, decide};
 use crate::headers::response_headers;
-use crate::{Snapshot, rate_unit};
+use crate::{Snapshot, rate_unit, reference_metrics};
 
 type Source<St> = Arc<dyn Fn() -> Arc<Snapshot<St>> + Send + Sync>;
 
@@ -69,19 +69,36 @@ impl<St: Store> rate_limit_service_server::RateLimitService for RateLimitService
     ) -> Result<Response<RateLimitResponse>, Status> {
         let snapshot = (self.source)();
         let request = request.into_inner();
-        let answer = decide(&snapshot, &request).await?;
-        if !answer.allowed {
-            tracing::debug!(domain = %request.domain, "over limit");
-        }
-        Ok(Response::new(response(
-            &answer,
-            snapshot.response_headers(),
-        )))
+        Ok(Response::new(should_rate_limit(&snapshot, &request).await?))
     }
 }
 
-fn response(answer: &Answer, with_headers: bool) -> RateLimitResponse {
-    RateLimitResponse {
+/// Answers `request` with the rules and limits of `snapshot`: what the gRPC service answers,
+/// for other faces of it (the HTTP `POST /json`). Counts the reference's per-rule statistics.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a request that cannot be decided (empty domain or descriptor list,
+/// an invalid limit override, a value too long), `UNAVAILABLE` when the store failed and a
+/// limit's policy is `deny`.
+pub async fn should_rate_limit<St: Store>(
+    snapshot: &Snapshot<St>,
+    request: &RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    let answer = decide(snapshot, request).await?;
+    if !answer.allowed {
+        tracing::debug!(domain = %request.domain, "over limit");
+    }
+    reference_metrics::record(
+        request,
+        &answer,
+        &snapshot.counted(request),
+        snapshot.global_shadow(),
+    );
+    Ok(response(&answer, snapshot))
+}
+
+fn response<St>(answer: &Answer, snapshot: &Snapshot<St>) -> RateLimitResponse {
+    let mut out = RateLimitResponse {
         overall_code: if answer.allowed {
             Code::Ok
         } else {
@@ -101,13 +118,18 @@ fn response(answer: &Answer, with_headers: bool) -> RateLimitResponse {
             }
             statuses
         },
-        response_headers_to_add: if with_headers {
+        response_headers_to_add: if snapshot.response_headers() {
             response_headers(answer)
         } else {
             Vec::new()
         },
         ..RateLimitResponse::default()
+    };
+    if let Some(limit_headers) = snapshot.limit_headers() {
+        let extra = limit_headers.for_statuses(&out.statuses);
+        out.response_headers_to_add.extend(extra);
     }
+    out
 }
 
 fn unmatched() -> DescriptorStatus {

@@ -14,9 +14,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use tollgate::{Limit, Limiter, Store, validate_name};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Store, validate_name};
+use tonic::Status;
 
+use crate::limit_headers::LimitHeaders;
+use crate::overrides::{Override, Overrides};
+use crate::reference_metrics::{Counted, Stat, StatKey, level};
 use crate::tree::{Level, Target};
 use crate::{EnvoyRules, RulesError, Unit};
 
@@ -26,6 +32,9 @@ pub struct Snapshot<St> {
     domains: HashMap<Box<str>, Vec<Rule>>,
     trees: HashMap<Box<str>, Level>,
     response_headers: bool,
+    limit_headers: Option<LimitHeaders>,
+    overrides: Overrides,
+    shadow: bool,
 }
 
 /// What a descriptor matched.
@@ -60,6 +69,10 @@ pub(crate) struct Rule {
     pub(crate) replaces: Box<[Arc<str>]>,
     /// An imported limit's YAML unit, reported as is.
     pub(crate) unit: Option<Unit>,
+    /// A limit made at run time (a request's limit override), not the limiter's.
+    pub(crate) own: Option<Arc<Limit>>,
+    /// The reference's statistics key (none for an override's rule).
+    pub(crate) stat: Option<StatKey>,
 }
 
 impl Rule {
@@ -74,6 +87,8 @@ impl Rule {
             name: None,
             replaces: Box::new([]),
             unit: None,
+            own: None,
+            stat: None,
         }
     }
 }
@@ -144,7 +159,15 @@ impl<St: Store> Snapshot<St> {
                 .or_default()
                 .push(Rule {
                     entries: entries.into(),
-                    ..Rule::for_limit(limit, rule.shadow)
+                    stat: Some(StatKey::Fixed(Stat::new(
+                        &rule.domain,
+                        &rule
+                            .descriptor
+                            .iter()
+                            .map(|e| level(&e.key, e.value.as_deref()))
+                            .collect::<Vec<_>>(),
+                    ))),
+                    ..Rule::for_limit(limit, rule.shadow || config.shadow)
                 });
         }
         let mut trees = HashMap::new();
@@ -157,6 +180,13 @@ impl<St: Store> Snapshot<St> {
             domains,
             trees,
             response_headers: config.response_headers,
+            limit_headers: LimitHeaders::from_config(config)?,
+            overrides: Overrides::new(
+                config.algorithm.unwrap_or(Algorithm::FixedWindow),
+                config.on_store_error.unwrap_or(OnStoreError::Allow),
+                config.shadow,
+            ),
+            shadow: config.shadow,
         })
     }
 }
@@ -170,6 +200,81 @@ impl<St> Snapshot<St> {
     /// Whether responses carry draft rate-limit headers for Envoy to add.
     pub fn response_headers(&self) -> bool {
         self.response_headers
+    }
+
+    /// The reference's `x-ratelimit` style headers, when enabled.
+    pub(crate) fn limit_headers(&self) -> Option<&LimitHeaders> {
+        self.limit_headers.as_ref()
+    }
+
+    /// Whether global shadow mode is on.
+    pub(crate) fn global_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The limit override of each descriptor of `request`, validated; `None` where a
+    /// descriptor has none or the domain is not configured (the reference ignores overrides
+    /// then, answering as for any unknown domain).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for an invalid override (see `overrides.rs`).
+    pub(crate) fn overrides(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<Vec<Option<Arc<Override>>>, Status> {
+        if !self.knows(&request.domain) {
+            return Ok(vec![None; request.descriptors.len()]);
+        }
+        self.overrides.resolve(request)
+    }
+
+    /// Whether `domain` has rules or an imported tree.
+    fn knows(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain) || self.trees.contains_key(domain)
+    }
+
+    /// What decides `descriptor`: its limit override when it has one, else [`Snapshot::find`].
+    pub(crate) fn find_for<'a>(
+        &'a self,
+        domain: &'a str,
+        descriptor: &'a RateLimitDescriptor,
+        limit_override: Option<&'a Override>,
+    ) -> Option<Found<'a>> {
+        match limit_override {
+            Some(o) => Some(Found::Limited(&o.rule, o.parts(domain, descriptor))),
+            None => self.find(domain, &descriptor.entries),
+        }
+    }
+
+    /// How each descriptor of `request` is counted in the reference's statistics (`None`:
+    /// matched nothing).
+    pub(crate) fn counted(&self, request: &RateLimitRequest) -> Vec<Option<Counted>> {
+        let known = self.knows(&request.domain);
+        request
+            .descriptors
+            .iter()
+            .map(|d| {
+                if d.is_negative_hits {
+                    return None;
+                }
+                if known && d.limit.is_some() {
+                    return Some(Counted::Override);
+                }
+                if let Some(rule) = self
+                    .domains
+                    .get(request.domain.as_str())
+                    .and_then(|rules| rules.iter().find(|rule| rule.matches(&d.entries)))
+                {
+                    return rule.stat.clone().map(Counted::Rule);
+                }
+                let (target, _) = self.trees.get(request.domain.as_str())?.find(&d.entries)?;
+                match target {
+                    Target::Limited(rule) => rule.stat.clone().map(Counted::Rule),
+                    Target::Blocked { stat, .. } => Some(Counted::Rule(stat.clone())),
+                    Target::Unlimited | Target::Nothing => None,
+                }
+            })
+            .collect()
     }
 
     /// The first rule of `domain` whose descriptor shape `entries` has, else the imported
@@ -186,7 +291,7 @@ impl<St> Snapshot<St> {
         Some(match target {
             Target::Limited(rule) => Found::Limited(rule, parts),
             Target::Unlimited => Found::Unlimited,
-            &Target::Blocked { unit, shadow } => Found::Blocked { unit, shadow },
+            &Target::Blocked { unit, shadow, .. } => Found::Blocked { unit, shadow },
             Target::Nothing => return None,
         })
     }
@@ -239,6 +344,9 @@ impl<St> fmt::Debug for Snapshot<St> {
             .field("domains", &self.domains)
             .field("trees", &self.trees)
             .field("response_headers", &self.response_headers)
+            .field("limit_headers", &self.limit_headers)
+            .field("overrides", &self.overrides)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }

@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use tollgate::{Limiter, Store};
 
 use crate::imported::{Descriptor, Domain, part_name};
+use crate::reference_metrics::{Stat, StatKey, level as stat_level};
 use crate::snapshot::Rule;
 use crate::{RulesError, Unit};
 
@@ -62,6 +63,8 @@ pub(crate) enum Target {
         unit: Unit,
         /// `shadow_mode`.
         shadow: bool,
+        /// Its statistics key.
+        stat: StatKey,
     },
 }
 
@@ -72,19 +75,29 @@ impl Level {
         limiter: &Limiter<St>,
         global_shadow: bool,
     ) -> Result<Level, RulesError> {
-        Level::build(domain, &domain.descriptors, 0, limiter, global_shadow)
+        Level::build(domain, &domain.descriptors, &[], limiter, global_shadow)
     }
 
     fn build<St: Store>(
         domain: &Domain,
         list: &[Descriptor],
-        depth: usize,
+        above: &[String],
         limiter: &Limiter<St>,
         global_shadow: bool,
     ) -> Result<Level, RulesError> {
+        let depth = above.len();
         let mut level = Level::default();
         for d in list {
             let shadow = d.shadow_mode || global_shadow;
+            // The reference's statistics key: `key` or `key_value` of every level down here.
+            let mut levels = above.to_vec();
+            levels.push(stat_level(&d.key, d.value.as_deref()));
+            let stat = Stat::new(&domain.name, &levels);
+            let stat = if d.detailed_metric {
+                StatKey::Detailed(stat)
+            } else {
+                StatKey::Fixed(stat)
+            };
             let target = match &d.rate_limit {
                 None => Target::Nothing,
                 Some(rl) if rl.unlimited => Target::Unlimited,
@@ -100,9 +113,10 @@ impl Level {
                         rule.name = rl.name.as_deref().map(Arc::from);
                         rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
                         rule.unit = rl.unit;
+                        rule.stat = Some(stat);
                         Target::Limited(rule)
                     }
-                    (None, Some(unit)) => Target::Blocked { unit, shadow },
+                    (None, Some(unit)) => Target::Blocked { unit, shadow, stat },
                     (None, None) => Target::Nothing,
                 },
             };
@@ -111,7 +125,7 @@ impl Level {
                 part: part_name(depth).into(),
                 shared: wildcard.filter(|_| d.share_threshold).map(Into::into),
                 target,
-                children: Level::build(domain, &d.descriptors, depth + 1, limiter, global_shadow)?,
+                children: Level::build(domain, &d.descriptors, &levels, limiter, global_shadow)?,
             };
             let key: Box<str> = d.key.as_str().into();
             match (&d.value, wildcard) {

@@ -99,6 +99,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .merge(page::routes())
         .route("/readyz", get(readyz))
+        .route("/json", post(envoy_json))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -319,6 +320,38 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// The reference Envoy rate limit service's `POST /json`: a `RateLimitRequest` in protobuf's
+/// JSON mapping, decided by the same call as gRPC's `ShouldRateLimit` over the current
+/// `[envoy]` rules; the response in the same mapping, 200 when OK, 429 when over limit. A body
+/// that is not such a request is 400 saying what is wrong; a request gRPC would refuse with
+/// `INVALID_ARGUMENT` is 400 with its message, one refused with `UNAVAILABLE` (a `deny`
+/// policy over a failed store) 503.
+async fn envoy_json(
+    State(state): State<Arc<AppState>>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use tollgate_envoy::tonic::Code as GrpcCode;
+
+    let bytes = body(bytes)?;
+    let request = tollgate_envoy::parse_json_request(&bytes).map_err(ApiError::BadRequest)?;
+    let limits = state.limits.load_full();
+    let response = match tollgate_envoy::should_rate_limit(limits.envoy(), &request).await {
+        Ok(response) => response,
+        Err(status) if status.code() == GrpcCode::Unavailable => {
+            let body = serde_json::json!({ "error": status.message() });
+            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+        }
+        Err(status) => return Err(ApiError::BadRequest(status.message().to_owned())),
+    };
+    let status = if response.overall_code == Code::OverLimit as i32 {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(tollgate_envoy::response_json(&response))).into_response())
 }
 
 async fn healthz() -> Json<serde_json::Value> {

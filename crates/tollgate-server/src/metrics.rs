@@ -103,6 +103,36 @@ fn describe() {
         LAST_RELOAD_SUCCESSFUL,
         "0 when the last config reload was refused, else 1"
     );
+    // The Envoy service's counters under envoyproxy/ratelimit's names (docs/envoy.md).
+    use tollgate_envoy as envoy;
+    for (name, help) in [
+        (
+            envoy::TOTAL_HITS,
+            "Envoy descriptor hits, by rule key (as envoyproxy/ratelimit)",
+        ),
+        (
+            envoy::WITHIN_LIMIT,
+            "Envoy descriptor hits admitted, by rule key",
+        ),
+        (
+            envoy::NEAR_LIMIT,
+            "Admitted Envoy hits past 80 % of the limit, by rule key",
+        ),
+        (
+            envoy::OVER_LIMIT,
+            "Envoy descriptor hits refused, by rule key",
+        ),
+        (
+            envoy::SHADOW_MODE,
+            "Envoy hits refused by a shadow rule and answered OK, by rule key",
+        ),
+        (
+            envoy::GLOBAL_SHADOW_MODE,
+            "Envoy answers turned OK by global shadow mode",
+        ),
+    ] {
+        metrics::describe_counter!(name, help);
+    }
 }
 
 /// Whether the store answered the health probe (set at each scrape).

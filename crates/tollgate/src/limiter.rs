@@ -151,6 +151,12 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
+    /// The key prefix every key of this limiter starts with (for callers that build keys for
+    /// limits made at run time, such as the Envoy service's per-request limit overrides).
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
     /// The limit named `name`.
     pub fn get(&self, name: &str) -> Option<&Limit> {
         self.limits.get(name)

@@ -133,3 +133,21 @@ descriptor = [{ key = "", part = "ip" }]"#,
         assert!(err.to_string().starts_with(field), "{err}");
     }
 }
+
+/// The limit headers' names must be HTTP header names; the error names the field. Unset
+/// names take the reference's defaults; names are checked even while the headers are off.
+#[test]
+fn limit_header_names_are_checked() {
+    let e = error_for("[envoy]\nlimit_response_headers = true\nlimit_reset_header = \"X Reset\"\n");
+    assert_eq!(e.field, "envoy.limit_reset_header", "{e}");
+    assert!(e.reason.contains("\"X Reset\""), "{e}");
+    let e = error_for("[envoy]\nlimit_response_headers = true\nlimit_limit_header = \"\"\n");
+    assert_eq!(e.field, "envoy.limit_limit_header", "{e}");
+    Snapshot::new(
+        &rules("[envoy]\nlimit_response_headers = true\n"),
+        limiter(),
+    )
+    .expect("defaults are valid");
+    let e = error_for("[envoy]\nlimit_remaining_header = \"a:b\"\n");
+    assert_eq!(e.field, "envoy.limit_remaining_header", "{e}");
+}

@@ -2,6 +2,7 @@
 //! FakeClock-driven limiter), and an independent Python `grpcio` client.
 
 mod config;
+mod overrides;
 mod python;
 mod readme_examples;
 mod rls;

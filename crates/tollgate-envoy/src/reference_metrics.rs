@@ -1,0 +1,277 @@
+//! The reference service's per-rule statistics, as Prometheus counters.
+//!
+//! envoyproxy/ratelimit counts, per rule, `ratelimit.service.rate_limit.<domain>.<key>.<stat>`
+//! in statsd, and its default Prometheus mapping turns them into
+//! `ratelimit_service_rate_limit_<stat>{domain, key1[, key2]}`. These counters have those
+//! names and labels, so dashboards and alerts written for the reference keep working:
+//! - `total_hits`: hits (a descriptor's cost) of every decided descriptor;
+//! - `within_limit`: hits admitted;
+//! - `near_limit`: admitted hits that took the key past 80 % of its limit (only the part past
+//!   it, as the reference counts);
+//! - `over_limit`: hits refused (a refused descriptor charges nothing, so all of its cost);
+//! - `shadow_mode`: hits refused by a shadow rule and answered OK;
+//! - `ratelimit_service_global_shadow_mode`: answers that `[envoy] shadow` turned to OK.
+//!
+//! `key1` is the first level of the rule's key (`key` or `key_value`, as written in the
+//! config), `key2` the deeper levels joined by `.` (absent for a one-level rule): the label
+//! set is the config's, bounded by it. Descriptor values appear only for a YAML entry with
+//! `detailed_metric: true` and for per-request limit overrides (whose rule is the request's),
+//! and then only for the first [`MAX_DYNAMIC`] distinct label sets of the process; later ones
+//! are counted under the rule's own key (`detailed_metric`) or `key1="_other"` (overrides).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use metrics::Label;
+use tollgate::LimitDecision;
+
+use crate::decide::{Answer, Fixed};
+
+/// Most distinct label sets made from descriptor values, per process.
+pub const MAX_DYNAMIC: usize = 1000;
+
+/// The share of the limit past which admitted hits are "near" it (the reference's default
+/// `NEAR_LIMIT_RATIO`).
+pub const NEAR_LIMIT_RATIO: f64 = 0.8;
+
+/// Metric names.
+pub const TOTAL_HITS: &str = "ratelimit_service_rate_limit_total_hits";
+/// Hits admitted.
+pub const WITHIN_LIMIT: &str = "ratelimit_service_rate_limit_within_limit";
+/// Admitted hits past the near-limit ratio.
+pub const NEAR_LIMIT: &str = "ratelimit_service_rate_limit_near_limit";
+/// Hits refused.
+pub const OVER_LIMIT: &str = "ratelimit_service_rate_limit_over_limit";
+/// Hits refused by a shadow rule (answered OK).
+pub const SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
+/// Answers global shadow mode turned to OK.
+pub const GLOBAL_SHADOW_MODE: &str = "ratelimit_service_global_shadow_mode";
+
+/// A rule's statistics key, split as the reference's Prometheus mapping splits it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Stat {
+    domain: Arc<str>,
+    key1: Arc<str>,
+    key2: Option<Arc<str>>,
+}
+
+/// How a rule names its statistics.
+#[derive(Debug, Clone)]
+pub(crate) enum StatKey {
+    /// Fixed by the config.
+    Fixed(Stat),
+    /// `detailed_metric`: the request's values, falling back to the rule's own key.
+    Detailed(Stat),
+}
+
+impl Stat {
+    /// The key of `levels` (`key` or `key_value` each) in `domain`.
+    pub(crate) fn new(domain: &str, levels: &[String]) -> Stat {
+        let (first, rest) = levels
+            .split_first()
+            .map_or(("", &[][..]), |(f, r)| (&**f, r));
+        Stat {
+            domain: domain.into(),
+            key1: first.into(),
+            key2: (!rest.is_empty()).then(|| rest.join(".").into()),
+        }
+    }
+}
+
+/// `key` or `key_value`, as the reference writes one level.
+pub(crate) fn level(key: &str, value: Option<&str>) -> String {
+    match value {
+        Some(v) if !v.is_empty() => format!("{key}_{v}"),
+        _ => key.to_owned(),
+    }
+}
+
+/// The statistics of one descriptor: its key and how its answer counts.
+#[derive(Debug)]
+pub(crate) enum Counted {
+    /// By a rule.
+    Rule(StatKey),
+    /// By a limit override (the request's entries, keys only beyond the bound).
+    Override,
+}
+
+/// Counts `answer` to `request`; `counted[i]` says how descriptor `i` is counted (`None`:
+/// matched nothing); `global_shadow` is `[envoy] shadow`.
+pub(crate) fn record(
+    request: &RateLimitRequest,
+    answer: &Answer,
+    counted: &[Option<Counted>],
+    global_shadow: bool,
+) {
+    let default_cost = u64::from(request.hits_addend.max(1));
+    let mut would_refuse = false;
+    for (slot, d) in request.descriptors.iter().enumerate() {
+        let Some(how) = counted.get(slot).and_then(Option::as_ref) else {
+            continue;
+        };
+        let cost = d
+            .hits_addend
+            .as_ref()
+            .map(|v| v.value)
+            .filter(|&v| v > 0)
+            .unwrap_or(default_cost);
+        let fixed = answer
+            .fixed
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|&(_, f)| f);
+        let hits = match (fixed, answer.outcomes.get(slot).and_then(Option::as_ref)) {
+            (Some(Fixed::Unlimited), _) => continue,
+            (Some(Fixed::Blocked { shadow, .. }), _) => Hits::refused(cost, shadow),
+            (None, Some(o)) => Hits::of(o, cost),
+            (None, None) => continue, // replaced: not decided
+        };
+        would_refuse |= hits.over > 0;
+        let stat = stat_of(&request.domain, d, how);
+        hits.emit(&stat);
+    }
+    if global_shadow && would_refuse {
+        metrics::counter!(GLOBAL_SHADOW_MODE).increment(1);
+    }
+}
+
+/// The counts one descriptor adds.
+#[derive(Debug, Default)]
+struct Hits {
+    total: u64,
+    within: u64,
+    near: u64,
+    over: u64,
+    shadow: u64,
+}
+
+impl Hits {
+    fn refused(cost: u64, shadow: bool) -> Hits {
+        Hits {
+            total: cost,
+            over: cost,
+            shadow: if shadow { cost } else { 0 },
+            ..Hits::default()
+        }
+    }
+
+    fn of(o: &LimitDecision, cost: u64) -> Hits {
+        if !o.decision.allowed {
+            return Hits::refused(cost, o.shadow);
+        }
+        let limit = o.quota.limit();
+        // Units in use after this hit, and before it.
+        let after = limit.saturating_sub(o.decision.remaining);
+        let before = after.saturating_sub(cost);
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let threshold = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
+        let near = if after > threshold {
+            after - before.max(threshold)
+        } else {
+            0
+        };
+        Hits {
+            total: cost,
+            within: cost,
+            near,
+            ..Hits::default()
+        }
+    }
+
+    fn emit(&self, stat: &Stat) {
+        // Shared strings: the labels are built once per descriptor, without copying text.
+        let mut labels = Vec::with_capacity(3);
+        labels.push(Label::new("domain", Arc::clone(&stat.domain)));
+        labels.push(Label::new("key1", Arc::clone(&stat.key1)));
+        if let Some(k2) = &stat.key2 {
+            labels.push(Label::new("key2", Arc::clone(k2)));
+        }
+        for (name, n) in [
+            (TOTAL_HITS, self.total),
+            (WITHIN_LIMIT, self.within),
+            (NEAR_LIMIT, self.near),
+            (OVER_LIMIT, self.over),
+            (SHADOW_MODE, self.shadow),
+        ] {
+            // Every series of a counted rule exists (0 included), as the reference's do.
+            metrics::counter!(name, labels.clone()).increment(n);
+        }
+    }
+}
+
+/// The statistics key of descriptor `d`, counted as `how`.
+fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted) -> Stat {
+    match how {
+        Counted::Rule(StatKey::Fixed(stat)) => stat.clone(),
+        Counted::Rule(StatKey::Detailed(base)) => {
+            let levels: Vec<String> = d
+                .entries
+                .iter()
+                .map(|e| level(&e.key, Some(&e.value)))
+                .collect();
+            let stat = Stat::new(domain, &levels);
+            if admit(&stat) { stat } else { base.clone() }
+        }
+        Counted::Override => {
+            let levels: Vec<String> = d
+                .entries
+                .iter()
+                .map(|e| level(&e.key, Some(&e.value)))
+                .collect();
+            let stat = Stat::new(domain, &levels);
+            if admit(&stat) {
+                stat
+            } else {
+                Stat::new(domain, &["_other".to_owned()])
+            }
+        }
+    }
+}
+
+/// Whether `stat`, made from descriptor values, may be a label set: already one, or one of
+/// the first [`MAX_DYNAMIC`].
+fn admit(stat: &Stat) -> bool {
+    static SEEN: OnceLock<Mutex<HashSet<Stat>>> = OnceLock::new();
+    let mut seen = SEEN
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if seen.contains(stat) {
+        return true;
+    }
+    if seen.len() >= MAX_DYNAMIC {
+        return false;
+    }
+    seen.insert(stat.clone());
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One level is `key1` alone; deeper levels go to `key2`, joined by dots.
+    #[test]
+    fn keys_split_as_the_reference_mapping() {
+        let s = Stat::new(
+            "messaging",
+            &["message_type_marketing".into(), "to_number".into()],
+        );
+        assert_eq!(
+            (&*s.key1, s.key2.as_deref()),
+            ("message_type_marketing", Some("to_number"))
+        );
+        let s = Stat::new("d", &["a".into()]);
+        assert_eq!(s.key2, None);
+        let s = Stat::new("d", &["a".into(), "b_1".into(), "c".into()]);
+        assert_eq!(s.key2.as_deref(), Some("b_1.c"));
+        assert_eq!(level("k", None), "k");
+        assert_eq!(level("k", Some("v")), "k_v");
+    }
+}
