@@ -8,28 +8,29 @@
 --
 -- KEYS[1..N]  one key per entry; all in one hash slot on a cluster (the caller groups them)
 -- ARGV[1]     op: 0 = peek (decide, write nothing), 1 = check (charge every entry if all
---             admit, else nothing), 2 = give back `cost` charged at `now` (cross-slot undo)
+--             admit, else nothing), 2 = give back each entry's cost charged at `now`
+--             (cross-slot undo)
 -- ARGV[2]     the clock: '' = the server's (TIME); 's<µs>' = the server's, at that instant;
 --             '<µs>' = the caller's, at that instant (µs since the epoch; see prelude.lua)
--- ARGV[3]     cost, units (1 ≤ cost ≤ every entry's capacity; the caller checked)
--- ARGV[4i..4i+3] for entry i (1-based; ARGV[4..7] is entry 1): algorithm tag
---             (fw, sl, sw, tb, gcra) and three integer parameters, see each algorithm file
+-- ARGV[5i-2..5i+2] for entry i (1-based; ARGV[3..7] is entry 1): algorithm tag
+--             (fw, sl, sw, tb, gcra), the entry's cost in units (1 ≤ cost ≤ its capacity;
+--             the caller checked; entries may ask different costs) and three integer
+--             parameters, see each algorithm file
 -- returns     { now, then four integers per entry: what its function answered (verdict
 --               first, negative = refused), padded with 0 to four }
 
 local op = tonumber(ARGV[1])
 local now, server = clock(ARGV[2])
-local cost = tonumber(ARGV[3])
 local algorithms = { fw = fixed_window, sl = sliding_log, sw = sliding_window,
   tb = token_bucket, gcra = gcra }
 
--- Entry i's function and parameters, its arguments being ARGV[4i .. 4i+3].
+-- Entry i's function, cost and parameters, its arguments being ARGV[5i-2 .. 5i+2].
 local function run(i, mode)
-  local a = 4 * i
+  local a = 5 * i - 2
   local algorithm = algorithms[ARGV[a]]
   if not algorithm then error('tollgate: unknown algorithm tag ' .. tostring(ARGV[a])) end
-  return algorithm(KEYS[i], now, cost, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-    tonumber(ARGV[a + 3]), mode, server)
+  return algorithm(KEYS[i], now, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+    tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), mode, server)
 end
 
 local reply = { now }

@@ -21,8 +21,8 @@
 //! this crate that knows GCRA is different:
 //! - **arguments**: every single-entry script takes the entry's own arguments first (the row
 //!   says which) and op and clock last, left out for the common call (a check on the
-//!   server's clock); the general script takes op, clock, cost, then a tag and three
-//!   parameters per entry, for every algorithm alike;
+//!   server's clock); the general script takes op and clock, then a tag, the entry's own
+//!   cost and three parameters per entry, for every algorithm alike;
 //! - **replies**: every script's answer is read as one shape, an optional instant (`now`,
 //!   which GCRA's single-entry script on the server's clock has none of) and four integers per
 //!   entry, verdict first, negative when refused (a one-integer reply is that verdict, the
@@ -276,13 +276,13 @@ impl TimeSource {
 /// `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64 calls
 /// in flight on a Redis that lost its scripts would send 64 loads. The store loads them once
 /// per connection, and once per loss (`store.rs`).
-pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], cost: u64, at: TimeSource) -> Cmd {
+pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], at: TimeSource) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     if let [one] = entries {
         cmd.arg(port(one.limit.algorithm()).single.get_hash())
             .arg(1)
             .arg(one.key.as_str());
-        for a in single_args(one.limit, cost) {
+        for a in single_args(one.limit, one.cost) {
             cmd.arg(a);
         }
         if op != Op::Check || at != TimeSource::Server {
@@ -294,10 +294,14 @@ pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], cost: u64, at: T
     for e in entries {
         cmd.arg(e.key.as_str());
     }
-    cmd.arg(op as u8).arg(at.arg()).arg(cost);
+    cmd.arg(op as u8).arg(at.arg());
     for e in entries {
         let [a, b, c] = params(e.limit);
-        cmd.arg(port(e.limit.algorithm()).tag).arg(a).arg(b).arg(c);
+        cmd.arg(port(e.limit.algorithm()).tag)
+            .arg(e.cost)
+            .arg(a)
+            .arg(b)
+            .arg(c);
     }
     cmd
 }
@@ -308,7 +312,7 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
     std::iter::once(&*SCRIPT).chain(PORTS.iter().map(|p| &p.single))
 }
 
-/// Decodes a script's reply for `entries` at `cost` into the instant the script used (none
+/// Decodes a script's reply for `entries` (each at its own cost) into the instant the script used (none
 /// when it read no clock) and one decision per entry. Every reply is read as one shape,
 /// `{ now, (verdict, b, c, d) × n }`, a one-integer reply being a single entry's verdict with
 /// neither instant nor the other three; each entry's row says what its four mean.
@@ -318,7 +322,6 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
 pub(crate) fn decode(
     reply: Value,
     entries: &[&Entry<'_>],
-    cost: u64,
 ) -> Result<(Option<u64>, SmallVec<[Decision; 2]>), StoreError> {
     let bad = |what: &str| StoreError::Protocol(format!("script reply: {what}"));
     let (now, ints) = match reply {
@@ -350,7 +353,7 @@ pub(crate) fn decode(
     let decisions = entries
         .iter()
         .zip(ints.chunks_exact(4))
-        .map(|(e, four)| decide(e.limit, cost, [four[0], four[1], four[2], four[3]]))
+        .map(|(e, four)| decide(e.limit, e.cost, [four[0], four[1], four[2], four[3]]))
         .collect::<Result<_, _>>()?;
     Ok((now, decisions))
 }
@@ -508,10 +511,10 @@ mod tests {
                 Value::Int(0),
             ]),
         ] {
-            let err = decode(reply.clone(), &one, 1).expect_err("malformed");
+            let err = decode(reply.clone(), &one).expect_err("malformed");
             assert!(matches!(err, StoreError::Protocol(_)), "{reply:?}: {err}");
         }
-        let (now, d) = decode(ints(&[7, -1, 3, 10, 25]), &one, 1).expect("well formed");
+        let (now, d) = decode(ints(&[7, -1, 3, 10, 25]), &one).expect("well formed");
         assert_eq!(now, Some(7));
         assert!(!d[0].allowed);
         assert_eq!(d[0].limit, 5);
@@ -523,7 +526,6 @@ mod tests {
         let (_, d) = decode(
             ints(&[7, 1, 4, 10, -1, 400_000, 0, 0, 0]),
             &[&entry, &second],
-            1,
         )
         .expect("well formed");
         assert!(d[0].allowed && d[0].remaining == 4, "{d:?}");
@@ -542,9 +544,10 @@ mod tests {
             &limit,
             Key::new(&Namespace::default(), &limit, &[("u", "1")]),
         );
-        let one = [&entry];
-        let decide =
-            |reply: Value, cost: u64| decode(reply, &one, cost).map(|(now, d)| (now, d[0]));
+        let decide = |reply: Value, cost: u64| {
+            let entry = entry.clone().with_cost(cost);
+            decode(reply, &[&entry]).map(|(now, d)| (now, d[0]))
+        };
         // Admitted, 2 units now used: 3 left, full again in 400 ms.
         let (now, d) = decide(Value::Int(400_000), 1).expect("valid");
         assert_eq!(now, None);

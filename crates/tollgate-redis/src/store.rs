@@ -183,23 +183,22 @@ impl RedisStore {
         &self,
         op: Op,
         entries: &[&Entry<'_>],
-        cost: u64,
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let inv = invocation(op, entries, cost, at);
-        let mut decided = match self.run_once(&inv, entries, cost, at).await {
+        let inv = invocation(op, entries, at);
+        let mut decided = match self.run_once(&inv, entries, at).await {
             // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
             // check's script may have run and charged before its reply was lost, so only a
             // peek, which writes nothing, is sent again (once, on the reconnected connection).
             Err(StoreError::Connection(cause)) if op == Op::Peek => {
                 tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                self.run_once(&inv, entries, cost, at).await?
+                self.run_once(&inv, entries, at).await?
             }
             other => other?,
         };
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            decided = self.run_once(&inv, entries, cost, at).await?;
+            decided = self.run_once(&inv, entries, at).await?;
         }
         Ok(decided)
     }
@@ -208,11 +207,10 @@ impl RedisStore {
         &self,
         inv: &Cmd,
         entries: &[&Entry<'_>],
-        cost: u64,
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let reply = self.eval(inv).await?;
-        let (now, decisions) = decode(reply, entries, cost)?;
+        let (now, decisions) = decode(reply, entries)?;
         let undo_at = match (at, now) {
             (TimeSource::Caller(t), _) => TimeSource::Caller(t),
             (_, Some(t)) => TimeSource::ServerInstant(t),
@@ -228,7 +226,6 @@ impl RedisStore {
         op: Op,
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
-        let cost = request.cost();
         let at = match now {
             Some(t) => TimeSource::Caller(t.as_micros()),
             None => TimeSource::Server,
@@ -236,7 +233,7 @@ impl RedisStore {
         let groups = self.groups(entries);
         if groups.len() == 1 {
             let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-            let (_, decisions) = self.run_group(op, &group, cost, at).await?;
+            let (_, decisions) = self.run_group(op, &group, at).await?;
             return Ok(decisions.into_iter().collect());
         }
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
@@ -244,10 +241,10 @@ impl RedisStore {
         let mut denied_at = None;
         for (g, group) in groups.iter().enumerate() {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            let (undo_at, decisions) = match self.run_group(op, &members, cost, at).await {
+            let (undo_at, decisions) = match self.run_group(op, &members, at).await {
                 Ok(r) => r,
                 Err(e) => {
-                    self.give_back(entries, &charged, cost).await;
+                    self.give_back(entries, &charged).await;
                     return Err(e);
                 }
             };
@@ -266,13 +263,13 @@ impl RedisStore {
         }
         if let Some(g) = denied_at {
             // Undo the groups already charged, and tell the rest how they stand.
-            for (i, d) in self.give_back(entries, &charged, cost).await {
+            for (i, d) in self.give_back(entries, &charged).await {
                 out[i] = Some(d);
             }
             for group in &groups[g + 1..] {
                 let members: SmallVec<[&Entry<'_>; 2]> =
                     group.iter().map(|&i| &entries[i]).collect();
-                let (_, decisions) = self.run_group(Op::Peek, &members, cost, at).await?;
+                let (_, decisions) = self.run_group(Op::Peek, &members, at).await?;
                 for (&i, d) in group.iter().zip(decisions) {
                     out[i] = Some(d);
                 }
@@ -283,14 +280,13 @@ impl RedisStore {
             .collect()
     }
 
-    /// Gives back `cost` on every charged group, each on the clock it was charged on (best
-    /// effort: a failure leaves the units taken until they replenish, and is logged). Returns
-    /// the decisions after the give-back.
+    /// Gives back each entry's cost on every charged group, each on the clock it was charged
+    /// on (best effort: a failure leaves the units taken until they replenish, and is
+    /// logged). Returns the decisions after the give-back.
     async fn give_back(
         &self,
         entries: &[Entry<'_>],
         charged: &[(&Group, TimeSource)],
-        cost: u64,
     ) -> Vec<(usize, Decision)> {
         let mut out = Vec::new();
         if charged.is_empty() {
@@ -298,7 +294,7 @@ impl RedisStore {
         }
         for &(group, at) in charged {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            match self.run_group(Op::GiveBack, &members, cost, at).await {
+            match self.run_group(Op::GiveBack, &members, at).await {
                 Ok((_, decisions)) => out.extend(group.iter().copied().zip(decisions)),
                 Err(e) => tracing::warn!(
                     cause = %e,
