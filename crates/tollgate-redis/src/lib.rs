@@ -48,6 +48,7 @@
 //! `ConnectionManager` (single) or cluster client's: one multiplexed connection, no pool.
 
 mod breaker;
+mod coalesce;
 mod error;
 mod resets;
 mod script;
@@ -55,6 +56,7 @@ mod slot;
 mod store;
 mod store_builder;
 
+pub use coalesce::DEFAULT_MAX_BATCH;
 pub use resets::{listen_for_resets, reset_channel};
 #[doc(hidden)]
 pub use script::ScriptCall;

@@ -2,9 +2,13 @@
 //! decoding of their reply into typed decisions — in one place, so no caller indexes a reply.
 //!
 //! Compositions of the same files:
-//! - **the general script** — prelude, all five algorithm functions, the dispatcher — decides
-//!   N entries of any algorithms all or nothing. A request may combine limits of different
-//!   algorithms, and all-or-nothing over them needs one atomic step.
+//! - **the general script** — prelude, all five algorithm functions, the dispatcher
+//!   (`lua/request.lua`, then `lua/check.lua`) — decides N entries of any algorithms all or
+//!   nothing. A request may combine limits of different algorithms, and all-or-nothing over
+//!   them needs one atomic step.
+//! - **the batch script** — the same, with `lua/batch.lua` in place of `lua/check.lua` —
+//!   decides M independent requests in one call, each all or nothing by the same
+//!   `lua/request.lua` (coalesced calls, `src/coalesce.rs`).
 //! - **one single-entry script per algorithm**, for requests of one limit (the common case):
 //!   Redis then builds one algorithm's closure per call instead of five and nothing
 //!   dispatches. GCRA's is leaner still (`lua/one_gcra.lua` then the body `lua/gcra.lua`): no
@@ -42,7 +46,7 @@ use std::time::Duration;
 use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 use tollgate::rules::{Gcra, GcraState, Rule};
-use tollgate::{Algorithm, Decision, Entry, Limit, StoreError, Timestamp};
+use tollgate::{Algorithm, Decision, Entry, Key, Limit, StoreError, Timestamp};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 const FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -50,7 +54,9 @@ const SLIDING_LOG: &str = include_str!("../lua/sliding_log.lua");
 const SLIDING_WINDOW: &str = include_str!("../lua/sliding_window.lua");
 const TOKEN_BUCKET: &str = include_str!("../lua/token_bucket.lua");
 const GCRA: &str = include_str!("../lua/gcra.lua");
+const REQUEST: &str = include_str!("../lua/request.lua");
 const CHECK: &str = include_str!("../lua/check.lua");
+const BATCH: &str = include_str!("../lua/batch.lua");
 const ONE: &str = include_str!("../lua/one.lua");
 const ONE_GCRA: &str = include_str!("../lua/one_gcra.lua");
 
@@ -182,12 +188,21 @@ fn port(algorithm: Algorithm) -> &'static Port {
     &PORTS[i]
 }
 
-static SOURCE: LazyLock<String> = LazyLock::new(|| {
+/// The prelude, every algorithm's function and the dispatcher, then `main`.
+fn general(main: &str) -> String {
     let mut parts = vec![PRELUDE];
     parts.extend(PORTS.iter().map(|p| p.function.as_str()));
-    parts.push(CHECK);
+    parts.push(REQUEST);
+    parts.push(main);
     parts.join("\n")
-});
+}
+
+static SOURCE: LazyLock<String> = LazyLock::new(|| general(CHECK));
+
+static BATCH_SOURCE: LazyLock<String> = LazyLock::new(|| general(BATCH));
+
+/// The batch script: several requests in one call (`lua/batch.lua`).
+static BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&BATCH_SOURCE));
 
 /// The general script, loaded once per process; `invoke_async` sends EVALSHA and loads the
 /// script when a node answers NOSCRIPT (after a restart or `SCRIPT FLUSH`, on any cluster
@@ -250,6 +265,15 @@ pub(crate) enum Op {
     GiveBack = 2,
 }
 
+impl From<tollgate::Op> for Op {
+    fn from(op: tollgate::Op) -> Op {
+        match op {
+            tollgate::Op::Check => Op::Check,
+            tollgate::Op::Peek => Op::Peek,
+        }
+    }
+}
+
 /// Which clock a script decides on (`ARGV[2]`, see `lua/prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TimeSource {
@@ -309,7 +333,100 @@ pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], at: TimeSource) 
 /// Every script a store may run: the general one and each algorithm's single-entry one, to
 /// load once per connection (and once again after Redis lost them).
 pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
-    std::iter::once(&*SCRIPT).chain(PORTS.iter().map(|p| &p.single))
+    [&*SCRIPT, &*BATCH_SCRIPT]
+        .into_iter()
+        .chain(PORTS.iter().map(|p| &p.single))
+}
+
+/// One request's share of a batch call, owned (it waits in a queue while its caller's borrowed
+/// request stays with the caller): op, clock, and each entry's key, tag, cost and parameters.
+#[derive(Debug)]
+pub(crate) struct Part {
+    op: Op,
+    at: TimeSource,
+    keys: SmallVec<[Key; 2]>,
+    args: SmallVec<[(&'static str, u64, [u64; 3]); 2]>,
+}
+
+impl Part {
+    /// `op` on `entries` (one slot on a cluster) on clock `at`.
+    pub(crate) fn new(op: Op, entries: &[&Entry<'_>], at: TimeSource) -> Part {
+        Part {
+            op,
+            at,
+            keys: entries.iter().map(|e| e.key.clone()).collect(),
+            args: entries
+                .iter()
+                .map(|e| (port(e.limit.algorithm()).tag, e.cost, params(e.limit)))
+                .collect(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+/// The `EVALSHA` of the batch script for `parts` (`lua/batch.lua`): every part's keys, then
+/// per part op, clock, entry count and five arguments per entry.
+pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    let keys: usize = parts.iter().map(|p| p.len()).sum();
+    cmd.arg(BATCH_SCRIPT.get_hash()).arg(keys);
+    for p in parts {
+        for k in &p.keys {
+            cmd.arg(k.as_str());
+        }
+    }
+    for p in parts {
+        cmd.arg(p.op as u8).arg(p.at.arg()).arg(p.len());
+        for &(tag, cost, [a, b, c]) in &p.args {
+            cmd.arg(tag).arg(cost).arg(a).arg(b).arg(c);
+        }
+    }
+    cmd
+}
+
+/// Splits the batch script's reply into each part's own reply, shaped as the general script
+/// answers (`{ now, four integers per entry }`, decoded by [`decode`]), or that part's own
+/// failure (a string in the reply, see `lua/batch.lua`).
+///
+/// # Errors
+/// [`StoreError::Protocol`] when the reply does not have the parts' shape (every part fails).
+pub(crate) fn split_batch(
+    reply: Value,
+    parts: &[&Part],
+) -> Result<Vec<Result<Value, StoreError>>, StoreError> {
+    let bad = |what: String| StoreError::Protocol(format!("batch script reply: {what}"));
+    let Value::Array(items) = reply else {
+        return Err(bad(format!("expected an array, got {reply:?}")));
+    };
+    let mut items = items.into_iter();
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        match items.next() {
+            Some(Value::BulkString(message)) => {
+                out.push(Err(crate::error::in_batch(
+                    String::from_utf8_lossy(&message).into_owned(),
+                )));
+            }
+            Some(Value::SimpleString(message)) => out.push(Err(crate::error::in_batch(message))),
+            Some(now) => {
+                let mut own = Vec::with_capacity(1 + 4 * p.len());
+                own.push(now);
+                own.extend(items.by_ref().take(4 * p.len()));
+                if own.len() != 1 + 4 * p.len() {
+                    return Err(bad(format!("request {i} is cut short")));
+                }
+                out.push(Ok(Value::Array(own)));
+            }
+            None => return Err(bad(format!("no answer for request {i}"))),
+        }
+    }
+    if items.next().is_some() {
+        return Err(bad("more values than requests".to_owned()));
+    }
+    Ok(out)
 }
 
 /// Decodes a script's reply for `entries` (each at its own cost) into the instant the script used (none

@@ -5,6 +5,9 @@
 //! - **One multiplexed connection, no pool**: the `redis` crate's `ConnectionManager`
 //!   pipelines concurrent calls on one connection and reconnects after a failure; a pool
 //!   would only add sockets (measured: one connection carries 100k+ EVALSHA/s).
+//! - **Coalesced calls** (`coalesce.rs`, on by default): requests that arrive while a call to
+//!   the same Redis (slot) is in flight go next as one call of the batch script; a lone
+//!   request goes out at once, as it would without coalescing.
 //! - **Group by slot before calling**: a cluster refuses a script over keys of several slots,
 //!   so entries are grouped by [`slot_of`] (always one group on a single Redis) — see the
 //!   crate docs for the guarantee across groups.
@@ -29,9 +32,10 @@ use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, Key, Request, Store, StoreError, Timestamp};
 
 use crate::breaker::Breaker;
+use crate::coalesce::Coalescer;
 use crate::error::classify;
 use crate::resets::reset_channel;
-use crate::script::{Op, TimeSource, all_scripts, decode, invocation};
+use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation};
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
 
@@ -60,6 +64,8 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    /// Queues of requests waiting for a call in flight (`None`: coalescing off).
+    coalescer: Option<Coalescer>,
     scripts: Scripts,
     timeout: Duration,
     breaker: Breaker,
@@ -101,9 +107,15 @@ impl RedisStore {
         timeout: Duration,
         breaker: Breaker,
         target: String,
+        max_batch: Option<usize>,
     ) -> RedisStore {
+        let queues = match connection {
+            Connection::Single(_) => 1,
+            Connection::Cluster(_) => SLOTS,
+        };
         RedisStore {
             inner: Arc::new(Inner {
+                coalescer: max_batch.map(|max| Coalescer::new(queues, max)),
                 connection,
                 scripts: Scripts::default(),
                 timeout,
@@ -113,9 +125,58 @@ impl RedisStore {
         }
     }
 
+    /// Sends `requests` as one call of the batch script, each decided on its own (all or
+    /// nothing within it) in order, whatever else is in flight: what a coalesced call does,
+    /// on demand. Not part of the API: for the differential test and the benchmark, which need
+    /// a batch of a known composition. On a cluster every key must be in one slot.
+    #[doc(hidden)]
+    pub async fn decide_batch(
+        &self,
+        requests: &[(&Request<'_>, tollgate::Op)],
+        now: Option<Timestamp>,
+    ) -> Vec<Result<Decisions, StoreError>> {
+        let at = match now {
+            Some(t) => TimeSource::Caller(t.as_micros()),
+            None => TimeSource::Server,
+        };
+        let entries: Vec<SmallVec<[&Entry<'_>; 2]>> = requests
+            .iter()
+            .map(|(r, _)| r.entries().iter().collect())
+            .collect();
+        let parts: Vec<Part> = requests
+            .iter()
+            .zip(&entries)
+            .map(|((_, op), e)| Part::new(Op::from(*op), e, at))
+            .collect();
+        let parts: Vec<&Part> = parts.iter().collect();
+        crate::coalesce::batch(self, &parts)
+            .await
+            .into_iter()
+            .zip(&entries)
+            .map(|(reply, e)| {
+                let (_, decisions) = decode(reply?, e)?;
+                Ok(decisions.into_iter().collect())
+            })
+            .collect()
+    }
+
+    /// Batch calls this store has made (coalesced calls of two requests or more, and
+    /// [`RedisStore::decide_batch`]); 0 when coalescing is off. Not part of the API: tests
+    /// use it to see that coalescing happened.
+    #[doc(hidden)]
+    pub fn batches(&self) -> u64 {
+        self.coalescer()
+            .map_or(0, |c| c.batches.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Whether this store talks to a cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner.connection, Connection::Cluster(_))
+    }
+
+    /// The queues of coalesced calls, when coalescing is on.
+    pub(crate) fn coalescer(&self) -> Option<&Coalescer> {
+        self.inner.coalescer.as_ref()
     }
 
     /// Runs `call` under the breaker and the timeout.
@@ -139,7 +200,7 @@ impl RedisStore {
     /// script is loaded again, by one call while the others that met the same loss wait for
     /// it (`reload_scripts`), and the call is sent again; should the cache be flushed again
     /// meanwhile, this tries twice more before giving up.
-    async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+    pub(crate) async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut attempts = 0;
         loop {
             let loaded = self.inner.scripts.generation();
@@ -159,6 +220,15 @@ impl RedisStore {
                 }
                 other => return other.map_err(classify),
             }
+        }
+    }
+
+    /// [`RedisStore::eval`] within the store's timeout: a coalesced call, which no caller's
+    /// own timeout bounds (`coalesce.rs`).
+    pub(crate) async fn eval_timed(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        match tokio::time::timeout(self.inner.timeout, self.eval(cmd)).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.inner.timeout)),
         }
     }
 
@@ -186,30 +256,43 @@ impl RedisStore {
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let inv = invocation(op, entries, at);
-        let mut decided = match self.run_once(&inv, entries, at).await {
+        let mut decided = match self.run_once(op, &inv, entries, at).await {
             // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
             // check's script may have run and charged before its reply was lost, so only a
             // peek, which writes nothing, is sent again (once, on the reconnected connection).
             Err(StoreError::Connection(cause)) if op == Op::Peek => {
                 tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                self.run_once(&inv, entries, at).await?
+                self.run_once(op, &inv, entries, at).await?
             }
             other => other?,
         };
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            decided = self.run_once(&inv, entries, at).await?;
+            decided = self.run_once(op, &inv, entries, at).await?;
         }
         Ok(decided)
     }
 
+    /// One call: `inv` itself, or through the coalescer (sent at once when no call of its
+    /// queue is in flight, else as part of the next batch).
     async fn run_once(
         &self,
+        op: Op,
         inv: &Cmd,
         entries: &[&Entry<'_>],
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let reply = self.eval(inv).await?;
+        let reply = match self.coalescer() {
+            None => self.eval(inv).await?,
+            Some(c) => {
+                let queue = match (&self.inner.connection, entries.first()) {
+                    (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
+                    _ => 0,
+                };
+                c.call(self, queue, inv, || Part::new(op, entries, at))
+                    .await?
+            }
+        };
         let (now, decisions) = decode(reply, entries)?;
         let undo_at = match (at, now) {
             (TimeSource::Caller(t), _) => TimeSource::Caller(t),
@@ -415,6 +498,9 @@ impl Scripts {
     }
 }
 
+/// Redis Cluster's hash slots: one coalescing queue each.
+const SLOTS: usize = 16_384;
+
 /// Indices of a request's entries that share a slot.
 type Group = SmallVec<[usize; 2]>;
 
@@ -425,11 +511,7 @@ impl Store for RedisStore {
         op: tollgate::Op,
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
-        let op = match op {
-            tollgate::Op::Check => Op::Check,
-            tollgate::Op::Peek => Op::Peek,
-        };
-        self.guarded(self.decide(request, now, op)).await
+        self.guarded(self.decide(request, now, Op::from(op))).await
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
