@@ -42,18 +42,23 @@ use crate::store::RedisStore;
 /// The default cap on the requests of one batch call.
 pub const DEFAULT_MAX_BATCH: usize = 64;
 
+/// Calls of one queue in flight at once, lone or batch.
+const MAX_IN_FLIGHT: usize = 2;
+
 /// The queues of one store.
 pub(crate) struct Coalescer {
     queues: Box<[Mutex<Queue>]>,
     max_batch: usize,
-    /// Batch calls made, for the tests to see that coalescing happened.
+    in_flight: usize,
+    /// Batch calls made and the requests they carried, for the tests and the benchmark.
     pub(crate) batches: AtomicU64,
+    pub(crate) batched: AtomicU64,
 }
 
-/// One queue: whether a call is in flight, and what waits for it to end.
+/// One queue: how many calls are in flight, and what waits for one to end.
 #[derive(Default)]
 struct Queue {
-    busy: bool,
+    in_flight: usize,
     pending: Vec<Job>,
 }
 
@@ -87,7 +92,12 @@ impl Coalescer {
         Coalescer {
             queues: (0..queues).map(|_| Mutex::default()).collect(),
             max_batch: max_batch.max(1),
+            in_flight: std::env::var("TOLLGATE_COALESCE_IN_FLIGHT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MAX_IN_FLIGHT),
             batches: AtomicU64::new(0),
+            batched: AtomicU64::new(0),
         }
     }
 
@@ -104,7 +114,7 @@ impl Coalescer {
     ) -> Result<Value, StoreError> {
         let waiting = {
             let mut q = lock(&self.queues[queue]);
-            if q.busy {
+            if q.in_flight >= self.in_flight {
                 let (answer, waiting) = oneshot::channel();
                 q.pending.push(Job {
                     part: part(),
@@ -113,7 +123,7 @@ impl Coalescer {
                 });
                 Some(waiting)
             } else {
-                q.busy = true;
+                q.in_flight += 1;
                 None
             }
         };
@@ -147,45 +157,34 @@ impl Coalescer {
                         "no runtime left to send a coalesced call".into(),
                     )));
                 }
-                lock(&self.queues[queue]).busy = false;
+                lock(&self.queues[queue]).in_flight -= 1;
             }
         }
     }
 
-    /// Everything queued on `queue`, keeping it busy; `None` (and the queue idle) when
-    /// nothing is.
+    /// The oldest requests queued on `queue`, at most a batch, for the call that just ended
+    /// to carry next; `None` (and one call fewer in flight) when nothing is queued.
     fn take(&self, queue: usize) -> Option<Vec<Job>> {
         let mut q = lock(&self.queues[queue]);
         if q.pending.is_empty() {
-            q.busy = false;
+            q.in_flight -= 1;
             return None;
         }
-        Some(std::mem::take(&mut q.pending))
+        if q.pending.len() <= self.max_batch {
+            return Some(std::mem::take(&mut q.pending));
+        }
+        Some(q.pending.drain(..self.max_batch).collect())
     }
 }
 
-/// Sends `jobs` as batches of at most the cap, all at once; when all are answered, what
-/// queued meanwhile goes next (the flight's end, also should a send panic).
-async fn drive(store: RedisStore, queue: usize, mut jobs: Vec<Job>) {
+/// Sends `jobs` (at most a batch) as one call; when it is answered, what queued meanwhile
+/// goes next (the flight's end, also should the send panic).
+async fn drive(store: RedisStore, queue: usize, jobs: Vec<Job>) {
     let _flight = Flight {
         store: &store,
         queue,
     };
-    let max = store.coalescer().map_or(1, |c| c.max_batch);
-    let mut chunks: Vec<Vec<Job>> = Vec::new();
-    while jobs.len() > max {
-        let rest = jobs.split_off(max);
-        chunks.push(std::mem::replace(&mut jobs, rest));
-    }
-    let others: Vec<_> = chunks
-        .into_iter()
-        .map(|chunk| tokio::spawn(send(store.clone(), chunk)))
-        .collect();
     send(store.clone(), jobs).await;
-    for other in others {
-        // A panicking send has dropped its answers: its callers get an error.
-        let _ = other.await;
-    }
 }
 
 /// One call for `jobs`: the request's own call when it is alone, else the batch script; each
@@ -214,6 +213,7 @@ pub(crate) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Val
     metrics::counter!("tollgate_redis_batched_requests_total").increment(parts.len() as u64);
     if let Some(c) = store.coalescer() {
         c.batches.fetch_add(1, Ordering::Relaxed);
+        c.batched.fetch_add(parts.len() as u64, Ordering::Relaxed);
     }
     let answers = match store.eval_timed(&cmd).await {
         Ok(reply) => split_batch(reply, parts),

@@ -16,6 +16,14 @@
 //! answers one integer, its state, from which the Rust rule computes the decision). How the
 //! algorithms' scripts differ is written in one table (`src/script.rs`).
 //!
+//! ## Coalesced calls
+//! Requests that arrive while a call to the same Redis (the same slot on a cluster) is in
+//! flight queue, and go next as one call of the batch script (`lua/batch.lua`), which decides
+//! each of them on its own by the same dispatcher: one call's overhead for many decisions. A
+//! lone request waits for nothing and runs its own script as above. On by default
+//! ([`RedisStoreBuilder::coalesce`], [`RedisStoreBuilder::max_batch`]); counted in
+//! `tollgate_redis_batches_total` and `tollgate_redis_batched_requests_total`.
+//!
 //! ## Where all-or-nothing holds
 //! - **Single Redis**: always one script, atomic over every entry.
 //! - **Redis Cluster, entries in one hash slot** (limits keyed by the same parts share a hash

@@ -162,11 +162,18 @@ impl RedisStore {
 
     /// Batch calls this store has made (coalesced calls of two requests or more, and
     /// [`RedisStore::decide_batch`]); 0 when coalescing is off. Not part of the API: tests
-    /// use it to see that coalescing happened.
+    /// use it to see that coalescing happened (the metric is process-wide).
     #[doc(hidden)]
     pub fn batches(&self) -> u64 {
         self.coalescer()
             .map_or(0, |c| c.batches.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The requests those batch calls carried. Not part of the API (the benchmark).
+    #[doc(hidden)]
+    pub fn batched_requests(&self) -> u64 {
+        self.coalescer()
+            .map_or(0, |c| c.batched.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Whether this store talks to a cluster.

@@ -71,6 +71,14 @@ fn describe() {
         "tollgate_deny_cache_hits_total",
         "Refusals answered by the deny cache without a store call, by limit"
     );
+    metrics::describe_counter!(
+        "tollgate_redis_batches_total",
+        "Coalesced Redis calls (one EVALSHA of the batch script for requests that queued)"
+    );
+    metrics::describe_counter!(
+        "tollgate_redis_batched_requests_total",
+        "Requests carried by coalesced Redis calls (÷ batches = mean batch size)"
+    );
 }
 
 /// Each limit's refusal ratio over the last minute (set at each scrape).
