@@ -9,35 +9,47 @@
 -- goes out alone, with its own script (see src/coalesce.rs).
 --
 -- KEYS        every request's keys, request after request; all in one hash slot on a cluster
--- ARGV        request after request, each: op (as in check.lua), the clock (as in check.lua;
---             the server's TIME is read once per batch), n (its number of entries), then five
---             arguments per entry (tag, cost, three parameters, as in check.lua)
--- returns     request after request, each: { now, then four integers per entry } as
---             check.lua answers, concatenated into one array; a request whose deciding
+-- ARGV        request after request, each: a header h = op + 4 × c + 8 × n (op as in
+--             check.lua; n its number of entries; c = 1 when the clock follows as the next
+--             argument, as in check.lua, else the server's, whose TIME is read once per
+--             batch), then its entries (tag and arguments, see request.lua)
+-- returns     request after request, each: { now, then each entry's answer } as check.lua
+--             answers, concatenated into one array; a request whose deciding
 --             raised an error (a key of another type, say) is instead one string, the error,
 --             and its neighbours are still decided (what it wrote before failing stays, as
 --             for check.lua)
 
 local reply = {}
 local server_now
-local k, a = 0, 1
-while a <= #ARGV do
-  local op, at, n = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+local k, a, last = 0, 1, #ARGV
+local floor = math.floor
+while a <= last do
+  local h = tonumber(ARGV[a])
+  local op, n = h % 4, floor(h / 8)
   local now, server
-  if at == '' then
+  a = a + 1
+  if floor(h / 4) % 2 == 1 then
+    now, server = clock(ARGV[a])
+    a = a + 1
+  else
     if not server_now then server_now = clock('') end
     now, server = server_now, true
-  else
-    now, server = clock(at)
   end
   local base = #reply
   reply[base + 1] = now
-  local ok, err = pcall(decide, k, a + 3, n, op, now, server, reply)
+  local ok, next_a = pcall(decide, k, a, n, op, now, server, reply)
   if not ok then
     for j = #reply, base + 1, -1 do reply[j] = nil end
+    local err = next_a
     if type(err) == 'table' then err = err.err end
     reply[base + 1] = 'tollgate: ' .. tostring(err)
+    -- Skip its entries: each is its tag and two or four arguments.
+    for _ = 1, n do
+      if ARGV[a] == 'gcra' then a = a + 3 else a = a + 5 end
+    end
+  else
+    a = next_a
   end
-  k, a = k + n, a + 3 + 5 * n
+  k = k + n
 end
 return reply

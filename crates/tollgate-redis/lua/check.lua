@@ -12,12 +12,10 @@
 --             (cross-slot undo)
 -- ARGV[2]     the clock: '' = the server's (TIME); 's<µs>' = the server's, at that instant;
 --             '<µs>' = the caller's, at that instant (µs since the epoch; see prelude.lua)
--- ARGV[5i-2..5i+2] for entry i (1-based; ARGV[3..7] is entry 1): algorithm tag
---             (fw, sl, sw, tb, gcra), the entry's cost in units (1 ≤ cost ≤ its capacity;
---             the caller checked; entries may ask different costs) and three integer
---             parameters, see each algorithm file
--- returns     { now, then four integers per entry: what its function answered (verdict
---               first, negative = refused), padded with 0 to four }
+-- ARGV[3..]   the entries, one after the other, each its tag then its arguments (three or
+--             five in all, see request.lua): entry 1 starts at ARGV[3]
+-- returns     { now, then each entry's answer: one integer for GCRA, four for the others
+--               (verdict first, negative = refused, padded with 0), see request.lua }
 
 local now, server = clock(ARGV[2])
 local reply = { now }

@@ -2,21 +2,26 @@
 //! slot on a cluster) go as one `EVALSHA` of the batch script (`lua/batch.lua`), which decides
 //! each request on its own, all or nothing within it, as if they had come one after the other.
 //!
-//! Why: under load, Redis spends most of its CPU per call on what surrounds the script (reading
-//! and parsing the command, looking up the script, setting up the Lua call, writing the reply),
-//! not on the few commands a decision makes. One call for many requests pays that once.
+//! Why: every call costs Redis (reading and parsing the command, looking up the script, setting
+//! up the Lua call, writing the reply) and the client (a request through the multiplexed
+//! connection, its reply parsed) on top of the few commands a decision makes. One call for many
+//! requests pays that once. (What stays per decision is the commands themselves: for GCRA,
+//! PTTL, GET and SET are most of its Redis CPU, so a batch saves Redis a part of it, not most;
+//! `docs/benchmarks.md`.)
 //!
 //! How, and why this way:
-//! - **No timer.** A request that finds no call of its queue in flight goes out at once, alone,
+//! - **No timer.** A request that finds room for a call of its queue goes out at once, alone,
 //!   with the very script it would use without coalescing: a lone request waits for nothing and
-//!   costs what it costs today. Requests that arrive while a call is in flight queue; when the
-//!   call ends, everything that queued goes next, as one batch (or as one request's own call,
-//!   when only one queued). Batching adapts to load by itself: the longer calls take, the more
-//!   queues behind them.
+//!   costs what it costs today. Requests that arrive while the queue's calls are in flight
+//!   queue; when one call ends, what queued goes next, as one batch (or as one request's own
+//!   call, when only one queued). Batching adapts to load by itself: the longer calls take,
+//!   the more queues behind them.
+//! - **Two calls in flight per queue** ([`MAX_IN_FLIGHT`]), not one: while Redis runs one, the
+//!   client sends the next; with one, client and Redis take turns and the batching gain is lost.
 //! - **A cap on a batch**, [`DEFAULT_MAX_BATCH`] requests by default: a script blocks Redis
 //!   while it runs, and 64 typical requests (a few µs of Lua each) keep that near one network
-//!   round trip (≈ 0.1–0.3 ms) while already sharing one call's overhead 64 ways; more queued
-//!   requests go as several batches, sent together (pipelined on the one connection).
+//!   round trip (≈ 0.1–0.3 ms) while already sharing one call's overhead 64 ways; what queued
+//!   beyond it goes with the next call that ends, oldest first.
 //! - **One queue per slot on a cluster**: a script may only touch keys of one slot, so only
 //!   requests of one slot can share a call. On a single Redis there is one queue.
 //! - **Failures stay per request.** The batch call has the store's timeout; if it fails, every
@@ -31,18 +36,19 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis::{Cmd, Value};
+use redis::Value;
 use tokio::sync::oneshot;
 use tollgate::StoreError;
 
 use crate::error::shared;
-use crate::script::{Part, batch_invocation, split_batch};
+use crate::script::{Part, batch_invocation, invocation, split_batch};
 use crate::store::RedisStore;
 
 /// The default cap on the requests of one batch call.
 pub const DEFAULT_MAX_BATCH: usize = 64;
 
-/// Calls of one queue in flight at once, lone or batch.
+/// Calls of one queue in flight at once, lone or batch: two, so that while Redis runs one
+/// call the client already sends the next (with one, client and Redis take turns).
 const MAX_IN_FLIGHT: usize = 2;
 
 /// The queues of one store.
@@ -62,11 +68,10 @@ struct Queue {
     pending: Vec<Job>,
 }
 
-/// A queued request: its share of a batch, its own call (sent as is when it goes alone), and
-/// where its answer goes.
+/// A queued request: its call (its share of a batch, or sent as its own call when it goes
+/// alone), and where its answer goes.
 struct Job {
     part: Part,
-    alone: Cmd,
     answer: oneshot::Sender<Result<Value, StoreError>>,
 }
 
@@ -92,33 +97,27 @@ impl Coalescer {
         Coalescer {
             queues: (0..queues).map(|_| Mutex::default()).collect(),
             max_batch: max_batch.max(1),
-            in_flight: std::env::var("TOLLGATE_COALESCE_IN_FLIGHT")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(MAX_IN_FLIGHT),
+            in_flight: MAX_IN_FLIGHT,
             batches: AtomicU64::new(0),
             batched: AtomicU64::new(0),
         }
     }
 
-    /// Sends `alone` (the request's own `EVALSHA`) at once when queue `queue` has no call in
-    /// flight; otherwise queues the request (`part`, its share of a batch) for the next call.
-    /// Answers the request's own reply, shaped as `alone` answers or, from a batch, as the
-    /// general script answers.
+    /// Sends `part` as its own call at once when queue `queue` has room for another call in
+    /// flight; otherwise queues it for the next call that ends. Answers the request's own
+    /// reply, shaped as its own call answers or, from a batch, as the general script answers.
     pub(crate) async fn call(
         &self,
         store: &RedisStore,
         queue: usize,
-        alone: &Cmd,
-        part: impl FnOnce() -> Part,
+        part: &Part,
     ) -> Result<Value, StoreError> {
         let waiting = {
             let mut q = lock(&self.queues[queue]);
             if q.in_flight >= self.in_flight {
                 let (answer, waiting) = oneshot::channel();
                 q.pending.push(Job {
-                    part: part(),
-                    alone: alone.clone(),
+                    part: part.clone(),
                     answer,
                 });
                 Some(waiting)
@@ -130,7 +129,7 @@ impl Coalescer {
         match waiting {
             None => {
                 let _flight = Flight { store, queue };
-                store.eval(alone).await
+                store.eval(&invocation(part)).await
             }
             Some(waiting) => waiting.await.unwrap_or_else(|_| {
                 Err(StoreError::Protocol(
@@ -194,7 +193,7 @@ async fn send(store: RedisStore, jobs: Vec<Job>) {
         let Some(job) = jobs.into_iter().next() else {
             return;
         };
-        let reply = store.eval_timed(&job.alone).await;
+        let reply = store.eval_timed(&invocation(&job.part)).await;
         let _ = job.answer.send(reply);
         return;
     }

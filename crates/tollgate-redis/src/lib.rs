@@ -17,8 +17,8 @@
 //! algorithms' scripts differ is written in one table (`src/script.rs`).
 //!
 //! ## Coalesced calls
-//! Requests that arrive while a call to the same Redis (the same slot on a cluster) is in
-//! flight queue, and go next as one call of the batch script (`lua/batch.lua`), which decides
+//! Requests that arrive while calls to the same Redis (the same slot on a cluster) are in
+//! flight (two at most per queue) queue, and go next as one call of the batch script (`lua/batch.lua`), which decides
 //! each of them on its own by the same dispatcher: one call's overhead for many decisions. A
 //! lone request waits for nothing and runs its own script as above. On by default
 //! ([`RedisStoreBuilder::coalesce`], [`RedisStoreBuilder::max_batch`]); counted in

@@ -178,14 +178,18 @@ static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
 });
 
 fn port(algorithm: Algorithm) -> &'static Port {
-    let i = match algorithm {
+    &PORTS[usize::from(port_index(algorithm))]
+}
+
+/// `algorithm`'s row in [`PORTS`].
+fn port_index(algorithm: Algorithm) -> u8 {
+    match algorithm {
         Algorithm::FixedWindow => 0,
         Algorithm::SlidingLog => 1,
         Algorithm::SlidingWindow { .. } => 2,
         Algorithm::TokenBucket => 3,
         Algorithm::Gcra => 4,
-    };
-    &PORTS[i]
+    }
 }
 
 /// The prelude, every algorithm's function and the dispatcher, then `main`.
@@ -296,37 +300,30 @@ impl TimeSource {
     }
 }
 
-/// The `EVALSHA` for `entries` (all in one slot on a cluster). Built here rather than by
-/// `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64 calls
-/// in flight on a Redis that lost its scripts would send 64 loads. The store loads them once
-/// per connection, and once per loss (`store.rs`).
-pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], at: TimeSource) -> Cmd {
+/// The `EVALSHA` of one request's share `part` (all in one slot on a cluster): its
+/// algorithm's single-entry script for one entry, else the general script. Built here rather
+/// than by `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64
+/// calls in flight on a Redis that lost its scripts would send 64 loads. The store loads them
+/// once per connection, and once per loss (`store.rs`).
+pub(crate) fn invocation(part: &Part) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    if let [one] = entries {
-        cmd.arg(port(one.limit.algorithm()).single.get_hash())
-            .arg(1)
-            .arg(one.key.as_str());
-        for a in single_args(one.limit, one.cost) {
+    if let ([key], [one]) = (&part.keys[..], &part.entries[..]) {
+        let row = &PORTS[usize::from(one.port)];
+        cmd.arg(row.single.get_hash()).arg(1).arg(key.as_str());
+        for a in (row.single_args)(one.cost, one.params) {
             cmd.arg(a);
         }
-        if op != Op::Check || at != TimeSource::Server {
-            cmd.arg(op as u8).arg(at.arg());
+        if part.op != Op::Check || part.at != TimeSource::Server {
+            cmd.arg(part.op as u8).arg(part.at.arg());
         }
         return cmd;
     }
-    cmd.arg(SCRIPT.get_hash()).arg(entries.len());
-    for e in entries {
-        cmd.arg(e.key.as_str());
+    cmd.arg(SCRIPT.get_hash()).arg(part.keys.len());
+    for k in &part.keys {
+        cmd.arg(k.as_str());
     }
-    cmd.arg(op as u8).arg(at.arg());
-    for e in entries {
-        let [a, b, c] = params(e.limit);
-        cmd.arg(port(e.limit.algorithm()).tag)
-            .arg(e.cost)
-            .arg(a)
-            .arg(b)
-            .arg(c);
-    }
+    cmd.arg(part.op as u8).arg(part.at.arg());
+    part.entry_args(&mut cmd);
     cmd
 }
 
@@ -338,14 +335,22 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
         .chain(PORTS.iter().map(|p| &p.single))
 }
 
-/// One request's share of a batch call, owned (it waits in a queue while its caller's borrowed
-/// request stays with the caller): op, clock, and each entry's key, tag, cost and parameters.
-#[derive(Debug)]
+/// One request's call, owned (a queued request waits while its caller's borrowed request
+/// stays with the caller): op, clock, and each entry's key, row, cost and parameters. Sent as
+/// its own call ([`invocation`]) or as a share of a batch ([`batch_invocation`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Part {
     op: Op,
     at: TimeSource,
     keys: SmallVec<[Key; 2]>,
-    args: SmallVec<[(&'static str, u64, [u64; 3]); 2]>,
+    entries: SmallVec<[PartEntry; 2]>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PartEntry {
+    port: u8,
+    cost: u64,
+    params: [u64; 3],
 }
 
 impl Part {
@@ -355,9 +360,13 @@ impl Part {
             op,
             at,
             keys: entries.iter().map(|e| e.key.clone()).collect(),
-            args: entries
+            entries: entries
                 .iter()
-                .map(|e| (port(e.limit.algorithm()).tag, e.cost, params(e.limit)))
+                .map(|e| PartEntry {
+                    port: port_index(e.limit.algorithm()),
+                    cost: e.cost,
+                    params: params(e.limit),
+                })
                 .collect(),
         }
     }
@@ -365,10 +374,39 @@ impl Part {
     fn len(&self) -> usize {
         self.keys.len()
     }
+
+    /// Each entry's tag and arguments, as `lua/request.lua` reads them: the row's
+    /// single-entry arguments (GCRA: inc and tau; the others: cost and three parameters).
+    fn entry_args(&self, cmd: &mut Cmd) {
+        for e in &self.entries {
+            let row = &PORTS[usize::from(e.port)];
+            cmd.arg(row.tag);
+            for a in (row.single_args)(e.cost, e.params) {
+                cmd.arg(a);
+            }
+        }
+    }
+
+    /// Integers its reply holds after `now`: one per GCRA entry, four per other entry.
+    fn reply_len(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|e| reply_width(PORTS[usize::from(e.port)].reply))
+            .sum()
+    }
+}
+
+/// Integers one entry's answer takes in a general or batch reply.
+fn reply_width(reply: Reply) -> usize {
+    match reply {
+        Reply::Decision => 4,
+        Reply::GcraUsed => 1,
+    }
 }
 
 /// The `EVALSHA` of the batch script for `parts` (`lua/batch.lua`): every part's keys, then
-/// per part op, clock, entry count and five arguments per entry.
+/// per part a header (op, whether a clock follows, entry count), the clock unless it is the
+/// server's, and its entries.
 pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     let keys: usize = parts.iter().map(|p| p.len()).sum();
@@ -379,10 +417,12 @@ pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
         }
     }
     for p in parts {
-        cmd.arg(p.op as u8).arg(p.at.arg()).arg(p.len());
-        for &(tag, cost, [a, b, c]) in &p.args {
-            cmd.arg(tag).arg(cost).arg(a).arg(b).arg(c);
+        let clock = p.at != TimeSource::Server;
+        cmd.arg(p.op as usize + 4 * usize::from(clock) + 8 * p.len());
+        if clock {
+            cmd.arg(p.at.arg());
         }
+        p.entry_args(&mut cmd);
     }
     cmd
 }
@@ -412,10 +452,11 @@ pub(crate) fn split_batch(
             }
             Some(Value::SimpleString(message)) => out.push(Err(crate::error::in_batch(message))),
             Some(now) => {
-                let mut own = Vec::with_capacity(1 + 4 * p.len());
+                let len = p.reply_len();
+                let mut own = Vec::with_capacity(1 + len);
                 own.push(now);
-                own.extend(items.by_ref().take(4 * p.len()));
-                if own.len() != 1 + 4 * p.len() {
+                own.extend(items.by_ref().take(len));
+                if own.len() != 1 + len {
                     return Err(bad(format!("request {i} is cut short")));
                 }
                 out.push(Ok(Value::Array(own)));
@@ -442,7 +483,7 @@ pub(crate) fn decode(
 ) -> Result<(Option<u64>, SmallVec<[Decision; 2]>), StoreError> {
     let bad = |what: &str| StoreError::Protocol(format!("script reply: {what}"));
     let (now, ints) = match reply {
-        Value::Int(verdict) if entries.len() == 1 => (None, vec![verdict, 0, 0, 0]),
+        Value::Int(verdict) if entries.len() == 1 => (None, vec![verdict]),
         Value::Array(items) => {
             let mut ints = Vec::with_capacity(items.len());
             for v in items {
@@ -459,19 +500,28 @@ pub(crate) fn decode(
         }
         other => return Err(bad(&format!("expected an array, got {other:?}"))),
     };
-    let n = entries.len();
-    if ints.len() != 4 * n {
+    let widths: SmallVec<[usize; 2]> = entries
+        .iter()
+        .map(|e| reply_width(port(e.limit.algorithm()).reply))
+        .collect();
+    let expected: usize = widths.iter().sum();
+    if ints.len() != expected {
         return Err(bad(&format!(
-            "expected {} integers for {n} entries, got {}",
-            1 + 4 * n,
+            "expected {} integers for {} entries, got {}",
+            1 + expected,
+            entries.len(),
             1 + ints.len()
         )));
     }
-    let decisions = entries
-        .iter()
-        .zip(ints.chunks_exact(4))
-        .map(|(e, four)| decide(e.limit, e.cost, [four[0], four[1], four[2], four[3]]))
-        .collect::<Result<_, _>>()?;
+    let mut rest = &ints[..];
+    let mut decisions = SmallVec::new();
+    for (e, &w) in entries.iter().zip(&widths) {
+        let (own, after) = rest.split_at(w);
+        rest = after;
+        let mut four = [0_i64; 4];
+        four[..w].copy_from_slice(own);
+        decisions.push(decide(e.limit, e.cost, four)?);
+    }
     Ok((now, decisions))
 }
 
@@ -640,11 +690,8 @@ mod tests {
         // Two entries, one of each reply: each read by its own row.
         let gcra = self::limit(Algorithm::Gcra, 5);
         let second = Entry::new(&gcra, Key::new(&Namespace::default(), &gcra, &[("u", "1")]));
-        let (_, d) = decode(
-            ints(&[7, 1, 4, 10, -1, 400_000, 0, 0, 0]),
-            &[&entry, &second],
-        )
-        .expect("well formed");
+        let (_, d) =
+            decode(ints(&[7, 1, 4, 10, -1, 400_000]), &[&entry, &second]).expect("well formed");
         assert!(d[0].allowed && d[0].remaining == 4, "{d:?}");
         assert!(d[1].allowed && d[1].remaining == 3, "{d:?}");
         assert_eq!(d[1].reset_after, Duration::from_millis(400));

@@ -5,8 +5,8 @@
 //! - **One multiplexed connection, no pool**: the `redis` crate's `ConnectionManager`
 //!   pipelines concurrent calls on one connection and reconnects after a failure; a pool
 //!   would only add sockets (measured: one connection carries 100k+ EVALSHA/s).
-//! - **Coalesced calls** (`coalesce.rs`, on by default): requests that arrive while a call to
-//!   the same Redis (slot) is in flight go next as one call of the batch script; a lone
+//! - **Coalesced calls** (`coalesce.rs`, on by default): requests that arrive while calls to
+//!   the same Redis (slot) are in flight go next as one call of the batch script; a lone
 //!   request goes out at once, as it would without coalescing.
 //! - **Group by slot before calling**: a cluster refuses a script over keys of several slots,
 //!   so entries are grouped by [`slot_of`] (always one group on a single Redis) — see the
@@ -262,42 +262,40 @@ impl RedisStore {
         entries: &[&Entry<'_>],
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let inv = invocation(op, entries, at);
-        let mut decided = match self.run_once(op, &inv, entries, at).await {
+        let inv = Part::new(op, entries, at);
+        let mut decided = match self.run_once(&inv, entries, at).await {
             // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
             // check's script may have run and charged before its reply was lost, so only a
             // peek, which writes nothing, is sent again (once, on the reconnected connection).
             Err(StoreError::Connection(cause)) if op == Op::Peek => {
                 tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                self.run_once(op, &inv, entries, at).await?
+                self.run_once(&inv, entries, at).await?
             }
             other => other?,
         };
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            decided = self.run_once(op, &inv, entries, at).await?;
+            decided = self.run_once(&inv, entries, at).await?;
         }
         Ok(decided)
     }
 
-    /// One call: `inv` itself, or through the coalescer (sent at once when no call of its
+    /// One call of `inv`: its own, or through the coalescer (sent at once when no call of its
     /// queue is in flight, else as part of the next batch).
     async fn run_once(
         &self,
-        op: Op,
-        inv: &Cmd,
+        inv: &Part,
         entries: &[&Entry<'_>],
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let reply = match self.coalescer() {
-            None => self.eval(inv).await?,
+            None => self.eval(&invocation(inv)).await?,
             Some(c) => {
                 let queue = match (&self.inner.connection, entries.first()) {
                     (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
                     _ => 0,
                 };
-                c.call(self, queue, inv, || Part::new(op, entries, at))
-                    .await?
+                c.call(self, queue, inv).await?
             }
         };
         let (now, decisions) = decode(reply, entries)?;

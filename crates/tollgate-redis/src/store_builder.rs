@@ -82,8 +82,8 @@ impl RedisStoreBuilder {
     }
 
     /// The most requests one coalesced call carries (default [`DEFAULT_MAX_BATCH`]; at least
-    /// 1, which sends every queued request as its own call). More queued requests go as
-    /// several calls, sent together. Turns coalescing on.
+    /// 1, which sends every queued request as its own call). More queued requests wait for
+    /// the next call that ends, oldest first. Turns coalescing on.
     pub fn max_batch(mut self, requests: usize) -> Self {
         self.max_batch = Some(requests.max(1));
         self

@@ -60,14 +60,16 @@ impl AnyStore {
             Backend::Redis(url) => {
                 let url = url.expose().to_owned();
                 let (timeout, batch) = (config.timeout, config.max_batch);
-                let builder = move || coalescing(RedisStore::builder(url.clone()), batch).timeout(timeout);
+                let builder =
+                    move || coalescing(RedisStore::builder(url.clone()), batch).timeout(timeout);
                 (connect(builder).await?, "redis")
             }
             Backend::Cluster(urls) => {
                 let urls: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
                 let (timeout, batch) = (config.timeout, config.max_batch);
-                let builder =
-                    move || coalescing(RedisStore::cluster_builder(urls.clone()), batch).timeout(timeout);
+                let builder = move || {
+                    coalescing(RedisStore::cluster_builder(urls.clone()), batch).timeout(timeout)
+                };
                 (connect(builder).await?, "redis_cluster")
             }
         };

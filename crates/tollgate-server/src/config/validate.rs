@@ -21,8 +21,8 @@ use super::raw::{RawConfig, RawLimit};
 use super::{
     Backend, ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HTTP,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TIMEOUT,
-    FieldError, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT, RedisUrl, SERVER_TIMEOUT_RANGE, Secret, ServerConfig,
-    StoreConfig, address,
+    FieldError, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT, RedisUrl, SERVER_TIMEOUT_RANGE, Secret,
+    ServerConfig, StoreConfig, address,
 };
 use crate::duration;
 
@@ -133,7 +133,10 @@ pub(super) fn store(raw: &RawConfig, origin: &str) -> Result<StoreConfig, Config
     let max_batch = match store.max_batch {
         Some(0) => return Err(invalid("store.max_batch", FieldError::Zero)),
         Some(n) if n > MAX_MAX_BATCH => {
-            return Err(invalid("store.max_batch", FieldError::TooLarge(MAX_MAX_BATCH)));
+            return Err(invalid(
+                "store.max_batch",
+                FieldError::TooLarge(MAX_MAX_BATCH),
+            ));
         }
         Some(n) => n,
         None => DEFAULT_MAX_BATCH,

@@ -63,7 +63,6 @@ fn errors_name_the_field() {
             "store.max_batch",
             "must be at most 1024",
         ),
-
         (
             limit(&GOOD.replace("fixed_window", "leaky")),
             "limits[1].algorithm",

@@ -284,15 +284,10 @@ async fn coalesced_calls_are_exact_and_counted() {
                 other => panic!("status {other}; log:\n{}", server.log()),
             }
         }
-        let metrics = crate::support::request(
-            server.addr,
-            "GET",
-            "/metrics",
-            bytes::Bytes::new(),
-            &[],
-        )
-        .await
-        .text;
+        let metrics =
+            crate::support::request(server.addr, "GET", "/metrics", bytes::Bytes::new(), &[])
+                .await
+                .text;
         batches = counter(&metrics, "tollgate_redis_batches_total");
         batched = counter(&metrics, "tollgate_redis_batched_requests_total");
         if batches > 0 && sent > LIMIT {
@@ -300,6 +295,9 @@ async fn coalesced_calls_are_exact_and_counted() {
         }
     }
     assert!(batches > 0, "{sent} concurrent checks made no batch call");
-    assert!(batched >= 2 * batches, "{batched} requests in {batches} batches");
+    assert!(
+        batched >= 2 * batches,
+        "{batched} requests in {batches} batches"
+    );
     assert_eq!(allowed, sent.min(LIMIT), "log:\n{}", server.log());
 }
