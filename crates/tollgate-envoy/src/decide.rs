@@ -1,16 +1,11 @@
 //! One `ShouldRateLimit` call: descriptors to limits, limits to one answer.
 //!
-//! Matched descriptors become (limit, key) entries of one request prepared by the core
-//! ([`Limiter::prepare_keyed`]) and decided in one atomic store call; a rule in shadow mode
+//! Matched descriptors become (limit, key, cost) entries of one request prepared by the core
+//! ([`Limiter::prepare_keyed_costs`]) and decided in one atomic store call, all or nothing,
+//! each entry at its own descriptor's `hits_addend` (or the request's); a rule in shadow mode
 //! makes its entry a shadow entry ([`tollgate::Request::set_shadow`]), which the limiter
 //! decides after the others and never lets refuse. Validation, shadow counting and failure
 //! policies are the limiter's, as for every face.
-//!
-//! The one exception to "one call" is a request whose descriptors carry different
-//! `hits_addend`s (a request has one cost): its descriptors go into one batch per cost, every
-//! batch is peeked first, and only if all admit are they checked in turn. That is all or
-//! nothing except under a race (a concurrent caller taking the last units between the peek
-//! and a later batch's check leaves earlier batches charged, shadow entries included).
 //!
 //! Descriptors naming the same limit and key are one check of their summed cost (Envoy's own
 //! service counts each descriptor, so the same counter hit twice takes two units).
@@ -102,12 +97,7 @@ pub(crate) async fn decide<St: Store>(
                 fixed.push((slot, Fixed::Blocked { unit, shadow }));
             }
             Some(Found::Limited(rule, parts)) => {
-                let cost = d
-                    .hits_addend
-                    .as_ref()
-                    .map(|v| v.value)
-                    .filter(|&v| v > 0)
-                    .unwrap_or(default_cost);
+                let cost = descriptor_cost(d, default_cost);
                 found.push(Item {
                     slots: vec![slot],
                     rule,
@@ -134,16 +124,21 @@ pub(crate) async fn decide<St: Store>(
         // Can never pass: charge nothing, report each limit's current state.
         answer.allowed = false;
         let all: Vec<&Item<'_>> = items.iter().collect();
-        for batch in batches(&all) {
-            let verdict = run(limiter, &batch, Op::Peek).await?;
-            answer.fill(&batch, &verdict);
+        if !all.is_empty() {
+            let verdict = run(limiter, &all, Op::Peek).await?;
+            answer.fill(&all, &verdict);
         }
     } else {
-        for batch in batches(&too_costly) {
-            let verdict = run(limiter, &batch, Op::Peek).await?;
-            answer.fill(&batch, &verdict);
+        if !too_costly.is_empty() {
+            let verdict = run(limiter, &too_costly, Op::Peek).await?;
+            answer.fill(&too_costly, &verdict);
         }
-        answer.allowed = enforce(limiter, &fits, &mut answer).await?;
+        if !fits.is_empty() {
+            // Every descriptor that can pass, each at its own cost: one atomic store call.
+            let verdict = run(limiter, &fits, Op::Check).await?;
+            answer.fill(&fits, &verdict);
+            answer.allowed = verdict.outcome() == Outcome::Allowed;
+        }
     }
     for item in too_costly {
         for &slot in &item.slots {
@@ -153,36 +148,6 @@ pub(crate) async fn decide<St: Store>(
         }
     }
     Ok(answer)
-}
-
-/// Checks the descriptors that can pass, all or nothing across batches (but for the race
-/// described above); fills their outcomes and says whether the enforced ones admit.
-async fn enforce<St: Store>(
-    limiter: &Limiter<St>,
-    items: &[&Item<'_>],
-    answer: &mut Answer,
-) -> Result<bool, Status> {
-    let batches = batches(items);
-    let mut verdicts = Vec::with_capacity(batches.len());
-    if let [batch] = &batches[..] {
-        verdicts.push(run(limiter, batch, Op::Check).await?);
-    } else {
-        for batch in &batches {
-            verdicts.push(run(limiter, batch, Op::Peek).await?);
-        }
-        if verdicts.iter().all(|v| v.outcome() == Outcome::Allowed) {
-            for (batch, verdict) in batches.iter().zip(&mut verdicts) {
-                *verdict = run(limiter, batch, Op::Check).await?;
-                if verdict.outcome() != Outcome::Allowed {
-                    break;
-                }
-            }
-        }
-    }
-    for (batch, verdict) in batches.iter().zip(&verdicts) {
-        answer.fill(batch, verdict);
-    }
-    Ok(verdicts.iter().all(|v| v.outcome() == Outcome::Allowed))
 }
 
 impl Answer {
@@ -238,6 +203,19 @@ fn merge_same_key(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
     items
 }
 
+/// What descriptor `d` costs: its own `hits_addend` when set and positive, else the
+/// request's (`default_cost`, at least 1).
+pub(crate) fn descriptor_cost(
+    d: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
+    default_cost: u64,
+) -> u64 {
+    d.hits_addend
+        .as_ref()
+        .map(|v| v.value)
+        .filter(|&v| v > 0)
+        .unwrap_or(default_cost)
+}
+
 fn same_key(a: &Item<'_>, b: &Item<'_>) -> bool {
     if a.rule.limit != b.rule.limit || a.rule.shadow != b.rule.shadow {
         return false;
@@ -253,37 +231,24 @@ fn same_key(a: &Item<'_>, b: &Item<'_>) -> bool {
     x == y
 }
 
-/// Groups items into one batch per cost (a too costly item at its limit's capacity, for a
-/// peek).
-fn batches<'i, 'a, I>(items: I) -> Vec<Vec<&'i Item<'a>>>
-where
-    I: IntoIterator<Item = &'i &'i Item<'a>>,
-    'a: 'i,
-{
-    let mut batches: Vec<Vec<&'i Item<'a>>> = Vec::new();
-    for &item in items {
-        match batches.iter_mut().find(|b| cost(b[0]) == cost(item)) {
-            Some(batch) => batch.push(item),
-            None => batches.push(vec![item]),
-        }
-    }
-    batches
-}
-
+/// The cost an item is decided at: its own, or its limit's capacity for a too costly item
+/// (peeked only, to report the limit's state).
 fn cost(item: &Item<'_>) -> u64 {
     item.cost.min(item.rule.capacity)
 }
 
-/// Prepares `batch` (each item with its own key, shadow rules as shadow entries) and decides
-/// it with `op` in one store call.
+/// Prepares `batch` (each item with its own key and cost, shadow rules as shadow entries) and
+/// decides it with `op` in one store call.
 async fn run<St: Store>(
     limiter: &Limiter<St>,
     batch: &[&Item<'_>],
     op: Op,
 ) -> Result<Verdict, Status> {
-    let pairs: Vec<(&Rule, &[(&str, &str)])> =
-        batch.iter().map(|i| (i.rule, i.parts.as_slice())).collect();
-    let mut request = crate::overrides::prepare(limiter, &pairs, cost(batch[0]))
+    let items: Vec<crate::overrides::RuleItem<'_, '_>> = batch
+        .iter()
+        .map(|i| (i.rule, i.parts.as_slice(), cost(i)))
+        .collect();
+    let mut request = crate::overrides::prepare(limiter, &items)
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
     for (i, item) in batch.iter().enumerate() {
         if item.rule.shadow {

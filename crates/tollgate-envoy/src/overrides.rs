@@ -186,26 +186,28 @@ fn unit(n: i32) -> Option<Unit> {
     })
 }
 
-/// Prepares one check of `cost` over `items` (rule, key parts): through
-/// [`Limiter::prepare_keyed`] when every rule's limit is the limiter's, else with the
+/// A rule, the key parts it is keyed by, and the entry's own cost.
+pub(crate) type RuleItem<'r, 'p> = (&'r Rule, &'p [(&'p str, &'p str)], u64);
+
+/// Prepares one check over `items` (rule, key parts, the entry's own cost): through
+/// [`Limiter::prepare_keyed_costs`] when every rule's limit is the limiter's, else with the
 /// override limits' own keys, built in the limiter's namespace.
 ///
 /// # Errors
-/// As [`Limiter::prepare_keyed`].
+/// As [`Limiter::prepare_keyed_costs`].
 pub(crate) fn prepare<'a, St: Store>(
     limiter: &'a Limiter<St>,
-    items: &[(&'a Rule, &[(&str, &str)])],
-    cost: u64,
+    items: &[RuleItem<'a, '_>],
 ) -> Result<Request<'a>, CheckError> {
-    if items.iter().all(|(rule, _)| rule.own.is_none()) {
-        let pairs: Vec<(&str, &[(&str, &str)])> = items
+    if items.iter().all(|(rule, ..)| rule.own.is_none()) {
+        let costed: Vec<tollgate::CostedLimit<'_, &str>> = items
             .iter()
-            .map(|(rule, parts)| (&*rule.limit, *parts))
+            .map(|&(rule, parts, cost)| (&*rule.limit, parts, cost))
             .collect();
-        return limiter.prepare_keyed(&pairs, cost);
+        return limiter.prepare_keyed_costs(&costed);
     }
     let mut entries = Vec::with_capacity(items.len());
-    for &(rule, parts) in items {
+    for &(rule, parts, cost) in items {
         let entry = match &rule.own {
             Some(limit) => Entry::new(limit, Key::new(limiter.namespace(), limit, parts)),
             None => {
@@ -215,9 +217,9 @@ pub(crate) fn prepare<'a, St: Store>(
                 Entry::new(limit, limiter.key(&rule.limit, parts)?)
             }
         };
-        entries.push(entry);
+        entries.push(entry.with_cost(cost));
     }
-    Request::new(entries, cost)
+    Request::with_costs(entries)
 }
 
 #[cfg(test)]

@@ -111,12 +111,7 @@ pub(crate) fn record(
         let Some(how) = counted.get(slot).and_then(Option::as_ref) else {
             continue;
         };
-        let cost = d
-            .hits_addend
-            .as_ref()
-            .map(|v| v.value)
-            .filter(|&v| v > 0)
-            .unwrap_or(default_cost);
+        let cost = crate::decide::descriptor_cost(d, default_cost);
         let fixed = answer
             .fixed
             .iter()

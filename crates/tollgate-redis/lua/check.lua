@@ -1,56 +1,23 @@
--- check.lua: tollgate's one script — decides N (limit, key) entries all or nothing.
+-- check.lua: tollgate's general script — decides N (limit, key) entries of one request all or
+-- nothing.
 --
--- Runs after prelude.lua and the five algorithm functions (concatenated into one script, so
--- one EVALSHA and one SHA). Being Lua, it is atomic: no other command runs between reading
--- and writing, and no key can expire halfway through. It knows no algorithm: each entry's tag
--- names its function, and every function takes the same arguments and answers with a verdict
--- first (negative = refused); what the other values mean is the client's to read.
+-- Runs after prelude.lua, the five algorithm functions and request.lua (concatenated into one
+-- script, so one EVALSHA and one SHA). Being Lua, it is atomic: no other command runs between
+-- reading and writing, and no key can expire halfway through. The deciding itself is
+-- request.lua's `decide`, shared with batch.lua.
 --
 -- KEYS[1..N]  one key per entry; all in one hash slot on a cluster (the caller groups them)
 -- ARGV[1]     op: 0 = peek (decide, write nothing), 1 = check (charge every entry if all
---             admit, else nothing), 2 = give back `cost` charged at `now` (cross-slot undo)
+--             admit, else nothing), 2 = give back each entry's cost charged at `now`
+--             (cross-slot undo)
 -- ARGV[2]     the clock: '' = the server's (TIME); 's<µs>' = the server's, at that instant;
 --             '<µs>' = the caller's, at that instant (µs since the epoch; see prelude.lua)
--- ARGV[3]     cost, units (1 ≤ cost ≤ every entry's capacity; the caller checked)
--- ARGV[4i..4i+3] for entry i (1-based; ARGV[4..7] is entry 1): algorithm tag
---             (fw, sl, sw, tb, gcra) and three integer parameters, see each algorithm file
--- returns     { now, then four integers per entry: what its function answered (verdict
---               first, negative = refused), padded with 0 to four }
+-- ARGV[3..]   the entries, one after the other, each its tag then its arguments (three or
+--             five in all, see request.lua): entry 1 starts at ARGV[3]
+-- returns     { now, then each entry's answer: one integer for GCRA, four for the others
+--               (verdict first, negative = refused, padded with 0), see request.lua }
 
-local op = tonumber(ARGV[1])
 local now, server = clock(ARGV[2])
-local cost = tonumber(ARGV[3])
-local algorithms = { fw = fixed_window, sl = sliding_log, sw = sliding_window,
-  tb = token_bucket, gcra = gcra }
-
--- Entry i's function and parameters, its arguments being ARGV[4i .. 4i+3].
-local function run(i, mode)
-  local a = 4 * i
-  local algorithm = algorithms[ARGV[a]]
-  if not algorithm then error('tollgate: unknown algorithm tag ' .. tostring(ARGV[a])) end
-  return algorithm(KEYS[i], now, cost, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-    tonumber(ARGV[a + 3]), mode, server)
-end
-
 local reply = { now }
-local function push(verdict, b, c, d)
-  local k = #reply
-  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = verdict, b or 0, c or 0, d or 0
-  return verdict >= 0
-end
-local n = #KEYS
--- One entry, or no charging: each entry on its own.
-if n == 1 or op ~= 1 then
-  for i = 1, n do push(run(i, op)) end
-  return reply
-end
-
--- Several entries: decide all first; charge only if every one admits.
-local all = true
-for i = 1, n do
-  if not push(run(i, 0)) then all = false end
-end
-if not all then return reply end
-reply = { now }
-for i = 1, n do push(run(i, 1)) end
+decide(0, 3, #KEYS, tonumber(ARGV[1]), now, server, reply)
 return reply

@@ -9,7 +9,7 @@
 --
 -- KEYS[1]   the entry's key
 -- ARGV[1]   cost, units
--- ARGV[2..4] the algorithm's three parameters (as in check.lua, without the tag)
+-- ARGV[2..4] the algorithm's three parameters (as in check.lua, after the tag and cost)
 -- ARGV[5]   op: 0 = peek, 1 = check, 2 = give back (see check.lua); absent = 1, check
 -- ARGV[6]   the clock: '' or absent = the server's, 's<µs>' or '<µs>' = at that instant
 --           (prelude.lua)

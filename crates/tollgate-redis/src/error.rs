@@ -1,8 +1,83 @@
 //! Turns `redis::RedisError` into a classified [`StoreError`], in this one place, so the
-//! limiter and the breaker decide by kind (transient or not), never by message.
+//! limiter and the breaker decide by kind (transient or not), never by message. Also the two
+//! errors of a coalesced call (`coalesce.rs`): one failure shared by every request of a batch
+//! (each gets the same kind, and the cause's text), and one request's own failure inside a
+//! batch, which the batch script reports as a string.
+
+use std::fmt;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
-use tollgate::StoreError;
+use tollgate::{BoxError, StoreError};
+
+/// The cause of a failure shared by every request of a batch: the original cause's text
+/// (with its own causes), since a boxed cause cannot be cloned.
+#[derive(Debug)]
+struct SharedCause(String);
+
+impl fmt::Display for SharedCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SharedCause {}
+
+/// The same failure for another request of the batch that met `err`: same kind, same
+/// duration or message, the cause as text.
+pub(crate) fn shared(err: &StoreError) -> StoreError {
+    let cause = || -> BoxError {
+        let mut text = String::new();
+        let mut next = std::error::Error::source(err);
+        while let Some(e) = next {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&e.to_string());
+            next = e.source();
+        }
+        Box::new(SharedCause(text))
+    };
+    match err {
+        StoreError::Timeout(d) => StoreError::Timeout(*d),
+        StoreError::Connection(_) => StoreError::Connection(cause()),
+        StoreError::Cluster(_) => StoreError::Cluster(cause()),
+        StoreError::Script(_) => StoreError::Script(cause()),
+        StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+        StoreError::Full { max_keys } => StoreError::Full {
+            max_keys: *max_keys,
+        },
+        StoreError::CircuitOpen => StoreError::CircuitOpen,
+        StoreError::OutOfMemory(_) => StoreError::OutOfMemory(cause()),
+        StoreError::ReadOnly(_) => StoreError::ReadOnly(cause()),
+        StoreError::NoScript(_) => StoreError::NoScript(cause()),
+        StoreError::Busy(_) => StoreError::Busy(cause()),
+        StoreError::Auth(_) => StoreError::Auth(cause()),
+        other => StoreError::Protocol(other.to_string()),
+    }
+}
+
+/// The failure of one request of a batch, which the batch script caught and answered as
+/// `message` (`lua/batch.lua`): classified by the Redis error code it starts with, as
+/// [`classify`] does for a whole call (a write refused for memory is `OOM`, on a replica
+/// `READONLY`), a script error otherwise.
+pub(crate) fn in_batch(message: String) -> StoreError {
+    let code = message
+        .strip_prefix("tollgate: ")
+        .unwrap_or(&message)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    let cause: BoxError = Box::new(SharedCause(message));
+    match code.as_str() {
+        "OOM" => StoreError::OutOfMemory(cause),
+        "READONLY" => StoreError::ReadOnly(cause),
+        "BUSY" => StoreError::Busy(cause),
+        "NOAUTH" | "WRONGPASS" | "NOPERM" => StoreError::Auth(cause),
+        "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" | "TRYAGAIN" => StoreError::Cluster(cause),
+        _ => StoreError::Script(cause),
+    }
+}
 
 /// The [`StoreError`] for a failed Redis call.
 pub(crate) fn classify(err: RedisError) -> StoreError {
@@ -78,5 +153,39 @@ mod tests {
         assert!(matches!(classify(noscript), StoreError::NoScript(_)));
         let auth = RedisError::from((ErrorKind::AuthenticationFailed, "WRONGPASS"));
         assert!(matches!(classify(auth), StoreError::Auth(_)));
+    }
+
+    /// A batch's failure reaches each of its requests as the same kind, cause kept as text;
+    /// a request's own failure inside a batch is classified by its Redis code.
+    #[test]
+    fn batch_errors_keep_their_kind() {
+        let io = classify(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        )));
+        let copy = shared(&io);
+        assert!(matches!(copy, StoreError::Connection(_)), "{copy:?}");
+        let cause = std::error::Error::source(&copy).expect("a cause");
+        assert!(cause.to_string().contains("reset by peer"), "{cause}");
+        let t = shared(&StoreError::Timeout(std::time::Duration::from_millis(5)));
+        assert!(matches!(t, StoreError::Timeout(d) if d.as_millis() == 5));
+        for (message, kind) in [
+            (
+                "tollgate: OOM command not allowed when used memory > 'maxmemory'.",
+                "oom",
+            ),
+            (
+                "tollgate: READONLY You can't write against a read only replica.",
+                "readonly",
+            ),
+            (
+                "tollgate: WRONGTYPE Operation against a key holding the wrong kind",
+                "script",
+            ),
+            ("tollgate: user_script:1: boom", "script"),
+        ] {
+            let e = in_batch(message.to_owned());
+            assert_eq!(e.kind().as_str(), kind, "{message}");
+        }
     }
 }

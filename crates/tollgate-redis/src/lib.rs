@@ -16,6 +16,14 @@
 //! answers one integer, its state, from which the Rust rule computes the decision). How the
 //! algorithms' scripts differ is written in one table (`src/script.rs`).
 //!
+//! ## Coalesced calls
+//! Requests that arrive while calls to the same Redis (the same slot on a cluster) are in
+//! flight (two at most per queue) queue, and go next as one call of the batch script (`lua/batch.lua`), which decides
+//! each of them on its own by the same dispatcher: one call's overhead for many decisions. A
+//! lone request waits for nothing and runs its own script as above. On by default
+//! ([`RedisStoreBuilder::coalesce`], [`RedisStoreBuilder::max_batch`]); counted in
+//! `tollgate_redis_batches_total` and `tollgate_redis_batched_requests_total`.
+//!
 //! ## Where all-or-nothing holds
 //! - **Single Redis**: always one script, atomic over every entry.
 //! - **Redis Cluster, entries in one hash slot** (limits keyed by the same parts share a hash
@@ -50,6 +58,7 @@
 //! `ConnectionManager` (single) or cluster client's: one multiplexed connection, no pool.
 
 mod breaker;
+mod coalesce;
 mod error;
 mod patience;
 mod resets;
@@ -58,6 +67,7 @@ mod slot;
 mod store;
 mod store_builder;
 
+pub use coalesce::DEFAULT_MAX_BATCH;
 pub use patience::longest_wait;
 pub use resets::{listen_for_resets, reset_channel};
 #[doc(hidden)]

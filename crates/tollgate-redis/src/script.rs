@@ -2,9 +2,13 @@
 //! decoding of their reply into typed decisions — in one place, so no caller indexes a reply.
 //!
 //! Compositions of the same files:
-//! - **the general script** — prelude, all five algorithm functions, the dispatcher — decides
-//!   N entries of any algorithms all or nothing. A request may combine limits of different
-//!   algorithms, and all-or-nothing over them needs one atomic step.
+//! - **the general script** — prelude, all five algorithm functions, the dispatcher
+//!   (`lua/request.lua`, then `lua/check.lua`) — decides N entries of any algorithms all or
+//!   nothing. A request may combine limits of different algorithms, and all-or-nothing over
+//!   them needs one atomic step.
+//! - **the batch script** — the same, with `lua/batch.lua` in place of `lua/check.lua` —
+//!   decides M independent requests in one call, each all or nothing by the same
+//!   `lua/request.lua` (coalesced calls, `src/coalesce.rs`).
 //! - **one single-entry script per algorithm**, for requests of one limit (the common case):
 //!   Redis then builds one algorithm's closure per call instead of five and nothing
 //!   dispatches. GCRA's is leaner still (`lua/one_gcra.lua` then the body `lua/gcra.lua`): no
@@ -21,8 +25,8 @@
 //! this crate that knows GCRA is different:
 //! - **arguments**: every single-entry script takes the entry's own arguments first (the row
 //!   says which) and op and clock last, left out for the common call (a check on the
-//!   server's clock); the general script takes op, clock, cost, then a tag and three
-//!   parameters per entry, for every algorithm alike;
+//!   server's clock); the general script takes op and clock, then a tag, the entry's own
+//!   cost and three parameters per entry, for every algorithm alike;
 //! - **replies**: every script's answer is read as one shape, an optional instant (`now`,
 //!   which GCRA's single-entry script on the server's clock has none of) and four integers per
 //!   entry, verdict first, negative when refused (a one-integer reply is that verdict, the
@@ -42,7 +46,7 @@ use std::time::Duration;
 use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 use tollgate::rules::{Gcra, GcraState, Rule};
-use tollgate::{Algorithm, Decision, Entry, Limit, StoreError, Timestamp};
+use tollgate::{Algorithm, Decision, Entry, Key, Limit, StoreError, Timestamp};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 const FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -50,7 +54,9 @@ const SLIDING_LOG: &str = include_str!("../lua/sliding_log.lua");
 const SLIDING_WINDOW: &str = include_str!("../lua/sliding_window.lua");
 const TOKEN_BUCKET: &str = include_str!("../lua/token_bucket.lua");
 const GCRA: &str = include_str!("../lua/gcra.lua");
+const REQUEST: &str = include_str!("../lua/request.lua");
 const CHECK: &str = include_str!("../lua/check.lua");
+const BATCH: &str = include_str!("../lua/batch.lua");
 const ONE: &str = include_str!("../lua/one.lua");
 const ONE_GCRA: &str = include_str!("../lua/one_gcra.lua");
 
@@ -172,22 +178,35 @@ static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
 });
 
 fn port(algorithm: Algorithm) -> &'static Port {
-    let i = match algorithm {
+    &PORTS[usize::from(port_index(algorithm))]
+}
+
+/// `algorithm`'s row in [`PORTS`].
+fn port_index(algorithm: Algorithm) -> u8 {
+    match algorithm {
         Algorithm::FixedWindow => 0,
         Algorithm::SlidingLog => 1,
         Algorithm::SlidingWindow { .. } => 2,
         Algorithm::TokenBucket => 3,
         Algorithm::Gcra => 4,
-    };
-    &PORTS[i]
+    }
 }
 
-static SOURCE: LazyLock<String> = LazyLock::new(|| {
+/// The prelude, every algorithm's function and the dispatcher, then `main`.
+fn general(main: &str) -> String {
     let mut parts = vec![PRELUDE];
     parts.extend(PORTS.iter().map(|p| p.function.as_str()));
-    parts.push(CHECK);
+    parts.push(REQUEST);
+    parts.push(main);
     parts.join("\n")
-});
+}
+
+static SOURCE: LazyLock<String> = LazyLock::new(|| general(CHECK));
+
+static BATCH_SOURCE: LazyLock<String> = LazyLock::new(|| general(BATCH));
+
+/// The batch script: several requests in one call (`lua/batch.lua`).
+static BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&BATCH_SOURCE));
 
 /// The general script, loaded once per process; `invoke_async` sends EVALSHA and loads the
 /// script when a node answers NOSCRIPT (after a restart or `SCRIPT FLUSH`, on any cluster
@@ -250,6 +269,15 @@ pub(crate) enum Op {
     GiveBack = 2,
 }
 
+impl From<tollgate::Op> for Op {
+    fn from(op: tollgate::Op) -> Op {
+        match op {
+            tollgate::Op::Check => Op::Check,
+            tollgate::Op::Peek => Op::Peek,
+        }
+    }
+}
+
 /// Which clock a script decides on (`ARGV[2]`, see `lua/prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TimeSource {
@@ -272,43 +300,177 @@ impl TimeSource {
     }
 }
 
-/// The `EVALSHA` for `entries` (all in one slot on a cluster). Built here rather than by
-/// `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64 calls
-/// in flight on a Redis that lost its scripts would send 64 loads. The store loads them once
-/// per connection, and once per loss (`store.rs`).
-pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], cost: u64, at: TimeSource) -> Cmd {
+/// The `EVALSHA` of one request's share `part` (all in one slot on a cluster): its
+/// algorithm's single-entry script for one entry, else the general script. Built here rather
+/// than by `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64
+/// calls in flight on a Redis that lost its scripts would send 64 loads. The store loads them
+/// once per connection, and once per loss (`store.rs`).
+pub(crate) fn invocation(part: &Part) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    if let [one] = entries {
-        cmd.arg(port(one.limit.algorithm()).single.get_hash())
-            .arg(1)
-            .arg(one.key.as_str());
-        for a in single_args(one.limit, cost) {
+    if let ([key], [one]) = (&part.keys[..], &part.entries[..]) {
+        let row = &PORTS[usize::from(one.port)];
+        cmd.arg(row.single.get_hash()).arg(1).arg(key.as_str());
+        for a in (row.single_args)(one.cost, one.params) {
             cmd.arg(a);
         }
-        if op != Op::Check || at != TimeSource::Server {
-            cmd.arg(op as u8).arg(at.arg());
+        if part.op != Op::Check || part.at != TimeSource::Server {
+            cmd.arg(part.op as u8).arg(part.at.arg());
         }
         return cmd;
     }
-    cmd.arg(SCRIPT.get_hash()).arg(entries.len());
-    for e in entries {
-        cmd.arg(e.key.as_str());
+    cmd.arg(SCRIPT.get_hash()).arg(part.keys.len());
+    for k in &part.keys {
+        cmd.arg(k.as_str());
     }
-    cmd.arg(op as u8).arg(at.arg()).arg(cost);
-    for e in entries {
-        let [a, b, c] = params(e.limit);
-        cmd.arg(port(e.limit.algorithm()).tag).arg(a).arg(b).arg(c);
-    }
+    cmd.arg(part.op as u8).arg(part.at.arg());
+    part.entry_args(&mut cmd);
     cmd
 }
 
 /// Every script a store may run: the general one and each algorithm's single-entry one, to
 /// load once per connection (and once again after Redis lost them).
 pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
-    std::iter::once(&*SCRIPT).chain(PORTS.iter().map(|p| &p.single))
+    [&*SCRIPT, &*BATCH_SCRIPT]
+        .into_iter()
+        .chain(PORTS.iter().map(|p| &p.single))
 }
 
-/// Decodes a script's reply for `entries` at `cost` into the instant the script used (none
+/// One request's call, owned (a queued request waits while its caller's borrowed request
+/// stays with the caller): op, clock, and each entry's key, row, cost and parameters. Sent as
+/// its own call ([`invocation`]) or as a share of a batch ([`batch_invocation`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    op: Op,
+    at: TimeSource,
+    keys: SmallVec<[Key; 2]>,
+    entries: SmallVec<[PartEntry; 2]>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PartEntry {
+    port: u8,
+    cost: u64,
+    params: [u64; 3],
+}
+
+impl Part {
+    /// `op` on `entries` (one slot on a cluster) on clock `at`.
+    pub(crate) fn new(op: Op, entries: &[&Entry<'_>], at: TimeSource) -> Part {
+        Part {
+            op,
+            at,
+            keys: entries.iter().map(|e| e.key.clone()).collect(),
+            entries: entries
+                .iter()
+                .map(|e| PartEntry {
+                    port: port_index(e.limit.algorithm()),
+                    cost: e.cost,
+                    params: params(e.limit),
+                })
+                .collect(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Each entry's tag and arguments, as `lua/request.lua` reads them: the row's
+    /// single-entry arguments (GCRA: inc and tau; the others: cost and three parameters).
+    fn entry_args(&self, cmd: &mut Cmd) {
+        for e in &self.entries {
+            let row = &PORTS[usize::from(e.port)];
+            cmd.arg(row.tag);
+            for a in (row.single_args)(e.cost, e.params) {
+                cmd.arg(a);
+            }
+        }
+    }
+
+    /// Integers its reply holds after `now`: one per GCRA entry, four per other entry.
+    fn reply_len(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|e| reply_width(PORTS[usize::from(e.port)].reply))
+            .sum()
+    }
+}
+
+/// Integers one entry's answer takes in a general or batch reply.
+fn reply_width(reply: Reply) -> usize {
+    match reply {
+        Reply::Decision => 4,
+        Reply::GcraUsed => 1,
+    }
+}
+
+/// The `EVALSHA` of the batch script for `parts` (`lua/batch.lua`): every part's keys, then
+/// per part a header (op, whether a clock follows, entry count), the clock unless it is the
+/// server's, and its entries.
+pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    let keys: usize = parts.iter().map(|p| p.len()).sum();
+    cmd.arg(BATCH_SCRIPT.get_hash()).arg(keys);
+    for p in parts {
+        for k in &p.keys {
+            cmd.arg(k.as_str());
+        }
+    }
+    for p in parts {
+        let clock = p.at != TimeSource::Server;
+        cmd.arg(p.op as usize + 4 * usize::from(clock) + 8 * p.len());
+        if clock {
+            cmd.arg(p.at.arg());
+        }
+        p.entry_args(&mut cmd);
+    }
+    cmd
+}
+
+/// Splits the batch script's reply into each part's own reply, shaped as the general script
+/// answers (`{ now, four integers per entry }`, decoded by [`decode`]), or that part's own
+/// failure (a string in the reply, see `lua/batch.lua`).
+///
+/// # Errors
+/// [`StoreError::Protocol`] when the reply does not have the parts' shape (every part fails).
+pub(crate) fn split_batch(
+    reply: Value,
+    parts: &[&Part],
+) -> Result<Vec<Result<Value, StoreError>>, StoreError> {
+    let bad = |what: String| StoreError::Protocol(format!("batch script reply: {what}"));
+    let Value::Array(items) = reply else {
+        return Err(bad(format!("expected an array, got {reply:?}")));
+    };
+    let mut items = items.into_iter();
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        match items.next() {
+            Some(Value::BulkString(message)) => {
+                out.push(Err(crate::error::in_batch(
+                    String::from_utf8_lossy(&message).into_owned(),
+                )));
+            }
+            Some(Value::SimpleString(message)) => out.push(Err(crate::error::in_batch(message))),
+            Some(now) => {
+                let len = p.reply_len();
+                let mut own = Vec::with_capacity(1 + len);
+                own.push(now);
+                own.extend(items.by_ref().take(len));
+                if own.len() != 1 + len {
+                    return Err(bad(format!("request {i} is cut short")));
+                }
+                out.push(Ok(Value::Array(own)));
+            }
+            None => return Err(bad(format!("no answer for request {i}"))),
+        }
+    }
+    if items.next().is_some() {
+        return Err(bad("more values than requests".to_owned()));
+    }
+    Ok(out)
+}
+
+/// Decodes a script's reply for `entries` (each at its own cost) into the instant the script used (none
 /// when it read no clock) and one decision per entry. Every reply is read as one shape,
 /// `{ now, (verdict, b, c, d) × n }`, a one-integer reply being a single entry's verdict with
 /// neither instant nor the other three; each entry's row says what its four mean.
@@ -318,11 +480,10 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
 pub(crate) fn decode(
     reply: Value,
     entries: &[&Entry<'_>],
-    cost: u64,
 ) -> Result<(Option<u64>, SmallVec<[Decision; 2]>), StoreError> {
     let bad = |what: &str| StoreError::Protocol(format!("script reply: {what}"));
     let (now, ints) = match reply {
-        Value::Int(verdict) if entries.len() == 1 => (None, vec![verdict, 0, 0, 0]),
+        Value::Int(verdict) if entries.len() == 1 => (None, vec![verdict]),
         Value::Array(items) => {
             let mut ints = Vec::with_capacity(items.len());
             for v in items {
@@ -339,19 +500,28 @@ pub(crate) fn decode(
         }
         other => return Err(bad(&format!("expected an array, got {other:?}"))),
     };
-    let n = entries.len();
-    if ints.len() != 4 * n {
+    let widths: SmallVec<[usize; 2]> = entries
+        .iter()
+        .map(|e| reply_width(port(e.limit.algorithm()).reply))
+        .collect();
+    let expected: usize = widths.iter().sum();
+    if ints.len() != expected {
         return Err(bad(&format!(
-            "expected {} integers for {n} entries, got {}",
-            1 + 4 * n,
+            "expected {} integers for {} entries, got {}",
+            1 + expected,
+            entries.len(),
             1 + ints.len()
         )));
     }
-    let decisions = entries
-        .iter()
-        .zip(ints.chunks_exact(4))
-        .map(|(e, four)| decide(e.limit, cost, [four[0], four[1], four[2], four[3]]))
-        .collect::<Result<_, _>>()?;
+    let mut rest = &ints[..];
+    let mut decisions = SmallVec::new();
+    for (e, &w) in entries.iter().zip(&widths) {
+        let (own, after) = rest.split_at(w);
+        rest = after;
+        let mut four = [0_i64; 4];
+        four[..w].copy_from_slice(own);
+        decisions.push(decide(e.limit, e.cost, four)?);
+    }
     Ok((now, decisions))
 }
 
@@ -508,10 +678,10 @@ mod tests {
                 Value::Int(0),
             ]),
         ] {
-            let err = decode(reply.clone(), &one, 1).expect_err("malformed");
+            let err = decode(reply.clone(), &one).expect_err("malformed");
             assert!(matches!(err, StoreError::Protocol(_)), "{reply:?}: {err}");
         }
-        let (now, d) = decode(ints(&[7, -1, 3, 10, 25]), &one, 1).expect("well formed");
+        let (now, d) = decode(ints(&[7, -1, 3, 10, 25]), &one).expect("well formed");
         assert_eq!(now, Some(7));
         assert!(!d[0].allowed);
         assert_eq!(d[0].limit, 5);
@@ -520,12 +690,8 @@ mod tests {
         // Two entries, one of each reply: each read by its own row.
         let gcra = self::limit(Algorithm::Gcra, 5);
         let second = Entry::new(&gcra, Key::new(&Namespace::default(), &gcra, &[("u", "1")]));
-        let (_, d) = decode(
-            ints(&[7, 1, 4, 10, -1, 400_000, 0, 0, 0]),
-            &[&entry, &second],
-            1,
-        )
-        .expect("well formed");
+        let (_, d) =
+            decode(ints(&[7, 1, 4, 10, -1, 400_000]), &[&entry, &second]).expect("well formed");
         assert!(d[0].allowed && d[0].remaining == 4, "{d:?}");
         assert!(d[1].allowed && d[1].remaining == 3, "{d:?}");
         assert_eq!(d[1].reset_after, Duration::from_millis(400));
@@ -542,9 +708,10 @@ mod tests {
             &limit,
             Key::new(&Namespace::default(), &limit, &[("u", "1")]),
         );
-        let one = [&entry];
-        let decide =
-            |reply: Value, cost: u64| decode(reply, &one, cost).map(|(now, d)| (now, d[0]));
+        let decide = |reply: Value, cost: u64| {
+            let entry = entry.clone().with_cost(cost);
+            decode(reply, &[&entry]).map(|(now, d)| (now, d[0]))
+        };
         // Admitted, 2 units now used: 3 left, full again in 400 ms.
         let (now, d) = decide(Value::Int(400_000), 1).expect("valid");
         assert_eq!(now, None);

@@ -5,6 +5,9 @@
 //! - **One multiplexed connection, no pool**: the `redis` crate's `ConnectionManager`
 //!   pipelines concurrent calls on one connection and reconnects after a failure; a pool
 //!   would only add sockets (measured: one connection carries 100k+ EVALSHA/s).
+//! - **Coalesced calls** (`coalesce.rs`, on by default): requests that arrive while calls to
+//!   the same Redis (slot) are in flight go next as one call of the batch script; a lone
+//!   request goes out at once, as it would without coalescing.
 //! - **Group by slot before calling**: a cluster refuses a script over keys of several slots,
 //!   so entries are grouped by [`slot_of`] (always one group on a single Redis) — see the
 //!   crate docs for the guarantee across groups.
@@ -30,10 +33,11 @@ use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, Key, Request, Store, StoreError, Timestamp};
 
 use crate::breaker::Breaker;
+use crate::coalesce::Coalescer;
 use crate::error::classify;
 use crate::patience::{GaveUp, Patience};
 use crate::resets::reset_channel;
-use crate::script::{Op, TimeSource, all_scripts, decode, invocation};
+use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation};
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
 
@@ -62,6 +66,8 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    /// Queues of requests waiting for a call in flight (`None`: coalescing off).
+    coalescer: Option<Coalescer>,
     scripts: Scripts,
     timeout: Duration,
     patience: Patience,
@@ -104,9 +110,15 @@ impl RedisStore {
         timeout: Duration,
         breaker: Breaker,
         target: String,
+        max_batch: Option<usize>,
     ) -> RedisStore {
+        let queues = match connection {
+            Connection::Single(_) => 1,
+            Connection::Cluster(_) => SLOTS,
+        };
         RedisStore {
             inner: Arc::new(Inner {
+                coalescer: max_batch.map(|max| Coalescer::new(queues, max)),
                 connection,
                 scripts: Scripts::default(),
                 timeout,
@@ -115,6 +127,57 @@ impl RedisStore {
                 target,
             }),
         }
+    }
+
+    /// Sends `requests` as one call of the batch script, each decided on its own (all or
+    /// nothing within it) in order, whatever else is in flight: what a coalesced call does,
+    /// on demand. Not part of the API: for the differential test and the benchmark, which need
+    /// a batch of a known composition. On a cluster every key must be in one slot.
+    #[doc(hidden)]
+    pub async fn decide_batch(
+        &self,
+        requests: &[(&Request<'_>, tollgate::Op)],
+        now: Option<Timestamp>,
+    ) -> Vec<Result<Decisions, StoreError>> {
+        let at = match now {
+            Some(t) => TimeSource::Caller(t.as_micros()),
+            None => TimeSource::Server,
+        };
+        let entries: Vec<SmallVec<[&Entry<'_>; 2]>> = requests
+            .iter()
+            .map(|(r, _)| r.entries().iter().collect())
+            .collect();
+        let parts: Vec<Part> = requests
+            .iter()
+            .zip(&entries)
+            .map(|((_, op), e)| Part::new(Op::from(*op), e, at))
+            .collect();
+        let parts: Vec<&Part> = parts.iter().collect();
+        crate::coalesce::batch(self, &parts)
+            .await
+            .into_iter()
+            .zip(&entries)
+            .map(|(reply, e)| {
+                let (_, decisions) = decode(reply?, e)?;
+                Ok(decisions.into_iter().collect())
+            })
+            .collect()
+    }
+
+    /// Batch calls this store has made (coalesced calls of two requests or more, and
+    /// [`RedisStore::decide_batch`]); 0 when coalescing is off. Not part of the API: tests
+    /// use it to see that coalescing happened (the metric is process-wide).
+    #[doc(hidden)]
+    pub fn batches(&self) -> u64 {
+        self.coalescer()
+            .map_or(0, |c| c.batches.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The requests those batch calls carried. Not part of the API (the benchmark).
+    #[doc(hidden)]
+    pub fn batched_requests(&self) -> u64 {
+        self.coalescer()
+            .map_or(0, |c| c.batched.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Whether this store talks to a cluster.
@@ -127,6 +190,11 @@ impl RedisStore {
     /// For status pages and gauges; a call never needs to ask.
     pub fn circuit_open(&self) -> bool {
         self.inner.breaker.is_open()
+    }
+
+    /// The queues of coalesced calls, when coalescing is on.
+    pub(crate) fn coalescer(&self) -> Option<&Coalescer> {
+        self.inner.coalescer.as_ref()
     }
 
     /// Runs `call` under the breaker and the timeout.
@@ -150,7 +218,7 @@ impl RedisStore {
     /// script is loaded again, by one call while the others that met the same loss wait for
     /// it (`reload_scripts`), and the call is sent again; should the cache be flushed again
     /// meanwhile, this tries twice more before giving up.
-    async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+    pub(crate) async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut attempts = 0;
         loop {
             let loaded = self.inner.scripts.generation();
@@ -171,6 +239,21 @@ impl RedisStore {
                 }
                 other => return other.map_err(classify),
             }
+        }
+    }
+
+    /// [`RedisStore::eval`] within the store's timeout, measured as every call's is (Redis's
+    /// silence, see [`Patience`]): a coalesced call, which no caller's own timeout bounds
+    /// (`coalesce.rs`).
+    pub(crate) async fn eval_timed(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        match self
+            .inner
+            .patience
+            .wait(self.inner.timeout, self.eval(cmd))
+            .await
+        {
+            Ok(r) => r,
+            Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
         }
     }
 
@@ -195,36 +278,45 @@ impl RedisStore {
         &self,
         op: Op,
         entries: &[&Entry<'_>],
-        cost: u64,
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let inv = invocation(op, entries, cost, at);
-        let mut decided = match self.run_once(&inv, entries, cost, at).await {
+        let inv = Part::new(op, entries, at);
+        let mut decided = match self.run_once(&inv, entries, at).await {
             // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
             // check's script may have run and charged before its reply was lost, so only a
             // peek, which writes nothing, is sent again (once, on the reconnected connection).
             Err(StoreError::Connection(cause)) if op == Op::Peek => {
                 tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                self.run_once(&inv, entries, cost, at).await?
+                self.run_once(&inv, entries, at).await?
             }
             other => other?,
         };
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            decided = self.run_once(&inv, entries, cost, at).await?;
+            decided = self.run_once(&inv, entries, at).await?;
         }
         Ok(decided)
     }
 
+    /// One call of `inv`: its own, or through the coalescer (sent at once when no call of its
+    /// queue is in flight, else as part of the next batch).
     async fn run_once(
         &self,
-        inv: &Cmd,
+        inv: &Part,
         entries: &[&Entry<'_>],
-        cost: u64,
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let reply = self.eval(inv).await?;
-        let (now, decisions) = decode(reply, entries, cost)?;
+        let reply = match self.coalescer() {
+            None => self.eval(&invocation(inv)).await?,
+            Some(c) => {
+                let queue = match (&self.inner.connection, entries.first()) {
+                    (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
+                    _ => 0,
+                };
+                c.call(self, queue, inv).await?
+            }
+        };
+        let (now, decisions) = decode(reply, entries)?;
         let undo_at = match (at, now) {
             (TimeSource::Caller(t), _) => TimeSource::Caller(t),
             (_, Some(t)) => TimeSource::ServerInstant(t),
@@ -240,7 +332,6 @@ impl RedisStore {
         op: Op,
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
-        let cost = request.cost();
         let at = match now {
             Some(t) => TimeSource::Caller(t.as_micros()),
             None => TimeSource::Server,
@@ -248,7 +339,7 @@ impl RedisStore {
         let groups = self.groups(entries);
         if groups.len() == 1 {
             let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-            let (_, decisions) = self.run_group(op, &group, cost, at).await?;
+            let (_, decisions) = self.run_group(op, &group, at).await?;
             return Ok(decisions.into_iter().collect());
         }
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
@@ -256,10 +347,10 @@ impl RedisStore {
         let mut denied_at = None;
         for (g, group) in groups.iter().enumerate() {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            let (undo_at, decisions) = match self.run_group(op, &members, cost, at).await {
+            let (undo_at, decisions) = match self.run_group(op, &members, at).await {
                 Ok(r) => r,
                 Err(e) => {
-                    self.give_back(entries, &charged, cost).await;
+                    self.give_back(entries, &charged).await;
                     return Err(e);
                 }
             };
@@ -278,13 +369,13 @@ impl RedisStore {
         }
         if let Some(g) = denied_at {
             // Undo the groups already charged, and tell the rest how they stand.
-            for (i, d) in self.give_back(entries, &charged, cost).await {
+            for (i, d) in self.give_back(entries, &charged).await {
                 out[i] = Some(d);
             }
             for group in &groups[g + 1..] {
                 let members: SmallVec<[&Entry<'_>; 2]> =
                     group.iter().map(|&i| &entries[i]).collect();
-                let (_, decisions) = self.run_group(Op::Peek, &members, cost, at).await?;
+                let (_, decisions) = self.run_group(Op::Peek, &members, at).await?;
                 for (&i, d) in group.iter().zip(decisions) {
                     out[i] = Some(d);
                 }
@@ -295,14 +386,13 @@ impl RedisStore {
             .collect()
     }
 
-    /// Gives back `cost` on every charged group, each on the clock it was charged on (best
-    /// effort: a failure leaves the units taken until they replenish, and is logged). Returns
-    /// the decisions after the give-back.
+    /// Gives back each entry's cost on every charged group, each on the clock it was charged
+    /// on (best effort: a failure leaves the units taken until they replenish, and is
+    /// logged). Returns the decisions after the give-back.
     async fn give_back(
         &self,
         entries: &[Entry<'_>],
         charged: &[(&Group, TimeSource)],
-        cost: u64,
     ) -> Vec<(usize, Decision)> {
         let mut out = Vec::new();
         if charged.is_empty() {
@@ -310,7 +400,7 @@ impl RedisStore {
         }
         for &(group, at) in charged {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            match self.run_group(Op::GiveBack, &members, cost, at).await {
+            match self.run_group(Op::GiveBack, &members, at).await {
                 Ok((_, decisions)) => out.extend(group.iter().copied().zip(decisions)),
                 Err(e) => tracing::warn!(
                     cause = %e,
@@ -443,6 +533,9 @@ impl Scripts {
     }
 }
 
+/// Redis Cluster's hash slots: one coalescing queue each.
+const SLOTS: usize = 16_384;
+
 /// Indices of a request's entries that share a slot.
 type Group = SmallVec<[usize; 2]>;
 
@@ -453,11 +546,7 @@ impl Store for RedisStore {
         op: tollgate::Op,
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
-        let op = match op {
-            tollgate::Op::Check => Op::Check,
-            tollgate::Op::Peek => Op::Peek,
-        };
-        self.guarded(self.decide(request, now, op)).await
+        self.guarded(self.decide(request, now, Op::from(op))).await
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {

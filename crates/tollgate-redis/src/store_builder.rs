@@ -9,6 +9,7 @@ use redis::cluster::ClusterClientBuilder;
 use tollgate::StoreError;
 
 use crate::breaker::Breaker;
+use crate::coalesce::DEFAULT_MAX_BATCH;
 use crate::error::classify;
 use crate::store::{Connection, RedisStore};
 
@@ -33,6 +34,7 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     failure_threshold: u32,
     cool_down: Duration,
+    max_batch: Option<usize>,
 }
 
 impl RedisStoreBuilder {
@@ -43,6 +45,7 @@ impl RedisStoreBuilder {
             connect_timeout: Duration::from_secs(1),
             failure_threshold: DEFAULT_FAILURE_THRESHOLD,
             cool_down: DEFAULT_COOL_DOWN,
+            max_batch: Some(DEFAULT_MAX_BATCH),
         }
     }
 
@@ -65,6 +68,24 @@ impl RedisStoreBuilder {
     pub fn circuit_breaker(mut self, failures: u32, cool_down: Duration) -> Self {
         self.failure_threshold = failures;
         self.cool_down = cool_down;
+        self
+    }
+
+    /// Whether concurrent requests bound for the same Redis (the same slot on a cluster) are
+    /// coalesced (default on): a request that finds a call in flight waits for it to end and
+    /// then goes with every other request that queued meanwhile, as one `EVALSHA` of the batch
+    /// script, which decides each request on its own (all or nothing within it). A lone
+    /// request goes out at once, as without coalescing. See [`RedisStoreBuilder::max_batch`].
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.max_batch = on.then_some(self.max_batch.unwrap_or(DEFAULT_MAX_BATCH));
+        self
+    }
+
+    /// The most requests one coalesced call carries (default [`DEFAULT_MAX_BATCH`]; at least
+    /// 1, which sends every queued request as its own call). More queued requests wait for
+    /// the next call that ends, oldest first. Turns coalescing on.
+    pub fn max_batch(mut self, requests: usize) -> Self {
+        self.max_batch = Some(requests.max(1));
         self
     }
 
@@ -103,6 +124,7 @@ impl RedisStoreBuilder {
             self.timeout,
             Breaker::new(self.failure_threshold, self.cool_down),
             describe(&self.target),
+            self.max_batch,
         );
         // Once per connection, so that the first burst of calls finds every script.
         store.load_scripts().await?;
@@ -138,6 +160,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("failure_threshold", &self.failure_threshold)
             .field("cool_down", &self.cool_down)
+            .field("max_batch", &self.max_batch)
             .finish()
     }
 }

@@ -117,7 +117,14 @@ pub struct StoreConfig {
     /// Refusals the exact deny cache remembers; 0 when it is off (`deny_cache = false`, and
     /// by default on the memory store, where a refusal costs no round trip anyway).
     pub deny_cache_entries: usize,
+    /// Redis only: the most requests one coalesced call carries, `None` when coalescing is
+    /// off (`coalesce = false`); default on, [`tollgate_redis::DEFAULT_MAX_BATCH`] requests.
+    pub max_batch: Option<usize>,
 }
+
+/// The largest `store.max_batch` accepted: a batch runs as one script, which blocks Redis
+/// while it runs.
+pub const MAX_MAX_BATCH: usize = 1024;
 
 /// Which store holds the counters.
 #[derive(Debug, Clone, PartialEq, Eq)]

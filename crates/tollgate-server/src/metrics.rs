@@ -133,6 +133,14 @@ fn describe() {
     ] {
         metrics::describe_counter!(name, help);
     }
+    metrics::describe_counter!(
+        "tollgate_redis_batches_total",
+        "Coalesced Redis calls (one EVALSHA of the batch script for requests that queued)"
+    );
+    metrics::describe_counter!(
+        "tollgate_redis_batched_requests_total",
+        "Requests carried by coalesced Redis calls (÷ batches = mean batch size)"
+    );
 }
 
 /// Whether the store answered the health probe (set at each scrape).

@@ -59,14 +59,17 @@ impl AnyStore {
             }
             Backend::Redis(url) => {
                 let url = url.expose().to_owned();
-                let timeout = config.timeout;
-                let builder = move || RedisStore::builder(url.clone()).timeout(timeout);
+                let (timeout, batch) = (config.timeout, config.max_batch);
+                let builder =
+                    move || coalescing(RedisStore::builder(url.clone()), batch).timeout(timeout);
                 (connect(builder).await?, "redis")
             }
             Backend::Cluster(urls) => {
                 let urls: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
-                let timeout = config.timeout;
-                let builder = move || RedisStore::cluster_builder(urls.clone()).timeout(timeout);
+                let (timeout, batch) = (config.timeout, config.max_batch);
+                let builder = move || {
+                    coalescing(RedisStore::cluster_builder(urls.clone()), batch).timeout(timeout)
+                };
                 (connect(builder).await?, "redis_cluster")
             }
         };
@@ -264,4 +267,12 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     out
+}
+
+/// `builder` with coalesced calls of at most `max_batch` requests, or none (`None`).
+fn coalescing(builder: RedisStoreBuilder, max_batch: Option<usize>) -> RedisStoreBuilder {
+    match max_batch {
+        Some(n) => builder.max_batch(n),
+        None => builder.coalesce(false),
+    }
 }

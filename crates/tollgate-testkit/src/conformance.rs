@@ -39,6 +39,8 @@ macro_rules! conformance_suite {
             retry_after_is_exact,
             cost_above_one,
             cost_too_large_is_an_error,
+            mixed_costs_are_all_or_nothing,
+            mixed_costs_exact_under_concurrent_tasks,
             multi_limit_is_all_or_nothing,
             one_limit_two_keys_is_all_or_nothing,
             keys_are_independent,
@@ -103,6 +105,16 @@ impl<S: Store> Harness<S> {
         cost: u64,
     ) -> Result<Verdict, CheckError> {
         let request = self.limiter.prepare_keyed(items, cost)?;
+        Ok(self.limiter.decide(&request, Op::Check).await)
+    }
+
+    /// A check of several (limit, key parts, cost) triples, each at its own cost, all or
+    /// nothing.
+    async fn check_costed(
+        &self,
+        items: &[tollgate::CostedLimit<'_, &str>],
+    ) -> Result<Verdict, CheckError> {
+        let request = self.limiter.prepare_keyed_costs(items)?;
         Ok(self.limiter.decide(&request, Op::Check).await)
     }
 
@@ -429,6 +441,121 @@ pub async fn cost_above_one<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
         assert!(v.outcome() == Outcome::Allowed, "{n}: 2 fit in 2");
         assert_eq!(v.decision().remaining, 0, "{n}");
         h.advance(Duration::from_secs(120));
+    }
+}
+
+/// The algorithm after `a` in [`Algorithm::ALL`] (wrapping), so that mixed-cost requests
+/// also mix algorithms.
+fn next_algorithm(a: Algorithm) -> Algorithm {
+    let all = Algorithm::ALL;
+    let i = all.iter().position(|&b| b == a).unwrap_or(0);
+    all[(i + 1) % all.len()]
+}
+
+/// A request whose entries ask different costs is decided all or nothing, each entry at its
+/// own cost: admitted, each is charged its own cost; refused by one, none is charged; each
+/// cost is validated against its own limit.
+pub async fn mixed_costs_are_all_or_nothing<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let mut limits = Vec::new();
+    for a in Algorithm::ALL {
+        limits.push(limit_for("mixa", a, 10, Duration::from_secs(60)));
+        limits.push(limit_for("mixb", a, 5, Duration::from_secs(60)));
+    }
+    let h = Harness::new(clock, fixture, limits);
+    h.advance(Duration::from_secs(1));
+    let user: &[(&str, &str)] = &[("user", "u")];
+    for a in Algorithm::ALL {
+        let big = name("mixa", a);
+        let small = name("mixb", next_algorithm(a));
+        let ctx = format!("{big} + {small}");
+        let check = |cost_big: u64, cost_small: u64| {
+            let (h, big, small) = (&h, big.clone(), small.clone());
+            async move {
+                h.check_costed(&[(&big, user, cost_big), (&small, user, cost_small)])
+                    .await
+                    .expect("valid")
+            }
+        };
+        let v = check(4, 2).await;
+        from_store(&v, &ctx);
+        assert!(v.outcome() == Outcome::Allowed, "{ctx}: {v:?}");
+        let left: Vec<u64> = v.decisions().iter().map(|d| d.decision.remaining).collect();
+        assert_eq!(left, [6, 3], "{ctx}: each charged its own cost");
+        let v = check(4, 2).await;
+        assert!(v.outcome() == Outcome::Allowed, "{ctx}: {v:?}");
+        // 2 and 1 left: the small limit refuses 2, so the big one is not charged its 1.
+        let v = check(1, 2).await;
+        from_store(&v, &ctx);
+        assert!(v.outcome() != Outcome::Allowed, "{ctx}: 2 > 1 left");
+        assert!(v.decisions()[0].decision.allowed, "{ctx}: 1 ≤ 2 alone");
+        assert!(!v.decisions()[1].decision.allowed, "{ctx}");
+        assert_eq!(h.peek(&big, "u", 1).await.decision().remaining, 2, "{ctx}");
+        assert_eq!(
+            h.peek(&small, "u", 1).await.decision().remaining,
+            1,
+            "{ctx}"
+        );
+        // Both fit exactly.
+        let v = check(2, 1).await;
+        assert!(v.outcome() == Outcome::Allowed, "{ctx}: {v:?}");
+        let left: Vec<u64> = v.decisions().iter().map(|d| d.decision.remaining).collect();
+        assert_eq!(left, [0, 0], "{ctx}");
+        // Validated per entry, naming the limit whose capacity the cost exceeds.
+        let err = h
+            .check_costed(&[(&big, user, 10), (&small, user, 6)])
+            .await
+            .expect_err("6 > capacity 5");
+        assert!(
+            matches!(&err, CheckError::CostExceedsCapacity { limit, cost: 6, capacity: 5 } if *limit == small),
+            "{ctx}: {err}"
+        );
+        let err = h
+            .check_costed(&[(&big, user, 0), (&small, user, 1)])
+            .await
+            .expect_err("cost 0");
+        assert!(matches!(err, CheckError::ZeroCost), "{ctx}: {err}");
+        h.advance(Duration::from_secs(120));
+    }
+}
+
+/// Concurrent requests of mixed costs admit exactly what fits in the tighter limit, and the
+/// other limit is charged for the admitted requests only.
+pub async fn mixed_costs_exact_under_concurrent_tasks<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let mut limits = Vec::new();
+    for a in Algorithm::ALL {
+        limits.push(limit_for("mixrace", a, 100, Duration::from_secs(60)));
+        limits.push(limit_for("mixtight", a, 30, Duration::from_secs(60)));
+    }
+    let h = std::sync::Arc::new(Harness::new(clock, fixture, limits));
+    for a in Algorithm::ALL {
+        let wide = name("mixrace", a);
+        let tight = name("mixtight", next_algorithm(a));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (h, wide, tight) = (h.clone(), wide.clone(), tight.clone());
+                tokio::spawn(async move {
+                    let user: &[(&str, &str)] = &[("user", "u")];
+                    h.check_costed(&[(&wide, user, 2), (&tight, user, 3)])
+                        .await
+                        .expect("valid")
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            let v = t.await.expect("task");
+            from_store(&v, &wide);
+            admitted += u64::from(v.outcome() == Outcome::Allowed);
+        }
+        assert_eq!(admitted, 10, "{wide} + {tight}: 10 × 3 fit in 30");
+        assert_eq!(
+            h.peek(&wide, "u", 1).await.decision().remaining,
+            100 - 2 * 10,
+            "{wide}: charged for the admitted requests only"
+        );
     }
 }
 

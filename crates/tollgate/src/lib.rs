@@ -88,7 +88,7 @@ pub use key::{BuildKeyHasher, KeyHasher};
 pub use key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
 pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN, validate_name};
 pub use limit_error::LimitError;
-pub use limiter::{KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
+pub use limiter::{CostedLimit, KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
 pub use namespace::Namespace;
 pub use on_store_error::OnStoreError;
 pub use op::Op;

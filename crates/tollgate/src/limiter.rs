@@ -35,6 +35,9 @@ use crate::{
 /// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
 pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
 
+/// One (limit name, key parts, cost) triple of [`Limiter::prepare_keyed_costs`].
+pub type CostedLimit<'a, V> = (&'a str, &'a [(&'a str, V)], u64);
+
 /// How long a request denied by a `deny` policy is told to wait.
 pub const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -295,6 +298,23 @@ impl<S: Store> Limiter<S> {
         Request::new(entries, cost)
     }
 
+    /// Prepares a check of several (limit, key) pairs, each with its own key parts and its
+    /// own cost, decided all or nothing in one store call (an Envoy request whose
+    /// descriptors ask different `hits_addend`s).
+    ///
+    /// # Errors
+    /// As [`Limiter::prepare`], for each entry's cost.
+    pub fn prepare_keyed_costs<V: AsRef<[u8]>>(
+        &self,
+        items: &[CostedLimit<'_, V>],
+    ) -> Result<Request<'_>, CheckError> {
+        let mut entries: SmallVec<[Entry<'_>; 2]> = SmallVec::new();
+        for &(name, key, cost) in items {
+            entries.push(self.entry(name, key)?.with_cost(cost));
+        }
+        Request::with_costs(entries)
+    }
+
     /// Decides a prepared request: [`Op::Check`] charges the enforced limits all or nothing,
     /// [`Op::Peek`] charges nothing. Shadow entries are decided after the enforced ones, each
     /// on its own, charged only when the enforced ones admit a check. A store failure is
@@ -547,11 +567,7 @@ impl<S: Store> Limiter<S> {
         let entries = request.entries();
         let hits: SmallVec<[Option<Duration>; 2]> = entries
             .iter()
-            .map(|e| {
-                cache
-                    .get(&e.key, request.cost(), asked_at)
-                    .map(|h| h.retry_after)
-            })
+            .map(|e| cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after))
             .collect();
         if hits.iter().all(Option::is_none) {
             return None;
@@ -679,7 +695,7 @@ fn remember_denials(
     for (e, d) in request.entries().iter().zip(decisions) {
         match (d.source, d.decision.allowed, d.decision.retry_after) {
             (Source::Store, false, Some(retry_after)) => {
-                cache.insert(&e.key, request.cost(), asked_at, retry_after);
+                cache.insert(&e.key, e.cost, asked_at, retry_after);
             }
             (Source::Store, true, _) if charged => cache.forget(&e.key),
             _ => {}
@@ -693,7 +709,7 @@ fn subset<'a>(request: &Request<'a>, indices: &[usize]) -> Request<'a> {
         .iter()
         .map(|&i| request.entries()[i].clone())
         .collect();
-    Request::from_validated(entries, request.cost())
+    Request::from_validated(entries)
 }
 
 fn limit_decision(entry: &Entry<'_>, decision: Decision, source: Source) -> LimitDecision {

@@ -1,10 +1,15 @@
-//! A validated request to a store: which (limit, key) pairs, at what cost.
+//! A validated request to a store: which (limit, key) pairs, each at what cost.
 //!
 //! A request is the prepared form of a check: [`crate::Limiter::prepare`] builds each key
 //! once and validates once, and the same request can then be decided ([`crate::Op::Check`] or
-//! [`crate::Op::Peek`]) or reset. Stores can rely on what [`Request::new`] checked: at least one
-//! entry, no (limit, key) twice, and a cost between 1 and every limit's capacity. So no store
-//! re-validates, and "cost too large" is decided once, apart from "not now".
+//! [`crate::Op::Peek`]) or reset. Stores can rely on what [`Request::new`] and
+//! [`Request::with_costs`] checked: at least one entry, no (limit, key) twice, and each entry's
+//! cost between 1 and its limit's capacity. So no store re-validates, and "cost too large" is
+//! decided once, apart from "not now".
+//!
+//! The cost is the entry's, not the request's: an Envoy request may ask a different
+//! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision
+//! (one store call). Most requests have one cost for every entry ([`Request::new`]).
 
 use smallvec::SmallVec;
 
@@ -20,6 +25,9 @@ pub struct Entry<'a> {
     /// Decided but never refusing: the [`crate::Limiter`] checks shadow entries apart from the
     /// others, after them, and counts their would-be denials. Stores ignore it.
     pub shadow: bool,
+    /// Units this entry asks of its limit: set by [`Request::new`] for every entry, or by
+    /// [`Entry::with_cost`] for a request built by [`Request::with_costs`].
+    pub cost: u64,
 }
 
 impl<'a> Entry<'a> {
@@ -30,20 +38,28 @@ impl<'a> Entry<'a> {
             shadow: limit.is_shadow(),
             limit,
             key,
+            cost: 1,
         }
+    }
+
+    /// The same entry asking `cost` units (validated by [`Request::with_costs`]).
+    #[inline]
+    #[must_use]
+    pub fn with_cost(mut self, cost: u64) -> Entry<'a> {
+        self.cost = cost;
+        self
     }
 }
 
-/// One or several (limit, key) pairs decided together, all or nothing, at one cost. One limit
-/// may appear with several keys (an Envoy request limiting two clients at once).
+/// One or several (limit, key) pairs decided together, all or nothing, each at its own cost.
+/// One limit may appear with several keys (an Envoy request limiting two clients at once).
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
     entries: SmallVec<[Entry<'a>; 2]>,
-    cost: u64,
 }
 
 impl<'a> Request<'a> {
-    /// A request for `entries` at `cost`.
+    /// A request for `entries`, every one at `cost` (whatever cost they carried).
     ///
     /// # Errors
     /// [`CheckError::NoLimits`], [`CheckError::DuplicateLimit`], [`CheckError::ZeroCost`] or
@@ -56,30 +72,50 @@ impl<'a> Request<'a> {
         // Pushed one by one: `collect` goes through `SmallVec::extend`, which does not inline
         // and costs a single-entry request more than the rest of a memory-store check.
         let mut list: SmallVec<[Entry<'a>; 2]> = SmallVec::new();
+        for mut e in entries {
+            e.cost = cost;
+            list.push(e);
+        }
+        Request::validated(list)
+    }
+
+    /// A request for `entries`, each at its own [`Entry::cost`] (see [`Entry::with_cost`]):
+    /// still decided all or nothing, in one store call.
+    ///
+    /// # Errors
+    /// As [`Request::new`], for each entry's cost.
+    pub fn with_costs(
+        entries: impl IntoIterator<Item = Entry<'a>>,
+    ) -> Result<Request<'a>, CheckError> {
+        let mut list: SmallVec<[Entry<'a>; 2]> = SmallVec::new();
         for e in entries {
             list.push(e);
         }
-        let entries = list;
+        Request::validated(list)
+    }
+
+    #[inline(always)]
+    fn validated(entries: SmallVec<[Entry<'a>; 2]>) -> Result<Request<'a>, CheckError> {
         if entries.is_empty() {
             return Err(CheckError::NoLimits);
         }
-        if cost == 0 {
-            return Err(CheckError::ZeroCost);
-        }
         for (i, e) in entries.iter().enumerate() {
+            if e.cost == 0 {
+                return Err(CheckError::ZeroCost);
+            }
             if entries[..i].iter().any(|p| p.key == e.key) {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
-            fits(e.limit, cost)?;
+            fits(e.limit, e.cost)?;
         }
-        Ok(Request { entries, cost })
+        Ok(Request { entries })
     }
 
-    /// Entries already validated as part of a request of the same cost: a subset of a
-    /// request's entries needs no second check.
-    pub(crate) fn from_validated(entries: SmallVec<[Entry<'a>; 2]>, cost: u64) -> Request<'a> {
+    /// Entries already validated as part of a request: a subset of a request's entries needs
+    /// no second check.
+    pub(crate) fn from_validated(entries: SmallVec<[Entry<'a>; 2]>) -> Request<'a> {
         debug_assert!(!entries.is_empty());
-        Request { entries, cost }
+        Request { entries }
     }
 
     /// The entries, in the caller's order.
@@ -94,12 +130,6 @@ impl<'a> Request<'a> {
         if let Some(e) = self.entries.get_mut(index) {
             e.shadow = true;
         }
-    }
-
-    /// The cost, between 1 and every entry's capacity.
-    #[inline]
-    pub fn cost(&self) -> u64 {
-        self.cost
     }
 }
 

@@ -12,9 +12,13 @@
 //! 3. a textbook floating-point GCRA script (`textbook_gcra.lua`) under the same
 //!    `redis-benchmark` load, against ours;
 //! 4. Redis memory per key per algorithm: 100 000 keys, change in `used_memory`, and the mean
-//!    `MEMORY USAGE` of sampled keys.
+//!    `MEMORY USAGE` of sampled keys;
+//! 5. coalesced calls: GCRA, 10 000 keys, 256 tasks and 1 task, coalescing off vs on in
+//!    alternating rounds (decisions/s, p50/p99, Redis CPU per decision from `/proc` and from
+//!    `INFO commandstats`, mean batch size), against `redis-benchmark` on the same script.
 //!
-//! `TOLLGATE_BENCH_SECS` sets the seconds per throughput cell (default 2).
+//! `TOLLGATE_BENCH_SECS` sets the seconds per throughput cell (default 2);
+//! `TOLLGATE_BENCH_ONLY=coalesce` runs section 5 alone.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -46,6 +50,16 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
     let mut out = String::new();
+    if std::env::var("TOLLGATE_BENCH_ONLY").as_deref() == Ok("coalesce") {
+        out.push_str(&format!(
+            "Measured by `TOLLGATE_BENCH_ONLY=coalesce cargo run --release -p tollgate-redis \
+             --example bench` (redis-server {}, {secs} s per cell).\n\n",
+            redis_version(&server)
+        ));
+        out.push_str(&rt.block_on(coalesce_section(&server, Duration::from_secs(secs)))?);
+        println!("{out}");
+        return Ok(());
+    }
     out.push_str("## Redis store\n\n");
     out.push_str(&format!(
         "Measured by `cargo run --release -p tollgate-redis --example bench` on this project's \
@@ -69,6 +83,7 @@ fn main() -> BenchResult<()> {
                 algorithm,
                 tasks,
                 Duration::from_secs(secs),
+                true,
             ))?;
             eprintln!(
                 "{algorithm} × {tasks}: {:.0}/s p50 {:?} p99 {:?}",
@@ -197,8 +212,95 @@ fn main() -> BenchResult<()> {
             ));
         }
     }
+    out.push_str(&rt.block_on(coalesce_section(&server, Duration::from_secs(secs)))?);
     println!("{out}");
     Ok(())
+}
+
+/// Section 5: GCRA through the store with coalescing off and on, alternating, three rounds
+/// each, medians; the same script under `redis-benchmark` for scale.
+async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResult<String> {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "### Coalesced calls (GCRA, {KEYS} keys, one multiplexed connection, medians of 3 \
+         alternating rounds)\n\n\
+         Redis CPU per decision: the server process's CPU time (`/proc`) over the run ÷ \
+         decisions; `commandstats`: `INFO commandstats` EVALSHA usec ÷ decisions (the script's \
+         own run time, without reading and answering the command).\n\n\
+         | tasks | coalescing | decisions/s | p50 | p99 | Redis CPU / decision | commandstats µs / decision | requests per EVALSHA |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|\n"
+    ));
+    let limit = bench_limit(Algorithm::Gcra);
+    let call = ScriptCall::check(&limit, 1);
+    let sha = load(server, call.source)?;
+    let mut args: Vec<String> = vec![
+        "EVALSHA".into(),
+        sha,
+        "1".into(),
+        "rb:gcra:{__rand_int__}:gcra".into(),
+    ];
+    args.extend(call.args);
+    check_by_hand(server, &args, 1)?;
+    let mut summary = Vec::new();
+    for tasks in [256_usize, 1] {
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            off.push(store_run(server, Algorithm::Gcra, tasks, duration, false).await?);
+            on.push(store_run(server, Algorithm::Gcra, tasks, duration, true).await?);
+        }
+        let mut rows = Vec::new();
+        for (name, runs) in [("off", &off), ("on", &on)] {
+            let med = |f: &dyn Fn(&RunResult) -> f64| {
+                let mut v: Vec<f64> = runs.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let row = (
+                med(&|r| r.rate),
+                med(&|r| r.p50.as_secs_f64()),
+                med(&|r| r.p99.as_secs_f64()),
+                med(&|r| r.cpu_per_decision),
+                med(&|r| r.script_per_decision),
+                med(&|r| r.per_call),
+            );
+            eprintln!("coalescing {name} × {tasks}: {row:?}");
+            out.push_str(&format!(
+                "| {tasks} | {name} | {:.0} | {} | {} | {:.2} µs | {:.2} µs | {:.1} |\n",
+                row.0,
+                micros(Duration::from_secs_f64(row.1)),
+                micros(Duration::from_secs_f64(row.2)),
+                row.3,
+                row.4,
+                row.5
+            ));
+            rows.push(row);
+        }
+        summary.push((tasks, rows[0], rows[1]));
+    }
+    let (rb_rate, rb_cpu) = redis_benchmark(server, &args, KEYS)?;
+    eprintln!("redis-benchmark gcra: {rb_rate:.0}/s, {rb_cpu:.1} µs CPU per call");
+    out.push_str(&format!(
+        "\n`redis-benchmark -P 16 -c 50` on the same single-entry GCRA script: {rb_rate:.0} \
+         EVALSHA/s, {rb_cpu:.2} µs Redis CPU per call.\n\n\
+         | ratio (same run) | value |\n|---|---:|\n"
+    ));
+    for (tasks, off, on) in summary {
+        out.push_str(&format!(
+            "| {tasks} tasks: decisions/s, on ÷ off | **{:.2}×** |\n\
+             | {tasks} tasks: p50 latency, on ÷ off | {:.2}× |\n\
+             | {tasks} tasks: Redis CPU per decision, on ÷ off | **{:.2}×** |\n\
+             | {tasks} tasks: commandstats µs per decision, on ÷ off | {:.2}× |\n\
+             | {tasks} tasks: decisions/s, on ÷ redis-benchmark | {:.2}× |\n\
+             | {tasks} tasks: decisions/s, off ÷ redis-benchmark | {:.2}× |\n",
+            on.0 / off.0,
+            on.1 / off.1,
+            on.3 / off.3,
+            on.4 / off.4,
+            on.0 / rb_rate,
+            off.0 / rb_rate,
+        ));
+    }
+    Ok(out)
 }
 
 /// A quota no benchmark exhausts: 1000 per second per key (burst 1000).
@@ -211,6 +313,12 @@ struct RunResult {
     rate: f64,
     p50: Duration,
     p99: Duration,
+    /// Redis's CPU time (`/proc`) over the run ÷ decisions, µs.
+    cpu_per_decision: f64,
+    /// EVALSHA time in `INFO commandstats` ÷ decisions, µs.
+    script_per_decision: f64,
+    /// Decisions ÷ EVALSHA calls.
+    per_call: f64,
 }
 
 async fn store_run(
@@ -218,11 +326,15 @@ async fn store_run(
     algorithm: Algorithm,
     tasks: usize,
     duration: Duration,
+    coalesce: bool,
 ) -> BenchResult<RunResult> {
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(5))
+        .coalesce(coalesce)
         .build()
         .await?;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let cpu_before = redis_cpu(server)?;
     let ns = Namespace::new(format!("b{tasks}"))?;
     let limit = Arc::new(bench_limit(algorithm));
     let keys: Arc<Vec<Key>> = Arc::new(
@@ -266,9 +378,12 @@ async fn store_run(
         errors += e;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = (redis_cpu(server)? - cpu_before).as_secs_f64() * 1e6;
+    let (calls, usec) = evalsha_stats(server);
     if errors > 0 {
         return Err(format!("{errors} store errors during the run").into());
     }
+    let decisions = all.len() as f64;
     all.sort_unstable();
     let at = |q: f64| {
         all.get(((all.len() as f64 - 1.0) * q) as usize)
@@ -276,10 +391,29 @@ async fn store_run(
             .unwrap_or_default()
     };
     Ok(RunResult {
-        rate: all.len() as f64 / elapsed,
+        rate: decisions / elapsed,
         p50: at(0.50),
         p99: at(0.99),
+        cpu_per_decision: cpu / decisions,
+        script_per_decision: usec / decisions,
+        per_call: decisions / calls.max(1.0),
     })
+}
+
+/// EVALSHA calls and their total µs since the last `CONFIG RESETSTAT` (`INFO commandstats`).
+fn evalsha_stats(server: &RedisServer) -> (f64, f64) {
+    let info = server.cmd(&["INFO", "commandstats"]);
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or("");
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.trim().strip_prefix(name))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field("calls="), field("usec="))
 }
 
 async fn memory_run(

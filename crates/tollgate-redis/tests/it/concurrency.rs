@@ -1,6 +1,7 @@
 //! Exactness under real concurrency: several OS processes (this test binary, re-executed in
 //! a child role), each with many tasks on its own connection, race on one key per algorithm.
-//! A race-free store admits exactly the limit.
+//! A race-free store admits exactly the limit. The store coalesces calls (its default), so
+//! the race also runs through batch calls: the children say how many they made.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,6 +86,7 @@ fn processes_racing_on_one_key_admit_exactly_the_limit() {
     push.extend(tokens);
     server.cmd(&push);
     let mut admitted = std::collections::HashMap::<String, u64>::new();
+    let mut batches = 0;
     let mut outputs = String::new();
     for child in children {
         let out = child.wait_with_output().expect("child output");
@@ -102,8 +104,15 @@ fn processes_racing_on_one_key_admit_exactly_the_limit() {
                 let (alg, n) = rest.split_once(' ').expect("alg and count");
                 *admitted.entry(alg.to_owned()).or_default() += n.parse::<u64>().expect("count");
             }
+            if let Some(n) = line.split_once("BATCHES ").map(|(_, r)| r) {
+                batches += n.trim().parse::<u64>().expect("count");
+            }
         }
     }
+    assert!(
+        batches > 0,
+        "50 tasks per process made no batch call: coalescing never happened\n{outputs}"
+    );
     for a in Algorithm::ALL {
         assert_eq!(
             admitted.get(a.name()).copied(),
@@ -134,6 +143,7 @@ fn child_race() {
             .build()
             .await
             .expect("connect");
+        let counted = store.clone();
         let ns = Namespace::new(ns).expect("valid");
         let limiter = std::sync::Arc::new(
             Limiter::builder(store.clone())
@@ -211,5 +221,6 @@ fn child_race() {
                 counts.get(a.name()).copied().unwrap_or(0)
             );
         }
+        println!("BATCHES {}", counted.batches());
     });
 }

@@ -1,5 +1,6 @@
 //! Differential test: the Lua scripts against the Rust rules. Seeded random call sequences
-//! (costs above one, multi-limit requests, peeks, time jumps) go to a `MemoryStore` and a
+//! (costs above one, multi-limit requests with one cost or a cost per entry, peeks, time
+//! jumps) go to a `MemoryStore` and a
 //! `RedisStore` with the same explicit `now`; every decision must be identical, field by field.
 
 use std::time::Duration;
@@ -125,15 +126,16 @@ async fn differential(redis: tollgate_redis::RedisStore) {
                 .map(|l| l.capacity())
                 .min()
                 .expect("one limit");
-            let cost = if rng.below(3) == 0 {
-                1 + rng.below(capacity)
-            } else {
-                1
+            // One cost for every entry (mostly 1), or a cost per entry up to its own capacity.
+            let costs: Vec<u64> = match rng.below(3) {
+                0 => vec![1 + rng.below(capacity); n],
+                1 => chosen.iter().map(|l| 1 + rng.below(l.capacity())).collect(),
+                _ => vec![1; n],
             };
-            let entries = chosen
-                .iter()
-                .map(|&limit| Entry::new(limit, Key::new(&ns, limit, &[("user", user)])));
-            let request = Request::new(entries, cost).expect("valid request");
+            let entries = chosen.iter().zip(&costs).map(|(&limit, &cost)| {
+                Entry::new(limit, Key::new(&ns, limit, &[("user", user)])).with_cost(cost)
+            });
+            let request = Request::with_costs(entries).expect("valid request");
             let at = Timestamp::from_micros(now);
             let peek = rng.below(5) == 0;
             let (expected, got) = if peek {
@@ -156,7 +158,7 @@ async fn differential(redis: tollgate_redis::RedisStore) {
             assert_eq!(
                 got,
                 expected,
-                "seed {seed} step {step}: {} {names:?} user {user} cost {cost} at {now}",
+                "seed {seed} step {step}: {} {names:?} user {user} costs {costs:?} at {now}",
                 if peek { "peek" } else { "check" }
             );
         }

@@ -3,6 +3,7 @@
 //! connection and key namespace).
 
 mod cluster;
+mod coalesce;
 mod cold_start;
 mod common;
 mod concurrency;

@@ -64,6 +64,9 @@ pub enum FieldError {
     /// A count that must not be zero.
     #[error("must be at least 1")]
     Zero,
+    /// A count above its maximum.
+    #[error("must be at most {0}")]
+    TooLarge(usize),
     /// A field of another algorithm (`burst` on a fixed window).
     #[error("only applies to {0}")]
     NotForAlgorithm(&'static str),

@@ -81,6 +81,8 @@ pub(super) struct RawStore {
     pub(super) max_keys: Option<usize>,
     pub(super) deny_cache: Option<bool>,
     pub(super) deny_cache_entries: Option<usize>,
+    pub(super) coalesce: Option<bool>,
+    pub(super) max_batch: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -15,13 +15,14 @@ use tollgate::{
     Namespace, OnStoreError, Quota,
 };
 use tollgate_envoy::EnvoyRules;
+use tollgate_redis::DEFAULT_MAX_BATCH;
 
 use super::raw::{RawConfig, RawLimit};
 use super::{
     Backend, ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HTTP,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TIMEOUT,
-    FieldError, LimitConfig, MAX_TIMEOUT, RedisUrl, SERVER_TIMEOUT_RANGE, Secret, ServerConfig,
-    StoreConfig, address,
+    FieldError, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT, RedisUrl, SERVER_TIMEOUT_RANGE, Secret,
+    ServerConfig, StoreConfig, address,
 };
 use crate::duration;
 
@@ -129,12 +130,24 @@ pub(super) fn store(raw: &RawConfig, origin: &str) -> Result<StoreConfig, Config
         (None, n) if backend != Backend::Memory => n.unwrap_or(DEFAULT_DENY_CACHE_ENTRIES),
         (None, _) => 0,
     };
+    let max_batch = match store.max_batch {
+        Some(0) => return Err(invalid("store.max_batch", FieldError::Zero)),
+        Some(n) if n > MAX_MAX_BATCH => {
+            return Err(invalid(
+                "store.max_batch",
+                FieldError::TooLarge(MAX_MAX_BATCH),
+            ));
+        }
+        Some(n) => n,
+        None => DEFAULT_MAX_BATCH,
+    };
     Ok(StoreConfig {
         backend,
         timeout,
         namespace,
         max_keys,
         deny_cache_entries,
+        max_batch: store.coalesce.unwrap_or(true).then_some(max_batch),
     })
 }
 

@@ -54,6 +54,16 @@ fn errors_name_the_field() {
             "must be at least 1",
         ),
         (
+            "[store]\nmax_batch = 0\n".to_owned() + &limit(GOOD),
+            "store.max_batch",
+            "must be at least 1",
+        ),
+        (
+            "[store]\nmax_batch = 1025\n".to_owned() + &limit(GOOD),
+            "store.max_batch",
+            "must be at most 1024",
+        ),
+        (
             limit(&GOOD.replace("fixed_window", "leaky")),
             "limits[1].algorithm",
             "unknown algorithm",
@@ -275,6 +285,17 @@ fn defaults() {
     assert_eq!(config.store.backend, Backend::Memory);
     assert_eq!(config.store.timeout, std::time::Duration::from_millis(50));
     assert_eq!(config.store.namespace.prefix(), "tollgate");
+    assert_eq!(
+        config.store.max_batch,
+        Some(tollgate_redis::DEFAULT_MAX_BATCH),
+        "coalescing on by default"
+    );
+    let off = format!("[store]\ncoalesce = false\nmax_batch = 8\n{}", limit(GOOD));
+    let off = Config::parse(&off, "cfg.toml", &Overrides::default()).expect("valid");
+    assert_eq!(off.store.max_batch, None);
+    let eight = format!("[store]\nmax_batch = 8\n{}", limit(GOOD));
+    let eight = Config::parse(&eight, "cfg.toml", &Overrides::default()).expect("valid");
+    assert_eq!(eight.store.max_batch, Some(8));
     assert_eq!(config.server.http.to_string(), "127.0.0.1:8080");
     let s = &config.server;
     let secs = std::time::Duration::from_secs;

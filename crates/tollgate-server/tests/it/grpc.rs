@@ -189,6 +189,81 @@ async fn shadow_limits_never_refuse_over_grpc() {
     server.stop().await;
 }
 
+/// Two descriptors asking different `hits_addend`s are one atomic check on Redis: under 64
+/// concurrent requests the tight limit admits exactly what fits and the wide one is charged
+/// only for the admitted requests, never for a refused one (a peek-then-check across costs
+/// would charge the wide limit for requests the tight one then refuses).
+#[tokio::test]
+async fn different_hits_addends_are_charged_atomically_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let text = format!(
+        "[store]\nredis = \"{}\"\nprefix = \"addend\"\ntimeout = \"5s\"\n{}{}{}{}",
+        redis.url(),
+        one_limit("tight", "sliding_log", 10, "1h", r#""user""#, "deny"),
+        one_limit("wide", "sliding_log", 1000, "1h", r#""user""#, "deny"),
+        user_rule("tight"),
+        "\n[[envoy.rules]]\ndomain = \"edge\"\nlimit = \"wide\"\n\
+         descriptor = [{ key = \"account\", part = \"user\" }]\n",
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let (server, client) = start(Server::new(config)).await;
+    let addend =
+        |value: u64| Some(tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value { value });
+    let descriptor = |key: &str, cost: u64| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: key.to_owned(),
+            value: "u1".to_owned(),
+        }],
+        hits_addend: addend(cost),
+        ..RateLimitDescriptor::default()
+    };
+    // The wide limit first: it would be charged first by a check per cost.
+    let request = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![descriptor("account", 2), descriptor("user", 3)],
+        hits_addend: 0,
+    };
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(64));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (mut client, request, barrier) = (client.clone(), request.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let r = client
+                .should_rate_limit(request)
+                .await
+                .expect("ShouldRateLimit answers")
+                .into_inner();
+            code(&r)
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        if t.await.expect("task") == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "3 × 3 units fit in 10, a fourth does not");
+    assert_eq!(server.remaining("tight", r#"{"user": "u1"}"#).await, 1);
+    assert_eq!(
+        server.remaining("wide", r#"{"user": "u1"}"#).await,
+        1000 - 2 * 3,
+        "the wide limit is charged for the admitted requests only"
+    );
+    // Refused once more, one request at a time: the wide limit is not charged.
+    let mut client = client;
+    let r = client
+        .should_rate_limit(request)
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert_eq!(r.statuses[0].code, Code::Ok as i32, "the wide limit admits");
+    assert_eq!(r.statuses[0].limit_remaining, 994, "{r:?}");
+    assert_eq!(server.remaining("wide", r#"{"user": "u1"}"#).await, 994);
+    server.stop().await;
+}
+
 /// The value of `tollgate_config_reload_total{result="error"}` (0 before the first error).
 async fn reload_errors(server: &TestServer) -> f64 {
     let metrics = server.get("/metrics").await.text;

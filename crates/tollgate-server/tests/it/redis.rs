@@ -238,3 +238,66 @@ on_store_error = "deny"
     assert!(heard, "A never heard of B's reset");
     assert_eq!(a.post("/v1/check", body).await.status, 200);
 }
+
+/// The value of counter `name` in a Prometheus exposition (0 when absent).
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// A `tollgate serve` process on Redis coalesces concurrent checks (on by default) and says so
+/// in `/metrics`; the limit is still exact: bursts of 100 concurrent checks, past the limit
+/// and until a batch is counted (at most 20 bursts), admit exactly the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_calls_are_exact_and_counted() {
+    const LIMIT: usize = 1000;
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, config(&redis.url(), "coalesce", "127.0.0.1:0")).expect("write");
+    let text = std::fs::read_to_string(&path)
+        .expect("read")
+        .replace("limit = 50\n", &format!("limit = {LIMIT}\n"));
+    std::fs::write(&path, text).expect("write");
+    let server = Process::serve(&path);
+    let (mut sent, mut allowed, mut batches, mut batched) = (0, 0, 0, 0);
+    for _ in 0..20 {
+        let tasks: Vec<_> = (0..100)
+            .map(|_| {
+                let addr = server.addr;
+                tokio::spawn(async move {
+                    let body = bytes::Bytes::from_static(br#"{"limit": "redis_shared"}"#);
+                    crate::support::request(addr, "POST", "/v1/check", body, &[])
+                        .await
+                        .status
+                })
+            })
+            .collect();
+        for task in tasks {
+            sent += 1;
+            match task.await.expect("task") {
+                200 => allowed += 1,
+                429 => {}
+                other => panic!("status {other}; log:\n{}", server.log()),
+            }
+        }
+        let metrics =
+            crate::support::request(server.addr, "GET", "/metrics", bytes::Bytes::new(), &[])
+                .await
+                .text;
+        batches = counter(&metrics, "tollgate_redis_batches_total");
+        batched = counter(&metrics, "tollgate_redis_batched_requests_total");
+        if batches > 0 && sent > LIMIT {
+            break;
+        }
+    }
+    assert!(batches > 0, "{sent} concurrent checks made no batch call");
+    assert!(
+        batched >= 2 * batches,
+        "{batched} requests in {batches} batches"
+    );
+    assert_eq!(allowed, sent.min(LIMIT), "log:\n{}", server.log());
+}

@@ -319,7 +319,7 @@ impl Inner {
     fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
         match request.entries() {
             [e] => self
-                .try_decide_one(e.limit, &e.key, request.cost(), now, op)
+                .try_decide_one(e.limit, &e.key, e.cost, now, op)
                 .map(Decisions::from),
             _ => self.try_decide(request, now, op),
         }
@@ -432,7 +432,6 @@ impl Inner {
     fn try_decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, NoRoom> {
         let charge = op.charges();
         let entries = request.entries();
-        let cost = request.cost();
         let shard_ids: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
         let mut order = shard_ids.clone();
         order.sort_unstable();
@@ -452,8 +451,8 @@ impl Inner {
             let g = guard_of(&mut guards, id);
             let rule = e.limit.rule();
             let retry = match guards[g].1.map.get_mut(&e.key) {
-                Some(slot) => rule.admits(&mut slot.state, now, cost).err(),
-                None => rule.admits(&mut rule.empty_state(), now, cost).err(),
+                Some(slot) => rule.admits(&mut slot.state, now, e.cost).err(),
+                None => rule.admits(&mut rule.empty_state(), now, e.cost).err(),
             };
             retries.push(retry);
         }
@@ -498,7 +497,7 @@ impl Inner {
                 let Some(slot) = shard.map.get_mut(&e.key) else {
                     unreachable!("inserted above")
                 };
-                rule.charge(&mut slot.state, now, cost);
+                rule.charge(&mut slot.state, now, e.cost);
                 let status = rule.status(&mut slot.state, now);
                 slot.replenished_at = now + status.reset_after_us;
                 crate::rules::decision(rule.limit(), status, None)

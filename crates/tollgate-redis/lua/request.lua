@@ -1,0 +1,72 @@
+-- request.lua: decides one request's entries all or nothing; shared by check.lua (one request
+-- per call) and batch.lua (several independent requests per call), so that what a request
+-- means on Redis is written once.
+--
+-- Runs after prelude.lua and the five algorithm functions. It knows no algorithm beyond the
+-- width of its arguments and of its answer: each entry's tag names its function, and every
+-- function takes the same arguments and answers with a verdict first (negative = refused).
+--
+-- An entry's arguments, from its tag on (the caller checked every cost: 1 ≤ cost ≤ the
+-- entry's capacity; entries may ask different costs):
+--   'gcra', inc (cost × T, µs), tau (µs)                        3 arguments, answers 1 integer
+--   'fw' | 'sl' | 'sw' | 'tb', cost, then the algorithm's three   5 arguments, answers 4
+--   integer parameters (see each algorithm file)
+-- (the same values as the single-entry scripts take, so each row of src/script.rs writes its
+-- arguments once.)
+--
+-- decide(k, a, n, op, now, server, reply) decides the n entries whose keys are
+-- KEYS[k+1 .. k+n] and whose arguments start at ARGV[a]; op: 0 = peek (decide, write nothing),
+-- 1 = check (charge every entry if all admit, else nothing), 2 = give back each entry's cost
+-- charged at `now` (cross-slot undo). It appends each entry's answer to `reply` (a GCRA
+-- entry's one integer, four integers for the others) and returns the index of the argument
+-- after its entries.
+
+local algorithms = { fw = fixed_window, sl = sliding_log, sw = sliding_window,
+  tb = token_bucket }
+
+-- The entry whose key is KEYS[i] and arguments start at ARGV[b], decided with `mode`;
+-- appends its answer to `reply`. Returns whether it admits, and where the next entry starts.
+local function run(i, b, now, server, mode, reply)
+  local tag = ARGV[b]
+  local j = #reply
+  if tag == 'gcra' then
+    local v = gcra(KEYS[i], now, 1, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), nil, mode,
+      server)
+    reply[j + 1] = v
+    return v >= 0, b + 3
+  end
+  local algorithm = algorithms[tag]
+  if not algorithm then error('tollgate: unknown algorithm tag ' .. tostring(tag)) end
+  local v, x, y, z = algorithm(KEYS[i], now, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+    tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), mode, server)
+  reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4] = v, x or 0, y or 0, z or 0
+  return v >= 0, b + 5
+end
+
+local function decide(k, a, n, op, now, server, reply)
+  local b = a
+  -- One entry, or no charging: each entry on its own.
+  if n == 1 or op ~= 1 then
+    for i = 1, n do
+      local _
+      _, b = run(k + i, b, now, server, op, reply)
+    end
+    return b
+  end
+  -- Several entries: decide all first; charge only if every one admits.
+  local base = #reply
+  local all = true
+  for i = 1, n do
+    local ok
+    ok, b = run(k + i, b, now, server, 0, reply)
+    if not ok then all = false end
+  end
+  if not all then return b end
+  for j = #reply, base + 1, -1 do reply[j] = nil end
+  b = a
+  for i = 1, n do
+    local _
+    _, b = run(k + i, b, now, server, 1, reply)
+  end
+  return b
+end

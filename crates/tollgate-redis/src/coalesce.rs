@@ -1,0 +1,229 @@
+//! Coalesced calls: concurrent independent requests bound for the same Redis (the same hash
+//! slot on a cluster) go as one `EVALSHA` of the batch script (`lua/batch.lua`), which decides
+//! each request on its own, all or nothing within it, as if they had come one after the other.
+//!
+//! Why: every call costs Redis (reading and parsing the command, looking up the script, setting
+//! up the Lua call, writing the reply) and the client (a request through the multiplexed
+//! connection, its reply parsed) on top of the few commands a decision makes. One call for many
+//! requests pays that once. (What stays per decision is the commands themselves: for GCRA,
+//! PTTL, GET and SET are most of its Redis CPU, so a batch saves Redis a part of it, not most;
+//! `docs/benchmarks.md`.)
+//!
+//! How, and why this way:
+//! - **No timer.** A request that finds room for a call of its queue goes out at once, alone,
+//!   with the very script it would use without coalescing: a lone request waits for nothing and
+//!   costs what it costs today. Requests that arrive while the queue's calls are in flight
+//!   queue; when one call ends, what queued goes next, as one batch (or as one request's own
+//!   call, when only one queued). Batching adapts to load by itself: the longer calls take,
+//!   the more queues behind them.
+//! - **Two calls in flight per queue** ([`MAX_IN_FLIGHT`]), not one: while Redis runs one, the
+//!   client sends the next; with one, client and Redis take turns and the batching gain is lost.
+//! - **A cap on a batch**, [`DEFAULT_MAX_BATCH`] requests by default: a script blocks Redis
+//!   while it runs, and 64 typical requests (a few µs of Lua each) keep that near one network
+//!   round trip (≈ 0.1–0.3 ms) while already sharing one call's overhead 64 ways; what queued
+//!   beyond it goes with the next call that ends, oldest first.
+//! - **One queue per slot on a cluster**: a script may only touch keys of one slot, so only
+//!   requests of one slot can share a call. On a single Redis there is one queue.
+//! - **Failures stay per request.** The batch call has the store's timeout; if it fails, every
+//!   request in it fails with the same kind of error (each limit's failure policy then applies
+//!   as for any store failure). A request whose own deciding fails inside the script (a key of
+//!   another type) fails alone. Each caller's own timeout and circuit breaker apply as before
+//!   (`store.rs`): a caller that gives up leaves its request in the batch, like a call that
+//!   timed out on the wire.
+//! - **The batch runs in its own task**, not in a waiting caller's future, so that a caller
+//!   giving up (timeout, dropped future) never strands the others' answers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use redis::Value;
+use tokio::sync::oneshot;
+use tollgate::StoreError;
+
+use crate::error::shared;
+use crate::script::{Part, batch_invocation, invocation, split_batch};
+use crate::store::RedisStore;
+
+/// The default cap on the requests of one batch call.
+pub const DEFAULT_MAX_BATCH: usize = 64;
+
+/// Calls of one queue in flight at once, lone or batch: two, so that while Redis runs one
+/// call the client already sends the next (with one, client and Redis take turns).
+const MAX_IN_FLIGHT: usize = 2;
+
+/// The queues of one store.
+pub(crate) struct Coalescer {
+    queues: Box<[Mutex<Queue>]>,
+    max_batch: usize,
+    in_flight: usize,
+    /// Batch calls made and the requests they carried, for the tests and the benchmark.
+    pub(crate) batches: AtomicU64,
+    pub(crate) batched: AtomicU64,
+}
+
+/// One queue: how many calls are in flight, and what waits for one to end.
+#[derive(Default)]
+struct Queue {
+    in_flight: usize,
+    pending: Vec<Job>,
+}
+
+/// A queued request: its call (its share of a batch, or sent as its own call when it goes
+/// alone), and where its answer goes.
+struct Job {
+    part: Part,
+    answer: oneshot::Sender<Result<Value, StoreError>>,
+}
+
+/// Ends a call's flight when dropped (answered, failed, or its caller gone): what queued
+/// meanwhile goes next.
+struct Flight<'a> {
+    store: &'a RedisStore,
+    queue: usize,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.store.coalescer() {
+            c.next(self.store, self.queue);
+        }
+    }
+}
+
+impl Coalescer {
+    /// `queues` queues (1 on a single Redis, one per slot on a cluster), `max_batch` requests
+    /// at most per call.
+    pub(crate) fn new(queues: usize, max_batch: usize) -> Coalescer {
+        Coalescer {
+            queues: (0..queues).map(|_| Mutex::default()).collect(),
+            max_batch: max_batch.max(1),
+            in_flight: MAX_IN_FLIGHT,
+            batches: AtomicU64::new(0),
+            batched: AtomicU64::new(0),
+        }
+    }
+
+    /// Sends `part` as its own call at once when queue `queue` has room for another call in
+    /// flight; otherwise queues it for the next call that ends. Answers the request's own
+    /// reply, shaped as its own call answers or, from a batch, as the general script answers.
+    pub(crate) async fn call(
+        &self,
+        store: &RedisStore,
+        queue: usize,
+        part: &Part,
+    ) -> Result<Value, StoreError> {
+        let waiting = {
+            let mut q = lock(&self.queues[queue]);
+            if q.in_flight >= self.in_flight {
+                let (answer, waiting) = oneshot::channel();
+                q.pending.push(Job {
+                    part: part.clone(),
+                    answer,
+                });
+                Some(waiting)
+            } else {
+                q.in_flight += 1;
+                None
+            }
+        };
+        match waiting {
+            None => {
+                let _flight = Flight { store, queue };
+                store.eval(&invocation(part)).await
+            }
+            Some(waiting) => waiting.await.unwrap_or_else(|_| {
+                Err(StoreError::Protocol(
+                    "a coalesced call ended without an answer".into(),
+                ))
+            }),
+        }
+    }
+
+    /// A call of `queue` ended: sends what queued meanwhile, in a task of its own, or marks
+    /// the queue idle.
+    fn next(&self, store: &RedisStore, queue: usize) {
+        let Some(jobs) = self.take(queue) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(drive(store.clone(), queue, jobs));
+            }
+            Err(_) => {
+                // Dropped outside a runtime (shutting down): nothing can be sent.
+                for job in jobs {
+                    let _ = job.answer.send(Err(StoreError::Protocol(
+                        "no runtime left to send a coalesced call".into(),
+                    )));
+                }
+                lock(&self.queues[queue]).in_flight -= 1;
+            }
+        }
+    }
+
+    /// The oldest requests queued on `queue`, at most a batch, for the call that just ended
+    /// to carry next; `None` (and one call fewer in flight) when nothing is queued.
+    fn take(&self, queue: usize) -> Option<Vec<Job>> {
+        let mut q = lock(&self.queues[queue]);
+        if q.pending.is_empty() {
+            q.in_flight -= 1;
+            return None;
+        }
+        if q.pending.len() <= self.max_batch {
+            return Some(std::mem::take(&mut q.pending));
+        }
+        Some(q.pending.drain(..self.max_batch).collect())
+    }
+}
+
+/// Sends `jobs` (at most a batch) as one call; when it is answered, what queued meanwhile
+/// goes next (the flight's end, also should the send panic).
+async fn drive(store: RedisStore, queue: usize, jobs: Vec<Job>) {
+    let _flight = Flight {
+        store: &store,
+        queue,
+    };
+    send(store.clone(), jobs).await;
+}
+
+/// One call for `jobs`: the request's own call when it is alone, else the batch script; each
+/// job gets its own answer, or the call's failure.
+async fn send(store: RedisStore, jobs: Vec<Job>) {
+    if let [_] = jobs[..] {
+        let Some(job) = jobs.into_iter().next() else {
+            return;
+        };
+        let reply = store.eval_timed(&invocation(&job.part)).await;
+        let _ = job.answer.send(reply);
+        return;
+    }
+    let parts: Vec<&Part> = jobs.iter().map(|j| &j.part).collect();
+    let answers = batch(&store, &parts).await;
+    for (job, answer) in jobs.into_iter().zip(answers) {
+        let _ = job.answer.send(answer);
+    }
+}
+
+/// One call of the batch script for `parts` (counted), within the store's timeout: each
+/// part's own reply or failure; a failure of the call itself is every part's, same kind.
+pub(crate) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Value, StoreError>> {
+    let cmd = batch_invocation(parts);
+    metrics::counter!("tollgate_redis_batches_total").increment(1);
+    metrics::counter!("tollgate_redis_batched_requests_total").increment(parts.len() as u64);
+    if let Some(c) = store.coalescer() {
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.batched.fetch_add(parts.len() as u64, Ordering::Relaxed);
+    }
+    let answers = match store.eval_timed(&cmd).await {
+        Ok(reply) => split_batch(reply, parts),
+        Err(e) => Err(e),
+    };
+    match answers {
+        Ok(answers) => answers,
+        Err(e) => parts.iter().map(|_| Err(shared(&e))).collect(),
+    }
+}
+
+fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,359 @@
+//! Coalesced calls: the batch script against the Rust rules (random batches mixing algorithms,
+//! costs, peeks and checks, keys shared between requests of one batch), per-request
+//! all-or-nothing inside a batch, failures inside and of a batch, exactness under concurrency
+//! with coalescing on, and expiries after batches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{
+    Algorithm, Entry, Key, Limit, Limiter, MemoryStore, Namespace, OnStoreError, Op, Outcome,
+    Quota, Request, StoreError, Timestamp,
+};
+use tollgate_redis::RedisStore;
+use tollgate_testkit::RedisServer;
+
+use crate::common::{
+    TEST_TIMEOUT, cluster_store, keys_without_ttl, redis_store, server, unique_namespace,
+};
+
+/// xorshift64*: a seeded generator, so a failure replays exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Two limits of every algorithm, with awkward numbers.
+fn limits() -> Vec<Limit> {
+    let q = |limit: u64, ms: u64| Quota::new(limit, Duration::from_millis(ms)).expect("valid");
+    let l = |name: &str, a: Algorithm, q: Quota| Limit::new(name, a, q).expect("valid");
+    vec![
+        l("fw", Algorithm::FixedWindow, q(7, 1_000)),
+        l("fw2", Algorithm::FixedWindow, q(3, 250)),
+        l("sl", Algorithm::SlidingLog, q(5, 1_000)),
+        l("sl2", Algorithm::SlidingLog, q(9, 333)),
+        l("sw", Algorithm::SlidingWindow { buckets: 7 }, q(8, 1_000)),
+        l("sw2", Algorithm::SlidingWindow { buckets: 3 }, q(4, 100)),
+        l("tb", Algorithm::TokenBucket, q(3, 1_000)),
+        l(
+            "tb2",
+            Algorithm::TokenBucket,
+            q(7, 300).with_burst(4).expect("valid"),
+        ),
+        l("gcra", Algorithm::Gcra, q(3, 1_000)),
+        l(
+            "gcra2",
+            Algorithm::Gcra,
+            q(6, 700).with_burst(11).expect("valid"),
+        ),
+    ]
+}
+
+/// A random request: one to three distinct limits for `user`, one cost or a cost per entry.
+fn random_request<'a>(
+    rng: &mut Rng,
+    limits: &'a [Limit],
+    ns: &Namespace,
+    user: &str,
+) -> Request<'a> {
+    let n = 1 + rng.below(3) as usize;
+    let mut chosen: Vec<&Limit> = Vec::new();
+    while chosen.len() < n {
+        let l = &limits[rng.below(limits.len() as u64) as usize];
+        if !chosen.iter().any(|c| c.name() == l.name()) {
+            chosen.push(l);
+        }
+    }
+    let capacity = chosen.iter().map(|l| l.capacity()).min().expect("one");
+    let costs: Vec<u64> = match rng.below(3) {
+        0 => vec![1 + rng.below(capacity); n],
+        1 => chosen.iter().map(|l| 1 + rng.below(l.capacity())).collect(),
+        _ => vec![1; n],
+    };
+    Request::with_costs(chosen.iter().zip(&costs).map(|(&limit, &cost)| {
+        Entry::new(limit, Key::new(ns, limit, &[("user", user)])).with_cost(cost)
+    }))
+    .expect("valid request")
+}
+
+/// Random batches of 1–12 requests, each of 1–3 entries of any algorithms with one cost or a
+/// cost per entry, checks and peeks mixed, keys often shared between requests of a batch:
+/// the batch script's answers equal the memory store's deciding the same requests one after
+/// the other, field by field. `one_user` keeps a batch in one slot (for a cluster).
+async fn differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
+    let memory = MemoryStore::builder().sweep_interval(None).build();
+    let limits = limits();
+    let users = ["a", "b", "c"];
+    for seed in [7_u64, 11, 0xBEEF] {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut now = 1_893_456_000_000_000 + rng.below(1_000_000) + seed * 10_000_000_000;
+        for step in 0..150 {
+            now += match rng.below(10) {
+                0 => 0,
+                1 => 2_000_000 + rng.below(5_000_000),
+                2..=5 => rng.below(1_000),
+                _ => rng.below(120_000),
+            };
+            let size = 1 + rng.below(12) as usize;
+            let batch_user = users[rng.below(3) as usize];
+            let mut requests = Vec::with_capacity(size);
+            for _ in 0..size {
+                let user = if one_user {
+                    batch_user
+                } else {
+                    users[rng.below(3) as usize]
+                };
+                let op = if rng.below(4) == 0 {
+                    Op::Peek
+                } else {
+                    Op::Check
+                };
+                requests.push((random_request(&mut rng, &limits, ns, user), op));
+            }
+            let at = Timestamp::from_micros(now);
+            let expected: Vec<_> = requests
+                .iter()
+                .map(|(r, op)| memory.decide_at(r, *op, at).expect("memory has room"))
+                .collect();
+            let asked: Vec<(&Request<'_>, Op)> = requests.iter().map(|(r, op)| (r, *op)).collect();
+            let got = redis.decide_batch(&asked, Some(at)).await;
+            for (i, (got, expected)) in got.into_iter().zip(expected).enumerate() {
+                let got = got.unwrap_or_else(|e| panic!("seed {seed} step {step} #{i}: {e}"));
+                let (r, op) = &requests[i];
+                let what: Vec<(&str, u64)> = r
+                    .entries()
+                    .iter()
+                    .map(|e| (e.limit.name(), e.cost))
+                    .collect();
+                assert_eq!(
+                    got, expected,
+                    "seed {seed} step {step}, request {i} of {size} ({op:?} {what:?}) at {now}"
+                );
+            }
+        }
+    }
+}
+
+/// The batch script decides like the Rust rules, request after request; every key it wrote
+/// has an expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_decide_like_the_rules_one_after_the_other() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("batchdiff");
+    differential(&redis, &ns, false).await;
+    assert!(redis.batches() >= 450, "every step was one batch call");
+    let pattern = format!("{}:*", ns.prefix());
+    let keys = crate::common::scan(server(), &pattern);
+    assert!(keys.len() > 20, "the batches wrote keys: {keys:?}");
+    assert_eq!(keys_without_ttl(server(), &pattern), Vec::<String>::new());
+}
+
+/// The same on a cluster, each batch in one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_decide_like_the_rules_on_a_cluster() {
+    let redis = cluster_store().await;
+    differential(&redis, &unique_namespace("cbatchdiff"), true).await;
+}
+
+/// In one batch, a request refused by one of its limits charges none of them, while the
+/// requests around it (one on the very key it did not charge) are charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_charges_nothing_and_its_neighbours_are_charged() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("batchnone");
+    let wide = Limit::new(
+        "wide",
+        Algorithm::SlidingLog,
+        Quota::per_minute(10).expect("q"),
+    )
+    .expect("valid");
+    let tight =
+        Limit::new("tight", Algorithm::Gcra, Quota::per_minute(2).expect("q")).expect("valid");
+    let key = |l: &Limit, user: &str| Key::new(&ns, l, &[("user", user)]);
+    let at = Timestamp::from_micros(1_893_456_000_000_000);
+    // Spend tight for "u" down to 1 unit.
+    let first = Request::new([Entry::new(&tight, key(&tight, "u"))], 1).expect("valid");
+    let both = Request::with_costs([
+        Entry::new(&wide, key(&wide, "u")).with_cost(3),
+        Entry::new(&tight, key(&tight, "u")).with_cost(2),
+    ])
+    .expect("valid");
+    let wide_alone = Request::new([Entry::new(&wide, key(&wide, "u"))], 4).expect("valid");
+    let other = Request::new([Entry::new(&tight, key(&tight, "v"))], 2).expect("valid");
+    let got = redis
+        .decide_batch(
+            &[
+                (&first, Op::Check),
+                (&both, Op::Check),
+                (&wide_alone, Op::Check),
+                (&other, Op::Check),
+            ],
+            Some(at),
+        )
+        .await;
+    let got: Vec<_> = got.into_iter().map(|r| r.expect("decided")).collect();
+    assert!(got[0][0].allowed, "{got:?}");
+    assert!(got[1][0].allowed, "wide alone would admit 3: {got:?}");
+    assert!(!got[1][1].allowed, "tight has 1 left, 2 asked: {got:?}");
+    assert!(
+        got[2][0].allowed && got[2][0].remaining == 6,
+        "wide charged 4 only: {got:?}"
+    );
+    assert!(got[3][0].allowed && got[3][0].remaining == 0, "{got:?}");
+    // As they stand after the batch.
+    let w = Request::new([Entry::new(&wide, key(&wide, "u"))], 1).expect("valid");
+    let t = Request::new([Entry::new(&tight, key(&tight, "u"))], 1).expect("valid");
+    let peeked = redis
+        .decide_batch(&[(&w, Op::Peek), (&t, Op::Peek)], Some(at))
+        .await;
+    assert_eq!(
+        peeked[0].as_ref().expect("peek")[0].remaining,
+        6,
+        "the refused request took nothing of wide"
+    );
+    assert_eq!(
+        peeked[1].as_ref().expect("peek")[0].remaining,
+        1,
+        "nor of tight"
+    );
+}
+
+/// A request whose deciding fails inside the batch (its key holds another type) fails alone,
+/// as a script error; its neighbours are decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_request_fails_alone_in_its_batch() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("batchfail");
+    let limit = Limit::new(
+        "l",
+        Algorithm::FixedWindow,
+        Quota::per_minute(5).expect("q"),
+    )
+    .expect("valid");
+    let bad = Key::new(&ns, &limit, &[("user", "list")]);
+    server().cmd(&["LPUSH", bad.as_str(), "x"]);
+    let at = Some(Timestamp::from_micros(1_893_456_000_000_000));
+    let good = Request::new(
+        [Entry::new(&limit, Key::new(&ns, &limit, &[("user", "ok")]))],
+        1,
+    )
+    .expect("valid");
+    let broken = Request::new([Entry::new(&limit, bad)], 1).expect("valid");
+    let got = redis
+        .decide_batch(
+            &[(&good, Op::Check), (&broken, Op::Check), (&good, Op::Check)],
+            at,
+        )
+        .await;
+    assert_eq!(got[0].as_ref().expect("decided")[0].remaining, 4);
+    let err = got[1].as_ref().expect_err("a list is not a window");
+    assert!(matches!(err, StoreError::Script(_)), "{err:?}");
+    assert!(
+        format!("{:?}", std::error::Error::source(err)).contains("WRONGTYPE"),
+        "the cause is kept: {err:?}"
+    );
+    assert_eq!(got[2].as_ref().expect("decided")[0].remaining, 3);
+}
+
+/// A batch call that fails fails each of its requests with the same kind of error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_fails_each_request_alike() {
+    let mut own = RedisServer::start();
+    let redis = RedisStore::builder(own.url())
+        .timeout(TEST_TIMEOUT)
+        .circuit_breaker(0, Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect");
+    let ns = unique_namespace("batchdown");
+    let limit = Limit::new("l", Algorithm::Gcra, Quota::per_minute(5).expect("q")).expect("valid");
+    let requests: Vec<Request<'_>> = ["a", "b", "c"]
+        .iter()
+        .map(|u| {
+            Request::new(
+                [Entry::new(&limit, Key::new(&ns, &limit, &[("user", *u)]))],
+                1,
+            )
+            .expect("valid")
+        })
+        .collect();
+    own.kill();
+    let asked: Vec<(&Request<'_>, Op)> = requests.iter().map(|r| (r, Op::Check)).collect();
+    let got = redis.decide_batch(&asked, None).await;
+    assert_eq!(got.len(), 3);
+    for r in got {
+        let err = r.expect_err("Redis is gone");
+        assert!(matches!(err, StoreError::Connection(_)), "{err:?}");
+    }
+}
+
+/// Many tasks on one key with coalescing on: exactly the limit passes, for every algorithm,
+/// with the default cap and with a cap of 3 (batches split and sent together), and batch calls
+/// did happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_tasks_on_one_key_admit_exactly_the_limit() {
+    for max_batch in [tollgate_redis::DEFAULT_MAX_BATCH, 3] {
+        let store = RedisStore::builder(server().url())
+            .timeout(TEST_TIMEOUT)
+            .max_batch(max_batch)
+            .build()
+            .await
+            .expect("connect");
+        let limits: Vec<Limit> = Algorithm::ALL
+            .into_iter()
+            .map(|a| {
+                Limit::new(
+                    a.name(),
+                    a,
+                    Quota::new(100, Duration::from_secs(86_400)).expect("q"),
+                )
+                .expect("valid")
+                .on_store_error(OnStoreError::Deny)
+            })
+            .collect();
+        let limiter = Arc::new(
+            Limiter::builder(store.clone())
+                .namespace(unique_namespace("coalrace"))
+                .limits(limits)
+                .build()
+                .expect("limiter"),
+        );
+        for a in Algorithm::ALL {
+            let tasks: Vec<_> = (0..256)
+                .map(|_| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let v = limiter
+                            .check(a.name(), &[("k", "one")])
+                            .await
+                            .expect("check");
+                        assert!(v.store_error().is_none(), "{a}: {v:?}");
+                        v.outcome() == Outcome::Allowed
+                    })
+                })
+                .collect();
+            let mut admitted = 0;
+            for t in tasks {
+                admitted += u32::from(t.await.expect("task"));
+            }
+            assert_eq!(
+                admitted, 100,
+                "{a}, max_batch {max_batch}: 256 tasks, limit 100"
+            );
+        }
+        assert!(
+            store.batches() > 0,
+            "max_batch {max_batch}: no call was coalesced"
+        );
+    }
+}
