@@ -222,7 +222,7 @@ fn decision_body(d: &LimitDecision) -> DecisionBody {
         shadow: d.shadow,
         shadow_denied: d.shadow && !decision.allowed,
         store_error: match d.source {
-            Source::Store | Source::DenyCache => None,
+            Source::Store | Source::DenyCache | Source::Lease => None,
             Source::Policy { error, .. } => Some(error.as_str()),
         },
     }

@@ -63,4 +63,13 @@ impl Store for FailingStore {
         self.failure()?;
         self.memory.reset(request).await
     }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.failure()?;
+        self.memory.take_lease(take, now).await
+    }
 }

@@ -57,6 +57,8 @@ mod decision;
 mod decisions;
 mod deny_cache;
 mod key;
+pub mod lease;
+mod lease_tier;
 mod limit;
 mod limit_error;
 mod limiter;
@@ -86,6 +88,7 @@ pub use deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
 #[doc(hidden)]
 pub use key::{BuildKeyHasher, KeyHasher};
 pub use key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
+pub use lease::{DEFAULT_LEASE_TTL, Lease, LeaseGrant, LeaseTake};
 pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN, validate_name};
 pub use limit_error::LimitError;
 pub use limiter::{KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};

@@ -1,0 +1,428 @@
+//! The lease tier: units taken from the store ahead of time, handed out by this instance.
+//!
+//! One entry per (lease-mode limit, key) this instance has seen lately, behind one lock held
+//! for a few instructions (no await under it). A request spends from the entry when it holds
+//! enough units. When it does not, it takes `k` more plus its cost with one store call
+//! ([`crate::Store::take_lease`]), and requests arriving meanwhile wait for that call instead
+//! of making their own (so a hot key costs one call per `k` decisions); one that waited
+//! three times in vain takes exactly its cost alone (spent at once, never held). After a
+//! take's cost is spent, the instance holds at most `k` units of the key: the overshoot
+//! bound of `crate::lease`.
+//!
+//! Time is the deny cache's: the caller's clock when the limiter has one, else a monotonic
+//! clock local to this tier. A lease ends at the instant read **before** its take was sent
+//! plus the window's rest as the store saw it (capped by the lease duration), so it ends no
+//! later than the store's window, whatever the round trip took.
+//!
+//! Memory: entries of expired leases are dropped by [`LeaseTier::expired`] (the service's
+//! periodic give-back) and whenever the tier has doubled since its last clean-up; units of an
+//! expired lease dropped that way are lost to this window (an under-admission, never an
+//! overshoot).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::key::BuildKeyHasher;
+use crate::{Decision, Key, LeaseGrant, Limit};
+
+/// Units of a key held by this instance.
+struct Held {
+    /// The limit, kept for give-backs after the limiter's limits changed.
+    limit: Limit,
+    /// Unspent units, valid until `until`.
+    units: u64,
+    /// The window they were taken in (store's clock), named by a give-back.
+    window: u64,
+    /// Local µs at which the lease ends.
+    until: u64,
+    /// Units the store had left at the last take (for `remaining`).
+    store_left: u64,
+    /// A take is in flight (the request making it holds `top_up`).
+    taking: bool,
+    /// Requests waiting for it.
+    waiters: Vec<Waker>,
+    /// Local µs until which the store is known to have had `store_left` units only (a take
+    /// was refused, or a top-up found nothing): costs above `units + store_left` are
+    /// refused here until then.
+    dry_until: u64,
+    /// Start (local µs) and units spent since, for the observed rate.
+    rate_since: u64,
+    rate_spent: u64,
+    /// `tollgate_lease_overshoot_units{limit}`: units held, summed over keys.
+    gauge: metrics::Gauge,
+}
+
+/// What a request does with a key's lease.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Served locally.
+    Spent(Decision),
+    /// Another request of this instance is taking units for the key: wait for it
+    /// ([`LeaseTier::take_done`]), then spend again.
+    Wait,
+    /// Refused locally: the store had too few units left until this ends.
+    Refused(Decision),
+    /// Take this from the store first, then spend the cost from the grant.
+    Take(Refill),
+}
+
+/// A take to make: see [`crate::LeaseTake`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refill {
+    pub(crate) want: u64,
+    pub(crate) need: u64,
+    pub(crate) give_back: u64,
+    pub(crate) give_back_window: u64,
+    /// Whether this is the key's one top-up (its `taking` flag to clear).
+    pub(crate) top_up: bool,
+}
+
+/// One lease held at a give-back: key, limit, units, window.
+pub(crate) type Returned = (Key, Limit, u64, u64);
+
+/// The leases of one limiter.
+#[derive(Debug)]
+pub(crate) struct LeaseTier {
+    inner: Mutex<Map>,
+    epoch: Instant,
+}
+
+#[derive(Default)]
+struct Map {
+    held: HashMap<Key, Held, BuildKeyHasher>,
+    /// Entries after the last clean-up.
+    cleaned_at_len: usize,
+}
+
+impl std::fmt::Debug for Map {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Map")
+            .field("keys", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseTier {
+    pub(crate) fn new() -> LeaseTier {
+        LeaseTier {
+            inner: Mutex::new(Map::default()),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The tier's time: the caller's clock when it has one, else a local monotonic clock.
+    pub(crate) fn time(&self, caller: Option<u64>) -> u64 {
+        caller
+            .unwrap_or_else(|| u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Map> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Spends `cost` units of `key` at `now`, or says what to do first. `may_wait`: wait for
+    /// a take in flight rather than take exactly `cost` units alone.
+    pub(crate) fn spend(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        cost: u64,
+        now: u64,
+        may_wait: bool,
+    ) -> Step {
+        let Some(lease) = limit.lease_mode() else {
+            unreachable!("only lease-mode entries reach the lease tier")
+        };
+        let mut map = self.lock();
+        if !map.held.contains_key(key) {
+            if map.held.len() >= 2 * map.cleaned_at_len.max(512) {
+                clean(&mut map, now);
+            }
+            map.held.insert(
+                key.clone(),
+                Held {
+                    limit: limit.clone(),
+                    units: 0,
+                    window: 0,
+                    until: 0,
+                    store_left: 0,
+                    taking: false,
+                    waiters: Vec::new(),
+                    dry_until: 0,
+                    rate_since: now,
+                    rate_spent: 0,
+                    gauge: metrics::gauge!(
+                        "tollgate_lease_overshoot_units",
+                        "limit" => Arc::clone(limit.name_arc())
+                    ),
+                },
+            );
+        }
+        let Some(h) = map.held.get_mut(key) else {
+            unreachable!("inserted above")
+        };
+        let mut give_back = 0;
+        if now >= h.until && h.units > 0 {
+            // Expired: the units go back with the next take (the store drops them if their
+            // window has ended).
+            give_back = h.units;
+            h.gauge.decrement(h.units as f64);
+            h.units = 0;
+        }
+        if h.units >= cost {
+            h.units -= cost;
+            h.rate_spent += cost;
+            h.gauge.decrement(cost as f64);
+            return Step::Spent(allowed(limit, h, now));
+        }
+        if now < h.dry_until && cost > h.units + h.store_left {
+            let wait = Duration::from_micros(h.dry_until - now);
+            return Step::Refused(Decision {
+                allowed: false,
+                limit: limit.quota().limit(),
+                remaining: h.units + h.store_left,
+                reset_after: wait,
+                retry_after: Some(wait),
+            });
+        }
+        if h.taking && may_wait {
+            return Step::Wait;
+        }
+        let need = cost - h.units;
+        let top_up = !h.taking;
+        let want = if top_up {
+            h.taking = true;
+            // k units held once the cost is spent.
+            (rate_units(lease, limit, h, now) + cost).saturating_sub(h.units)
+        } else {
+            need
+        };
+        Step::Take(Refill {
+            want: want.max(need),
+            need,
+            give_back,
+            give_back_window: h.window,
+            top_up,
+        })
+    }
+
+    /// Waits until no take of `key` is in flight.
+    pub(crate) fn take_done<'t>(&'t self, key: &'t Key) -> TakeDone<'t> {
+        TakeDone { tier: self, key }
+    }
+
+    /// Applies the store's answer to `refill`, sent at `sent` (local µs, read before the
+    /// call), then spends `cost` from it. `None` when the store refused (`need` units were
+    /// not there) or failed (`grant` is `None`).
+    pub(crate) fn finish(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        refill: &Refill,
+        grant: Option<&LeaseGrant>,
+        sent: u64,
+        cost: u64,
+    ) -> Option<Decision> {
+        let mut map = self.lock();
+        let Some(h) = map.held.get_mut(key) else {
+            // Given back meanwhile (a reload, a shutdown): this request still gets its cost
+            // from the grant; the rest stays counted until the window ends.
+            return grant
+                .filter(|g| g.granted >= refill.need && g.granted > 0)
+                .map(|g| Decision {
+                    allowed: true,
+                    limit: limit.quota().limit(),
+                    remaining: g.remaining,
+                    reset_after: g.valid_for,
+                    retry_after: None,
+                });
+        };
+        let waiters = if refill.top_up {
+            h.taking = false;
+            std::mem::take(&mut h.waiters)
+        } else {
+            Vec::new()
+        };
+        let decision = grant.and_then(|grant| apply(h, refill, grant, sent, cost));
+        drop(map);
+        for w in waiters {
+            w.wake();
+        }
+        decision
+    }
+
+    /// A top-up of `key` ended without an answer (its request was dropped mid-call).
+    pub(crate) fn abort(&self, key: &Key) {
+        let mut map = self.lock();
+        let waiters = match map.held.get_mut(key) {
+            Some(h) => {
+                h.taking = false;
+                std::mem::take(&mut h.waiters)
+            }
+            None => Vec::new(),
+        };
+        drop(map);
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// Gives `cost` units back to `key`'s local lease (the request they were spent for was
+    /// refused by another of its limits): all or nothing, without a store call.
+    pub(crate) fn refund(&self, key: &Key, cost: u64) {
+        let mut map = self.lock();
+        if let Some(h) = map.held.get_mut(key) {
+            h.units += cost;
+            h.rate_spent = h.rate_spent.saturating_sub(cost);
+            h.gauge.increment(cost as f64);
+        }
+    }
+
+    /// Forgets `key`'s lease without giving it back (the key was reset).
+    pub(crate) fn forget(&self, key: &Key) {
+        if let Some(h) = self.lock().held.remove(key) {
+            h.gauge.decrement(h.units as f64);
+        }
+    }
+
+    /// Takes every lease out of the tier (reload, shutdown): what to give back.
+    pub(crate) fn all(&self) -> Vec<Returned> {
+        let mut map = self.lock();
+        map.cleaned_at_len = 0;
+        map.held
+            .drain()
+            .filter(|(_, h)| h.units > 0)
+            .map(|(k, h)| {
+                h.gauge.decrement(h.units as f64);
+                (k, h.limit, h.units, h.window)
+            })
+            .collect()
+    }
+
+    /// Takes the expired leases with units out of the tier, and drops every expired entry:
+    /// what to give back.
+    pub(crate) fn expired(&self, now: u64) -> Vec<Returned> {
+        let mut map = self.lock();
+        let mut out = Vec::new();
+        map.held.retain(|k, h| {
+            if h.taking || now < h.until.max(h.dry_until) {
+                return true;
+            }
+            if h.units > 0 {
+                h.gauge.decrement(h.units as f64);
+                out.push((k.clone(), h.limit.clone(), h.units, h.window));
+            }
+            false
+        });
+        map.cleaned_at_len = map.held.len();
+        out
+    }
+
+    /// Units held, over every key (tests).
+    pub(crate) fn units(&self) -> u64 {
+        self.lock().held.values().map(|h| h.units).sum()
+    }
+}
+
+/// A grant applied to `h`, then `cost` spent from it; `None` when refused.
+fn apply(
+    h: &mut Held,
+    refill: &Refill,
+    grant: &LeaseGrant,
+    sent: u64,
+    cost: u64,
+) -> Option<Decision> {
+    let cap = match h.limit.lease_mode() {
+        Some(lease) => duration_us(lease.lease_ttl()),
+        None => 0,
+    };
+    let valid = duration_us(grant.valid_for).min(cap);
+    h.store_left = grant.remaining;
+    if grant.granted < refill.need || grant.granted == 0 {
+        let dry = grant.retry_after.map_or(valid, duration_us).min(cap);
+        h.dry_until = sent.saturating_add(dry);
+        return None;
+    }
+    // Units still held from before end with the newest grant (they are of the same window
+    // unless clocks drifted, and the newest end is the best known).
+    h.window = grant.window;
+    h.until = sent.saturating_add(valid);
+    h.units += grant.granted;
+    h.gauge.increment(grant.granted as f64);
+    h.dry_until = 0;
+    let spent = cost.min(h.units);
+    h.units -= spent;
+    h.rate_spent += spent;
+    h.gauge.decrement(spent as f64);
+    let limit = h.limit.clone();
+    Some(allowed(&limit, h, sent))
+}
+
+/// The future of [`LeaseTier::take_done`].
+pub(crate) struct TakeDone<'t> {
+    tier: &'t LeaseTier,
+    key: &'t Key,
+}
+
+impl Future for TakeDone<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut map = self.tier.lock();
+        match map.held.get_mut(self.key) {
+            Some(h) if h.taking => {
+                if !h.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                    h.waiters.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
+/// Drops expired entries, their units lost to their window (the memory bound).
+fn clean(map: &mut Map, now: u64) {
+    map.held.retain(|_, h| {
+        let keep = h.taking || now < h.until.max(h.dry_until);
+        if !keep {
+            h.gauge.decrement(h.units as f64);
+        }
+        keep
+    });
+    map.cleaned_at_len = map.held.len();
+}
+
+/// `k` for the next take: from the rate observed since the last take, restarting the count.
+fn rate_units(lease: &crate::Lease, limit: &Limit, h: &mut Held, now: u64) -> u64 {
+    let elapsed = now.saturating_sub(h.rate_since);
+    let rate = if elapsed == 0 || h.rate_spent == 0 {
+        // No history (a new key) or nothing spent: the smallest lease.
+        0.0
+    } else {
+        h.rate_spent as f64 * 1e6 / elapsed as f64
+    };
+    h.rate_since = now;
+    h.rate_spent = 0;
+    lease.units_for(limit.quota().limit(), rate)
+}
+
+fn allowed(limit: &Limit, h: &Held, now: u64) -> Decision {
+    Decision {
+        allowed: true,
+        limit: limit.quota().limit(),
+        remaining: h.units + h.store_left,
+        reset_after: Duration::from_micros(h.until.saturating_sub(now)),
+        retry_after: None,
+    }
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
