@@ -49,6 +49,7 @@
 
 mod breaker;
 mod error;
+mod lease;
 mod resets;
 mod script;
 mod slot;

@@ -305,7 +305,9 @@ pub(crate) fn invocation<'e>(op: Op, entries: &[&'e Entry<'e>], cost: u64, at: T
 /// Every script a store may run: the general one and each algorithm's single-entry one, to
 /// load once per connection (and once again after Redis lost them).
 pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
-    std::iter::once(&*SCRIPT).chain(PORTS.iter().map(|p| &p.single))
+    std::iter::once(&*SCRIPT)
+        .chain(PORTS.iter().map(|p| &p.single))
+        .chain(std::iter::once(&*crate::lease::LEASE_SCRIPT))
 }
 
 /// Decodes a script's reply for `entries` at `cost` into the instant the script used (none

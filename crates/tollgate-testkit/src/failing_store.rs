@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tollgate::{Decisions, MemoryStore, Op, Request, Store, StoreError, Timestamp};
+use tollgate::{
+    Decisions, LeaseGrant, LeaseTake, MemoryStore, Op, Request, Store, StoreError, Timestamp,
+};
 
 /// A [`MemoryStore`] that fails every call with a connection error while it is down. Cheap to
 /// clone: clones share the state and the switch.
