@@ -9,6 +9,7 @@ mod config;
 mod envoy_yaml;
 mod grpc;
 mod hardening;
+mod lease;
 mod redis;
 mod redis_down;
 mod reload;
