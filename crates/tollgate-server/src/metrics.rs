@@ -81,7 +81,10 @@ fn describe() {
         "tollgate_lease_returned_units_total",
         "Lease mode: unspent units given back (expiry, reload, shutdown), by limit"
     );
-    metrics::describe_gauge!(LEASED_UNITS, "Lease mode: units held, over every limit and key");
+    metrics::describe_gauge!(
+        LEASED_UNITS,
+        "Lease mode: units held, over every limit and key"
+    );
     metrics::describe_counter!(
         "tollgate_deny_cache_hits_total",
         "Refusals answered by the deny cache without a store call, by limit"

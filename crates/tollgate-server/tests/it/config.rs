@@ -191,7 +191,10 @@ fn errors_name_the_field() {
             "is not a mode",
         ),
         (
-            limit(&format!("{}\nmode = \"lease\"", GOOD.replace("fixed_window", "gcra"))),
+            limit(&format!(
+                "{}\nmode = \"lease\"",
+                GOOD.replace("fixed_window", "gcra")
+            )),
             "limits[1].mode",
             "fixed_window algorithm only",
         ),

@@ -112,7 +112,10 @@ async fn four_processes_on_one_key_stay_within_the_bound() {
     assert!(count <= limit, "Redis counts {count} > {limit}");
     assert!(ttl > 0, "the key has no TTL: {ttl}");
     assert!(admitted <= limit + 4 * K, "{admitted} admitted");
-    assert!(admitted + 4 * K >= count, "{admitted} admitted of {count} counted");
+    assert!(
+        admitted + 4 * K >= count,
+        "{admitted} admitted of {count} counted"
+    );
     // Until each process is refused: it then holds nothing, and what the others held is
     // spent.
     for p in &processes {
@@ -128,7 +131,10 @@ async fn four_processes_on_one_key_stay_within_the_bound() {
     }
     // A process refused holds nothing; one refused earlier may have been handed units back
     // since (none here: nothing was given back), so every unit counted was admitted.
-    assert_eq!(admitted, limit, "exactly the limit once every lease is spent");
+    assert_eq!(
+        admitted, limit,
+        "exactly the limit once every lease is spent"
+    );
     for p in &mut processes {
         p.terminate();
     }
@@ -151,8 +157,17 @@ async fn reload_and_sigterm_give_leases_back() {
         redis_state(&redis).0 == 3
     })
     .await;
-    assert!(given_back, "Redis counts {:?} after the reload; log:\n{}", redis_state(&redis), process.log());
-    assert!(process.log().contains("leases given back"), "{}", process.log());
+    assert!(
+        given_back,
+        "Redis counts {:?} after the reload; log:\n{}",
+        redis_state(&redis),
+        process.log()
+    );
+    assert!(
+        process.log().contains("leases given back"),
+        "{}",
+        process.log()
+    );
 
     assert_eq!(hammer(process.addr, 2, 1).await, 2);
     assert_eq!(redis_state(&redis).0, 3 + K + 1);
