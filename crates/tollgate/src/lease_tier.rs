@@ -39,6 +39,8 @@ struct Held {
     window: u64,
     /// Local µs at which the lease ends.
     until: u64,
+    /// Units of an expired lease, to give back with the next take.
+    expired: u64,
     /// Units the store had left at the last take (for `remaining`).
     store_left: u64,
     /// A take is in flight (the request making it holds `top_up`).
@@ -151,6 +153,7 @@ impl LeaseTier {
                     units: 0,
                     window: 0,
                     until: 0,
+                    expired: 0,
                     store_left: 0,
                     taking: false,
                     waiters: Vec::new(),
@@ -167,11 +170,10 @@ impl LeaseTier {
         let Some(h) = map.held.get_mut(key) else {
             unreachable!("inserted above")
         };
-        let mut give_back = 0;
         if now >= h.until && h.units > 0 {
             // Expired: the units go back with the next take (the store drops them if their
             // window has ended).
-            give_back = h.units;
+            h.expired += h.units;
             h.gauge.decrement(h.units as f64);
             h.units = 0;
         }
@@ -206,7 +208,7 @@ impl LeaseTier {
         Step::Take(Refill {
             want: want.max(need),
             need,
-            give_back,
+            give_back: std::mem::take(&mut h.expired),
             give_back_window: h.window,
             top_up,
         })
@@ -286,8 +288,12 @@ impl LeaseTier {
 
     /// Forgets `key`'s lease without giving it back (the key was reset).
     pub(crate) fn forget(&self, key: &Key) {
-        if let Some(h) = self.lock().held.remove(key) {
+        let removed = self.lock().held.remove(key);
+        if let Some(h) = removed {
             h.gauge.decrement(h.units as f64);
+            for w in h.waiters {
+                w.wake();
+            }
         }
     }
 
@@ -295,14 +301,20 @@ impl LeaseTier {
     pub(crate) fn all(&self) -> Vec<Returned> {
         let mut map = self.lock();
         map.cleaned_at_len = 0;
-        map.held
-            .drain()
-            .filter(|(_, h)| h.units > 0)
-            .map(|(k, h)| {
-                h.gauge.decrement(h.units as f64);
-                (k, h.limit, h.units, h.window)
-            })
-            .collect()
+        let drained: Vec<(Key, Held)> = map.held.drain().collect();
+        drop(map);
+        let mut out = Vec::new();
+        for (k, h) in drained {
+            h.gauge.decrement(h.units as f64);
+            // Requests waiting for a take in flight: they go on without this entry.
+            for w in h.waiters {
+                w.wake();
+            }
+            if h.units + h.expired > 0 {
+                out.push((k, h.limit, h.units + h.expired, h.window));
+            }
+        }
+        out
     }
 
     /// Takes the expired leases with units out of the tier, and drops every expired entry:
@@ -314,9 +326,9 @@ impl LeaseTier {
             if h.taking || now < h.until.max(h.dry_until) {
                 return true;
             }
-            if h.units > 0 {
+            if h.units + h.expired > 0 {
                 h.gauge.decrement(h.units as f64);
-                out.push((k.clone(), h.limit.clone(), h.units, h.window));
+                out.push((k.clone(), h.limit.clone(), h.units + h.expired, h.window));
             }
             false
         });
