@@ -131,7 +131,12 @@ async fn instances(
 }
 
 /// Decisions/s and scripts per decision on a limit never reached.
-async fn throughput(server: &RedisServer, mode: Mode, secs: u64, run: usize) -> BenchResult<(f64, f64)> {
+async fn throughput(
+    server: &RedisServer,
+    mode: Mode,
+    secs: u64,
+    run: usize,
+) -> BenchResult<(f64, f64)> {
     let limiters = instances(server, mode, 1_000_000_000, &format!("speed{run}")).await?;
     let before = evalsha_calls(server)?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -810,7 +810,11 @@ pub async fn lease_mode_counts_every_unit_taken<S: Store>(clock: FakeClock, fixt
     assert_eq!(h.limiter.return_leases().await.expect("give back"), held);
     assert_eq!(counted(h.peek(&name, "a", 1).await), 3, "{name}");
     for _ in 3..20 {
-        assert_eq!(h.check(&name, "a", 1).await.outcome(), Outcome::Allowed, "{name}");
+        assert_eq!(
+            h.check(&name, "a", 1).await.outcome(),
+            Outcome::Allowed,
+            "{name}"
+        );
     }
     let refused = h.check(&name, "a", 1).await;
     assert_eq!(
@@ -823,7 +827,15 @@ pub async fn lease_mode_counts_every_unit_taken<S: Store>(clock: FakeClock, fixt
     assert_eq!(counted(h.peek(&name, "a", 1).await), 20, "{name}");
     h.advance(Duration::from_secs(60));
     for _ in 0..20 {
-        assert_eq!(h.check(&name, "a", 1).await.outcome(), Outcome::Allowed, "{name}");
+        assert_eq!(
+            h.check(&name, "a", 1).await.outcome(),
+            Outcome::Allowed,
+            "{name}"
+        );
     }
-    assert_ne!(h.check(&name, "a", 1).await.outcome(), Outcome::Allowed, "{name}");
+    assert_ne!(
+        h.check(&name, "a", 1).await.outcome(),
+        Outcome::Allowed,
+        "{name}"
+    );
 }

@@ -19,8 +19,6 @@
 
 use std::time::Duration;
 
-use crate::{Key, Limit};
-
 /// The default lease duration: how long an instance may hold units before it gives back
 /// what it has not spent (a lease also ends with its window).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(1);
@@ -111,41 +109,4 @@ impl Default for Lease {
     fn default() -> Self {
         Lease::new()
     }
-}
-
-/// One store call of the lease tier: give back `give_back` units to the window starting at
-/// `give_back_window` (if it is still the key's current window), then take
-/// `min(want, available)` units, or none when fewer than `need` are available. A give-back
-/// alone is a take with `want = need = 0`.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseTake<'a> {
-    /// The limit (fixed window).
-    pub limit: &'a Limit,
-    /// The key.
-    pub key: &'a Key,
-    /// The most units to take.
-    pub want: u64,
-    /// The fewest units worth taking (the cost of the request waiting): fewer available
-    /// takes nothing and refuses.
-    pub need: u64,
-    /// Unspent units of an earlier lease to give back first.
-    pub give_back: u64,
-    /// The window (start, µs since the epoch on the store's clock) those units were taken in.
-    pub give_back_window: u64,
-}
-
-/// The store's answer to a [`LeaseTake`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseGrant {
-    /// Units taken (0 when refused or for a give-back alone).
-    pub granted: u64,
-    /// The start of the window they belong to (µs since the epoch, store's clock): what a
-    /// give-back names.
-    pub window: u64,
-    /// How long the window lasts after the store's `now`: the lease ends then at the latest.
-    pub valid_for: Duration,
-    /// Units left in the store after the call.
-    pub remaining: u64,
-    /// When refused (`granted < need`): until `need` units may be available.
-    pub retry_after: Option<Duration>,
 }

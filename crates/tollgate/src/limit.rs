@@ -125,7 +125,7 @@ impl Limit {
     ///
     /// # Errors
     /// [`LimitError`] naming `mode` for an algorithm other than the fixed window (the others
-    /// cannot give back or bound what a lease holds), `lease_units` for a `k` of 0 or above
+    /// cannot give back or bound what a lease holds), `lease` for a `k` of 0 or above
     /// the limit, `lease_ttl` for a duration under 1 ms.
     pub fn lease(mut self, lease: Lease) -> Result<Limit, LimitError> {
         if self.algorithm != Algorithm::FixedWindow {
@@ -138,13 +138,11 @@ impl Limit {
         }
         match lease.fixed_units() {
             Some(0) => {
-                return Err(LimitError::Zero {
-                    field: "lease_units",
-                });
+                return Err(LimitError::Zero { field: "lease" });
             }
             Some(k) if k > self.quota.limit() => {
                 return Err(LimitError::TooLarge {
-                    field: "lease_units",
+                    field: "lease",
                     max: format!("the limit ({})", self.quota.limit()),
                 });
             }

@@ -101,7 +101,7 @@ pub(super) struct RawLimit {
     /// `exact` (the default) or `lease` (`docs/algorithms.md`, "Leases").
     pub(super) mode: Option<String>,
     /// Lease mode: units taken per store call (default: from the observed rate).
-    pub(super) lease_units: Option<u64>,
+    pub(super) lease: Option<u64>,
     /// Lease mode: how long unspent units are held before they go back (default 1s).
     pub(super) lease_ttl: Option<String>,
 }

@@ -193,13 +193,13 @@ fn limit(l: &RawLimit) -> Result<LimitConfig, (&'static str, FieldError)> {
     })
 }
 
-/// `mode`, `lease_units`, `lease_ttl`: the lease settings when `mode = "lease"` (checked
+/// `mode`, `lease`, `lease_ttl`: the lease settings when `mode = "lease"` (checked
 /// against the algorithm and the limit by the core's [`Limit::lease`]).
 fn lease(l: &RawLimit) -> Result<Option<Lease>, (&'static str, FieldError)> {
     match l.mode.as_deref() {
         None | Some("exact") => {
-            if l.lease_units.is_some() {
-                return Err(("lease_units", FieldError::NotForMode));
+            if l.lease.is_some() {
+                return Err(("lease", FieldError::NotForMode));
             }
             if l.lease_ttl.is_some() {
                 return Err(("lease_ttl", FieldError::NotForMode));
@@ -208,7 +208,7 @@ fn lease(l: &RawLimit) -> Result<Option<Lease>, (&'static str, FieldError)> {
         }
         Some("lease") => {
             let mut lease = Lease::new();
-            if let Some(k) = l.lease_units {
+            if let Some(k) = l.lease {
                 lease = lease.units(k);
             }
             if let Some(ttl) = &l.lease_ttl {

@@ -199,8 +199,8 @@ fn errors_name_the_field() {
             "fixed_window algorithm only",
         ),
         (
-            limit(&format!("{GOOD}\nlease_units = 5")),
-            "limits[1].lease_units",
+            limit(&format!("{GOOD}\nlease = 5")),
+            "limits[1].lease",
             "only applies to mode = \"lease\"",
         ),
         (
@@ -209,13 +209,13 @@ fn errors_name_the_field() {
             "only applies to mode = \"lease\"",
         ),
         (
-            limit(&format!("{GOOD}\nmode = \"lease\"\nlease_units = 0")),
-            "limits[1].lease_units",
+            limit(&format!("{GOOD}\nmode = \"lease\"\nlease = 0")),
+            "limits[1].lease",
             "must be at least 1",
         ),
         (
-            limit(&format!("{GOOD}\nmode = \"lease\"\nlease_units = 11")),
-            "limits[1].lease_units",
+            limit(&format!("{GOOD}\nmode = \"lease\"\nlease = 11")),
+            "limits[1].lease",
             "must be at most the limit (10)",
         ),
         (
@@ -239,7 +239,7 @@ fn errors_name_the_field() {
 #[test]
 fn lease_mode_is_read() {
     let text = limit(&format!(
-        "{GOOD}\nmode = \"lease\"\nlease_units = 4\nlease_ttl = \"250ms\""
+        "{GOOD}\nmode = \"lease\"\nlease = 4\nlease_ttl = \"250ms\""
     ));
     let config = Config::parse(&text, "cfg.toml", &Overrides::default()).expect("valid");
     let lease = config.limits[1].limit.lease_mode().expect("lease mode");

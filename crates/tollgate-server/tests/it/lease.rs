@@ -31,7 +31,7 @@ limit = {limit}
 period = "300d"
 on_store_error = "deny"
 mode = "lease"
-lease_units = {K}
+lease = {K}
 lease_ttl = "1h"
 "#
     )

@@ -402,3 +402,54 @@ async fn automatic_k_follows_the_rate() {
     assert_eq!(Lease::new().units_for(16_000, 300.0), 300);
     assert_eq!(Lease::new().units_for(16_000, 1e9), 1_000);
 }
+
+/// `tollgate_lease_overshoot_units{limit}` follows the units held (taken, spent, returned);
+/// `tollgate_lease_takes_total` counts the store calls.
+#[test]
+fn the_overshoot_gauge_is_the_units_held() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // A debugging snapshot drains what it reads (counters and gauges back to 0): the
+    // totals are summed over snapshots.
+    let gauge = std::cell::Cell::new(0.0);
+    let takes = std::cell::Cell::new(0);
+    let read = || {
+        for (k, _, _, v) in snapshotter.snapshot().into_vec() {
+            match (k.key().name(), v) {
+                ("tollgate_lease_overshoot_units", DebugValue::Gauge(g)) => {
+                    gauge.set(gauge.get() + g.into_inner());
+                }
+                ("tollgate_lease_takes_total", DebugValue::Counter(n)) => {
+                    takes.set(takes.get() + n);
+                }
+                _ => {}
+            }
+        }
+        (Some(gauge.get()), takes.get())
+    };
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let clock = clock();
+            let l = limiter(memory(), &clock, vec![leased(100, Lease::new().units(10))]);
+            for _ in 0..7 {
+                l.check("hot", &KEY).await.expect("valid");
+            }
+            assert_eq!(l.leased_units(), 4);
+            let (held, first) = read();
+            assert_eq!(held, Some(4.0));
+            assert_eq!(first, 1);
+            for _ in 0..5 {
+                l.check("hot", &KEY).await.expect("valid");
+            }
+            let (held, both) = read();
+            assert_eq!(held, Some(l.leased_units() as f64));
+            assert_eq!(both, 2, "two takes for 12 checks at k = 10");
+            l.return_leases().await.expect("memory");
+            assert_eq!(read().0, Some(0.0));
+        });
+    });
+}
