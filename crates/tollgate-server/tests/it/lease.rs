@@ -92,8 +92,8 @@ async fn hammer(addr: std::net::SocketAddr, n: usize, concurrency: usize) -> u64
 
 /// 4 processes × 8 concurrent clients on one key, limit 400, k = 10: Redis never counts
 /// more than the limit, admissions are within 4 × k of it, and once every process has been
-/// refused (holding nothing) exactly the limit has passed. After SIGTERM, Redis counts
-/// exactly what was admitted: every unspent unit went back.
+/// refused (holding nothing) exactly the limit has passed; Redis counts exactly that, before
+/// and after a clean SIGTERM of each. (Give-back of units still held: the next test.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_on_one_key_stay_within_the_bound() {
     let redis = RedisServer::start();
