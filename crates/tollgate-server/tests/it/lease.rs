@@ -135,6 +135,7 @@ async fn four_processes_on_one_key_stay_within_the_bound() {
         admitted, limit,
         "exactly the limit once every lease is spent"
     );
+    assert_eq!(redis_state(&redis).0, limit);
     for p in &mut processes {
         p.terminate();
     }
