@@ -27,7 +27,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::key::BuildKeyHasher;
-use crate::{Decision, Key, LeaseGrant, Limit};
+use crate::{Decision, Key, LeaseGrant, Limit, StoreError};
 
 /// Units of a key held by this instance.
 struct Held {
@@ -47,6 +47,12 @@ struct Held {
     taking: bool,
     /// Requests waiting for it.
     waiters: Vec<Waker>,
+    /// Top-up takes finished (or abandoned): the number the one in flight will have.
+    takes_done: u64,
+    /// The last top-up that failed, by number, and why: the requests that waited for it
+    /// apply the failure policy at once instead of calling the store in turn (each would
+    /// wait out a timeout).
+    failed: Option<(u64, Arc<StoreError>)>,
     /// Local µs until which the store is known to have had `store_left` units only (a take
     /// was refused, or a top-up found nothing): costs above `units + store_left` are
     /// refused here until then.
@@ -64,8 +70,8 @@ pub(crate) enum Step {
     /// Served locally.
     Spent(Decision),
     /// Another request of this instance is taking units for the key: wait for it
-    /// ([`LeaseTier::take_done`]), then spend again.
-    Wait,
+    /// ([`LeaseTier::take_done`] with this number), then spend again.
+    Wait(u64),
     /// Refused locally: the store had too few units left until this ends.
     Refused(Decision),
     /// Take this from the store first, then spend the cost from the grant.
@@ -157,6 +163,8 @@ impl LeaseTier {
                     store_left: 0,
                     taking: false,
                     waiters: Vec::new(),
+                    takes_done: 0,
+                    failed: None,
                     dry_until: 0,
                     rate_since: now,
                     rate_spent: 0,
@@ -194,7 +202,7 @@ impl LeaseTier {
             });
         }
         if h.taking && may_wait {
-            return Step::Wait;
+            return Step::Wait(h.takes_done);
         }
         let need = cost - h.units;
         let top_up = !h.taking;
@@ -214,9 +222,13 @@ impl LeaseTier {
         })
     }
 
-    /// Waits until no take of `key` is in flight.
-    pub(crate) fn take_done<'t>(&'t self, key: &'t Key) -> TakeDone<'t> {
-        TakeDone { tier: self, key }
+    /// Waits until top-up number `take` of `key` is over; its failure, if it failed.
+    pub(crate) fn take_done<'t>(&'t self, key: &'t Key, take: u64) -> TakeDone<'t> {
+        TakeDone {
+            tier: self,
+            key,
+            take,
+        }
     }
 
     /// Applies the store's answer to `refill`, sent at `sent` (local µs, read before the
@@ -227,10 +239,17 @@ impl LeaseTier {
         key: &Key,
         limit: &Limit,
         refill: &Refill,
-        grant: Option<&LeaseGrant>,
+        grant: Result<&LeaseGrant, &Arc<StoreError>>,
         sent: u64,
         cost: u64,
     ) -> Option<Decision> {
+        let grant = match grant {
+            Ok(grant) => Some(grant),
+            Err(error) => {
+                self.failed(key, refill, error);
+                return None;
+            }
+        };
         let mut map = self.lock();
         let Some(h) = map.held.get_mut(key) else {
             // Given back meanwhile (a reload, a shutdown): this request still gets its cost
@@ -247,6 +266,7 @@ impl LeaseTier {
         };
         let waiters = if refill.top_up {
             h.taking = false;
+            h.takes_done += 1;
             std::mem::take(&mut h.waiters)
         } else {
             Vec::new()
@@ -259,12 +279,34 @@ impl LeaseTier {
         decision
     }
 
+    /// A take of `key` failed: a top-up's waiters are told why.
+    fn failed(&self, key: &Key, refill: &Refill, error: &Arc<StoreError>) {
+        if !refill.top_up {
+            return;
+        }
+        let mut map = self.lock();
+        let waiters = match map.held.get_mut(key) {
+            Some(h) => {
+                h.taking = false;
+                h.failed = Some((h.takes_done, Arc::clone(error)));
+                h.takes_done += 1;
+                std::mem::take(&mut h.waiters)
+            }
+            None => Vec::new(),
+        };
+        drop(map);
+        for w in waiters {
+            w.wake();
+        }
+    }
+
     /// A top-up of `key` ended without an answer (its request was dropped mid-call).
     pub(crate) fn abort(&self, key: &Key) {
         let mut map = self.lock();
         let waiters = match map.held.get_mut(key) {
             Some(h) => {
                 h.taking = false;
+                h.takes_done += 1;
                 std::mem::take(&mut h.waiters)
             }
             None => Vec::new(),
@@ -380,21 +422,26 @@ fn apply(
 pub(crate) struct TakeDone<'t> {
     tier: &'t LeaseTier,
     key: &'t Key,
+    take: u64,
 }
 
 impl Future for TakeDone<'_> {
-    type Output = ();
+    type Output = Option<Arc<StoreError>>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut map = self.tier.lock();
         match map.held.get_mut(self.key) {
-            Some(h) if h.taking => {
+            Some(h) if h.taking && h.takes_done == self.take => {
                 if !h.waiters.iter().any(|w| w.will_wake(cx.waker())) {
                     h.waiters.push(cx.waker().clone());
                 }
                 Poll::Pending
             }
-            _ => Poll::Ready(()),
+            Some(h) => Poll::Ready(match &h.failed {
+                Some((take, error)) if *take == self.take => Some(Arc::clone(error)),
+                _ => None,
+            }),
+            None => Poll::Ready(None),
         }
     }
 }

@@ -6,6 +6,8 @@
 //! from their leases go back to those leases (locally: the store counted them as taken
 //! already, and they stay this instance's to hand out), and an exact entry is not charged.
 
+use std::sync::Arc;
+
 use smallvec::SmallVec;
 
 use super::{Limiter, limit_decision, subset};
@@ -101,9 +103,13 @@ impl<S: Store> Limiter<S> {
                 Step::Refused(decision) => {
                     return Leased::Other(limit_decision(e, decision, Source::Lease));
                 }
-                Step::Wait => {
+                Step::Wait(take) => {
                     waited += 1;
-                    self.leases.take_done(&e.key).await;
+                    if let Some(error) = self.leases.take_done(&e.key, take).await {
+                        // The take this request waited for failed: the policy, now (not a
+                        // second timeout).
+                        return Leased::Other(self.policy_for(e, cost, &error));
+                    }
                 }
                 Step::Take(refill) => {
                     return match self.take(e, &refill, cost, now).await {
@@ -113,16 +119,18 @@ impl<S: Store> Limiter<S> {
                         Ok(Err(decision)) => {
                             Leased::Other(limit_decision(e, decision, Source::Store))
                         }
-                        Err(error) => {
-                            let one =
-                                Request::from_validated(SmallVec::from_elem(e.clone(), 1), cost);
-                            let mut decisions = self.apply_policies(&one, &error, Op::Check);
-                            Leased::Other(decisions.remove(0))
-                        }
+                        Err(error) => Leased::Other(self.policy_for(e, cost, &error)),
                     };
                 }
             }
         }
+    }
+
+    /// The entry's failure policy, applied to one request of `cost`.
+    fn policy_for(&self, e: &Entry<'_>, cost: u64, error: &StoreError) -> LimitDecision {
+        let one = Request::from_validated(SmallVec::from_elem(e.clone(), 1), cost);
+        let mut decisions = self.apply_policies(&one, error, Op::Check);
+        decisions.remove(0)
     }
 
     /// One store call for `refill`, then `cost` spent from the grant: the admission
@@ -133,7 +141,7 @@ impl<S: Store> Limiter<S> {
         refill: &Refill,
         cost: u64,
         now: Option<Timestamp>,
-    ) -> Result<Result<crate::Decision, crate::Decision>, StoreError> {
+    ) -> Result<Result<crate::Decision, crate::Decision>, Arc<StoreError>> {
         // A request dropped mid-call must not leave its key "taking" for ever.
         let mut guard = AbortOnDrop {
             tier: &self.leases,
@@ -160,7 +168,7 @@ impl<S: Store> Limiter<S> {
         };
         metrics::counter!(
             "tollgate_lease_takes_total",
-            "limit" => std::sync::Arc::clone(e.limit.name_arc()),
+            "limit" => Arc::clone(e.limit.name_arc()),
             "result" => outcome
         )
         .increment(1);
@@ -168,7 +176,7 @@ impl<S: Store> Limiter<S> {
             Ok(grant) => Ok(
                 match self
                     .leases
-                    .finish(&e.key, e.limit, refill, Some(&grant), sent, cost)
+                    .finish(&e.key, e.limit, refill, Ok(&grant), sent, cost)
                 {
                     Some(decision) => Ok(decision),
                     None => Err(crate::Decision {
@@ -181,11 +189,12 @@ impl<S: Store> Limiter<S> {
                 },
             ),
             Err(error) => {
-                self.leases
-                    .finish(&e.key, e.limit, refill, None, sent, cost);
                 metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().as_str())
                     .increment(1);
                 self.warn_rate_limited(&error);
+                let error = Arc::new(error);
+                self.leases
+                    .finish(&e.key, e.limit, refill, Err(&error), sent, cost);
                 Err(error)
             }
         }
@@ -239,7 +248,7 @@ impl<S: Store> Limiter<S> {
                     returned += units;
                     metrics::counter!(
                         "tollgate_lease_returned_units_total",
-                        "limit" => std::sync::Arc::clone(limit.name_arc())
+                        "limit" => Arc::clone(limit.name_arc())
                     )
                     .increment(units);
                 }

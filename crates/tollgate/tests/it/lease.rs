@@ -453,3 +453,47 @@ fn the_overshoot_gauge_is_the_units_held() {
         });
     });
 }
+
+/// When the take requests waited for fails, they apply the failure policy at once instead
+/// of calling the store in turn (each would wait out the store's timeout again).
+#[tokio::test]
+async fn a_failed_take_answers_its_waiters_by_policy() {
+    let clock = clock();
+    let failing = FailingStore::new(memory());
+    let store = counting(failing.clone());
+    store.open.store(false, Ordering::SeqCst);
+    let limit = leased(1_000, Lease::new().units(50)).on_store_error(OnStoreError::Deny);
+    let l = Arc::new(limiter(store.clone(), &clock, vec![limit]));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let l = Arc::clone(&l);
+            tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
+        })
+        .collect();
+    while store.takes.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    failing.set_down(true);
+    store.open.store(true, Ordering::SeqCst);
+    for t in tasks {
+        let outcome = t.await.expect("task");
+        assert!(
+            matches!(outcome, Outcome::Unavailable { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(
+        store.takes.load(Ordering::SeqCst),
+        1,
+        "the waiters called the store"
+    );
+    // The next request tries the store again.
+    failing.set_down(false);
+    assert_eq!(
+        l.check("hot", &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+}
