@@ -20,13 +20,17 @@
 //! overshoot).
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::key::BuildKeyHasher;
+
+use self::grant::{allowed, apply, clean, rate_units};
+pub(crate) use self::take_done::TakeDone;
+
+mod grant;
+mod take_done;
 use crate::{Decision, Key, LeaseGrant, Limit, StoreError};
 
 /// Units of a key held by this instance.
@@ -382,106 +386,4 @@ impl LeaseTier {
     pub(crate) fn units(&self) -> u64 {
         self.lock().held.values().map(|h| h.units).sum()
     }
-}
-
-/// A grant applied to `h`, then `cost` spent from it; `None` when refused.
-fn apply(
-    h: &mut Held,
-    refill: &Refill,
-    grant: &LeaseGrant,
-    sent: u64,
-    cost: u64,
-) -> Option<Decision> {
-    let cap = match h.limit.lease_mode() {
-        Some(lease) => duration_us(lease.lease_ttl()),
-        None => 0,
-    };
-    let valid = duration_us(grant.valid_for).min(cap);
-    h.store_left = grant.remaining;
-    if grant.granted < refill.need || grant.granted == 0 {
-        let dry = grant.retry_after.map_or(valid, duration_us).min(cap);
-        h.dry_until = sent.saturating_add(dry);
-        return None;
-    }
-    // Units still held from before end with the newest grant (they are of the same window
-    // unless clocks drifted, and the newest end is the best known).
-    h.window = grant.window;
-    h.until = sent.saturating_add(valid);
-    h.units += grant.granted;
-    h.gauge.increment(grant.granted as f64);
-    h.dry_until = 0;
-    let spent = cost.min(h.units);
-    h.units -= spent;
-    h.rate_spent += spent;
-    h.gauge.decrement(spent as f64);
-    let limit = h.limit.clone();
-    Some(allowed(&limit, h, sent))
-}
-
-/// The future of [`LeaseTier::take_done`].
-pub(crate) struct TakeDone<'t> {
-    tier: &'t LeaseTier,
-    key: &'t Key,
-    take: u64,
-}
-
-impl Future for TakeDone<'_> {
-    type Output = Option<Arc<StoreError>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut map = self.tier.lock();
-        match map.held.get_mut(self.key) {
-            Some(h) if h.taking && h.takes_done == self.take => {
-                if !h.waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                    h.waiters.push(cx.waker().clone());
-                }
-                Poll::Pending
-            }
-            Some(h) => Poll::Ready(match &h.failed {
-                Some((take, error)) if *take == self.take => Some(Arc::clone(error)),
-                _ => None,
-            }),
-            None => Poll::Ready(None),
-        }
-    }
-}
-
-/// Drops expired entries, their units lost to their window (the memory bound).
-fn clean(map: &mut Map, now: u64) {
-    map.held.retain(|_, h| {
-        let keep = h.taking || now < h.until.max(h.dry_until);
-        if !keep {
-            h.gauge.decrement(h.units as f64);
-        }
-        keep
-    });
-    map.cleaned_at_len = map.held.len();
-}
-
-/// `k` for the next take: from the rate observed since the last take, restarting the count.
-fn rate_units(lease: &crate::Lease, limit: &Limit, h: &mut Held, now: u64) -> u64 {
-    let elapsed = now.saturating_sub(h.rate_since);
-    let rate = if elapsed == 0 || h.rate_spent == 0 {
-        // No history (a new key) or nothing spent: the smallest lease.
-        0.0
-    } else {
-        h.rate_spent as f64 * 1e6 / elapsed as f64
-    };
-    h.rate_since = now;
-    h.rate_spent = 0;
-    lease.units_for(limit.quota().limit(), rate)
-}
-
-fn allowed(limit: &Limit, h: &Held, now: u64) -> Decision {
-    Decision {
-        allowed: true,
-        limit: limit.quota().limit(),
-        remaining: h.units + h.store_left,
-        reset_after: Duration::from_micros(h.until.saturating_sub(now)),
-        retry_after: None,
-    }
-}
-
-fn duration_us(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
