@@ -177,3 +177,38 @@ async fn reload_and_sigterm_give_leases_back() {
     process.terminate();
     assert_eq!(redis_state(&redis).0, 5, "log:\n{}", process.log());
 }
+
+/// On the memory store too (one instance: a lease there saves nothing, but the limit works
+/// the same), and `GET /v1/limits` shows the mode.
+#[tokio::test]
+async fn lease_mode_on_the_memory_store_and_in_the_listing() {
+    let server = crate::support::TestServer::start(
+        r#"
+[[limits]]
+name = "hot"
+algorithm = "fixed_window"
+limit = 25
+period = "300d"
+on_store_error = "deny"
+mode = "lease"
+lease = 4
+lease_ttl = "2s"
+"#,
+    )
+    .await;
+    let listed = server.get("/v1/limits").await;
+    let hot = &listed.json["limits"][0];
+    assert_eq!(hot["mode"], "lease", "{listed:?}");
+    assert_eq!(hot["lease"], 4);
+    assert_eq!(hot["lease_ttl"], "2s");
+    let mut allowed = 0;
+    for _ in 0..40 {
+        match server.post("/v1/check", r#"{"limit": "hot"}"#).await.status {
+            200 => allowed += 1,
+            429 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(allowed, 25);
+    server.stop().await;
+}
