@@ -60,6 +60,7 @@
 mod breaker;
 mod coalesce;
 mod error;
+mod lease;
 mod patience;
 mod resets;
 mod script;

@@ -333,6 +333,7 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
     [&*SCRIPT, &*BATCH_SCRIPT]
         .into_iter()
         .chain(PORTS.iter().map(|p| &p.single))
+        .chain(std::iter::once(&*crate::lease::LEASE_SCRIPT))
 }
 
 /// One request's call, owned (a queued request waits while its caller's borrowed request

@@ -30,7 +30,9 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use smallvec::SmallVec;
-use tollgate::{Decision, Decisions, Entry, Key, Request, Store, StoreError, Timestamp};
+use tollgate::{
+    Decision, Decisions, Entry, Key, LeaseGrant, LeaseTake, Request, Store, StoreError, Timestamp,
+};
 
 use crate::breaker::Breaker;
 use crate::coalesce::Coalescer;
@@ -558,6 +560,16 @@ impl Store for RedisStore {
             Ok(())
         })
         .await
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        let cmd = crate::lease::invocation(take, now);
+        self.guarded(async { crate::lease::decode(self.eval(&cmd).await?) })
+            .await
     }
 }
 

@@ -222,7 +222,7 @@ fn decision_body(d: &LimitDecision) -> DecisionBody {
         shadow: d.shadow,
         shadow_denied: d.shadow && !decision.allowed,
         store_error: match d.source {
-            Source::Store | Source::DenyCache => None,
+            Source::Store | Source::DenyCache | Source::Lease => None,
             Source::Policy { error, .. } => Some(error.as_str()),
         },
     }
@@ -262,6 +262,14 @@ pub struct LimitBody {
     pub on_store_error: tollgate::OnStoreError,
     /// Shadow (never refuses).
     pub shadow: bool,
+    /// `exact` or `lease`.
+    pub mode: &'static str,
+    /// Lease mode: units per take, when fixed (else chosen from the rate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    /// Lease mode: how long unspent units are held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ttl: Option<String>,
 }
 
 impl LimitBody {
@@ -288,6 +296,13 @@ impl LimitBody {
                 .collect(),
             on_store_error: l.policy(),
             shadow: config.shadow,
+            mode: if l.lease_mode().is_some() {
+                "lease"
+            } else {
+                "exact"
+            },
+            lease: l.lease_mode().and_then(|m| m.fixed_units()),
+            lease_ttl: l.lease_mode().map(|m| duration::format(m.lease_ttl())),
         }
     }
 }

@@ -152,6 +152,29 @@ impl Limits {
     pub fn deny_cache_len(&self) -> usize {
         self.limiter.deny_cache_len()
     }
+
+    /// Gives back every unspent unit of every lease (this set is being replaced, or the
+    /// service is stopping); failures are logged (their units stay counted until their
+    /// window ends).
+    pub async fn return_leases(&self, why: &'static str) {
+        match self.limiter.return_leases().await {
+            Ok(0) => {}
+            Ok(units) => tracing::info!(units, why, "leases given back"),
+            Err(e) => tracing::warn!(cause = %e, why, "could not give every lease back"),
+        }
+    }
+
+    /// Gives back the units of expired leases (the service's periodic sweep).
+    pub async fn return_expired_leases(&self) {
+        if let Err(e) = self.limiter.return_expired_leases().await {
+            tracing::debug!(cause = %e, "could not give expired leases back");
+        }
+    }
+
+    /// Units held in leases.
+    pub fn leased_units(&self) -> u64 {
+        self.limiter.leased_units()
+    }
 }
 
 impl fmt::Debug for Limits {

@@ -78,6 +78,24 @@ fn describe() {
         "Share of checks refused by the quota over the last minute, by limit"
     );
     metrics::describe_gauge!(DENY_CACHE_ENTRIES, "Refusals held by the exact deny cache");
+    metrics::describe_gauge!(
+        "tollgate_lease_overshoot_units",
+        "Lease mode: units this instance holds that the store already counts as spent, by \
+         limit: the most it can admit beyond the limit (summed over instances, the live \
+         overshoot bound)"
+    );
+    metrics::describe_counter!(
+        "tollgate_lease_takes_total",
+        "Lease mode: store calls taking units, by limit and result (granted, refused, failed)"
+    );
+    metrics::describe_counter!(
+        "tollgate_lease_returned_units_total",
+        "Lease mode: unspent units given back (expiry, reload, shutdown), by limit"
+    );
+    metrics::describe_gauge!(
+        LEASED_UNITS,
+        "Lease mode: units held, over every limit and key"
+    );
     metrics::describe_counter!(
         "tollgate_deny_cache_hits_total",
         "Refusals answered by the deny cache without a store call, by limit"
@@ -187,6 +205,13 @@ pub fn reloads_watched() {
 pub const DENY_RATIO: &str = "tollgate_deny_ratio";
 /// Refusals held by the deny cache (set at each scrape).
 pub const DENY_CACHE_ENTRIES: &str = "tollgate_deny_cache_entries";
+/// Units held in leases (`tollgate_leased_units`), set by the lease sweep.
+pub const LEASED_UNITS: &str = "tollgate_leased_units";
+
+/// Sets the units held in leases.
+pub fn leased_units(units: u64) {
+    metrics::gauge!(LEASED_UNITS).set(units as f64);
+}
 
 /// Records `limit`'s refusal ratio.
 pub fn deny_ratio(limit: &str, ratio: f64) {

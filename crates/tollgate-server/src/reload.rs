@@ -19,7 +19,8 @@
 //! refused whole with a logged error and `tollgate_config_reload_total{result="error"}`, and
 //! the old limits and rules stay; a file without limits is invalid (a file truncated to
 //! nothing, or emptied by mistake, must not switch every limit off). A valid file that drops
-//! limits the running config has is applied, with a warning naming them. `[server]` and
+//! limits the running config has is applied, with a warning naming them. The replaced set
+//! gives back the unspent units of its leases (lease-mode limits) right after the swap. `[server]` and
 //! `[store]` are read at start-up only; a change there is logged and waits for a restart.
 
 use std::path::PathBuf;
@@ -177,7 +178,10 @@ impl Reloader {
                     );
                 }
                 tracing::info!(limits = ?names, envoy_rules = config.envoy.rules.len(), "config reloaded");
-                self.state.limits.store(Arc::new(limits));
+                let old = self.state.limits.swap(Arc::new(limits));
+                // The old set's leases go back (units of removed or changed limits included);
+                // the new set takes its own from the first check.
+                tokio::spawn(async move { old.return_leases("reload").await });
                 metrics::config_reload(true);
                 self.state.reloads.record(None);
                 self.running.limits = config.limits;

@@ -171,13 +171,43 @@ impl Server {
                 + std::time::Duration::from_millis(10);
             spawn_grpc(listener, &state, settings, call_timeout, &stop)
         });
-        let served = serve_http(listener, state, settings, shutdown, &stop).await;
+        let leases = spawn_lease_sweep(&state, &stop);
+        let served = serve_http(listener, Arc::clone(&state), settings, shutdown, &stop).await;
         let grpc_served = wind_down(&stop, grpc_task, reloader).await;
+        let _ = leases.await;
+        // Every request has been answered: what the leases hold goes back to the store.
+        state.limits.load().return_leases("shutdown").await;
         served?;
         grpc_served?;
         Ok(())
     }
 }
+
+/// Every [`LEASE_SWEEP`], gives back the units of expired leases, until `stop` (a lease's
+/// units otherwise go back with its key's next take, which an idle key never makes).
+fn spawn_lease_sweep(state: &Arc<AppState>, stop: &Stop) -> JoinHandle<()> {
+    let state = Arc::clone(state);
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(LEASE_SWEEP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stopped = stop.stopped();
+        tokio::pin!(stopped);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let limits = state.limits.load_full();
+                    limits.return_expired_leases().await;
+                    crate::metrics::leased_units(limits.leased_units());
+                }
+                () = &mut stopped => return,
+            }
+        }
+    })
+}
+
+/// How often expired leases are given back.
+const LEASE_SWEEP: Duration = Duration::from_secs(1);
 
 /// After the HTTP server has stopped: stops everything else and waits for the gRPC server
 /// (its result) and the reloader to finish.

@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, CheckError, Clock, FakeClock, Limit, Limiter, OnStoreError, Op, Outcome, Quota,
-    Store, Timestamp, Verdict,
+    Algorithm, CheckError, Clock, FakeClock, Lease, Limit, Limiter, OnStoreError, Op, Outcome,
+    Quota, Store, Timestamp, Verdict,
 };
 
 use crate::Fixture;
@@ -47,6 +47,7 @@ macro_rules! conformance_suite {
             fixed_window_admits_twice_the_limit_across_an_edge,
             sliding_log_never_exceeds_the_limit_in_any_period,
             sliding_window_stays_within_one_bucket_of_exact,
+            lease_mode_counts_every_unit_taken,
         );
     };
     (@each $fixture:path; $($test:ident),* $(,)?) => {
@@ -912,5 +913,56 @@ pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
     assert!(
         early_refusals > 0,
         "the sequence exercised the quantization error"
+    );
+}
+
+/// Lease mode (fixed window, 20 a minute, k = 5): the store counts every unit taken (spent or
+/// held), never more than the limit; a refusal takes nothing; held units go back on
+/// `return_leases`; a lease never carries into the next window.
+pub async fn lease_mode_counts_every_unit_taken<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let leased = limit_for("lease", Algorithm::FixedWindow, 20, Duration::from_secs(60))
+        .lease(Lease::new().units(5))
+        .expect("fixed window");
+    let name = leased.name().to_owned();
+    let h = Harness::new(clock, fixture, vec![leased]);
+    let counted = |v: Verdict| 20 - v.decision().remaining;
+    for _ in 0..3 {
+        let v = h.check(&name, "a", 1).await;
+        from_store(&v, &name);
+        assert_eq!(v.outcome(), Outcome::Allowed, "{name}");
+    }
+    let held = h.limiter.leased_units();
+    assert!((1..=5).contains(&held), "{name}: {held} held");
+    assert_eq!(counted(h.peek(&name, "a", 1).await), 3 + held, "{name}");
+    assert_eq!(h.limiter.return_leases().await.expect("give back"), held);
+    assert_eq!(counted(h.peek(&name, "a", 1).await), 3, "{name}");
+    for _ in 3..20 {
+        assert_eq!(
+            h.check(&name, "a", 1).await.outcome(),
+            Outcome::Allowed,
+            "{name}"
+        );
+    }
+    let refused = h.check(&name, "a", 1).await;
+    assert_eq!(
+        refused.outcome(),
+        Outcome::Limited {
+            retry_after: Duration::from_secs(60)
+        },
+        "{name}"
+    );
+    assert_eq!(counted(h.peek(&name, "a", 1).await), 20, "{name}");
+    h.advance(Duration::from_secs(60));
+    for _ in 0..20 {
+        assert_eq!(
+            h.check(&name, "a", 1).await.outcome(),
+            Outcome::Allowed,
+            "{name}"
+        );
+    }
+    assert_ne!(
+        h.check(&name, "a", 1).await.outcome(),
+        Outcome::Allowed,
+        "{name}"
     );
 }

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tollgate::{Decisions, MemoryStore, Op, Request, Store, StoreError, Timestamp};
+use tollgate::{
+    Decisions, LeaseGrant, LeaseTake, MemoryStore, Op, Request, Store, StoreError, Timestamp,
+};
 
 /// A [`MemoryStore`] that fails every call with a connection error while it is down. Cheap to
 /// clone: clones share the state and the switch.
@@ -62,5 +64,14 @@ impl Store for FailingStore {
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.failure()?;
         self.memory.reset(request).await
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.failure()?;
+        self.memory.take_lease(take, now).await
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::rules::AnyRule;
-use crate::{Algorithm, LimitError, OnStoreError, Quota};
+use crate::{Algorithm, Lease, LimitError, OnStoreError, Quota};
 
 /// The longest limit name or key part name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -31,6 +31,7 @@ pub struct Limit {
     key_parts: Option<Arc<[Box<str>]>>,
     on_store_error: OnStoreError,
     shadow: bool,
+    lease: Option<Lease>,
 }
 
 impl Limit {
@@ -67,6 +68,7 @@ impl Limit {
             key_parts: None,
             on_store_error: OnStoreError::Deny,
             shadow: false,
+            lease: None,
         })
     }
 
@@ -115,6 +117,51 @@ impl Limit {
     pub fn shadow(mut self, shadow: bool) -> Limit {
         self.shadow = shadow;
         self
+    }
+
+    /// Lease mode: each instance takes units from the store `k` at a time and hands them out
+    /// itself (see [`crate::lease`]). Approximate by at most instances × `k` units per
+    /// window, for keys too hot for one store call per request.
+    ///
+    /// # Errors
+    /// [`LimitError`] naming `mode` for an algorithm other than the fixed window (the others
+    /// cannot give back or bound what a lease holds), `lease` for a `k` of 0 or above
+    /// the limit, `lease_ttl` for a duration under 1 ms.
+    pub fn lease(mut self, lease: Lease) -> Result<Limit, LimitError> {
+        if self.algorithm != Algorithm::FixedWindow {
+            return Err(LimitError::InvalidName {
+                field: "mode",
+                value: "lease".to_owned(),
+                reason: "is supported by the fixed_window algorithm only: the others have no \
+                         window a lease can end with and give units back to",
+            });
+        }
+        match lease.fixed_units() {
+            Some(0) => {
+                return Err(LimitError::Zero { field: "lease" });
+            }
+            Some(k) if k > self.quota.limit() => {
+                return Err(LimitError::TooLarge {
+                    field: "lease",
+                    max: format!("the limit ({})", self.quota.limit()),
+                });
+            }
+            _ => {}
+        }
+        if lease.lease_ttl() < std::time::Duration::from_millis(1) {
+            return Err(LimitError::TooSmall {
+                field: "lease_ttl",
+                min: "1ms".to_owned(),
+            });
+        }
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// The lease settings when the limit is in lease mode.
+    #[inline]
+    pub fn lease_mode(&self) -> Option<&Lease> {
+        self.lease.as_ref()
     }
 
     /// Whether the limit is in shadow mode.

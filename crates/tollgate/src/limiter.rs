@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::deny_cache::DenyCache;
+use crate::lease_tier::LeaseTier;
 use crate::log_throttle::LogThrottle;
 use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::{LimitDecision, Source};
@@ -31,6 +32,8 @@ use crate::{
     MemoryStore, Namespace, OnStoreError, Op, Request, Store, StoreError, SystemClock, Timestamp,
     Verdict,
 };
+
+mod leased;
 
 /// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
 pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
@@ -51,6 +54,8 @@ pub struct Limiter<S> {
     local: OnceLock<MemoryStore>,
     /// Refusals answered without a store call, when enabled.
     deny_cache: Option<DenyCache>,
+    /// Units taken ahead for lease-mode limits (`crate::lease`).
+    leases: LeaseTier,
     /// Per limit: the most refused keys and the refusal ratio.
     activity: HashMap<Arc<str>, LimitActivity>,
     /// Store-failure warnings: one a second at most, the rest counted
@@ -132,6 +137,7 @@ impl<S: Store> LimiterBuilder<S> {
             clock: self.clock,
             local: OnceLock::new(),
             deny_cache: self.deny_cache.map(DenyCache::new),
+            leases: LeaseTier::new(),
             warnings: LogThrottle::default(),
         })
     }
@@ -383,6 +389,9 @@ impl<S: Store> Limiter<S> {
                 cache.forget(&e.key);
             }
         }
+        for e in request.entries() {
+            self.leases.forget(&e.key);
+        }
         self.store.reset(request).await
     }
 
@@ -477,7 +486,13 @@ impl<S: Store> Limiter<S> {
         op: Op,
         now: Option<Timestamp>,
     ) -> SmallVec<[LimitDecision; 2]> {
+        let leased = op == Op::Check
+            && request
+                .entries()
+                .iter()
+                .any(|e| e.limit.lease_mode().is_some());
         let cached = match &self.deny_cache {
+            _ if leased => Ok(self.decide_leased(request, now).await),
             Some(cache) => {
                 let asked_at = cache.time(now.map(Timestamp::as_micros));
                 match self
@@ -503,16 +518,16 @@ impl<S: Store> Limiter<S> {
         if op == Op::Check {
             let minute = self.minute();
             for (e, d) in request.entries().iter().zip(&decisions) {
-                let refused =
-                    !d.decision.allowed && matches!(d.source, Source::Store | Source::DenyCache);
+                let refused = !d.decision.allowed
+                    && matches!(d.source, Source::Store | Source::DenyCache | Source::Lease);
                 if let Some(activity) = self.activity.get(e.limit.name()) {
                     activity.record(&e.key, refused, minute);
                 }
             }
             for d in &decisions {
                 let outcome = match (d.source, d.decision.allowed) {
-                    (Source::Store | Source::DenyCache, true) => "allowed",
-                    (Source::Store | Source::DenyCache, false) => "denied",
+                    (Source::Store | Source::DenyCache | Source::Lease, true) => "allowed",
+                    (Source::Store | Source::DenyCache | Source::Lease, false) => "denied",
                     (Source::Policy { .. }, true) => "store_error_allowed",
                     (Source::Policy { .. }, false) => "store_error_denied",
                 };

@@ -16,7 +16,7 @@ mod memory;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::{Decisions, Op, Request, StoreError, Timestamp};
+use crate::{Decisions, LeaseGrant, LeaseTake, Op, Request, StoreError, Timestamp};
 
 pub use boxed::BoxStore;
 pub use memory::{DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder};
@@ -35,6 +35,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Forgets the state of every entry's key.
     fn reset(&self, request: &Request<'_>) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The lease tier's one call (see [`crate::lease`]): gives back `take.give_back` units to
+    /// their window if it is still the key's current one, then takes `min(want, available)`
+    /// units, or none when fewer than `need` are available (a refusal, writing nothing but
+    /// the give-back), atomically. Stores without leases answer an error (the default), and
+    /// the limit's failure policy applies.
+    fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send {
+        let _ = (take, now);
+        std::future::ready(Err(StoreError::Protocol(
+            "this store does not support lease mode".to_owned(),
+        )))
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -49,5 +65,13 @@ impl<S: Store> Store for Arc<S> {
 
     fn reset(&self, request: &Request<'_>) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).reset(request)
+    }
+
+    fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send {
+        (**self).take_lease(take, now)
     }
 }

@@ -16,6 +16,10 @@ pub enum Source {
     /// This instance's exact deny cache answered: the store refused this cost for this key
     /// before, and the refusal still holds (see [`crate::LimiterBuilder::deny_cache`]).
     DenyCache,
+    /// This instance's lease answered (a lease-mode limit, see [`crate::lease`]): units
+    /// taken from the store earlier were handed out, or the store was known to have too few
+    /// left.
+    Lease,
     /// The store failed and the limit's policy decided.
     Policy {
         /// The policy applied.
@@ -45,7 +49,7 @@ impl LimitDecision {
     /// opposed to an `allow` or `deny` policy whose numbers are made up.
     pub fn is_counted(&self) -> bool {
         match self.source {
-            Source::Store | Source::DenyCache => true,
+            Source::Store | Source::DenyCache | Source::Lease => true,
             Source::Policy { policy, .. } => policy == OnStoreError::Local,
         }
     }
@@ -140,7 +144,7 @@ impl Verdict {
     pub fn store_error(&self) -> Option<StoreErrorKind> {
         self.decisions.iter().find_map(|d| match d.source {
             Source::Policy { error, .. } => Some(error),
-            Source::Store | Source::DenyCache => None,
+            Source::Store | Source::DenyCache | Source::Lease => None,
         })
     }
 }

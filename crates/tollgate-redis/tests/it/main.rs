@@ -14,6 +14,7 @@ mod dropped_connection;
 mod faults;
 mod gcra_rounding;
 mod gcra_server_clock;
+mod lease;
 mod resets;
 mod server_errors;
 mod server_time;

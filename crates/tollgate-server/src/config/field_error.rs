@@ -70,6 +70,12 @@ pub enum FieldError {
     /// A field of another algorithm (`burst` on a fixed window).
     #[error("only applies to {0}")]
     NotForAlgorithm(&'static str),
+    /// A limit `mode` that is neither `exact` nor `lease`.
+    #[error("{0:?} is not a mode: use \"exact\" (the default) or \"lease\"")]
+    UnknownMode(String),
+    /// A lease setting on a limit not in lease mode.
+    #[error("only applies to mode = \"lease\"")]
+    NotForMode,
     /// Two limits with one name.
     #[error("{name:?} is already the name of limits[{first}]")]
     DuplicateName {

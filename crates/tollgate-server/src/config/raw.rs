@@ -100,4 +100,10 @@ pub(super) struct RawLimit {
     pub(super) on_store_error: OnStoreError,
     #[serde(default)]
     pub(super) shadow: bool,
+    /// `exact` (the default) or `lease` (`docs/algorithms.md`, "Leases").
+    pub(super) mode: Option<String>,
+    /// Lease mode: units taken per store call (default: from the observed rate).
+    pub(super) lease: Option<u64>,
+    /// Lease mode: how long unspent units are held before they go back (default 1s).
+    pub(super) lease_ttl: Option<String>,
 }

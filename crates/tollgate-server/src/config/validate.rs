@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, DEFAULT_DENY_CACHE_ENTRIES, DEFAULT_MAX_KEYS, Limit, Limiter, MemoryStore,
+    Algorithm, DEFAULT_DENY_CACHE_ENTRIES, DEFAULT_MAX_KEYS, Lease, Limit, Limiter, MemoryStore,
     Namespace, OnStoreError, Quota,
 };
 use tollgate_envoy::EnvoyRules;
@@ -193,14 +193,44 @@ fn limit(l: &RawLimit) -> Result<LimitConfig, (&'static str, FieldError)> {
     if let Some(burst) = l.burst {
         quota = quota.with_burst(burst).map_err(core)?;
     }
-    let limit = Limit::new(l.name.as_str(), algorithm, quota)
+    let mut limit = Limit::new(l.name.as_str(), algorithm, quota)
         .and_then(|limit| limit.keyed_by(l.key.iter().map(String::as_str)))
         .map_err(core)?
         .on_store_error(l.on_store_error);
+    if let Some(lease) = lease(l)? {
+        limit = limit.lease(lease).map_err(core)?;
+    }
     Ok(LimitConfig {
         limit,
         shadow: l.shadow,
     })
+}
+
+/// `mode`, `lease`, `lease_ttl`: the lease settings when `mode = "lease"` (checked
+/// against the algorithm and the limit by the core's [`Limit::lease`]).
+fn lease(l: &RawLimit) -> Result<Option<Lease>, (&'static str, FieldError)> {
+    match l.mode.as_deref() {
+        None | Some("exact") => {
+            if l.lease.is_some() {
+                return Err(("lease", FieldError::NotForMode));
+            }
+            if l.lease_ttl.is_some() {
+                return Err(("lease_ttl", FieldError::NotForMode));
+            }
+            Ok(None)
+        }
+        Some("lease") => {
+            let mut lease = Lease::new();
+            if let Some(k) = l.lease {
+                lease = lease.units(k);
+            }
+            if let Some(ttl) = &l.lease_ttl {
+                lease = lease.ttl(duration::parse(ttl).map_err(|e| ("lease_ttl", e.into()))?);
+            }
+            Ok(Some(lease))
+        }
+        Some(other) => Err(("mode", FieldError::UnknownMode(other.to_owned()))),
+    }
 }
 
 /// Reads `envoy.config_dir` (relative to `base`) into `envoy.imported`.

@@ -195,6 +195,44 @@ fn errors_name_the_field() {
             "must be at least 1",
         ),
         ("[stor]\n".into(), "stor", "unknown field `stor`"),
+        (
+            limit(&format!("{GOOD}\nmode = \"approximate\"")),
+            "limits[1].mode",
+            "is not a mode",
+        ),
+        (
+            limit(&format!(
+                "{}\nmode = \"lease\"",
+                GOOD.replace("fixed_window", "gcra")
+            )),
+            "limits[1].mode",
+            "fixed_window algorithm only",
+        ),
+        (
+            limit(&format!("{GOOD}\nlease = 5")),
+            "limits[1].lease",
+            "only applies to mode = \"lease\"",
+        ),
+        (
+            limit(&format!("{GOOD}\nmode = \"exact\"\nlease_ttl = \"1s\"")),
+            "limits[1].lease_ttl",
+            "only applies to mode = \"lease\"",
+        ),
+        (
+            limit(&format!("{GOOD}\nmode = \"lease\"\nlease = 0")),
+            "limits[1].lease",
+            "must be at least 1",
+        ),
+        (
+            limit(&format!("{GOOD}\nmode = \"lease\"\nlease = 11")),
+            "limits[1].lease",
+            "must be at most the limit (10)",
+        ),
+        (
+            limit(&format!("{GOOD}\nmode = \"lease\"\nlease_ttl = \"0s\"")),
+            "limits[1].lease_ttl",
+            "must be at least 1ms",
+        ),
     ];
     for (text, field, reason) in cases {
         let (got_field, message) = error(text);
@@ -205,6 +243,26 @@ fn errors_name_the_field() {
         );
         assert!(message.contains(reason), "expected {reason:?} in {message}");
     }
+}
+
+/// `mode = "lease"` with its settings builds a lease-mode limit; without them, defaults.
+#[test]
+fn lease_mode_is_read() {
+    let text = limit(&format!(
+        "{GOOD}\nmode = \"lease\"\nlease = 4\nlease_ttl = \"250ms\""
+    ));
+    let config = Config::parse(&text, "cfg.toml", &Overrides::default()).expect("valid");
+    let lease = config.limits[1].limit.lease_mode().expect("lease mode");
+    assert_eq!(lease.fixed_units(), Some(4));
+    assert_eq!(lease.lease_ttl(), std::time::Duration::from_millis(250));
+    let text = limit(&format!("{GOOD}\nmode = \"lease\""));
+    let config = Config::parse(&text, "cfg.toml", &Overrides::default()).expect("valid");
+    let lease = config.limits[1].limit.lease_mode().expect("lease mode");
+    assert_eq!(lease.fixed_units(), None);
+    assert_eq!(lease.lease_ttl(), tollgate::DEFAULT_LEASE_TTL);
+    let text = limit(&format!("{GOOD}\nmode = \"exact\""));
+    let config = Config::parse(&text, "cfg.toml", &Overrides::default()).expect("valid");
+    assert!(config.limits[1].limit.lease_mode().is_none());
 }
 
 /// A file without `[[limits]]` is refused: an empty file (one truncated to nothing) or one

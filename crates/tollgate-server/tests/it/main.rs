@@ -10,6 +10,7 @@ mod envoy_reference;
 mod envoy_yaml;
 mod grpc;
 mod hardening;
+mod lease;
 mod prometheus;
 mod redis;
 mod redis_down;

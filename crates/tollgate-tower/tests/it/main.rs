@@ -3,6 +3,7 @@
 
 mod headers;
 mod keys;
+mod lease;
 mod limits;
 mod policy;
 mod redis;

@@ -25,11 +25,11 @@ static SERVER: OnceLock<RedisServer> = OnceLock::new();
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// The Redis shared by this module's tests (each uses its own key namespace).
-fn server() -> &'static RedisServer {
+pub(crate) fn server() -> &'static RedisServer {
     SERVER.get_or_init(RedisServer::start)
 }
 
-async fn store(server: &RedisServer, timeout: Duration) -> RedisStore {
+pub(crate) async fn store(server: &RedisServer, timeout: Duration) -> RedisStore {
     RedisStore::builder(server.url())
         .timeout(timeout)
         .build()

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::{Decisions, Op, Request, Store, StoreError, Timestamp};
+use crate::{Decisions, LeaseGrant, LeaseTake, Op, Request, Store, StoreError, Timestamp};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -27,6 +27,12 @@ trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Decisions, StoreError>>;
 
     fn reset<'a>(&'a self, request: &'a Request<'_>) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn take_lease<'a>(
+        &'a self,
+        take: &'a LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> BoxFuture<'a, Result<LeaseGrant, StoreError>>;
 
     fn as_any(&self) -> &dyn Any;
 
@@ -45,6 +51,14 @@ impl<S: Store> DynStore for S {
 
     fn reset<'a>(&'a self, request: &'a Request<'_>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(Store::reset(self, request))
+    }
+
+    fn take_lease<'a>(
+        &'a self,
+        take: &'a LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> BoxFuture<'a, Result<LeaseGrant, StoreError>> {
+        Box::pin(Store::take_lease(self, take, now))
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -95,6 +109,14 @@ impl Store for BoxStore {
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.inner.reset(request).await
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.inner.take_lease(take, now).await
     }
 }
 

@@ -45,10 +45,11 @@ use self::shard::{AtCap, Shard, Slot};
 
 use crate::log_throttle::LogThrottle;
 use crate::{
-    Clock, Decision, Decisions, Key, Limit, Op, Request, SingleRequest, Status, Store, StoreError,
-    SystemClock, Timestamp,
+    Clock, Decision, Decisions, Key, LeaseGrant, LeaseTake, Limit, Op, Request, SingleRequest,
+    Status, Store, StoreError, SystemClock, Timestamp,
 };
 
+mod lease;
 mod shard;
 
 /// Default key cap.
@@ -310,6 +311,16 @@ impl Store for MemoryStore {
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.reset_now(request);
         Ok(())
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.inner
+            .take_lease(take, self.now(now).as_micros())
+            .map_err(|NoRoom| self.inner.full())
     }
 }
 

@@ -2,6 +2,7 @@
 //! failure policies.
 
 mod deny_cache;
+mod lease;
 mod policies;
 mod properties;
 mod protocol;

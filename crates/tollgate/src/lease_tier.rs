@@ -1,0 +1,389 @@
+//! The lease tier: units taken from the store ahead of time, handed out by this instance.
+//!
+//! One entry per (lease-mode limit, key) this instance has seen lately, behind one lock held
+//! for a few instructions (no await under it). A request spends from the entry when it holds
+//! enough units. When it does not, it takes `k` more plus its cost with one store call
+//! ([`crate::Store::take_lease`]), and requests arriving meanwhile wait for that call instead
+//! of making their own (so a hot key costs one call per `k` decisions); one that waited
+//! three times in vain takes exactly its cost alone (spent at once, never held). After a
+//! take's cost is spent, the instance holds at most `k` units of the key: the overshoot
+//! bound of `crate::lease`.
+//!
+//! Time is the deny cache's: the caller's clock when the limiter has one, else a monotonic
+//! clock local to this tier. A lease ends at the instant read **before** its take was sent
+//! plus the window's rest as the store saw it (capped by the lease duration), so it ends no
+//! later than the store's window, whatever the round trip took.
+//!
+//! Memory: entries of expired leases are dropped by [`LeaseTier::expired`] (the service's
+//! periodic give-back) and whenever the tier has doubled since its last clean-up; units of an
+//! expired lease dropped that way are lost to this window (an under-admission, never an
+//! overshoot).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use crate::key::BuildKeyHasher;
+
+use self::grant::{allowed, apply, clean, rate_units};
+pub(crate) use self::take_done::TakeDone;
+
+mod grant;
+mod take_done;
+use crate::{Decision, Key, LeaseGrant, Limit, StoreError};
+
+/// Units of a key held by this instance.
+struct Held {
+    /// The limit, kept for give-backs after the limiter's limits changed.
+    limit: Limit,
+    /// Unspent units, valid until `until`.
+    units: u64,
+    /// The window they were taken in (store's clock), named by a give-back.
+    window: u64,
+    /// Local µs at which the lease ends.
+    until: u64,
+    /// Units of an expired lease, to give back with the next take.
+    expired: u64,
+    /// Units the store had left at the last take (for `remaining`).
+    store_left: u64,
+    /// A take is in flight (the request making it holds `top_up`).
+    taking: bool,
+    /// Requests waiting for it.
+    waiters: Vec<Waker>,
+    /// Top-up takes finished (or abandoned): the number the one in flight will have.
+    takes_done: u64,
+    /// The last top-up that failed, by number, and why: the requests that waited for it
+    /// apply the failure policy at once instead of calling the store in turn (each would
+    /// wait out a timeout).
+    failed: Option<(u64, Arc<StoreError>)>,
+    /// Local µs until which the store is known to have had `store_left` units only (a take
+    /// was refused, or a top-up found nothing): costs above `units + store_left` are
+    /// refused here until then.
+    dry_until: u64,
+    /// Start (local µs) and units spent since, for the observed rate.
+    rate_since: u64,
+    rate_spent: u64,
+    /// `tollgate_lease_overshoot_units{limit}`: units held, summed over keys.
+    gauge: metrics::Gauge,
+}
+
+/// What a request does with a key's lease.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Served locally.
+    Spent(Decision),
+    /// Another request of this instance is taking units for the key: wait for it
+    /// ([`LeaseTier::take_done`] with this number), then spend again.
+    Wait(u64),
+    /// Refused locally: the store had too few units left until this ends.
+    Refused(Decision),
+    /// Take this from the store first, then spend the cost from the grant.
+    Take(Refill),
+}
+
+/// A take to make: see [`crate::LeaseTake`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refill {
+    pub(crate) want: u64,
+    pub(crate) need: u64,
+    pub(crate) give_back: u64,
+    pub(crate) give_back_window: u64,
+    /// Whether this is the key's one top-up (its `taking` flag to clear).
+    pub(crate) top_up: bool,
+}
+
+/// One lease held at a give-back: key, limit, units, window.
+pub(crate) type Returned = (Key, Limit, u64, u64);
+
+/// The leases of one limiter.
+#[derive(Debug)]
+pub(crate) struct LeaseTier {
+    inner: Mutex<Map>,
+    epoch: Instant,
+}
+
+#[derive(Default)]
+struct Map {
+    held: HashMap<Key, Held, BuildKeyHasher>,
+    /// Entries after the last clean-up.
+    cleaned_at_len: usize,
+}
+
+impl std::fmt::Debug for Map {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Map")
+            .field("keys", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseTier {
+    pub(crate) fn new() -> LeaseTier {
+        LeaseTier {
+            inner: Mutex::new(Map::default()),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The tier's time: the caller's clock when it has one, else a local monotonic clock.
+    pub(crate) fn time(&self, caller: Option<u64>) -> u64 {
+        caller
+            .unwrap_or_else(|| u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Map> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Spends `cost` units of `key` at `now`, or says what to do first. `may_wait`: wait for
+    /// a take in flight rather than take exactly `cost` units alone.
+    pub(crate) fn spend(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        cost: u64,
+        now: u64,
+        may_wait: bool,
+    ) -> Step {
+        let Some(lease) = limit.lease_mode() else {
+            unreachable!("only lease-mode entries reach the lease tier")
+        };
+        let mut map = self.lock();
+        if !map.held.contains_key(key) {
+            if map.held.len() >= 2 * map.cleaned_at_len.max(512) {
+                clean(&mut map, now);
+            }
+            map.held.insert(
+                key.clone(),
+                Held {
+                    limit: limit.clone(),
+                    units: 0,
+                    window: 0,
+                    until: 0,
+                    expired: 0,
+                    store_left: 0,
+                    taking: false,
+                    waiters: Vec::new(),
+                    takes_done: 0,
+                    failed: None,
+                    dry_until: 0,
+                    rate_since: now,
+                    rate_spent: 0,
+                    gauge: metrics::gauge!(
+                        "tollgate_lease_overshoot_units",
+                        "limit" => Arc::clone(limit.name_arc())
+                    ),
+                },
+            );
+        }
+        let Some(h) = map.held.get_mut(key) else {
+            unreachable!("inserted above")
+        };
+        if now >= h.until && h.units > 0 {
+            // Expired: the units go back with the next take (the store drops them if their
+            // window has ended).
+            h.expired += h.units;
+            h.gauge.decrement(h.units as f64);
+            h.units = 0;
+        }
+        if h.units >= cost {
+            h.units -= cost;
+            h.rate_spent += cost;
+            h.gauge.decrement(cost as f64);
+            return Step::Spent(allowed(limit, h, now));
+        }
+        if now < h.dry_until && cost > h.units + h.store_left {
+            let wait = Duration::from_micros(h.dry_until - now);
+            return Step::Refused(Decision {
+                allowed: false,
+                limit: limit.quota().limit(),
+                remaining: h.units + h.store_left,
+                reset_after: wait,
+                retry_after: Some(wait),
+            });
+        }
+        if h.taking && may_wait {
+            return Step::Wait(h.takes_done);
+        }
+        let need = cost - h.units;
+        let top_up = !h.taking;
+        let want = if top_up {
+            h.taking = true;
+            // k units held once the cost is spent.
+            (rate_units(lease, limit, h, now) + cost).saturating_sub(h.units)
+        } else {
+            need
+        };
+        Step::Take(Refill {
+            want: want.max(need),
+            need,
+            give_back: std::mem::take(&mut h.expired),
+            give_back_window: h.window,
+            top_up,
+        })
+    }
+
+    /// Waits until top-up number `take` of `key` is over; its failure, if it failed.
+    pub(crate) fn take_done<'t>(&'t self, key: &'t Key, take: u64) -> TakeDone<'t> {
+        TakeDone {
+            tier: self,
+            key,
+            take,
+        }
+    }
+
+    /// Applies the store's answer to `refill`, sent at `sent` (local µs, read before the
+    /// call), then spends `cost` from it. `None` when the store refused (`need` units were
+    /// not there) or failed (`grant` is `None`).
+    pub(crate) fn finish(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        refill: &Refill,
+        grant: Result<&LeaseGrant, &Arc<StoreError>>,
+        sent: u64,
+        cost: u64,
+    ) -> Option<Decision> {
+        let grant = match grant {
+            Ok(grant) => Some(grant),
+            Err(error) => {
+                self.failed(key, refill, error);
+                return None;
+            }
+        };
+        let mut map = self.lock();
+        let Some(h) = map.held.get_mut(key) else {
+            // Given back meanwhile (a reload, a shutdown): this request still gets its cost
+            // from the grant; the rest stays counted until the window ends.
+            return grant
+                .filter(|g| g.granted >= refill.need && g.granted > 0)
+                .map(|g| Decision {
+                    allowed: true,
+                    limit: limit.quota().limit(),
+                    remaining: g.remaining,
+                    reset_after: g.valid_for,
+                    retry_after: None,
+                });
+        };
+        let waiters = if refill.top_up {
+            h.taking = false;
+            h.takes_done += 1;
+            std::mem::take(&mut h.waiters)
+        } else {
+            Vec::new()
+        };
+        let decision = grant.and_then(|grant| apply(h, refill, grant, sent, cost));
+        drop(map);
+        for w in waiters {
+            w.wake();
+        }
+        decision
+    }
+
+    /// A take of `key` failed: a top-up's waiters are told why.
+    fn failed(&self, key: &Key, refill: &Refill, error: &Arc<StoreError>) {
+        if !refill.top_up {
+            return;
+        }
+        let mut map = self.lock();
+        let waiters = match map.held.get_mut(key) {
+            Some(h) => {
+                h.taking = false;
+                h.failed = Some((h.takes_done, Arc::clone(error)));
+                h.takes_done += 1;
+                std::mem::take(&mut h.waiters)
+            }
+            None => Vec::new(),
+        };
+        drop(map);
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// A top-up of `key` ended without an answer (its request was dropped mid-call).
+    pub(crate) fn abort(&self, key: &Key) {
+        let mut map = self.lock();
+        let waiters = match map.held.get_mut(key) {
+            Some(h) => {
+                h.taking = false;
+                h.takes_done += 1;
+                std::mem::take(&mut h.waiters)
+            }
+            None => Vec::new(),
+        };
+        drop(map);
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// Gives `cost` units back to `key`'s local lease (the request they were spent for was
+    /// refused by another of its limits): all or nothing, without a store call.
+    pub(crate) fn refund(&self, key: &Key, cost: u64) {
+        let mut map = self.lock();
+        if let Some(h) = map.held.get_mut(key) {
+            h.units += cost;
+            h.rate_spent = h.rate_spent.saturating_sub(cost);
+            h.gauge.increment(cost as f64);
+        }
+    }
+
+    /// Forgets `key`'s lease without giving it back (the key was reset).
+    pub(crate) fn forget(&self, key: &Key) {
+        let removed = self.lock().held.remove(key);
+        if let Some(h) = removed {
+            h.gauge.decrement(h.units as f64);
+            for w in h.waiters {
+                w.wake();
+            }
+        }
+    }
+
+    /// Takes every lease out of the tier (reload, shutdown): what to give back.
+    pub(crate) fn all(&self) -> Vec<Returned> {
+        let mut map = self.lock();
+        map.cleaned_at_len = 0;
+        let drained: Vec<(Key, Held)> = map.held.drain().collect();
+        drop(map);
+        let mut out = Vec::new();
+        for (k, h) in drained {
+            h.gauge.decrement(h.units as f64);
+            // Requests waiting for a take in flight: they go on without this entry.
+            for w in h.waiters {
+                w.wake();
+            }
+            if h.units + h.expired > 0 {
+                out.push((k, h.limit, h.units + h.expired, h.window));
+            }
+        }
+        out
+    }
+
+    /// Takes the expired leases with units out of the tier, and drops every expired entry:
+    /// what to give back.
+    pub(crate) fn expired(&self, now: u64) -> Vec<Returned> {
+        let mut map = self.lock();
+        let mut out = Vec::new();
+        map.held.retain(|k, h| {
+            if h.taking || now < h.until.max(h.dry_until) {
+                return true;
+            }
+            if h.units + h.expired > 0 {
+                h.gauge.decrement(h.units as f64);
+                out.push((k.clone(), h.limit.clone(), h.units + h.expired, h.window));
+            }
+            false
+        });
+        map.cleaned_at_len = map.held.len();
+        out
+    }
+
+    /// Units held, over every key (tests).
+    pub(crate) fn units(&self) -> u64 {
+        self.lock().held.values().map(|h| h.units).sum()
+    }
+}

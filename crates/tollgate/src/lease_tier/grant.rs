@@ -1,0 +1,81 @@
+//! The arithmetic of one key's lease: a grant applied, the next `k`, the decision reported,
+//! the clean-up of expired entries.
+
+use std::time::Duration;
+
+use super::{Held, Map, Refill};
+use crate::{Decision, LeaseGrant, Limit};
+
+/// A grant applied to `h`, then `cost` spent from it; `None` when refused.
+pub(super) fn apply(
+    h: &mut Held,
+    refill: &Refill,
+    grant: &LeaseGrant,
+    sent: u64,
+    cost: u64,
+) -> Option<Decision> {
+    let cap = match h.limit.lease_mode() {
+        Some(lease) => duration_us(lease.lease_ttl()),
+        None => 0,
+    };
+    let valid = duration_us(grant.valid_for).min(cap);
+    h.store_left = grant.remaining;
+    if grant.granted < refill.need || grant.granted == 0 {
+        let dry = grant.retry_after.map_or(valid, duration_us).min(cap);
+        h.dry_until = sent.saturating_add(dry);
+        return None;
+    }
+    // Units still held from before end with the newest grant (they are of the same window
+    // unless clocks drifted, and the newest end is the best known).
+    h.window = grant.window;
+    h.until = sent.saturating_add(valid);
+    h.units += grant.granted;
+    h.gauge.increment(grant.granted as f64);
+    h.dry_until = 0;
+    let spent = cost.min(h.units);
+    h.units -= spent;
+    h.rate_spent += spent;
+    h.gauge.decrement(spent as f64);
+    let limit = h.limit.clone();
+    Some(allowed(&limit, h, sent))
+}
+
+/// Drops expired entries, their units lost to their window (the memory bound).
+pub(super) fn clean(map: &mut Map, now: u64) {
+    map.held.retain(|_, h| {
+        let keep = h.taking || now < h.until.max(h.dry_until);
+        if !keep {
+            h.gauge.decrement(h.units as f64);
+        }
+        keep
+    });
+    map.cleaned_at_len = map.held.len();
+}
+
+/// `k` for the next take: from the rate observed since the last take, restarting the count.
+pub(super) fn rate_units(lease: &crate::Lease, limit: &Limit, h: &mut Held, now: u64) -> u64 {
+    let elapsed = now.saturating_sub(h.rate_since);
+    let rate = if elapsed == 0 || h.rate_spent == 0 {
+        // No history (a new key) or nothing spent: the smallest lease.
+        0.0
+    } else {
+        h.rate_spent as f64 * 1e6 / elapsed as f64
+    };
+    h.rate_since = now;
+    h.rate_spent = 0;
+    lease.units_for(limit.quota().limit(), rate)
+}
+
+pub(super) fn allowed(limit: &Limit, h: &Held, now: u64) -> Decision {
+    Decision {
+        allowed: true,
+        limit: limit.quota().limit(),
+        remaining: h.units + h.store_left,
+        reset_after: Duration::from_micros(h.until.saturating_sub(now)),
+        retry_after: None,
+    }
+}
+
+pub(super) fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}

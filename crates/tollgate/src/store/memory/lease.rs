@@ -1,0 +1,72 @@
+//! The memory store's side of the lease tier: one fixed-window take (and give-back) under
+//! the key's shard lock, the twin of `tollgate-redis`'s `lua/lease.lua`.
+//!
+//! It exists so that the lease tier runs, and is tested with a fake clock, without Redis;
+//! in one process a lease saves nothing (the memory store decides as fast as the tier).
+
+use std::time::Duration;
+
+use super::shard::Slot;
+use super::{Inner, NoRoom, lock, shard_of};
+use crate::rules::{AnyState, FixedWindowState};
+use crate::{LeaseGrant, LeaseTake};
+
+impl Inner {
+    /// Gives back, then takes, at `now` (µs): see [`crate::Store::take_lease`].
+    pub(super) fn take_lease(&self, take: &LeaseTake<'_>, now: u64) -> Result<LeaseGrant, NoRoom> {
+        let quota = take.limit.quota();
+        let (limit, period) = (quota.limit(), quota.period_micros());
+        let current = now - now % period;
+        let mut shard = lock(&self.shards[shard_of(take.key)]);
+        let (window, count) = match shard.map.get(take.key).map(|s| &s.state) {
+            Some(AnyState::FixedWindow(s)) => (s.window, s.count),
+            _ => (0, 0),
+        };
+        let mut live = if window + period > now { count } else { 0 };
+        if take.give_back > 0 && live > 0 && take.give_back_window == window {
+            live -= take.give_back.min(live);
+        }
+        let available = limit.saturating_sub(live);
+        let granted = if available < take.need {
+            0
+        } else {
+            take.want.min(available)
+        };
+        live += granted;
+        let valid_for = current + period - now;
+        let state = AnyState::FixedWindow(FixedWindowState {
+            window: current,
+            count: live,
+        });
+        let replenished_at = if live > 0 { current + period } else { now };
+        match shard.map.get_mut(take.key) {
+            Some(slot) if live != count || window != current => {
+                slot.state = state;
+                slot.replenished_at = replenished_at;
+            }
+            Some(_) => {}
+            None if granted > 0 => {
+                if !self.reserve(1) {
+                    self.at_cap(&mut shard, take.limit, now, |_| false)?;
+                }
+                shard.insert(
+                    take.key,
+                    Slot {
+                        state,
+                        replenished_at,
+                    },
+                );
+            }
+            None => {}
+        }
+        drop(shard);
+        let refused = granted < take.need || (take.need > 0 && granted == 0);
+        Ok(LeaseGrant {
+            granted,
+            window: current,
+            valid_for: Duration::from_micros(valid_for),
+            remaining: limit.saturating_sub(live),
+            retry_after: refused.then(|| Duration::from_micros(valid_for)),
+        })
+    }
+}

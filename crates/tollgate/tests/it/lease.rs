@@ -1,0 +1,499 @@
+//! Lease mode: a hot key costs the store one call per `k` decisions, never more than the
+//! limit per window from the store's point of view, unspent units given back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tollgate::{
+    Algorithm, Decisions, FakeClock, Lease, LeaseGrant, LeaseTake, Limit, Limiter, MemoryStore,
+    OnStoreError, Op, Outcome, Quota, Request, Source, Store, StoreError, Timestamp,
+};
+use tollgate_testkit::FailingStore;
+
+/// A store that counts its calls, and can hold its lease takes until opened.
+#[derive(Debug, Clone)]
+struct Counting<S> {
+    inner: S,
+    decides: Arc<AtomicUsize>,
+    takes: Arc<AtomicUsize>,
+    /// While false, `take_lease` yields instead of answering.
+    open: Arc<AtomicBool>,
+}
+
+impl<S: Store> Store for Counting<S> {
+    async fn decide(
+        &self,
+        request: &Request<'_>,
+        op: Op,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        self.decides.fetch_add(1, Ordering::SeqCst);
+        self.inner.decide(request, op, now).await
+    }
+
+    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
+        self.inner.reset(request).await
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.takes.fetch_add(1, Ordering::SeqCst);
+        while !self.open.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        self.inner.take_lease(take, now).await
+    }
+}
+
+fn counting<S: Store>(inner: S) -> Counting<S> {
+    Counting {
+        inner,
+        decides: Arc::default(),
+        takes: Arc::default(),
+        open: Arc::new(AtomicBool::new(true)),
+    }
+}
+
+fn memory() -> MemoryStore {
+    MemoryStore::builder().sweep_interval(None).build()
+}
+
+/// The start of a minute: windows of a minute begin here.
+fn clock() -> FakeClock {
+    FakeClock::new(Timestamp::from_millis(1_899_999_960_000))
+}
+
+fn leased(per_minute: u64, lease: Lease) -> Limit {
+    Limit::new(
+        "hot",
+        Algorithm::FixedWindow,
+        Quota::per_minute(per_minute).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .and_then(|l| l.lease(lease))
+    .expect("valid")
+}
+
+fn limiter<S: Store>(store: S, clock: &FakeClock, limits: Vec<Limit>) -> Limiter<S> {
+    Limiter::builder(store)
+        .clock(clock.clone())
+        .limits(limits)
+        .build()
+        .expect("valid")
+}
+
+const KEY: [(&str, &str); 1] = [("user", "hot")];
+
+/// Units the store counts for the key, read with a peek on a limiter without leases.
+async fn store_count(store: &MemoryStore, clock: &FakeClock, per_minute: u64) -> u64 {
+    let plain = Limit::new(
+        "hot",
+        Algorithm::FixedWindow,
+        Quota::per_minute(per_minute).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .expect("valid");
+    let l = limiter(store.clone(), clock, vec![plain]);
+    let request = l.prepare(&["hot"], &KEY, 1).expect("valid");
+    per_minute - l.decide(&request, Op::Peek).await.decision().remaining
+}
+
+/// A limit of 1000 with k = 10: exactly 1000 admitted, at most one store call per 10, and
+/// the refusals after it cost no store call until the window ends.
+#[tokio::test]
+async fn one_store_call_per_k_decisions() {
+    let clock = clock();
+    let store = counting(memory());
+    let l = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(1_000, Lease::new().units(10))],
+    );
+    for i in 0..1_000 {
+        let v = l.check("hot", &KEY).await.expect("valid");
+        assert_eq!(v.outcome(), Outcome::Allowed, "check {i}: {v:?}");
+    }
+    let takes = store.takes.load(Ordering::SeqCst);
+    assert!(takes <= 100, "{takes} takes for 1000 decisions at k = 10");
+    assert_eq!(store.decides.load(Ordering::SeqCst), 0);
+    let refused = l.check("hot", &KEY).await.expect("valid");
+    assert!(
+        matches!(refused.outcome(), Outcome::Limited { .. }),
+        "{refused:?}"
+    );
+    let after_first_refusal = store.takes.load(Ordering::SeqCst);
+    for _ in 0..100 {
+        clock.advance(Duration::from_millis(5));
+        let v = l.check("hot", &KEY).await.expect("valid");
+        assert!(matches!(v.outcome(), Outcome::Limited { .. }));
+        assert_eq!(v.decisions()[0].source, Source::Lease);
+    }
+    assert_eq!(
+        store.takes.load(Ordering::SeqCst),
+        after_first_refusal,
+        "known refusals went to the store"
+    );
+    assert_eq!(store_count(&store.inner, &clock, 1_000).await, 1_000);
+}
+
+/// Four instances on one store, each holding a lease at the window's end: no unit of a
+/// window is spent in the next (the lease ends with its window), and each window admits
+/// exactly the limit.
+#[tokio::test]
+async fn a_lease_ends_with_its_window() {
+    let clock = clock();
+    let store = memory();
+    let instances: Vec<_> = (0..4)
+        .map(|_| {
+            limiter(
+                store.clone(),
+                &clock,
+                vec![leased(100, Lease::new().units(7))],
+            )
+        })
+        .collect();
+    for window in 0..3 {
+        let mut admitted = 0;
+        for round in 0..60 {
+            for l in &instances {
+                let v = l.check("hot", &KEY).await.expect("valid");
+                admitted += u64::from(v.outcome() == Outcome::Allowed);
+            }
+            if round % 10 == 9 {
+                clock.advance(Duration::from_secs(5));
+            }
+        }
+        assert_eq!(admitted, 100, "window {window}");
+        clock.advance(Duration::from_secs(30)); // to the next window's start
+        assert!(instances.iter().all(|l| l.leased_units() <= 7));
+    }
+}
+
+/// Units an idle instance holds go back when its lease expires, and another instance can
+/// then spend them: nothing lost, nothing doubled.
+#[tokio::test]
+async fn expired_leases_go_back_and_are_spent_elsewhere() {
+    let clock = clock();
+    let store = memory();
+    let lease = Lease::new().units(5).ttl(Duration::from_secs(1));
+    let a = limiter(store.clone(), &clock, vec![leased(20, lease)]);
+    let b = limiter(store.clone(), &clock, vec![leased(20, lease)]);
+    assert_eq!(
+        a.check("hot", &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    assert_eq!(a.leased_units(), 5);
+    let mut admitted_b = 0;
+    for _ in 0..30 {
+        admitted_b +=
+            u64::from(b.check("hot", &KEY).await.expect("valid").outcome() == Outcome::Allowed);
+    }
+    assert_eq!(admitted_b, 14, "20 − a's 6");
+    assert_eq!(store_count(&store, &clock, 20).await, 20);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(a.return_expired_leases().await.expect("memory"), 5);
+    assert_eq!(a.leased_units(), 0);
+    assert_eq!(store_count(&store, &clock, 20).await, 15);
+    for _ in 0..30 {
+        admitted_b +=
+            u64::from(b.check("hot", &KEY).await.expect("valid").outcome() == Outcome::Allowed);
+    }
+    assert_eq!(admitted_b, 19, "a's 5 unspent units were spent by b");
+    assert_eq!(store_count(&store, &clock, 20).await, 20);
+}
+
+/// A reload or shutdown gives back every unspent unit at once; units given back to a window
+/// that has ended are dropped by the store.
+#[tokio::test]
+async fn return_leases_gives_back_unspent_units() {
+    let clock = clock();
+    let store = memory();
+    let l = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10))],
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            l.check("hot", &KEY).await.expect("valid").outcome(),
+            Outcome::Allowed
+        );
+    }
+    let held = l.leased_units();
+    assert!(held > 0);
+    assert_eq!(store_count(&store, &clock, 100).await, 3 + held);
+    assert_eq!(l.return_leases().await.expect("memory"), held);
+    assert_eq!(store_count(&store, &clock, 100).await, 3);
+    assert_eq!(l.leased_units(), 0);
+
+    // Taken in one window, given back in the next: nothing changes there.
+    l.check("hot", &KEY).await.expect("valid");
+    clock.advance(Duration::from_secs(60));
+    let other = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10))],
+    );
+    other.check("hot", &KEY).await.expect("valid");
+    let before = store_count(&store, &clock, 100).await;
+    l.return_leases().await.expect("memory");
+    assert_eq!(store_count(&store, &clock, 100).await, before);
+}
+
+/// With the store down, units in hand keep being handed out; then the limit's policy.
+#[tokio::test]
+async fn held_units_outlive_a_store_failure_then_the_policy_applies() {
+    let clock = clock();
+    let store = FailingStore::new(memory());
+    let limit = leased(100, Lease::new().units(5)).on_store_error(OnStoreError::Deny);
+    let l = limiter(store.clone(), &clock, vec![limit]);
+    assert_eq!(
+        l.check("hot", &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    store.set_down(true);
+    for _ in 0..5 {
+        let v = l.check("hot", &KEY).await.expect("valid");
+        assert_eq!(v.outcome(), Outcome::Allowed);
+        assert_eq!(v.decisions()[0].source, Source::Lease);
+    }
+    let v = l.check("hot", &KEY).await.expect("valid");
+    assert!(matches!(v.outcome(), Outcome::Unavailable { .. }), "{v:?}");
+}
+
+/// All or nothing: a request refused by its other (exact) limit spends nothing of the
+/// lease.
+#[tokio::test]
+async fn a_refusal_by_another_limit_refunds_the_lease() {
+    let clock = clock();
+    let store = counting(memory());
+    let exact = Limit::new(
+        "strict",
+        Algorithm::Gcra,
+        Quota::per_minute(1).expect("valid"),
+    )
+    .expect("valid");
+    let l = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10)), exact],
+    );
+    let both = ["hot", "strict"];
+    assert_eq!(
+        l.check_all(&both, &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    let held = l.leased_units();
+    let v = l.check_all(&both, &KEY).await.expect("valid");
+    assert!(matches!(v.outcome(), Outcome::Limited { .. }), "{v:?}");
+    assert_eq!(
+        l.leased_units(),
+        held,
+        "the refused request's unit came back"
+    );
+    assert_eq!(store_count(&store.inner, &clock, 100).await, 1 + held);
+}
+
+/// Requests arriving while a take is in flight wait for it instead of calling the store.
+#[tokio::test]
+async fn concurrent_requests_share_one_take() {
+    let clock = clock();
+    let store = counting(memory());
+    store.open.store(false, Ordering::SeqCst);
+    let l = Arc::new(limiter(
+        store.clone(),
+        &clock,
+        vec![leased(1_000, Lease::new().units(50))],
+    ));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let l = Arc::clone(&l);
+            tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
+        })
+        .collect();
+    while store.takes.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    store.open.store(true, Ordering::SeqCst);
+    for t in tasks {
+        assert_eq!(t.await.expect("task"), Outcome::Allowed);
+    }
+    assert_eq!(
+        store.takes.load(Ordering::SeqCst),
+        1,
+        "one take for 20 requests"
+    );
+    assert_eq!(l.leased_units(), 50 - 19);
+}
+
+/// Many tasks on four instances (real threads) hammering one key: the store never counts
+/// more than the limit, admissions add up to the limit exactly, every instance holds at
+/// most k at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_on_four_instances_admit_the_limit() {
+    let clock = clock();
+    let store = memory();
+    let k = 25;
+    let instances: Vec<_> = (0..4)
+        .map(|_| {
+            Arc::new(limiter(
+                store.clone(),
+                &clock,
+                vec![leased(2_000, Lease::new().units(k))],
+            ))
+        })
+        .collect();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let l = Arc::clone(&instances[i % 4]);
+            let admitted = Arc::clone(&admitted);
+            tokio::spawn(async move {
+                for _ in 0..200 {
+                    if l.check("hot", &KEY).await.expect("valid").outcome() == Outcome::Allowed {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let admitted = admitted.load(Ordering::SeqCst);
+    assert!(admitted <= 2_000 + 4 * k, "{admitted} admitted");
+    assert!(admitted >= 2_000 - 4 * k, "{admitted} admitted");
+    // Exact accounting: every unit the store counts was admitted or is still held.
+    let held: u64 = instances.iter().map(|l| l.leased_units()).sum();
+    assert_eq!(store_count(&store, &clock, 2_000).await, 2_000);
+    assert_eq!(admitted + held, 2_000, "{admitted} admitted, {held} held");
+    for l in &instances {
+        assert!(l.leased_units() <= k);
+    }
+}
+
+/// Without a fixed k, the lease grows with the observed rate up to limit ÷ 16.
+#[tokio::test]
+async fn automatic_k_follows_the_rate() {
+    let clock = clock();
+    let store = counting(memory());
+    let l = limiter(store.clone(), &clock, vec![leased(16_000, Lease::new())]);
+    for _ in 0..8_000 {
+        clock.advance(Duration::from_micros(100)); // 10 000 per second
+        assert_eq!(
+            l.check("hot", &KEY).await.expect("valid").outcome(),
+            Outcome::Allowed
+        );
+    }
+    let takes = store.takes.load(Ordering::SeqCst);
+    assert!(
+        takes <= 20,
+        "{takes} takes: k did not grow to 1000 (16 000 ÷ 16)"
+    );
+    assert!(l.leased_units() <= 1_000);
+    assert_eq!(Lease::new().units_for(16_000, 0.0), 1);
+    assert_eq!(Lease::new().units_for(16_000, 300.0), 300);
+    assert_eq!(Lease::new().units_for(16_000, 1e9), 1_000);
+}
+
+/// `tollgate_lease_overshoot_units{limit}` follows the units held (taken, spent, returned);
+/// `tollgate_lease_takes_total` counts the store calls.
+#[test]
+fn the_overshoot_gauge_is_the_units_held() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // A debugging snapshot drains what it reads (counters and gauges back to 0): the
+    // totals are summed over snapshots.
+    let gauge = std::cell::Cell::new(0.0);
+    let takes = std::cell::Cell::new(0);
+    let read = || {
+        for (k, _, _, v) in snapshotter.snapshot().into_vec() {
+            match (k.key().name(), v) {
+                ("tollgate_lease_overshoot_units", DebugValue::Gauge(g)) => {
+                    gauge.set(gauge.get() + g.into_inner());
+                }
+                ("tollgate_lease_takes_total", DebugValue::Counter(n)) => {
+                    takes.set(takes.get() + n);
+                }
+                _ => {}
+            }
+        }
+        (Some(gauge.get()), takes.get())
+    };
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let clock = clock();
+            let l = limiter(memory(), &clock, vec![leased(100, Lease::new().units(10))]);
+            for _ in 0..7 {
+                l.check("hot", &KEY).await.expect("valid");
+            }
+            assert_eq!(l.leased_units(), 4);
+            let (held, first) = read();
+            assert_eq!(held, Some(4.0));
+            assert_eq!(first, 1);
+            for _ in 0..5 {
+                l.check("hot", &KEY).await.expect("valid");
+            }
+            let (held, both) = read();
+            assert_eq!(held, Some(l.leased_units() as f64));
+            assert_eq!(both, 2, "two takes for 12 checks at k = 10");
+            l.return_leases().await.expect("memory");
+            assert_eq!(read().0, Some(0.0));
+        });
+    });
+}
+
+/// When the take requests waited for fails, they apply the failure policy at once instead
+/// of calling the store in turn (each would wait out the store's timeout again).
+#[tokio::test]
+async fn a_failed_take_answers_its_waiters_by_policy() {
+    let clock = clock();
+    let failing = FailingStore::new(memory());
+    let store = counting(failing.clone());
+    store.open.store(false, Ordering::SeqCst);
+    let limit = leased(1_000, Lease::new().units(50)).on_store_error(OnStoreError::Deny);
+    let l = Arc::new(limiter(store.clone(), &clock, vec![limit]));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let l = Arc::clone(&l);
+            tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
+        })
+        .collect();
+    while store.takes.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    failing.set_down(true);
+    store.open.store(true, Ordering::SeqCst);
+    for t in tasks {
+        let outcome = t.await.expect("task");
+        assert!(
+            matches!(outcome, Outcome::Unavailable { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(
+        store.takes.load(Ordering::SeqCst),
+        1,
+        "the waiters called the store"
+    );
+    // The next request tries the store again.
+    failing.set_down(false);
+    assert_eq!(
+        l.check("hot", &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+}
