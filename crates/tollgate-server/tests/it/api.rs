@@ -268,12 +268,18 @@ async fn shadow_beside_enforced() {
 
 /// When the store fails, each limit's policy decides: `deny` answers 503 (not 429) with a
 /// Retry-After, `allow` answers 200 and names the store error.
+///
+/// The failure: a memory store capped at one key, asked for two new keys at once (a check of
+/// two limits). A check's own keys are never evicted for each other, so whichever shards the
+/// keys hash to, at most one finds room: the store answers `full`. (One new key alone would
+/// evict the stored one when they share a shard, which hashing leaves to chance.)
 #[tokio::test]
 async fn store_failure_follows_the_policy() {
     let toml = format!(
-        "[store]\nmax_keys = 1\n{}{}",
+        "[store]\nmax_keys = 1\n{}{}{}",
         one_limit("fail_deny", "gcra", 10, "1m", r#""user""#, "deny"),
-        one_limit("fail_allow", "gcra", 10, "1m", r#""user""#, "allow")
+        one_limit("fail_allow", "gcra", 10, "1m", r#""user""#, "allow"),
+        one_limit("fail_allow_too", "gcra", 10, "1m", r#""user""#, "allow")
     );
     let server = TestServer::start(&toml).await;
     assert_eq!(
@@ -286,11 +292,10 @@ async fn store_failure_follows_the_policy() {
             .status,
         200
     );
-    // The memory store holds one key; a second key makes it fail with "full".
     let denied = server
         .post(
             "/v1/check",
-            r#"{"limit": "fail_deny", "key": {"user": "1"}}"#,
+            r#"{"limits": ["fail_deny", "fail_allow"], "key": {"user": "1"}}"#,
         )
         .await;
     assert_eq!(denied.status, 503, "{denied:?}");
@@ -302,11 +307,12 @@ async fn store_failure_follows_the_policy() {
     let allowed = server
         .post(
             "/v1/check",
-            r#"{"limit": "fail_allow", "key": {"user": "1"}}"#,
+            r#"{"limits": ["fail_allow", "fail_allow_too"], "key": {"user": "2"}}"#,
         )
         .await;
     assert_eq!(allowed.status, 200, "{allowed:?}");
     assert_eq!(allowed.json["decisions"][0]["store_error"], "full");
+    assert_eq!(allowed.json["decisions"][1]["store_error"], "full");
 }
 
 /// Listing, health, readiness and metrics.
