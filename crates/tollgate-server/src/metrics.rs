@@ -8,7 +8,7 @@
 //! their series apart.
 //!
 //! This module adds only what the core does not count: the service's own series
-//! (`tollgate_config_reload_total`, `tollgate_keys`, the store's health and settings, which
+//! (`tollgate_reloads_total`, `tollgate_keys`, the store's health and settings, which
 //! alerts compare against). It never counts a decision a second time; shadow limits'
 //! would-be denials (`tollgate_shadow_denied_total`) are the limiter's. The recorder is
 //! Prometheus's, teed ([`crate::tee_recorder`]) so the status page sees decisions and store
@@ -29,7 +29,7 @@ pub const DECISIONS: &str = "tollgate_decisions_total";
 /// Would-be denials of shadow limits, by limit (counted by the core limiter).
 pub const SHADOW_DENIED: &str = "tollgate_shadow_denied_total";
 /// Config reloads, by result (`ok`, `error`).
-pub const CONFIG_RELOAD: &str = "tollgate_config_reload_total";
+pub const CONFIG_RELOAD: &str = "tollgate_reloads_total";
 /// Keys held by the memory store per limit (sampled at each scrape).
 pub const KEYS: &str = "tollgate_keys";
 /// Store call latency, recorded by the core limiter.

@@ -16,7 +16,7 @@
 //! over the same store, so counters of unchanged limits carry on (a limit whose algorithm
 //! changed starts afresh: its keys carry the algorithm's tag) and the HTTP API and the gRPC
 //! service keep sharing them. An invalid file (an invalid `[envoy]` section included) is
-//! refused whole with a logged error and `tollgate_config_reload_total{result="error"}`, and
+//! refused whole with a logged error and `tollgate_reloads_total{result="error"}`, and
 //! the old limits and rules stay; a file without limits is invalid (a file truncated to
 //! nothing, or emptied by mistake, must not switch every limit off). A valid file that drops
 //! limits the running config has is applied, with a warning naming them. The replaced set

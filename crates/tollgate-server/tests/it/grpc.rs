@@ -264,12 +264,12 @@ async fn different_hits_addends_are_charged_atomically_on_redis() {
     server.stop().await;
 }
 
-/// The value of `tollgate_config_reload_total{result="error"}` (0 before the first error).
+/// The value of `tollgate_reloads_total{result="error"}` (0 before the first error).
 async fn reload_errors(server: &TestServer) -> f64 {
     let metrics = server.get("/metrics").await.text;
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix(r#"tollgate_config_reload_total{result="error"} "#))
+        .find_map(|l| l.strip_prefix(r#"tollgate_reloads_total{result="error"} "#))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
 }

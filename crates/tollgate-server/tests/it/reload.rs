@@ -8,7 +8,7 @@ use tollgate_server::server::Server;
 use crate::support::{TestServer, eventually, one_limit};
 
 /// Editing the file adds a limit and changes another while counters survive; an invalid edit
-/// is refused (old limits stay, `tollgate_config_reload_total{result="error"}` counts it).
+/// is refused (old limits stay, `tollgate_reloads_total{result="error"}` counts it).
 #[tokio::test]
 async fn file_changes_swap_limits_and_bad_files_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -60,7 +60,7 @@ async fn file_changes_swap_limits_and_bad_files_are_refused() {
             .get("/metrics")
             .await
             .text
-            .contains(r#"tollgate_config_reload_total{result="error"}"#)
+            .contains(r#"tollgate_reloads_total{result="error"}"#)
     })
     .await;
     assert!(refused, "the invalid file was never looked at");
