@@ -91,7 +91,7 @@ pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use envoy_types;
 pub use import_error::ImportError;
 pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
-pub use json::{parse_request as parse_json_request, response_json};
+pub use json::{JsonRateLimitRequest, response_json};
 pub use overrides::{MAX_CACHED as MAX_CACHED_OVERRIDES, limit_name as override_limit_name};
 pub use reference_metrics::{
     GLOBAL_SHADOW_MODE, MAX_DYNAMIC as MAX_DYNAMIC_METRIC_KEYS, NEAR_LIMIT, NEAR_LIMIT_RATIO,

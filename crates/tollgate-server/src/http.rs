@@ -336,7 +336,9 @@ async fn envoy_json(
     use tollgate_envoy::tonic::Code as GrpcCode;
 
     let bytes = body(bytes)?;
-    let request = tollgate_envoy::parse_json_request(&bytes).map_err(ApiError::BadRequest)?;
+    let request: tollgate_envoy::JsonRateLimitRequest =
+        api::parse(&bytes).map_err(ApiError::BadRequest)?;
+    let request = request.into();
     let limits = state.limits.load_full();
     let response = match tollgate_envoy::should_rate_limit(limits.envoy(), &request).await {
         Ok(response) => response,
