@@ -202,30 +202,22 @@ impl Hits {
 
 /// The statistics key of descriptor `d`, counted as `how`.
 fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted) -> Stat {
-    match how {
-        Counted::Rule(StatKey::Fixed(stat)) => stat.clone(),
-        Counted::Rule(StatKey::Detailed(base)) => {
-            let levels: Vec<String> = d
-                .entries
-                .iter()
-                .map(|e| level(&e.key, Some(&e.value)))
-                .collect();
-            let stat = Stat::new(domain, &levels);
-            if admit(&stat) { stat } else { base.clone() }
-        }
-        Counted::Override => {
-            let levels: Vec<String> = d
-                .entries
-                .iter()
-                .map(|e| level(&e.key, Some(&e.value)))
-                .collect();
-            let stat = Stat::new(domain, &levels);
-            if admit(&stat) {
-                stat
-            } else {
-                Stat::new(domain, &["_other".to_owned()])
-            }
-        }
+    // Past the cap of label sets: a rule's own base key, an override's `_other`.
+    let base = match how {
+        Counted::Rule(StatKey::Fixed(stat)) => return stat.clone(),
+        Counted::Rule(StatKey::Detailed(base)) => Some(base),
+        Counted::Override => None,
+    };
+    let levels: Vec<String> = d
+        .entries
+        .iter()
+        .map(|e| level(&e.key, Some(&e.value)))
+        .collect();
+    let stat = Stat::new(domain, &levels);
+    if admit(&stat) {
+        stat
+    } else {
+        base.map_or_else(|| Stat::new(domain, &["_other".to_owned()]), Stat::clone)
     }
 }
 
