@@ -285,31 +285,26 @@ impl LeaseTier {
 
     /// A take of `key` failed: a top-up's waiters are told why.
     fn failed(&self, key: &Key, refill: &Refill, error: &Arc<StoreError>) {
-        if !refill.top_up {
-            return;
-        }
-        let mut map = self.lock();
-        let waiters = match map.held.get_mut(key) {
-            Some(h) => {
-                h.taking = false;
-                h.failed = Some((h.takes_done, Arc::clone(error)));
-                h.takes_done += 1;
-                std::mem::take(&mut h.waiters)
-            }
-            None => Vec::new(),
-        };
-        drop(map);
-        for w in waiters {
-            w.wake();
+        if refill.top_up {
+            self.end_take(key, Some(error));
         }
     }
 
     /// A top-up of `key` ended without an answer (its request was dropped mid-call).
     pub(crate) fn abort(&self, key: &Key) {
+        self.end_take(key, None);
+    }
+
+    /// A top-up of `key` ended without units (`error`, when it failed): the next may start,
+    /// and its waiters wake to see why.
+    fn end_take(&self, key: &Key, error: Option<&Arc<StoreError>>) {
         let mut map = self.lock();
         let waiters = match map.held.get_mut(key) {
             Some(h) => {
                 h.taking = false;
+                if let Some(error) = error {
+                    h.failed = Some((h.takes_done, Arc::clone(error)));
+                }
                 h.takes_done += 1;
                 std::mem::take(&mut h.waiters)
             }
