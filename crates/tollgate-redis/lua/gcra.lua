@@ -55,8 +55,14 @@ else
   skew = 1000
   local ms = redis.call('PTTL', key) - 999
   if ms > 0 then
-    local below = tonumber(redis.call('GET', key)) or 0
-    if below < 0 or below > 999 then below = 0 end
+    -- With inc a whole number of ms (cost × T; most quotas), every value this script writes
+    -- is 0 (see the SET below), so the GET is skipped: a value left by another quota reads
+    -- as 0 too, the key then as up to 999 µs more spent than it is, never less.
+    local below = 0
+    if inc % 1000 ~= 0 then
+      below = tonumber(redis.call('GET', key)) or 0
+      if below < 0 or below > 999 then below = 0 end
+    end
     used = ms * 1000 - below
   end
 end

@@ -1,8 +1,8 @@
 -- one_gcra.lua: the single-entry script of GCRA, the most common and cheapest request.
 --
 -- Composed as this file then gcra.lua (a function body): no prelude, no closure, and on the
--- server's clock two or three Redis commands (PTTL, GET when the key is not yet full, SET
--- when admitted) and two arguments. Contract:
+-- server's clock one to three Redis commands (PTTL; GET when the key is not yet full and T
+-- is not a whole number of ms; SET when admitted) and two arguments. Contract:
 --
 -- KEYS[1]  the key
 -- ARGV[1]  inc = cost × T (µs)

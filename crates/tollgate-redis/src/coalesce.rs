@@ -6,7 +6,7 @@
 //! up the Lua call, writing the reply) and the client (a request through the multiplexed
 //! connection, its reply parsed) on top of the few commands a decision makes. One call for many
 //! requests pays that once. (What stays per decision is the commands themselves: for GCRA,
-//! PTTL, GET and SET are most of its Redis CPU, so a batch saves Redis a part of it, not most;
+//! PTTL and SET (and GET, for a T that is not a whole number of ms) are most of its Redis CPU, so a batch saves Redis a part of it, not most;
 //! `docs/benchmarks.md`.)
 //!
 //! How, and why this way:

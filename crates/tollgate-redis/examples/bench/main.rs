@@ -159,11 +159,11 @@ fn main() -> BenchResult<()> {
         .collect();
     check_by_hand(&server, &floor_args, 1)?;
     out.push_str(
-        "\nGCRA, ours (`lua/one_gcra.lua` + `lua/gcra.lua`: PTTL, GET when the key is not yet full, \
-         SET … PX when admitted) vs a textbook floating-point script \
+        "\nGCRA, ours (`lua/one_gcra.lua` + `lua/gcra.lua`: PTTL, GET when the key is not yet full \
+         and T is not a whole number of ms, SET … PX when admitted) vs a textbook floating-point script \
          (`examples/bench/textbook_gcra.lua`: TIME, GET, SET … EX), same quota (1000/s, burst \
          1000), same load, medians of 3 alternating runs. With 10 000 keys a key is full again \
-         between its calls (PTTL, SET); with 100 keys every call finds it spent (PTTL, GET, SET), \
+         between its calls (PTTL, SET); with 100 keys every call finds it spent (PTTL, SET: T = 1 ms is whole, so no GET), \
          and about half are refused.\n\n\
          | keys | ours EVALSHA/s | textbook EVALSHA/s | ratio | Redis CPU per call, ours | textbook | ratio | TIME+GET+SET floor |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|\n",

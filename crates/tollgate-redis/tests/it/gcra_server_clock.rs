@@ -199,3 +199,87 @@ async fn a_caller_clock_key_is_never_read_as_less_spent() {
     let retry = d.retry_after.expect("denied");
     assert!(retry >= Duration::from_secs(1_200) - SLACK, "{d:?}");
 }
+
+/// `GET` calls so far on `server` (`cmdstat_get` in `INFO commandstats`).
+fn gets(server: &tollgate_testkit::RedisServer) -> u64 {
+    server
+        .cmd(&["INFO", "commandstats"])
+        .lines()
+        .find(|l| l.starts_with("cmdstat_get:"))
+        .and_then(|l| l.split(['=', ',']).nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// With T a whole number of ms the value is always 0, so a spent key is read with `PTTL`
+/// alone (one command fewer per call); with T not whole the `GET` is needed and made. A key
+/// left by a quota whose T is not whole (its value the µs below the ms) and read by one whose
+/// T is reads as at least as spent as it is, never less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_ms_interval_reads_a_spent_key_without_get() {
+    let server = tollgate_testkit::RedisServer::start();
+    let store = RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let gcra = |limit: u64, period: Duration| {
+        Limit::new(
+            "g",
+            Algorithm::Gcra,
+            Quota::new(limit, period).expect("valid"),
+        )
+        .expect("valid")
+    };
+    let check = |limit: Limit, key: Key| {
+        let store = &store;
+        async move {
+            let request = Request::new([Entry::new(&limit, key)], 1).expect("valid");
+            store
+                .decide(&request, Op::Check, None)
+                .await
+                .expect("check")[0]
+        }
+    };
+    let ns = unique_namespace("gcra-get");
+
+    // 10 per hour: T = 360 s. Ten admits then ten refusals of a spent key, no GET.
+    let whole = gcra(10, Duration::from_secs(3_600));
+    let key = Key::new(&ns, &whole, &[("user", "whole")]);
+    let before = gets(&server);
+    let admitted = {
+        let mut n = 0;
+        for _ in 0..20 {
+            n += u32::from(check(whole.clone(), key.clone()).await.allowed);
+        }
+        n
+    };
+    assert_eq!(admitted, 10);
+    assert_eq!(gets(&server) - before, 0, "GET on a whole-ms interval");
+
+    // 3 per second: T = 333 334 µs. The spent key's value is read.
+    let not_whole = gcra(3, Duration::from_secs(1));
+    let key = Key::new(&ns, &not_whole, &[("user", "us")]);
+    let before = gets(&server);
+    let started = Instant::now();
+    for i in 0..3 {
+        assert!(
+            check(not_whole.clone(), key.clone()).await.allowed,
+            "call {i}"
+        );
+    }
+    assert!(
+        gets(&server) - before >= 2,
+        "no GET where the value matters"
+    );
+    // Three admits: tat − now = 1 000 002 µs, the value 998. Read by 1 per second (T = 1 s,
+    // whole): refused, and told to wait at least what is truly owed (less the time since).
+    let d = check(gcra(1, Duration::from_secs(1)), key.clone()).await;
+    let elapsed = started.elapsed();
+    assert!(!d.allowed, "{d:?}");
+    let retry = d.retry_after.expect("denied");
+    assert!(
+        retry + elapsed + Duration::from_millis(1) >= Duration::from_micros(1_000_002),
+        "read as less spent than it is: {d:?} after {elapsed:?}"
+    );
+}
