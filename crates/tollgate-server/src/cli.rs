@@ -1,4 +1,4 @@
-//! The command line (`tollgate serve`, `tollgate check-config`, `tollgate bench`) and the
+//! The command line (`tollgate serve`, `check-config`, `bench`, `replay`, `simulate`) and the
 //! logging set-up of the binary.
 //!
 //! `tollgate bench` exists with the `load` feature (on by default): its options are parsed
@@ -46,6 +46,12 @@ pub enum Command {
     /// service) and report decisions/s and latency.
     #[cfg(feature = "load")]
     Bench(BenchArgs),
+    /// Replay an access log against a config's limits on the log's own clock: what each
+    /// limit would have admitted and refused, whom, with which waits.
+    Replay(crate::what_if::ReplayArgs),
+    /// Run a synthetic workload (or one of the classic experiments) against every algorithm
+    /// side by side, with the outcome each should have.
+    Simulate(crate::what_if::SimulateArgs),
 }
 
 /// `tollgate bench` options.

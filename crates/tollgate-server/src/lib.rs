@@ -27,3 +27,4 @@ pub mod status;
 pub mod store;
 mod store_probe;
 mod tee_recorder;
+pub mod what_if;

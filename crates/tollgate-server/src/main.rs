@@ -54,6 +54,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             args.run().await?;
             Ok(())
         }
+        Command::Replay(args) => tokio::task::block_in_place(|| args.run()),
+        Command::Simulate(args) => args.run().await,
     }
 }
 

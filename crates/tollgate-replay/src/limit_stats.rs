@@ -1,0 +1,244 @@
+//! What one limit did over a replay or a simulation: the counts, the series the charts draw,
+//! the most refused keys and the waits refused clients were given.
+//!
+//! Memory is bounded by the keys and the log's time span (one pair of counters per second),
+//! never by the number of lines.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tollgate::{Decision, Limit};
+
+/// The `retry_after` buckets' upper bounds (the last bucket has none).
+pub const RETRY_BUCKETS: &[(Duration, &str)] = &[
+    (Duration::from_millis(100), "< 100 ms"),
+    (Duration::from_secs(1), "100 ms – 1 s"),
+    (Duration::from_secs(5), "1 – 5 s"),
+    (Duration::from_secs(15), "5 – 15 s"),
+    (Duration::from_secs(60), "15 s – 1 min"),
+    (Duration::from_secs(300), "1 – 5 min"),
+    (Duration::MAX, "≥ 5 min"),
+];
+
+/// One limit's results.
+#[derive(Debug, Clone)]
+pub struct LimitStats {
+    /// The limit's name.
+    pub name: String,
+    /// Its algorithm's config name.
+    pub algorithm: &'static str,
+    /// Its quota, as a reader would write it (`100 per 1m, burst 100`).
+    pub quota: String,
+    /// Its quota's period.
+    pub period: Duration,
+    /// Its quota's limit (units per period).
+    pub limit: u64,
+    /// A shadow limit: its refusals are would-be refusals.
+    pub shadow: bool,
+    /// Requests decided.
+    pub requests: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Per second from the first event's second: requests, admitted.
+    pub per_second: Vec<[u32; 2]>,
+    /// Refusals per `retry_after` bucket ([`RETRY_BUCKETS`]).
+    pub retry_after: [u64; RETRY_BUCKETS.len()],
+    denied_keys: HashMap<Box<str>, u64>,
+    admits: Option<Vec<u64>>,
+}
+
+impl LimitStats {
+    /// Empty results for `limit`; with `track_admits`, every admission's time is kept too
+    /// (for [`LimitStats::max_in_any_period`]: simulations, not logs).
+    pub fn new(limit: &Limit, track_admits: bool) -> LimitStats {
+        let quota = limit.quota();
+        let mut text = format!("{} per {}", quota.limit(), human(quota.period()));
+        if quota.burst() != quota.limit() {
+            text.push_str(&format!(", burst {}", quota.burst()));
+        }
+        LimitStats {
+            name: limit.name().to_owned(),
+            algorithm: limit.algorithm().name(),
+            quota: text,
+            period: quota.period(),
+            limit: quota.limit(),
+            shadow: limit.is_shadow(),
+            requests: 0,
+            admitted: 0,
+            per_second: Vec::new(),
+            retry_after: [0; RETRY_BUCKETS.len()],
+            denied_keys: HashMap::new(),
+            admits: track_admits.then(Vec::new),
+        }
+    }
+
+    /// Counts `decision`, made at `time_us`, `second` seconds after the start, for the key
+    /// shown as `key` (built only when refused).
+    pub(crate) fn record(
+        &mut self,
+        second: usize,
+        time_us: u64,
+        decision: &Decision,
+        key: impl FnOnce(&mut String),
+        scratch: &mut String,
+    ) {
+        if self.per_second.len() <= second {
+            self.per_second.resize(second + 1, [0, 0]);
+        }
+        let slot = &mut self.per_second[second];
+        slot[0] = slot[0].saturating_add(1);
+        self.requests += 1;
+        if decision.allowed {
+            slot[1] = slot[1].saturating_add(1);
+            self.admitted += 1;
+            if let Some(admits) = &mut self.admits {
+                admits.push(time_us);
+            }
+            return;
+        }
+        let wait = decision.retry_after.unwrap_or(Duration::ZERO);
+        let bucket = RETRY_BUCKETS
+            .iter()
+            .position(|(bound, _)| wait < *bound)
+            .unwrap_or(RETRY_BUCKETS.len() - 1);
+        self.retry_after[bucket] += 1;
+        scratch.clear();
+        key(scratch);
+        match self.denied_keys.get_mut(scratch.as_str()) {
+            Some(n) => *n += 1,
+            None => {
+                self.denied_keys.insert(scratch.as_str().into(), 1);
+            }
+        }
+    }
+
+    /// Requests refused (would-be refusals for a shadow limit).
+    pub fn denied(&self) -> u64 {
+        self.requests - self.admitted
+    }
+
+    /// Refused ÷ decided (0 when nothing was decided).
+    pub fn deny_ratio(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.denied() as f64 / self.requests as f64
+        }
+    }
+
+    /// The `k` keys refused most, most first (ties by key).
+    pub fn top_denied(&self, k: usize) -> Vec<(&str, u64)> {
+        let mut all: Vec<(&str, u64)> = self
+            .denied_keys
+            .iter()
+            .map(|(key, n)| (&**key, *n))
+            .collect();
+        all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        all.truncate(k);
+        all
+    }
+
+    /// Distinct keys refused at least once.
+    pub fn denied_key_count(&self) -> usize {
+        self.denied_keys.len()
+    }
+
+    /// Refusals per minute from the first event's minute: (minute index, refused).
+    pub fn denied_per_minute(&self) -> Vec<u64> {
+        let mut minutes = vec![0_u64; self.per_second.len().div_ceil(60)];
+        for (s, [req, adm]) in self.per_second.iter().enumerate() {
+            minutes[s / 60] += u64::from(req - adm);
+        }
+        minutes
+    }
+
+    /// The most admissions in any interval of one period (`[t, t + period)`), when
+    /// admissions were tracked.
+    pub fn max_in_any_period(&self) -> Option<u64> {
+        let admits = self.admits.as_ref()?;
+        let period = self.period.as_micros() as u64;
+        let mut best = 0;
+        let mut start = 0;
+        for (end, &t) in admits.iter().enumerate() {
+            while admits[start] + period <= t {
+                start += 1;
+            }
+            best = best.max(end + 1 - start);
+        }
+        Some(best as u64)
+    }
+}
+
+/// `1m`, `1h`, `250ms`, `1.5s`: a period as configs write it.
+pub fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        format!("{}µs", d.as_micros())
+    } else if ms.is_multiple_of(86_400_000) {
+        format!("{}d", ms / 86_400_000)
+    } else if ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1_000) {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::{Algorithm, Quota};
+
+    fn decision(allowed: bool, retry_ms: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: 2,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: (!allowed).then(|| Duration::from_millis(retry_ms)),
+        }
+    }
+
+    #[test]
+    fn counts_series_keys_and_waits() {
+        let limit = Limit::new(
+            "l",
+            Algorithm::FixedWindow,
+            Quota::per_second(2).expect("q"),
+        )
+        .expect("limit");
+        let mut s = LimitStats::new(&limit, true);
+        let mut scratch = String::new();
+        let key = |k: &'static str| move |out: &mut String| out.push_str(k);
+        s.record(0, 0, &decision(true, 0), key("a"), &mut scratch);
+        s.record(0, 10, &decision(true, 0), key("a"), &mut scratch);
+        s.record(0, 20, &decision(false, 500), key("a"), &mut scratch);
+        s.record(
+            2,
+            2_000_000,
+            &decision(false, 2_000),
+            key("b"),
+            &mut scratch,
+        );
+        s.record(
+            2,
+            2_000_001,
+            &decision(false, 3_000),
+            key("b"),
+            &mut scratch,
+        );
+        s.record(2, 2_000_002, &decision(true, 0), key("c"), &mut scratch);
+        assert_eq!((s.requests, s.admitted, s.denied()), (6, 3, 3));
+        assert_eq!(s.per_second, vec![[3, 2], [0, 0], [3, 1]]);
+        assert_eq!(s.top_denied(1), vec![("b", 2)]);
+        assert_eq!(s.top_denied(5), vec![("b", 2), ("a", 1)]);
+        assert_eq!(s.retry_after[1], 1);
+        assert_eq!(s.retry_after[2], 2);
+        assert_eq!(s.denied_per_minute(), vec![3]);
+        assert_eq!(s.max_in_any_period(), Some(2));
+        assert_eq!(s.quota, "2 per 1s");
+    }
+}

@@ -1,0 +1,391 @@
+//! Reads an access log line by line into [`Event`]s: the line's time and the values of the
+//! mapped key parts. Streamed: memory does not grow with the log, and the event's buffers are
+//! reused from line to line.
+//!
+//! A line that cannot be read (no time, a time that does not parse, a missing field, a broken
+//! JSON object) is a [`Malformed`] with its line number; the replay counts it and goes on.
+
+use std::io::BufRead;
+
+use serde_json::Value;
+
+use crate::key_mapping::{KeyMapping, PartSource};
+use crate::log_format::{COMBINED_FIELDS, LogFormat};
+use crate::log_time;
+use crate::replay_error::ReplayError;
+
+/// One line of the log, as the replay needs it.
+#[derive(Debug, Default, Clone)]
+pub struct Event {
+    /// Its line number (1-based; a CSV header is line 1).
+    pub line: u64,
+    /// Its time, µs since the epoch.
+    pub time_us: u64,
+    /// The mapped key parts' values, in the mapping's order.
+    pub values: Vec<String>,
+}
+
+/// A line that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    /// Its line number.
+    pub line: u64,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Where a value is found in a line, resolved once for the format.
+#[derive(Debug, Clone)]
+enum Slot {
+    Combined(usize),
+    Json(String),
+    Csv(usize),
+    Literal(String),
+}
+
+/// A streaming reader of one access log.
+#[derive(Debug)]
+pub struct LogReader<R> {
+    inner: Inner<R>,
+    format: LogFormat,
+    time: Slot,
+    slots: Vec<Slot>,
+    line: u64,
+    bytes: u64,
+    done: bool,
+}
+
+#[derive(Debug)]
+enum Inner<R> {
+    Lines {
+        reader: R,
+        buf: String,
+    },
+    Csv {
+        reader: Box<csv::Reader<R>>,
+        record: csv::StringRecord,
+    },
+}
+
+impl<R: BufRead> LogReader<R> {
+    /// A reader of `reader` in `format` (detected from the first line when `None`), filling
+    /// `mapping`'s parts; the time comes from `time_field` (JSON, CSV; default `time`) or
+    /// `$time_local` (combined).
+    ///
+    /// # Errors
+    /// [`ReplayError::UnknownField`] for a mapped field (or the time field) the log does not
+    /// have — known before the first line is replayed: the combined format's fixed fields, the
+    /// CSV header, the first JSON object's keys; [`ReplayError::Read`] if reading fails.
+    pub fn new(
+        mut reader: R,
+        format: Option<LogFormat>,
+        mapping: &KeyMapping,
+        time_field: Option<&str>,
+    ) -> Result<LogReader<R>, ReplayError> {
+        let first = first_line(&mut reader)?;
+        let format = format.unwrap_or_else(|| LogFormat::detect(&first));
+        let time_name = time_field.unwrap_or(match format {
+            LogFormat::Combined => "time_local",
+            _ => "time",
+        });
+        let (inner, known): (Inner<R>, Vec<String>) = match format {
+            LogFormat::Combined => (
+                Inner::Lines {
+                    reader,
+                    buf: String::new(),
+                },
+                COMBINED_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
+            ),
+            LogFormat::JsonLines => {
+                let keys = match serde_json::from_str::<Value>(&first) {
+                    Ok(Value::Object(map)) => map.keys().cloned().collect(),
+                    _ => Vec::new(),
+                };
+                (
+                    Inner::Lines {
+                        reader,
+                        buf: String::new(),
+                    },
+                    keys,
+                )
+            }
+            LogFormat::Csv => {
+                let mut csv = csv::ReaderBuilder::new()
+                    .flexible(true)
+                    .has_headers(true)
+                    .from_reader(reader);
+                let header: Vec<String> = csv
+                    .headers()
+                    .map_err(|e| ReplayError::Read(std::io::Error::other(e)))?
+                    .iter()
+                    .map(|h| h.trim().to_owned())
+                    .collect();
+                (
+                    Inner::Csv {
+                        reader: Box::new(csv),
+                        record: csv::StringRecord::new(),
+                    },
+                    header,
+                )
+            }
+        };
+        let resolve = |name: &str| -> Result<Slot, ReplayError> {
+            let index = known.iter().position(|k| k == name);
+            match (format, index) {
+                (LogFormat::Combined, Some(i)) => Ok(Slot::Combined(i)),
+                (LogFormat::Csv, Some(i)) => Ok(Slot::Csv(i)),
+                (LogFormat::JsonLines, Some(_)) => Ok(Slot::Json(name.to_owned())),
+                (_, None) => Err(ReplayError::UnknownField {
+                    field: name.to_owned(),
+                    format,
+                    known: known.clone(),
+                }),
+            }
+        };
+        let time = resolve(time_name)?;
+        let slots = mapping
+            .parts()
+            .iter()
+            .map(|(_, source)| match source {
+                PartSource::Field(name) => resolve(name),
+                PartSource::Literal(text) => Ok(Slot::Literal(text.clone())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LogReader {
+            inner,
+            format,
+            time,
+            slots,
+            line: u64::from(format == LogFormat::Csv),
+            bytes: 0,
+            done: false,
+        })
+    }
+
+    /// The format being read.
+    pub fn format(&self) -> LogFormat {
+        self.format
+    }
+
+    /// Bytes read so far (lines and CSV records; for a progress bar).
+    pub fn bytes_read(&self) -> u64 {
+        match &self.inner {
+            Inner::Lines { .. } => self.bytes,
+            Inner::Csv { reader, .. } => reader.position().byte(),
+        }
+    }
+
+    /// Reads the next line into `event`: `None` at the end, `Some(Err)` for a line that
+    /// cannot be read (the next call goes on with the line after it).
+    ///
+    /// # Errors
+    /// An I/O error reading the log ends it: it is returned as a [`Malformed`] of the line
+    /// it stopped at, and the next call returns `None`.
+    pub fn next_event(&mut self, event: &mut Event) -> Option<Result<(), Malformed>> {
+        if self.done {
+            return None;
+        }
+        event.values.resize(self.slots.len(), String::new());
+        match &mut self.inner {
+            Inner::Lines { reader, buf } => loop {
+                buf.clear();
+                self.line += 1;
+                let n = match reader.read_line(buf) {
+                    Ok(0) => return None,
+                    Ok(n) => n,
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(Malformed {
+                            line: self.line,
+                            reason: format!("read failed: {e}"),
+                        }));
+                    }
+                };
+                self.bytes += n as u64;
+                let text = buf.trim_end_matches(['\n', '\r']);
+                if text.trim().is_empty() {
+                    continue;
+                }
+                event.line = self.line;
+                let result = match self.format {
+                    LogFormat::Combined => fill_combined(text, &self.time, &self.slots, event),
+                    _ => fill_json(text, &self.time, &self.slots, event),
+                };
+                return Some(result.map_err(|reason| Malformed {
+                    line: self.line,
+                    reason,
+                }));
+            },
+            Inner::Csv { reader, record } => match reader.read_record(record) {
+                Ok(false) => None,
+                Ok(true) => {
+                    let line = record.position().map_or(self.line + 1, |p| p.line());
+                    self.line = line;
+                    event.line = line;
+                    let result = fill_csv(record, &self.time, &self.slots, event);
+                    Some(result.map_err(|reason| Malformed { line, reason }))
+                }
+                Err(e) => {
+                    let line = e.position().map_or(self.line + 1, |p| p.line());
+                    self.line = line;
+                    Some(Err(Malformed {
+                        line,
+                        reason: e.to_string(),
+                    }))
+                }
+            },
+        }
+    }
+}
+
+/// The log's first line, without consuming it (what the reader's buffer holds of it).
+fn first_line<R: BufRead>(reader: &mut R) -> Result<String, ReplayError> {
+    let buf = reader.fill_buf().map_err(ReplayError::Read)?;
+    let end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// The fields of a combined-format line, by [`COMBINED_FIELDS`]' indices.
+///
+/// # Errors
+/// What is missing, for a line that is not in the format.
+pub fn split_combined(line: &str) -> Result<[&str; 11], String> {
+    let mut rest = line;
+    let mut token = |what: &str| -> Result<&str, String> {
+        let (t, r) = rest
+            .split_once(' ')
+            .ok_or_else(|| format!("no {what} (not the combined log format)"))?;
+        rest = r;
+        Ok(t)
+    };
+    let remote_addr = token("remote address")?;
+    let _ident = token("identity")?;
+    let remote_user = token("remote user")?;
+    let after = rest
+        .strip_prefix('[')
+        .ok_or("no [time] (not the combined log format)")?;
+    let (time_local, after) = after
+        .split_once("] ")
+        .ok_or("no end to [time] (not the combined log format)")?;
+    let (request, after) = quoted(after).ok_or("no \"request\" (not the combined log format)")?;
+    let after = after.trim_start();
+    let (status, after) = after.split_once(' ').unwrap_or((after, ""));
+    let after = after.trim_start();
+    let (bytes, after) = after.split_once(' ').unwrap_or((after, ""));
+    let (referer, after) = quoted(after.trim_start()).unwrap_or(("-", ""));
+    let (agent, _) = quoted(after.trim_start()).unwrap_or(("-", ""));
+    let mut parts = request.splitn(3, ' ');
+    let method = parts.next().unwrap_or("");
+    let target = parts.next().unwrap_or("");
+    let protocol = parts.next().unwrap_or("");
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    Ok([
+        remote_addr,
+        remote_user,
+        time_local,
+        request,
+        method,
+        path,
+        protocol,
+        status,
+        bytes,
+        referer,
+        agent,
+    ])
+}
+
+/// `"…"` at the start of `text` (a backslash escapes the next byte): its content and what
+/// follows it.
+fn quoted(text: &str) -> Option<(&str, &str)> {
+    let body = text.strip_prefix('"')?;
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some((&body[..i], &body[i + 1..])),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+fn fill_combined(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> Result<(), String> {
+    let fields = split_combined(line)?;
+    let Slot::Combined(t) = time else {
+        return Err("no time field".into());
+    };
+    event.time_us = log_time::parse_clf(fields[*t])
+        .ok_or_else(|| format!("time {:?} does not parse", fields[*t]))?;
+    for (slot, value) in slots.iter().zip(event.values.iter_mut()) {
+        value.clear();
+        match slot {
+            Slot::Combined(i) => value.push_str(fields[*i]),
+            Slot::Literal(text) => value.push_str(text),
+            _ => return Err("field of another format".into()),
+        }
+    }
+    Ok(())
+}
+
+fn fill_json(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> Result<(), String> {
+    let object = match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Err("not a JSON object".into()),
+        Err(e) => return Err(format!("invalid JSON: {e}")),
+    };
+    let field = |slot: &Slot| -> Result<Option<&Value>, String> {
+        match slot {
+            Slot::Json(name) => match object.get(name) {
+                None | Some(Value::Null) => Err(format!("no field {name:?}")),
+                Some(v) => Ok(Some(v)),
+            },
+            Slot::Literal(_) => Ok(None),
+            _ => Err("field of another format".into()),
+        }
+    };
+    event.time_us = match field(time)? {
+        Some(Value::Number(n)) => log_time::parse_epoch(&n.to_string()),
+        Some(Value::String(s)) => log_time::parse_any(s),
+        _ => None,
+    }
+    .ok_or_else(|| "the time does not parse".to_owned())?;
+    for (slot, value) in slots.iter().zip(event.values.iter_mut()) {
+        value.clear();
+        match (field(slot)?, slot) {
+            (Some(Value::String(s)), _) => value.push_str(s),
+            (Some(other), _) => value.push_str(&other.to_string()),
+            (None, Slot::Literal(text)) => value.push_str(text),
+            (None, _) => {}
+        }
+    }
+    Ok(())
+}
+
+fn fill_csv(
+    record: &csv::StringRecord,
+    time: &Slot,
+    slots: &[Slot],
+    event: &mut Event,
+) -> Result<(), String> {
+    let column = |i: usize| {
+        record
+            .get(i)
+            .ok_or_else(|| format!("{} columns, no column {}", record.len(), i + 1))
+    };
+    let Slot::Csv(t) = time else {
+        return Err("no time column".into());
+    };
+    let text = column(*t)?;
+    event.time_us =
+        log_time::parse_any(text).ok_or_else(|| format!("time {text:?} does not parse"))?;
+    for (slot, value) in slots.iter().zip(event.values.iter_mut()) {
+        value.clear();
+        match slot {
+            Slot::Csv(i) => value.push_str(column(*i)?),
+            Slot::Literal(text) => value.push_str(text),
+            _ => return Err("field of another format".into()),
+        }
+    }
+    Ok(())
+}

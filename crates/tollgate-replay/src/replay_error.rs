@@ -1,0 +1,56 @@
+//! What stops a replay or a simulation before it produces a report.
+
+use crate::log_format::LogFormat;
+
+/// Why a replay or a simulation could not run. Lines of a log that cannot be read do not stop
+/// a replay: they are counted in the report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The log could not be read.
+    #[error("reading the log: {0}")]
+    Read(#[source] std::io::Error),
+    /// `--key` (or the time field) names a field the log does not have.
+    #[error("field {field:?} is not in the log ({format} format; its fields: {})", known.join(", "))]
+    UnknownField {
+        /// The field asked for.
+        field: String,
+        /// The log's format.
+        format: LogFormat,
+        /// The fields it has.
+        known: Vec<String>,
+    },
+    /// A limit is keyed by a part no `--key` fills.
+    #[error(
+        "limit {limit:?} is keyed by {part:?}, which no --key maps (add --key {part}=$<field>)"
+    )]
+    UnmappedPart {
+        /// The limit.
+        limit: String,
+        /// Its key part.
+        part: String,
+    },
+    /// A `--key` specification is malformed.
+    #[error("{0}")]
+    Mapping(String),
+    /// Nothing to replay: no limit given (or none left after `--limit`).
+    #[error("no limit to replay")]
+    NoLimits,
+    /// A limit named by `--limit` is not in the config.
+    #[error("limit {0:?} is not in the config")]
+    UnknownLimit(String),
+    /// A limit of a simulation could not be built.
+    #[error(transparent)]
+    Limit(#[from] tollgate::LimitError),
+    /// Writing the report failed.
+    #[error("writing the report to {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A Redis scenario failed against Redis.
+    #[error("redis: {0}")]
+    Redis(String),
+}

@@ -1,0 +1,187 @@
+//! The replay engine: every limit decided for each event on a virtual clock, with the real
+//! rules of the memory store (the same code `tollgate serve` runs on its embedded store).
+//!
+//! Each limit is replayed on its own, as if it were the only one: the question is what *this*
+//! limit would do to the traffic, so one limit's refusal does not hide a request from another
+//! (a shadow limit is counted like the others; its refusals are would-be refusals). The clock
+//! is the events' own time and never goes back: an event earlier than one before it is
+//! decided at the latest time seen (and counted as out of order). Keys whose state is back to
+//! a full quota are swept every minute of virtual time, so memory follows the live keys.
+
+use std::time::Duration;
+
+use tollgate::{
+    Decision, FakeClock, Key, Limit, MemoryStore, Namespace, Op, SingleRequest, Timestamp,
+};
+
+use crate::key_mapping::KeyMapping;
+use crate::limit_stats::LimitStats;
+use crate::replay_error::ReplayError;
+
+/// How often (virtual time) keys back to a full quota are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// One limit and where its key parts come from.
+#[derive(Debug)]
+struct Run {
+    limit: Limit,
+    /// (part name, index into the event's values), in the limit's key order.
+    parts: Vec<(Box<str>, usize)>,
+    stats: LimitStats,
+}
+
+/// Decides events against limits and keeps what each did.
+#[derive(Debug)]
+pub struct Replayer {
+    runs: Vec<Run>,
+    store: MemoryStore,
+    clock: FakeClock,
+    namespace: Namespace,
+    start_us: Option<u64>,
+    now_us: u64,
+    next_sweep_us: u64,
+    out_of_order: u64,
+    decisions: Vec<Decision>,
+    scratch: String,
+}
+
+impl Replayer {
+    /// A replayer of `limits`, their key parts filled from `mapping`; with `track_admits`,
+    /// every admission's time is kept ([`LimitStats::max_in_any_period`]).
+    ///
+    /// # Errors
+    /// [`ReplayError::NoLimits`]; [`ReplayError::UnmappedPart`] for a limit keyed by a part
+    /// `mapping` does not fill.
+    pub fn new(
+        limits: Vec<Limit>,
+        mapping: &KeyMapping,
+        track_admits: bool,
+    ) -> Result<Replayer, ReplayError> {
+        if limits.is_empty() {
+            return Err(ReplayError::NoLimits);
+        }
+        let runs = limits
+            .into_iter()
+            .map(|limit| {
+                let parts = limit
+                    .key_parts()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|part| {
+                        mapping
+                            .index_of(part)
+                            .map(|i| (part.clone(), i))
+                            .ok_or_else(|| ReplayError::UnmappedPart {
+                                limit: limit.name().to_owned(),
+                                part: part.to_string(),
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let stats = LimitStats::new(&limit, track_admits);
+                Ok(Run {
+                    limit,
+                    parts,
+                    stats,
+                })
+            })
+            .collect::<Result<Vec<_>, ReplayError>>()?;
+        let clock = FakeClock::new(Timestamp::from_micros(0));
+        let store = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .max_keys(usize::MAX)
+            .build();
+        Ok(Replayer {
+            decisions: Vec::with_capacity(runs.len()),
+            runs,
+            store,
+            clock,
+            namespace: Namespace::default(),
+            start_us: None,
+            now_us: 0,
+            next_sweep_us: 0,
+            out_of_order: 0,
+            scratch: String::new(),
+        })
+    }
+
+    /// Decides one request at `time_us` (µs since the epoch) for every limit, its key parts
+    /// taken from `values` (in the mapping's order): each limit's decision, in the limits'
+    /// order.
+    pub fn step<V: AsRef<str>>(&mut self, time_us: u64, values: &[V]) -> &[Decision] {
+        let start = *self.start_us.get_or_insert(time_us - time_us % 1_000_000);
+        if time_us < self.now_us {
+            self.out_of_order += 1;
+        } else {
+            self.now_us = time_us;
+        }
+        let now = self.now_us;
+        if now >= self.next_sweep_us {
+            self.clock.set(Timestamp::from_micros(now));
+            self.store.sweep();
+            self.next_sweep_us = now + SWEEP_EVERY.as_micros() as u64;
+        }
+        let second = ((now - start) / 1_000_000) as usize;
+        self.decisions.clear();
+        let mut key_parts: Vec<(&str, &str)> = Vec::with_capacity(4);
+        for run in &mut self.runs {
+            key_parts.clear();
+            key_parts.extend(
+                run.parts
+                    .iter()
+                    .map(|(name, i)| (&**name, values[*i].as_ref())),
+            );
+            let key = Key::new(&self.namespace, &run.limit, &key_parts);
+            let request = SingleRequest::new(&run.limit, &key, 1)
+                .expect("a cost of one unit fits every limit");
+            let decision = self
+                .store
+                .decide_single_at(&request, Op::Check, Timestamp::from_micros(now))
+                .expect("a store without a key cap always has room");
+            let parts = &key_parts;
+            run.stats.record(
+                second,
+                now,
+                &decision,
+                |out| {
+                    for (i, (name, value)) in parts.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(name);
+                        out.push('=');
+                        out.push_str(value);
+                    }
+                },
+                &mut self.scratch,
+            );
+            self.decisions.push(decision);
+        }
+        &self.decisions
+    }
+
+    /// The first event's second (µs since the epoch), once an event was decided.
+    pub fn start_us(&self) -> Option<u64> {
+        self.start_us
+    }
+
+    /// The latest event time seen.
+    pub fn now_us(&self) -> u64 {
+        self.now_us
+    }
+
+    /// Events decided at a later time than their own (the log went back in time).
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order
+    }
+
+    /// Keys held now (after the last sweep).
+    pub fn keys(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Each limit's results, in the limits' order.
+    pub fn into_stats(self) -> Vec<LimitStats> {
+        self.runs.into_iter().map(|r| r.stats).collect()
+    }
+}

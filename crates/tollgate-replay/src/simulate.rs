@@ -1,0 +1,480 @@
+//! `tollgate simulate`: synthetic traffic on a virtual clock, every limit side by side, and
+//! the outcome each scenario should have stated next to what was measured.
+//!
+//! Each limit is driven on its own (a [`Replayer`] per limit), so a scenario whose clients
+//! react to refusals (the retry storm) reacts to that limit's answers. Time is virtual: a
+//! simulation of hours runs in milliseconds and gives the same report every time (the
+//! jitter's random numbers come from a fixed seed). Only `--redis` runs are real: real
+//! concurrency against a real `redis-server`, where the claim is about Redis itself.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Decision, Limit, Limiter, Namespace, Outcome, Quota};
+
+use crate::key_mapping::KeyMapping;
+use crate::limit_stats::LimitStats;
+use crate::naive_fixed_window;
+use crate::replay_error::ReplayError;
+use crate::replayer::Replayer;
+use crate::report::{Expectation, Report};
+use crate::scenario::Scenario;
+
+/// The virtual clock's start: 2027-01-15 08:00:00 UTC, a whole hour (so a whole minute and
+/// second too).
+pub const T0_US: u64 = 1_800_000_000_000_000;
+
+/// What to simulate with.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// The limits, side by side (each decided on its own).
+    pub limits: Vec<Limit>,
+    /// `steady`: requests per second (default 1.5× each limit's rate).
+    pub rate: Option<f64>,
+    /// How many periods of the first limit to simulate (default 4).
+    pub periods: u32,
+    /// `concurrent`: workers; `retry-storm`: clients (default 50).
+    pub workers: usize,
+    /// The seed of the retry storm's jitter.
+    pub seed: u64,
+    /// A Redis URL: `concurrent` also runs on it with real concurrency; `immortal-key`
+    /// needs it.
+    pub redis: Option<String>,
+}
+
+impl SimOptions {
+    /// The five algorithms (or `algorithms`), each at `limit` per `period`, named after
+    /// their algorithm.
+    ///
+    /// # Errors
+    /// [`ReplayError::Limit`] for a quota out of range.
+    pub fn algorithms(
+        algorithms: &[Algorithm],
+        limit: u64,
+        period: Duration,
+    ) -> Result<SimOptions, ReplayError> {
+        let quota = Quota::new(limit, period)?;
+        let limits = algorithms
+            .iter()
+            .map(|a| Limit::new(a.name(), *a, quota).and_then(|l| l.keyed_by(["client"])))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SimOptions::limits(limits))
+    }
+
+    /// `limits`, with the defaults for the rest.
+    pub fn limits(limits: Vec<Limit>) -> SimOptions {
+        SimOptions {
+            limits,
+            rate: None,
+            periods: 4,
+            workers: 50,
+            seed: 1,
+            redis: None,
+        }
+    }
+}
+
+/// Every algorithm, in the order reports list them.
+pub const ALGORITHMS: [Algorithm; 5] = Algorithm::ALL;
+
+/// Runs `scenario`.
+///
+/// # Errors
+/// [`ReplayError::NoLimits`]; [`ReplayError::Redis`] when `immortal-key` has no `--redis`, or
+/// Redis fails.
+pub async fn simulate(scenario: Scenario, options: &SimOptions) -> Result<Report, ReplayError> {
+    if options.limits.is_empty() && scenario != Scenario::ImmortalKey {
+        return Err(ReplayError::NoLimits);
+    }
+    let mut report = Report {
+        title: format!("simulate {scenario}"),
+        ..Report::default()
+    };
+    match scenario {
+        Scenario::Steady => steady(options, &mut report)?,
+        Scenario::BurstAtEdge => burst_at_edge(options, &mut report)?,
+        Scenario::Bots => bots(options, &mut report)?,
+        Scenario::RetryStorm => retry_storm(options, &mut report)?,
+        Scenario::Concurrent => {
+            concurrent(options, &mut report)?;
+            if let Some(url) = &options.redis {
+                concurrent_on_redis(url, options, &mut report).await?;
+            }
+        }
+        Scenario::ImmortalKey => {
+            let url = options.redis.as_deref().ok_or_else(|| {
+                ReplayError::Redis(
+                    "immortal-key writes to a real Redis: give one with --redis URL \
+                     (a scratch server: it writes one key without expiry, then deletes it)"
+                        .into(),
+                )
+            })?;
+            naive_fixed_window::immortal_key(url, &mut report).await?;
+        }
+    }
+    Ok(report)
+}
+
+/// One [`Replayer`] per limit, every key part filled with the client's name.
+fn replayers(limits: &[Limit]) -> Result<Vec<(Replayer, usize)>, ReplayError> {
+    limits
+        .iter()
+        .map(|limit| {
+            let parts = limit.key_parts().unwrap_or_default();
+            let specs: Vec<String> = parts.iter().map(|p| format!("{p}=$client")).collect();
+            let mapping = KeyMapping::parse(&specs).map_err(ReplayError::Mapping)?;
+            Ok((
+                Replayer::new(vec![limit.clone()], &mapping, true)?,
+                parts.len(),
+            ))
+        })
+        .collect()
+}
+
+/// Decides the same (time, client) events, sorted by time, for every limit.
+fn run_events(
+    limits: &[Limit],
+    events: &[(u64, String)],
+    report: &mut Report,
+) -> Result<(), ReplayError> {
+    for (mut replayer, n) in replayers(limits)? {
+        let mut values = vec![String::new(); n];
+        for (t, client) in events {
+            for v in &mut values {
+                v.clone_from(client);
+            }
+            replayer.step(*t, &values);
+        }
+        finish(replayer, report);
+    }
+    report.lines = events.len() as u64;
+    Ok(())
+}
+
+fn finish(replayer: Replayer, report: &mut Report) {
+    let span = replayer.start_us().map(|s| (s, replayer.now_us()));
+    report.span_us = match (report.span_us, span) {
+        (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
+        (a, b) => a.or(b),
+    };
+    report.limits.extend(replayer.into_stats());
+}
+
+fn period_us(limit: &Limit) -> u64 {
+    limit.quota().period_micros()
+}
+
+fn steady(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
+    let first = &options.limits[0];
+    let rate = options.rate.unwrap_or_else(|| {
+        1.5 * first.quota().limit() as f64 / first.quota().period().as_secs_f64()
+    });
+    let span = period_us(first) * u64::from(options.periods);
+    let gap = (1_000_000.0 / rate).max(1.0);
+    let n = (span as f64 / gap) as u64;
+    let events: Vec<(u64, String)> = (0..n)
+        .map(|i| (T0_US + (i as f64 * gap) as u64, "c".to_owned()))
+        .collect();
+    run_events(&options.limits, &events, report)?;
+    for l in &report.limits {
+        let expected = (l.limit as f64 * span as f64 / l.period.as_micros() as f64).min(n as f64);
+        report.expectations.push(Expectation {
+            expected: format!(
+                "{}: at {rate:.1}/s for {} s, about {:.0} admitted (its rate × the time, plus its burst)",
+                l.name,
+                span / 1_000_000,
+                expected
+            ),
+            measured: format!("{} admitted of {}", l.admitted, l.requests),
+            met: (l.admitted as f64) <= expected + l.limit as f64
+                && (l.admitted as f64) >= expected * 0.9,
+        });
+    }
+    Ok(())
+}
+
+fn burst_at_edge(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
+    for limit in &options.limits {
+        let period = period_us(limit);
+        let n = limit.quota().limit();
+        // The first window boundary after T0 + one period (windows are aligned to the epoch).
+        let edge = (T0_US + period) / period * period + period;
+        let tenth = (period / 10).max(1);
+        let mut events = Vec::with_capacity(2 * n as usize);
+        for i in 0..n {
+            events.push((edge - tenth + i * tenth / n, "c".to_owned()));
+        }
+        for i in 0..n {
+            events.push((edge + i * tenth / n, "c".to_owned()));
+        }
+        run_events(std::slice::from_ref(limit), &events, report)?;
+    }
+    report.lines = report.limits.iter().map(|l| l.requests).sum();
+    for l in &report.limits {
+        let max = l.max_in_any_period().unwrap_or(0);
+        let ratio = max as f64 / l.limit as f64;
+        let (expected, met) = match l.algorithm {
+            "fixed_window" => (
+                "about 2× the limit in one period across the edge".to_owned(),
+                ratio >= 1.9,
+            ),
+            "sliding_log" | "sliding_window" => (
+                "never more than the limit in any period (≤ 1×)".to_owned(),
+                max <= l.limit,
+            ),
+            _ => (
+                "the burst, then only what refills in the tenth of a period: about 1.1×".to_owned(),
+                ratio <= 1.15,
+            ),
+        };
+        report.expectations.push(Expectation {
+            expected: format!("{}: {expected}", l.name),
+            measured: format!("{max} admitted in one period ({ratio:.2}×)"),
+            met,
+        });
+    }
+    Ok(())
+}
+
+fn bots(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
+    for limit in &options.limits {
+        let period = period_us(limit);
+        let n = limit.quota().limit();
+        let span = period * u64::from(options.periods);
+        let mut events = Vec::new();
+        // 20 bots at 10× the limit, 100 users at half of it, evenly spaced, offsets apart.
+        for (who, count, per_period) in [("bot", 20_u64, 10 * n), ("user", 100, n.div_ceil(2))] {
+            let gap = (period / per_period).max(1);
+            for c in 0..count {
+                let mut t = T0_US + c * 7_919 % gap;
+                while t < T0_US + span {
+                    events.push((t, format!("{who}-{c}")));
+                    t += gap;
+                }
+            }
+        }
+        events.sort_unstable();
+        run_events(std::slice::from_ref(limit), &events, report)?;
+    }
+    report.lines = report.limits.iter().map(|l| l.requests).sum();
+    for l in &report.limits {
+        let users_refused: u64 = l
+            .top_denied(usize::MAX)
+            .iter()
+            .filter(|(k, _)| k.contains("user-"))
+            .map(|(_, n)| n)
+            .sum();
+        report.expectations.push(Expectation {
+            expected: format!("{}: the 20 bots refused, no regular user", l.name),
+            measured: format!(
+                "{} keys refused, {} refusals of users",
+                l.denied_key_count(),
+                users_refused
+            ),
+            met: users_refused == 0 && l.denied_key_count() == 20,
+        });
+    }
+    Ok(())
+}
+
+fn retry_storm(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
+    let clients = options.workers.max(1);
+    for limit in &options.limits {
+        for jitter in [false, true] {
+            let name = if jitter {
+                format!("{}-jitter", limit.name())
+            } else {
+                limit.name().to_owned()
+            };
+            let renamed = Limit::new(name, limit.algorithm(), *limit.quota())?;
+            let (mut replayer, _) = replayers(std::slice::from_ref(&renamed))?
+                .pop()
+                .ok_or(ReplayError::NoLimits)?;
+            storm(
+                &mut replayer,
+                clients,
+                jitter,
+                options.seed,
+                period_us(limit),
+            );
+            finish(replayer, report);
+        }
+    }
+    report.lines = report.limits.iter().map(|l| l.requests).sum();
+    for pair in report.limits.chunks(2) {
+        let peak = |l: &LimitStats| l.per_second.iter().map(|p| p[0]).max().unwrap_or(0);
+        let (plain, jittered) = (&pair[0], &pair[1]);
+        report.expectations.push(Expectation {
+            expected: format!(
+                "{}: retries at the exact retry_after arrive together (a spike per wait); \
+                 with jitter the peak is lower",
+                plain.name
+            ),
+            measured: format!(
+                "peak {} requests/s without jitter, {} with",
+                peak(plain),
+                peak(jittered)
+            ),
+            met: peak(jittered) < peak(plain),
+        });
+    }
+    Ok(())
+}
+
+/// `clients` clients, all starting at T0, each wanting three admissions (the next asked
+/// 1 ms after one is admitted), retrying a refusal after its `retry_after` (times 1 to 2
+/// with jitter). Stops after 20 periods of virtual time at the latest.
+fn storm(replayer: &mut Replayer, clients: usize, jitter: bool, seed: u64, period: u64) {
+    let mut rng = XorShift(seed.max(1));
+    let mut queue: BinaryHeap<Reverse<(u64, usize)>> =
+        (0..clients).map(|c| Reverse((T0_US, c))).collect();
+    let mut wanted = vec![3_u32; clients];
+    let names: Vec<[String; 1]> = (0..clients).map(|_| ["all".to_owned()]).collect();
+    let end = T0_US + 20 * period;
+    while let Some(Reverse((t, c))) = queue.pop() {
+        if t > end {
+            break;
+        }
+        let decision: Decision = replayer.step(t, &names[c])[0];
+        if decision.allowed {
+            wanted[c] -= 1;
+            if wanted[c] > 0 {
+                queue.push(Reverse((t + 1_000, c)));
+            }
+        } else {
+            let wait = decision.retry_after.unwrap_or(Duration::from_secs(1));
+            let mut wait = wait.as_micros() as u64;
+            if jitter {
+                wait += (rng.next_f64() * wait as f64) as u64;
+            }
+            queue.push(Reverse((t + wait.max(1), c)));
+        }
+    }
+}
+
+fn concurrent(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
+    let workers = options.workers.max(1) as u64;
+    for limit in &options.limits {
+        let each = (2 * limit.capacity()).div_ceil(workers);
+        let events: Vec<(u64, String)> = (0..workers * each)
+            .map(|_| (T0_US, "all".to_owned()))
+            .collect();
+        run_events(std::slice::from_ref(limit), &events, report)?;
+    }
+    report.lines = report.limits.iter().map(|l| l.requests).sum();
+    for (l, limit) in report.limits.iter().zip(&options.limits) {
+        report.expectations.push(Expectation {
+            expected: format!(
+                "{}: {workers} workers asking {} in all at the same instant: exactly {} admitted",
+                l.name,
+                l.requests,
+                limit.capacity()
+            ),
+            measured: format!("{} admitted (virtual clock)", l.admitted),
+            met: l.admitted == limit.capacity(),
+        });
+    }
+    Ok(())
+}
+
+/// The same on a real Redis: `workers` tasks at once, each asking its share, one key.
+async fn concurrent_on_redis(
+    url: &str,
+    options: &SimOptions,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
+    let store = tollgate_redis::RedisStore::builder(url)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .map_err(|e| ReplayError::Redis(e.to_string()))?;
+    let namespace = Namespace::new(format!("tollgate-sim-{}-{}", std::process::id(), T0_US))
+        .map_err(ReplayError::Limit)?;
+    let limiter = std::sync::Arc::new(
+        Limiter::builder(store)
+            .namespace(namespace)
+            .limits(options.limits.iter().cloned())
+            .build()?,
+    );
+    let workers = options.workers.max(1) as u64;
+    for limit in &options.limits {
+        let each = (2 * limit.capacity()).div_ceil(workers);
+        let started = Instant::now();
+        let wall_before = unix_us();
+        let tasks: Vec<_> = (0..workers)
+            .map(|_| {
+                let (limiter, name) = (limiter.clone(), limit.name().to_owned());
+                tokio::spawn(async move {
+                    let mut admitted = 0_u64;
+                    let mut failed = 0_u64;
+                    for _ in 0..each {
+                        match limiter.check(&name, &[("client", "all")]).await {
+                            Ok(v) => match v.outcome() {
+                                Outcome::Allowed => admitted += 1,
+                                Outcome::Limited { .. } => {}
+                                Outcome::Unavailable { .. } => failed += 1,
+                            },
+                            Err(_) => failed += 1,
+                        }
+                    }
+                    (admitted, failed)
+                })
+            })
+            .collect();
+        let (mut admitted, mut failed) = (0, 0);
+        for t in tasks {
+            let (a, f) = t.await.map_err(|e| ReplayError::Redis(e.to_string()))?;
+            admitted += a;
+            failed += f;
+        }
+        let elapsed = started.elapsed();
+        // Whether the run may have crossed a window boundary (50 ms either side for the
+        // distance between this host's clock and Redis's).
+        let window = limit.quota().period_micros();
+        let crossed = (wall_before - 50_000) / window != (unix_us() + 50_000) / window;
+        let capacity = limit.capacity();
+        // What real time may add: refills of the smooth algorithms, a new window.
+        let refill = elapsed.as_micros() as u64 / limit.quota().emission_interval_micros().max(1);
+        let ceiling = match limit.algorithm() {
+            Algorithm::Gcra | Algorithm::TokenBucket => capacity + refill,
+            Algorithm::FixedWindow if crossed => 2 * capacity,
+            _ => capacity,
+        };
+        report.expectations.push(Expectation {
+            expected: format!(
+                "{} on Redis: {workers} concurrent tasks asking {} in all: exactly {capacity} admitted{}",
+                limit.name(),
+                workers * each,
+                if ceiling > capacity {
+                    format!(" (up to {ceiling} if time passed: the run took {elapsed:?})")
+                } else {
+                    String::new()
+                }
+            ),
+            measured: format!("{admitted} admitted, {failed} store failures, in {elapsed:?}"),
+            met: failed == 0 && admitted >= capacity && admitted <= ceiling,
+        });
+    }
+    Ok(())
+}
+
+/// This host's time, µs since the epoch: only to tell whether a real run crossed a window.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// xorshift64*: the jitter's random numbers, reproducible from a seed.
+#[derive(Debug)]
+struct XorShift(u64);
+
+impl XorShift {
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1_u64 << 53) as f64
+    }
+}
