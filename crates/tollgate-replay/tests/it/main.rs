@@ -1,0 +1,8 @@
+//! tollgate-replay's integration tests: reading logs, replaying them with counts computed by
+//! hand, the simulator's scenarios on the virtual clock, and its Redis experiments on a
+//! spawned `redis-server`.
+
+mod reading;
+mod redis;
+mod replay;
+mod simulate;
