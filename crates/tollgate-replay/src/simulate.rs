@@ -289,7 +289,10 @@ fn retry_storm(options: &SimOptions, report: &mut Report) -> Result<(), ReplayEr
             } else {
                 limit.name().to_owned()
             };
-            let renamed = Limit::new(name, limit.algorithm(), *limit.quota())?;
+            let mut renamed = Limit::new(name, limit.algorithm(), *limit.quota())?;
+            if let Some(parts) = limit.key_parts() {
+                renamed = renamed.keyed_by(parts.iter().map(|p| &**p))?;
+            }
             let (mut replayer, _) = replayers(std::slice::from_ref(&renamed))?
                 .pop()
                 .ok_or(ReplayError::NoLimits)?;

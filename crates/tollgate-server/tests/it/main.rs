@@ -18,3 +18,4 @@ mod reload;
 mod status;
 mod status_page;
 mod support;
+mod what_if;

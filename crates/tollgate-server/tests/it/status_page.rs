@@ -12,7 +12,7 @@ use crate::binary::{Process, config_file};
 use crate::support::{eventually, output_within, system_tool};
 
 /// The page in Chromium: the DOM after `budget_ms` of virtual time, and the console lines.
-fn load(url: &str, budget_ms: u32) -> (String, Vec<String>) {
+pub(crate) fn load(url: &str, budget_ms: u32) -> (String, Vec<String>) {
     let chromium: PathBuf = system_tool(&["chromium", "chromium-browser"], "chromium");
     let profile = tempfile::tempdir().expect("profile dir");
     let output = output_within(

@@ -1,0 +1,164 @@
+//! `tollgate replay` and `tollgate simulate` as a user runs them: the built binary on the
+//! shipped example log and config, and the reports they write opened in headless Chromium
+//! (the page loads with no console message, and every chart is a non-empty SVG).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::status_page::load;
+use crate::support::output_within;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// The repository's root (for `examples/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `tollgate <args>`: (exit success, stdout, stderr).
+fn tollgate(args: &[&str]) -> (bool, String, String) {
+    let out = output_within(
+        std::process::Command::new(BIN)
+            .current_dir(root())
+            .args(args),
+        Duration::from_secs(60),
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The report at `dir/index.html` in Chromium: no console message, `charts` SVGs, each
+/// with drawn marks (a line or bars).
+fn assert_page(dir: &Path, charts: usize) -> String {
+    let url = format!("file://{}", dir.join("index.html").display());
+    let (dom, console) = load(&url, 1_000);
+    assert!(console.is_empty(), "console: {console:?}");
+    let svgs: Vec<&str> = dom.split("<svg").skip(1).collect();
+    assert_eq!(svgs.len(), charts, "{dom}");
+    for svg in svgs {
+        let svg = &svg[..svg.find("</svg>").expect("closed")];
+        assert!(
+            svg.contains("<polyline") || svg.matches("<rect").count() > 1,
+            "an empty chart: {svg}"
+        );
+    }
+    dom
+}
+
+/// The shipped log (828 lines, two of them malformed) against the shipped config: the
+/// scraper (130 calls a minute for three minutes) is the one key refused by the per-user
+/// limits — `sms` (100 a minute, fixed window) refuses 30 of its calls a minute — and the
+/// global limit refuses nothing.
+#[test]
+fn replay_of_the_example_log() {
+    let dir = tempfile::tempdir().expect("dir");
+    let report = dir.path().join("report");
+    let (ok, out, err) = tollgate(&[
+        "replay",
+        "examples/access.log",
+        "--config",
+        "examples/tollgate.toml",
+        "--key",
+        "user=$remote_user",
+        "--report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("828 lines"), "{out}");
+    assert!(out.contains("2 malformed lines"), "{out}");
+    assert!(
+        out.contains("line 101:") && out.contains("line 301:"),
+        "{out}"
+    );
+    let row = |name: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row {name}: {out}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let sms = row("sms");
+    assert_eq!(
+        &sms[sms.len() - 4..sms.len() - 1],
+        ["826", "736", "90"],
+        "{out}"
+    );
+    let global = row("api_global");
+    assert_eq!(global[global.len() - 2], "0", "{out}");
+    assert!(
+        out.contains("most refused (1 keys in all): user=scraper (90)"),
+        "{out}"
+    );
+    // Every limit side by side, then each: its series; the three that refuse also their
+    // most refused keys and their waits.
+    let dom = assert_page(&report, 1 + 4 + 2 * 3);
+    assert!(dom.contains("user=scraper"));
+}
+
+/// Bad input: an unknown field and an unmapped key part are refused before reading, with
+/// the name of what is wrong; a log that does not exist is named.
+#[test]
+fn replay_refuses_what_it_cannot_use() {
+    let base = [
+        "replay",
+        "examples/access.log",
+        "--config",
+        "examples/tollgate.toml",
+    ];
+    let (ok, _, err) = tollgate(&[&base[..], &["--key", "user=$remote_usr"]].concat());
+    assert!(!ok);
+    assert!(
+        err.contains("field \"remote_usr\" is not in the log"),
+        "{err}"
+    );
+    let (ok, _, err) = tollgate(&base);
+    assert!(!ok);
+    assert!(err.contains("keyed by \"user\""), "{err}");
+    let (ok, _, err) = tollgate(&[
+        "replay",
+        "examples/nothing.log",
+        "--config",
+        "examples/tollgate.toml",
+        "--key",
+        "user=$remote_user",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("examples/nothing.log"), "{err}");
+}
+
+/// `simulate burst-at-edge`: every algorithm side by side, each outcome as stated, and the
+/// page.
+#[test]
+fn simulate_burst_at_edge() {
+    let dir = tempfile::tempdir().expect("dir");
+    let report = dir.path().join("report");
+    let (ok, out, err) = tollgate(&[
+        "simulate",
+        "burst-at-edge",
+        "--report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{err}");
+    let largest = |name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")) && l.contains("× the limit"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no {name}: {out}"))
+    };
+    assert_eq!(
+        largest("fixed_window"),
+        "fixed_window 200 (2.00× the limit of 100)"
+    );
+    assert_eq!(
+        largest("sliding_log"),
+        "sliding_log 100 (1.00× the limit of 100)"
+    );
+    assert_eq!(out.matches("✓ expected").count(), 5, "{out}");
+    assert!(!out.contains("✗"), "{out}");
+    // Side by side, then five series, and keys and waits for the four that refuse.
+    assert_page(&report, 1 + 5 + 2 * 4);
+}
