@@ -163,6 +163,16 @@ impl Report {
 
     /// The HTML page: the summary's figures and every chart, inline SVG.
     pub fn html(&self) -> String {
+        self.render().0
+    }
+
+    /// The page, and each chart on its own: (file name, SVG).
+    fn render(&self) -> (String, Vec<(String, String)>) {
+        let mut files: Vec<(String, String)> = Vec::new();
+        let mut chart = |name: String, svg: String| -> String {
+            files.push((format!("{name}.svg"), svg.clone()));
+            svg
+        };
         let mut h = String::new();
         let _ = write!(
             h,
@@ -230,7 +240,10 @@ impl Report {
                 per_second: l.per_second.iter().map(|p| f64::from(p[1])).collect(),
             }));
             h.push_str("<h2>Admitted per second, every limit</h2>\n<figure>");
-            h.push_str(&chart::lines("admitted per second", "per second", &series));
+            h.push_str(&chart(
+                "admitted".into(),
+                chart::lines("admitted per second", "per second", &series),
+            ));
             h.push_str("</figure>\n");
         }
         for l in &self.limits {
@@ -242,19 +255,22 @@ impl Report {
                 l.algorithm,
                 escape(&l.quota)
             );
-            h.push_str(&chart::lines(
-                &format!("{}: requests and admitted per second", l.name),
-                "per second",
-                &[
-                    Series {
-                        name: "requests",
-                        per_second: l.per_second.iter().map(|p| f64::from(p[0])).collect(),
-                    },
-                    Series {
-                        name: "admitted",
-                        per_second: l.per_second.iter().map(|p| f64::from(p[1])).collect(),
-                    },
-                ],
+            h.push_str(&chart(
+                format!("{}-per-second", l.name),
+                chart::lines(
+                    &format!("{}: requests and admitted per second", l.name),
+                    "per second",
+                    &[
+                        Series {
+                            name: "requests",
+                            per_second: l.per_second.iter().map(|p| f64::from(p[0])).collect(),
+                        },
+                        Series {
+                            name: "admitted",
+                            per_second: l.per_second.iter().map(|p| f64::from(p[1])).collect(),
+                        },
+                    ],
+                ),
             ));
             h.push_str("</figure>\n");
             if l.denied() == 0 {
@@ -274,22 +290,28 @@ impl Report {
                 .collect();
             let counts: Vec<u64> = top.iter().map(|(_, n)| *n).collect();
             h.push_str("<figure>");
-            h.push_str(&chart::bars(
-                &format!("{}: most refused keys (top {})", l.name, TOP_KEYS),
-                "refused",
-                &labels,
-                &counts,
-                true,
+            h.push_str(&chart(
+                format!("{}-keys", l.name),
+                chart::bars(
+                    &format!("{}: most refused keys (top {})", l.name, TOP_KEYS),
+                    "refused",
+                    &labels,
+                    &counts,
+                    true,
+                ),
             ));
             h.push_str("</figure>\n<figure>");
             let bucket_labels: Vec<String> =
                 RETRY_BUCKETS.iter().map(|(_, l)| (*l).to_owned()).collect();
-            h.push_str(&chart::bars(
-                &format!("{}: retry_after given to refused requests", l.name),
-                "refused",
-                &bucket_labels,
-                &l.retry_after,
-                false,
+            h.push_str(&chart(
+                format!("{}-retry-after", l.name),
+                chart::bars(
+                    &format!("{}: retry_after given to refused requests", l.name),
+                    "refused",
+                    &bucket_labels,
+                    &l.retry_after,
+                    false,
+                ),
             ));
             h.push_str("</figure>\n");
         }
@@ -297,18 +319,24 @@ impl Report {
             let _ = writeln!(h, "<p>{}</p>", escape(n));
         }
         h.push_str("</body></html>\n");
-        h
+        (h, files)
     }
 
-    /// Writes [`Report::html`] to `dir/index.html` (creating `dir`), and returns its path.
+    /// Writes [`Report::html`] to `dir/index.html` (creating `dir`), and each chart beside
+    /// it as an SVG file of its own (`admitted.svg`, `<limit>-per-second.svg`,
+    /// `<limit>-keys.svg`, `<limit>-retry-after.svg`, for docs); returns the page's path.
     ///
     /// # Errors
     /// [`ReplayError::Write`].
     pub fn write_html(&self, dir: &Path) -> Result<std::path::PathBuf, ReplayError> {
         let path = dir.join("index.html");
+        let (html, files) = self.render();
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(dir)?;
-            std::fs::write(&path, self.html())
+            for (name, svg) in &files {
+                std::fs::write(dir.join(name), svg)?;
+            }
+            std::fs::write(&path, &html)
         };
         write().map_err(|source| ReplayError::Write {
             path: path.display().to_string(),
