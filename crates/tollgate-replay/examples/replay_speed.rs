@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         mapping: mapping.clone(),
         ..LogOptions::default()
     };
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
     let (mut parse, mut one, mut all) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..3 {
         parse.push(timed(|| {
@@ -50,25 +51,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             assert_eq!(n, lines);
         }));
         one.push(timed(|| {
-            let r = replay_log(
-                Cursor::new(log.as_bytes()),
-                "bench",
-                vec![per_user.clone()],
-                &options,
-                &mut |_| {},
-            )
-            .expect("replay");
+            let r = rt
+                .block_on(replay_log(
+                    Cursor::new(log.as_bytes()),
+                    "bench",
+                    vec![per_user.clone()],
+                    &options,
+                    &mut |_| {},
+                ))
+                .expect("replay");
             assert_eq!(r.limits[0].requests, lines);
         }));
         all.push(timed(|| {
-            let r = replay_log(
-                Cursor::new(log.as_bytes()),
-                "bench",
-                three.clone(),
-                &options,
-                &mut |_| {},
-            )
-            .expect("replay");
+            let r = rt
+                .block_on(replay_log(
+                    Cursor::new(log.as_bytes()),
+                    "bench",
+                    three.clone(),
+                    &options,
+                    &mut |_| {},
+                ))
+                .expect("replay");
             assert_eq!(r.limits.len(), 3);
         }));
     }
@@ -109,7 +112,11 @@ fn generate(lines: u64, users: u64) -> String {
         x ^= x >> 7;
         x ^= x << 17;
         let secs = i * 3_600 / lines;
-        let user = if x.is_multiple_of(10) { x % 20 } else { x % users };
+        let user = if x.is_multiple_of(10) {
+            x % 20
+        } else {
+            x % users
+        };
         let route = (x >> 20) % 10;
         out.push_str(&format!(
             "10.{}.{}.{} - u{user} [{MONTHS}:{:02}:{:02}:{:02} +0000] \"GET /v1/r{route}?page={} HTTP/1.1\" 200 {} \"-\" \"Mozilla/5.0\"\n",

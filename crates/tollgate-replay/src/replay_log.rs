@@ -2,14 +2,15 @@
 
 use std::io::BufRead;
 
-use tollgate::Limit;
+use tollgate::{Entry, Limit, Namespace, Op, Request, Store, Timestamp};
+use tollgate_redis::RedisStore;
 
 use crate::key_mapping::KeyMapping;
 use crate::log_format::LogFormat;
 use crate::log_reader::{Event, LogReader};
 use crate::replay_error::ReplayError;
 use crate::replayer::Replayer;
-use crate::report::{MALFORMED_SHOWN, Report};
+use crate::report::{Expectation, MALFORMED_SHOWN, Report};
 
 /// How to read a log.
 #[derive(Debug, Clone, Default)]
@@ -20,15 +21,19 @@ pub struct LogOptions {
     pub time_field: Option<String>,
     /// Which field fills which key part.
     pub mapping: KeyMapping,
+    /// A Redis to decide every request on as well, with the log's time passed to the
+    /// scripts (the caller's clock), to show they give the memory store's answers. Keys go
+    /// under a prefix of their own (`tollgate-replay-<pid>-<time>`), and expire.
+    pub redis: Option<RedisStore>,
 }
 
 /// Replays the log `reader` against `limits`; `progress` is called now and then with the
-/// bytes read so far.
+/// bytes read so far. Awaits only with [`LogOptions::redis`].
 ///
 /// # Errors
 /// What stops a replay before its first line: an unknown field, a limit keyed by a part no
 /// mapping fills, no limit ([`ReplayError`]). Malformed lines do not: they are in the report.
-pub fn replay_log<R: BufRead>(
+pub async fn replay_log<R: BufRead>(
     reader: R,
     title: &str,
     limits: Vec<Limit>,
@@ -36,6 +41,10 @@ pub fn replay_log<R: BufRead>(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Report, ReplayError> {
     let mut replayer = Replayer::new(limits, &options.mapping, false)?;
+    let mut twin = options.redis.as_ref().map(RedisTwin::new);
+    if let Some(twin) = &twin {
+        replayer = replayer.namespace(twin.namespace.clone()).keep_keys();
+    }
     let mut log = LogReader::new(
         reader,
         options.format,
@@ -52,6 +61,9 @@ pub fn replay_log<R: BufRead>(
         match read {
             Ok(()) => {
                 replayer.step(event.time_us, &event.values);
+                if let Some(twin) = &mut twin {
+                    twin.compare(&replayer, event.line).await;
+                }
             }
             Err(malformed) => {
                 report.malformed += 1;
@@ -68,5 +80,84 @@ pub fn replay_log<R: BufRead>(
     report.span_us = replayer.start_us().map(|s| (s, replayer.now_us()));
     report.out_of_order = replayer.out_of_order();
     report.limits = replayer.into_stats();
+    if let Some(twin) = twin {
+        twin.into_report(&mut report);
+    }
     Ok(report)
+}
+
+/// The Redis side of a replay: the same requests, decided by the scripts on the log's time.
+#[derive(Debug)]
+struct RedisTwin<'a> {
+    store: &'a RedisStore,
+    namespace: Namespace,
+    compared: u64,
+    differ: u64,
+    failed: u64,
+    examples: Vec<String>,
+}
+
+impl<'a> RedisTwin<'a> {
+    fn new(store: &'a RedisStore) -> RedisTwin<'a> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("tollgate-replay-{}-{nanos}", std::process::id());
+        RedisTwin {
+            store,
+            namespace: Namespace::new(prefix).expect("a valid prefix"),
+            compared: 0,
+            differ: 0,
+            failed: 0,
+            examples: Vec::new(),
+        }
+    }
+
+    /// Decides the replayer's last step on Redis and compares, limit by limit.
+    async fn compare(&mut self, replayer: &Replayer, line: u64) {
+        let now = Timestamp::from_micros(replayer.now_us());
+        for (limit, key, memory) in replayer.last_step() {
+            let request = Request::new([Entry::new(limit, key.clone())], 1)
+                .expect("a cost of one unit fits every limit");
+            self.compared += 1;
+            match self.store.decide(&request, Op::Check, Some(now)).await {
+                Ok(d) => {
+                    let redis = &d[0];
+                    let same = redis.allowed == memory.allowed
+                        && redis.remaining == memory.remaining
+                        && redis.retry_after == memory.retry_after;
+                    if !same {
+                        self.differ += 1;
+                        if self.examples.len() < MALFORMED_SHOWN {
+                            self.examples.push(format!(
+                                "line {line}, {}: memory {memory:?}, Redis {redis:?}",
+                                limit.name()
+                            ));
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.failed += 1;
+                    if self.examples.len() < MALFORMED_SHOWN {
+                        self.examples
+                            .push(format!("line {line}, {}: Redis failed: {e}", limit.name()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn into_report(self, report: &mut Report) {
+        report.expectations.push(Expectation {
+            expected: "Redis's scripts, given the log's time, decide every request as the \
+                       memory store does (admitted, remaining, retry_after)"
+                .into(),
+            measured: format!(
+                "{} decisions compared: {} differ, {} failed on Redis",
+                self.compared, self.differ, self.failed
+            ),
+            met: self.differ == 0 && self.failed == 0,
+        });
+        report.notes.extend(self.examples);
+    }
 }

@@ -42,6 +42,8 @@ pub struct Replayer {
     next_sweep_us: u64,
     out_of_order: u64,
     decisions: Vec<Decision>,
+    /// The keys of the last step, when kept ([`Replayer::keep_keys`]).
+    keys: Option<Vec<Key>>,
     scratch: String,
 }
 
@@ -101,8 +103,34 @@ impl Replayer {
             now_us: 0,
             next_sweep_us: 0,
             out_of_order: 0,
+            keys: None,
             scratch: String::new(),
         })
+    }
+
+    /// Keys built under `namespace` (default: tollgate's own prefix).
+    #[must_use]
+    pub fn namespace(mut self, namespace: Namespace) -> Replayer {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Keeps each step's keys, for [`Replayer::last_step`] (to decide the same requests
+    /// elsewhere: the Redis twin of a replay).
+    #[must_use]
+    pub fn keep_keys(mut self) -> Replayer {
+        self.keys = Some(Vec::new());
+        self
+    }
+
+    /// The last step's (limit, key, decision) per limit, when keys are kept.
+    pub fn last_step(&self) -> impl Iterator<Item = (&Limit, &Key, &Decision)> {
+        self.keys
+            .iter()
+            .flatten()
+            .zip(&self.runs)
+            .zip(&self.decisions)
+            .map(|((key, run), d)| (&run.limit, key, d))
     }
 
     /// Decides one request at `time_us` (µs since the epoch) for every limit, its key parts
@@ -123,6 +151,9 @@ impl Replayer {
         }
         let second = ((now - start) / 1_000_000) as usize;
         self.decisions.clear();
+        if let Some(keys) = &mut self.keys {
+            keys.clear();
+        }
         let mut key_parts: Vec<(&str, &str)> = Vec::with_capacity(4);
         for run in &mut self.runs {
             key_parts.clear();
@@ -156,6 +187,9 @@ impl Replayer {
                 &mut self.scratch,
             );
             self.decisions.push(decision);
+            if let Some(keys) = &mut self.keys {
+                keys.push(key);
+            }
         }
         &self.decisions
     }

@@ -54,7 +54,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             args.run().await?;
             Ok(())
         }
-        Command::Replay(args) => tokio::task::block_in_place(|| args.run()),
+        Command::Replay(args) => args.run().await,
         Command::Simulate(args) => args.run().await,
     }
 }

@@ -34,6 +34,11 @@ pub struct ReplayArgs {
     /// The field holding each line's time (JSON, CSV) [default: time].
     #[arg(long)]
     time_field: Option<String>,
+    /// Also decide every request on this Redis, with the log's time passed to the scripts,
+    /// and report where its answers differ from the memory store's (a scratch server: keys
+    /// go under a prefix of their own and expire).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// Replay only these limits (repeatable) [default: every limit of the config].
     #[arg(long)]
     limit: Vec<String>,
@@ -108,8 +113,18 @@ impl ReplayArgs {
     ///
     /// # Errors
     /// A config, a mapping or a log that cannot be used, before the first line is replayed.
-    pub fn run(self) -> anyhow::Result<()> {
+    pub async fn run(self) -> anyhow::Result<()> {
         let limits = config_limits(&self.config, &self.limit)?;
+        let redis = match &self.redis {
+            Some(url) => Some(
+                tollgate_redis::RedisStore::builder(url.as_str())
+                    .timeout(Duration::from_secs(5))
+                    .build()
+                    .await
+                    .with_context(|| format!("cannot use Redis at {url}"))?,
+            ),
+            None => None,
+        };
         let mapping = KeyMapping::parse(&self.keys).map_err(anyhow::Error::msg)?;
         let file =
             File::open(&self.log).with_context(|| format!("cannot open {}", self.log.display()))?;
@@ -128,6 +143,7 @@ impl ReplayArgs {
             format: self.format,
             time_field: self.time_field,
             mapping,
+            redis,
         };
         let report = tollgate_replay::replay_log(
             BufReader::with_capacity(1 << 16, file),
@@ -143,7 +159,8 @@ impl ReplayArgs {
                     bar.set_position(bytes);
                 }
             },
-        )?;
+        )
+        .await?;
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }

@@ -79,3 +79,72 @@ async fn the_naive_window_leaves_an_immortal_key_and_tollgate_never_does() {
     // The naive key was deleted; what tollgate wrote has its TTL.
     assert!(immortal_keys(&server).is_empty());
 }
+
+/// A replay decided on Redis too, with the log's time passed to the scripts: every
+/// algorithm's answers (admitted, remaining, retry_after) are the memory store's, request by
+/// request, over a log with refusals in every limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_on_redis_gives_the_memory_stores_answers() {
+    use std::io::Cursor;
+    use tollgate::{Limit, Quota};
+    use tollgate_replay::{KeyMapping, LogOptions, replay_log};
+
+    let server = RedisServer::start();
+    let store = tollgate_redis::RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("connect");
+    // Five users over two minutes, about 3 calls a second each, at uneven instants.
+    let mut log = String::new();
+    let mut x = 12_345_u64;
+    for i in 0..1_800_u64 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let t = 1_800_000_000_000_000 + i * 66_000 + (x >> 40) % 50_000;
+        log.push_str(&format!(
+            "{{\"time\": {}.{:06}, \"user\": \"u{}\"}}\n",
+            t / 1_000_000,
+            t % 1_000_000,
+            (x >> 20) % 5
+        ));
+    }
+    let limits: Vec<Limit> = Algorithm::ALL
+        .iter()
+        .map(|a| {
+            Limit::new(
+                a.name(),
+                *a,
+                Quota::new(90, Duration::from_secs(60))
+                    .expect("quota")
+                    .with_burst(30)
+                    .expect("burst"),
+            )
+            .expect("limit")
+            .keyed_by(["user"])
+            .expect("keyed")
+        })
+        .collect();
+    let options = LogOptions {
+        mapping: KeyMapping::parse(&["user=$user"]).expect("mapping"),
+        redis: Some(store),
+        ..LogOptions::default()
+    };
+    let report = replay_log(Cursor::new(log), "t", limits, &options, &mut |_| {})
+        .await
+        .expect("replay");
+    assert_eq!(report.malformed, 0, "{:?}", report.malformed_examples);
+    for l in &report.limits {
+        assert!(
+            l.denied() > 0 && l.admitted > 0,
+            "{}: nothing to compare",
+            l.name
+        );
+    }
+    let agreement = report.expectations.last().expect("the Redis comparison");
+    assert!(agreement.met, "{}: {:?}", agreement.measured, report.notes);
+    assert_eq!(
+        agreement.measured,
+        "9000 decisions compared: 0 differ, 0 failed on Redis"
+    );
+    assert!(immortal_keys(&server).is_empty());
+}

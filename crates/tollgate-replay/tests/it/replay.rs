@@ -23,8 +23,8 @@ fn options(keys: &[&str]) -> LogOptions {
 /// pass. Shadow GCRA 1 per 10 s (burst 1), per user: a's second, third and fourth calls are
 /// would-be refusals (1 s apart), b's second too (its calls are 5 s apart); a at 13:01:00
 /// passes.
-#[test]
-fn counts_worked_out_by_hand() {
+#[tokio::test]
+async fn counts_worked_out_by_hand() {
     let log: Vec<String> = vec![
         line("a", "13:00:00"),
         line("a", "13:00:01"),
@@ -58,6 +58,7 @@ fn counts_worked_out_by_hand() {
         &options(&["user=$remote_user"]),
         &mut |_| {},
     )
+    .await
     .expect("replay");
     assert_eq!((report.lines, report.malformed), (7, 0));
     let [per_user, strict] = &report.limits[..] else {
@@ -88,8 +89,8 @@ fn counts_worked_out_by_hand() {
 
 /// Fifteen bad lines among good ones: all counted, the first ten shown with their line
 /// numbers, and the good lines replayed.
-#[test]
-fn malformed_lines_are_counted_and_the_first_ten_shown() {
+#[tokio::test]
+async fn malformed_lines_are_counted_and_the_first_ten_shown() {
     let mut log = Vec::new();
     for i in 0..30 {
         if i % 2 == 1 {
@@ -111,6 +112,7 @@ fn malformed_lines_are_counted_and_the_first_ten_shown() {
         &options(&[]),
         &mut |_| {},
     )
+    .await
     .expect("replay");
     assert_eq!(report.malformed, 15);
     assert_eq!(report.limits[0].requests, 15);
@@ -119,8 +121,8 @@ fn malformed_lines_are_counted_and_the_first_ten_shown() {
 }
 
 /// A limit keyed by a part no `--key` fills is an error before anything is read.
-#[test]
-fn an_unmapped_key_part_is_an_error() {
+#[tokio::test]
+async fn an_unmapped_key_part_is_an_error() {
     let limit = Limit::new("l", Algorithm::Gcra, Quota::per_minute(1).expect("q"))
         .expect("limit")
         .keyed_by(["tenant"])
@@ -132,6 +134,7 @@ fn an_unmapped_key_part_is_an_error() {
         &options(&["user=$remote_user"]),
         &mut |_| {},
     )
+    .await
     .expect_err("unmapped");
     assert!(matches!(err, ReplayError::UnmappedPart { .. }), "{err:?}");
     assert!(err.to_string().contains("--key tenant="), "{err}");
@@ -139,8 +142,8 @@ fn an_unmapped_key_part_is_an_error() {
 
 /// A line earlier than one before it is decided at the latest time seen: the clock never
 /// goes back (so a refusal cannot be undone by an older timestamp).
-#[test]
-fn time_never_goes_back() {
+#[tokio::test]
+async fn time_never_goes_back() {
     let log = [line("a", "13:00:05"), line("a", "13:00:00")].join("\n");
     let limit =
         Limit::new("one", Algorithm::Gcra, Quota::per_minute(1).expect("q")).expect("limit");
@@ -151,6 +154,7 @@ fn time_never_goes_back() {
         &options(&[]),
         &mut |_| {},
     )
+    .await
     .expect("replay");
     assert_eq!(report.out_of_order, 1);
     assert_eq!(report.limits[0].admitted, 1);
