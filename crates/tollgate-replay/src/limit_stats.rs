@@ -20,6 +20,11 @@ pub const RETRY_BUCKETS: &[(Duration, &str)] = &[
     (Duration::MAX, "≥ 5 min"),
 ];
 
+/// How long a per-second series may grow (7 days: 4.8 MB per limit). A log spanning more, or
+/// one line with a time far ahead (a corrupt timestamp), is still counted in full; only the
+/// series stops there.
+pub const MAX_SERIES_SECONDS: usize = 7 * 86_400;
+
 /// One limit's results.
 #[derive(Debug, Clone)]
 pub struct LimitStats {
@@ -82,14 +87,20 @@ impl LimitStats {
         key: impl FnOnce(&mut String),
         scratch: &mut String,
     ) {
-        if self.per_second.len() <= second {
-            self.per_second.resize(second + 1, [0, 0]);
+        let mut slot = None;
+        if second < MAX_SERIES_SECONDS {
+            if self.per_second.len() <= second {
+                self.per_second.resize(second + 1, [0, 0]);
+            }
+            let s = &mut self.per_second[second];
+            s[0] = s[0].saturating_add(1);
+            slot = Some(s);
         }
-        let slot = &mut self.per_second[second];
-        slot[0] = slot[0].saturating_add(1);
         self.requests += 1;
         if decision.allowed {
-            slot[1] = slot[1].saturating_add(1);
+            if let Some(s) = slot {
+                s[1] = s[1].saturating_add(1);
+            }
             self.admitted += 1;
             if let Some(admits) = &mut self.admits {
                 admits.push(time_us);
