@@ -1,5 +1,6 @@
 //! Coalesced calls: concurrent independent requests bound for the same Redis (the same hash
-//! slot on a cluster) go as one `EVALSHA` of the batch script (`lua/batch.lua`), which decides
+//! slot on a cluster) go as one `EVALSHA` of the batch script (`lua/batch.lua`; a batch of
+//! lone GCRA checks, the common one, as GCRA's leaner `lua/batch_gcra.lua`), which decides
 //! each request on its own, all or nothing within it, as if they had come one after the other.
 //!
 //! Why: every call costs Redis (reading and parsing the command, looking up the script, setting

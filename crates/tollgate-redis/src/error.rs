@@ -57,7 +57,7 @@ pub(crate) fn shared(err: &StoreError) -> StoreError {
 }
 
 /// The failure of one request of a batch, which the batch script caught and answered as
-/// `message` (`lua/batch.lua`): classified by the Redis error code it starts with, as
+/// `message` (`lua/batch.lua`, `lua/batch_gcra.lua`): classified by the Redis error code it starts with, as
 /// [`classify`] does for a whole call (a write refused for memory is `OOM`, on a replica
 /// `READONLY`), a script error otherwise.
 pub(crate) fn in_batch(message: String) -> StoreError {

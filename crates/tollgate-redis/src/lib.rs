@@ -18,8 +18,10 @@
 //!
 //! ## Coalesced calls
 //! Requests that arrive while calls to the same Redis (the same slot on a cluster) are in
-//! flight (two at most per queue) queue, and go next as one call of the batch script (`lua/batch.lua`), which decides
-//! each of them on its own by the same dispatcher: one call's overhead for many decisions. A
+//! flight (two at most per queue) queue, and go next as one call of the batch script
+//! (`lua/batch.lua`), which decides each of them on its own by the same dispatcher: one call's
+//! overhead for many decisions. A batch of one-limit GCRA checks goes as GCRA's own batch
+//! script (`lua/batch_gcra.lua`, the same body), which skips the dispatch. A
 //! lone request waits for nothing and runs its own script as above. On by default
 //! ([`RedisStoreBuilder::coalesce`], [`RedisStoreBuilder::max_batch`]); counted in
 //! `tollgate_redis_batches_total` and `tollgate_redis_batched_requests_total`.

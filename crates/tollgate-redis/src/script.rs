@@ -9,6 +9,11 @@
 //! - **the batch script** — the same, with `lua/batch.lua` in place of `lua/check.lua` —
 //!   decides M independent requests in one call, each all or nothing by the same
 //!   `lua/request.lua` (coalesced calls, `src/coalesce.rs`).
+//! - **the lone-check batch script of an algorithm**, GCRA's only (`lua/batch_gcra.lua` after
+//!   GCRA's body as a function): a batch whose every request is one check of one GCRA key on
+//!   one kind of clock — the common batch — decided without the general batch's per-request
+//!   header, dispatch, four-value replies and `TIME`; each request answers as its
+//!   single-entry script would.
 //! - **one single-entry script per algorithm**, for requests of one limit (the common case):
 //!   Redis then builds one algorithm's closure per call instead of five and nothing
 //!   dispatches. GCRA's is leaner still (`lua/one_gcra.lua` then the body `lua/gcra.lua`): no
@@ -59,6 +64,7 @@ const CHECK: &str = include_str!("../lua/check.lua");
 const BATCH: &str = include_str!("../lua/batch.lua");
 const ONE: &str = include_str!("../lua/one.lua");
 const ONE_GCRA: &str = include_str!("../lua/one_gcra.lua");
+const BATCH_GCRA: &str = include_str!("../lua/batch_gcra.lua");
 
 /// How an algorithm's script answers for one entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +92,10 @@ struct Port {
     single: Script,
     /// Its single-entry script's arguments for a cost, before op and clock.
     single_args: fn(cost: u64, params: [u64; 3]) -> SmallVec<[u64; 4]>,
+    /// Its lone-check batch script, if it has one: several requests, each one check of one
+    /// key of this algorithm, each taking its single-entry arguments and answering as its
+    /// single-entry script does (see [`batch_invocation`]).
+    lone_batch: Option<Script>,
     /// What its scripts answer.
     reply: Reply,
 }
@@ -107,7 +117,16 @@ impl Port {
             single_source,
             single,
             single_args,
+            lone_batch: None,
             reply,
+        }
+    }
+
+    /// The row with a lone-check batch script of this source.
+    fn with_lone_batch(self, source: &str) -> Port {
+        Port {
+            lone_batch: Some(Script::new(source)),
+            ..self
         }
     }
 
@@ -173,7 +192,10 @@ static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
             format!("{ONE_GCRA}{GCRA}"),
             |cost, [t, tau, _]| SmallVec::from_slice(&[cost * t, tau]),
             Reply::GcraUsed,
-        ),
+        )
+        .with_lone_batch(&format!(
+            "local function gcra(key, inc, tau, op, now)\n{GCRA}end\n{BATCH_GCRA}"
+        )),
     ]
 });
 
@@ -333,6 +355,7 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
     [&*SCRIPT, &*BATCH_SCRIPT]
         .into_iter()
         .chain(PORTS.iter().map(|p| &p.single))
+        .chain(PORTS.iter().filter_map(|p| p.lone_batch.as_ref()))
         .chain(std::iter::once(&*crate::lease::LEASE_SCRIPT))
 }
 
@@ -405,10 +428,14 @@ fn reply_width(reply: Reply) -> usize {
     }
 }
 
-/// The `EVALSHA` of the batch script for `parts` (`lua/batch.lua`): every part's keys, then
+/// The `EVALSHA` of the batch script for `parts`: the lone-check batch script of their
+/// algorithm when [`lone_batch`] finds one, else `lua/batch.lua` with every part's keys, then
 /// per part a header (op, whether a clock follows, entry count), the clock unless it is the
 /// server's, and its entries.
 pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
+    if let Some((port, caller)) = lone_batch(parts) {
+        return lone_batch_invocation(port, caller, parts);
+    }
     let mut cmd = redis::cmd("EVALSHA");
     let keys: usize = parts.iter().map(|p| p.len()).sum();
     cmd.arg(BATCH_SCRIPT.get_hash()).arg(keys);
@@ -428,9 +455,61 @@ pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
     cmd
 }
 
+/// When every part of `parts` is one check of one key of the same algorithm, that algorithm
+/// has a lone-check batch script, and every part is on the server's clock (`false`) or every
+/// one on the caller's (`true`): the algorithm's row and which clock. The batch then goes as
+/// that script ([`lone_batch_invocation`]), else as the general batch script.
+fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, bool)> {
+    let first = parts.first()?;
+    let caller = match first.at {
+        TimeSource::Server => false,
+        TimeSource::Caller(_) => true,
+        TimeSource::ServerInstant(_) => return None,
+    };
+    let [entry] = first.entries[..] else {
+        return None;
+    };
+    let row = &PORTS[usize::from(entry.port)];
+    row.lone_batch.as_ref()?;
+    let alike = |p: &&Part| {
+        p.op == Op::Check
+            && matches!(p.entries[..], [e] if e.port == entry.port)
+            && match p.at {
+                TimeSource::Server => !caller,
+                TimeSource::Caller(_) => caller,
+                TimeSource::ServerInstant(_) => false,
+            }
+    };
+    parts.iter().all(alike).then_some((row, caller))
+}
+
+/// The `EVALSHA` of `row`'s lone-check batch script (`lua/batch_gcra.lua`): each part's key,
+/// then the clock (`''` the server's, `'c'` the caller's), then each part's single-entry
+/// arguments, followed by its instant on the caller's clock.
+fn lone_batch_invocation(row: &Port, caller: bool, parts: &[&Part]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    let script = row.lone_batch.as_ref().unwrap_or(&BATCH_SCRIPT);
+    cmd.arg(script.get_hash()).arg(parts.len());
+    for p in parts {
+        cmd.arg(p.keys[0].as_str());
+    }
+    cmd.arg(if caller { "c" } else { "" });
+    for p in parts {
+        let e = &p.entries[0];
+        for a in (row.single_args)(e.cost, e.params) {
+            cmd.arg(a);
+        }
+        if let TimeSource::Caller(now) = p.at {
+            cmd.arg(now);
+        }
+    }
+    cmd
+}
+
 /// Splits the batch script's reply into each part's own reply, shaped as the general script
-/// answers (`{ now, four integers per entry }`, decoded by [`decode`]), or that part's own
-/// failure (a string in the reply, see `lua/batch.lua`).
+/// answers (`{ now, four integers per entry }`, decoded by [`decode`]) or, from a lone-check
+/// batch script, as the part's single-entry script answers; or that part's own failure (a
+/// string in the reply, see `lua/batch.lua`).
 ///
 /// # Errors
 /// [`StoreError::Protocol`] when the reply does not have the parts' shape (every part fails).
@@ -442,6 +521,26 @@ pub(crate) fn split_batch(
     let Value::Array(items) = reply else {
         return Err(bad(format!("expected an array, got {reply:?}")));
     };
+    if lone_batch(parts).is_some() {
+        // One value per request, as its single-entry script answers, or its failure.
+        if items.len() != parts.len() {
+            return Err(bad(format!(
+                "{} values for {} requests",
+                items.len(),
+                parts.len()
+            )));
+        }
+        return Ok(items
+            .into_iter()
+            .map(|v| match v {
+                Value::BulkString(message) => Err(crate::error::in_batch(
+                    String::from_utf8_lossy(&message).into_owned(),
+                )),
+                Value::SimpleString(message) => Err(crate::error::in_batch(message)),
+                own => Ok(own),
+            })
+            .collect());
+    }
     let mut items = items.into_iter();
     let mut out = Vec::with_capacity(parts.len());
     for (i, p) in parts.iter().enumerate() {
@@ -650,6 +749,71 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(ScriptCall::check(&sw, 1).args, ["1", "3", "142858", "7"]);
+    }
+
+    /// A batch goes as GCRA's lone-check script only when every request is one GCRA check on
+    /// one kind of clock; any other request (a peek, two entries, another algorithm, a
+    /// give-back's instant, clocks mixed) sends the whole batch as the general batch script.
+    /// The lone script's arguments: the keys, the clock, then inc and tau (and, on the
+    /// caller's clock, the instant) per request.
+    #[test]
+    fn batches_pick_the_lone_gcra_script_only_when_every_request_fits() {
+        let gcra = limit(Algorithm::Gcra, 4);
+        let fw = limit(Algorithm::FixedWindow, 4);
+        let ns = Namespace::default();
+        let entry = |l: &'static Limit, u: &str| Entry::new(l, Key::new(&ns, l, &[("u", u)]));
+        let gcra: &'static Limit = Box::leak(Box::new(gcra));
+        let fw: &'static Limit = Box::leak(Box::new(fw));
+        let (g1, g2, f1) = (entry(gcra, "1"), entry(gcra, "2"), entry(fw, "1"));
+        let part = |op, entries: &[&Entry<'_>], at| Part::new(op, entries, at);
+        let args = |cmd: &Cmd| -> Vec<String> {
+            cmd.args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let lone = PORTS[usize::from(port_index(Algorithm::Gcra))]
+            .lone_batch
+            .as_ref()
+            .expect("GCRA has one")
+            .get_hash();
+        let general = BATCH_SCRIPT.get_hash();
+        let sha = |parts: &[&Part]| args(&batch_invocation(parts))[1].clone();
+
+        let server = [
+            part(Op::Check, &[&g1], TimeSource::Server),
+            part(Op::Check, &[&g2], TimeSource::Server),
+        ];
+        let cmd = batch_invocation(&[&server[0], &server[1]]);
+        let (k1, k2) = (g1.key.as_str(), g2.key.as_str());
+        assert_eq!(
+            args(&cmd),
+            [
+                "EVALSHA", lone, "2", k1, k2, "", "250000", "1000000", "250000", "1000000"
+            ]
+        );
+        let caller = [
+            part(Op::Check, &[&g1], TimeSource::Caller(7)),
+            part(Op::Check, &[&g2], TimeSource::Caller(9)),
+        ];
+        assert_eq!(
+            args(&batch_invocation(&[&caller[0], &caller[1]]))[5..],
+            ["c", "250000", "1000000", "7", "250000", "1000000", "9"]
+        );
+
+        for odd in [
+            part(Op::Peek, &[&g2], TimeSource::Server),
+            part(Op::Check, &[&g2, &f1], TimeSource::Server),
+            part(Op::Check, &[&f1], TimeSource::Server),
+            part(Op::Check, &[&g2], TimeSource::Caller(7)),
+            part(Op::GiveBack, &[&g2], TimeSource::ServerInstant(7)),
+        ] {
+            assert_eq!(sha(&[&server[0], &odd]), general, "{odd:?}");
+            assert_eq!(sha(&[&odd, &server[0]]), general, "{odd:?} first");
+        }
+        assert_eq!(sha(&[&server[0], &server[1]]), lone);
     }
 
     /// A reply of the wrong shape is a protocol error, never a panic or a wrong decision.

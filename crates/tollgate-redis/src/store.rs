@@ -145,6 +145,31 @@ impl RedisStore {
             Some(t) => TimeSource::Caller(t.as_micros()),
             None => TimeSource::Server,
         };
+        let at = vec![at; requests.len()];
+        self.decide_batch_each(requests, &at).await
+    }
+
+    /// [`RedisStore::decide_batch`] of checks, each at its own instant on the caller's clock
+    /// (`at`, µs), as concurrent requests of a fake clock are. Not part of the API: for the
+    /// differential test of the lone-check batch script.
+    #[doc(hidden)]
+    pub async fn check_batch_at(
+        &self,
+        requests: &[Request<'_>],
+        at: &[u64],
+    ) -> Vec<Result<Decisions, StoreError>> {
+        assert_eq!(requests.len(), at.len(), "one instant per request");
+        let asked: Vec<(&Request<'_>, tollgate::Op)> =
+            requests.iter().map(|r| (r, tollgate::Op::Check)).collect();
+        let at: Vec<TimeSource> = at.iter().map(|&t| TimeSource::Caller(t)).collect();
+        self.decide_batch_each(&asked, &at).await
+    }
+
+    async fn decide_batch_each(
+        &self,
+        requests: &[(&Request<'_>, tollgate::Op)],
+        at: &[TimeSource],
+    ) -> Vec<Result<Decisions, StoreError>> {
         let entries: Vec<SmallVec<[&Entry<'_>; 2]>> = requests
             .iter()
             .map(|(r, _)| r.entries().iter().collect())
@@ -152,7 +177,8 @@ impl RedisStore {
         let parts: Vec<Part> = requests
             .iter()
             .zip(&entries)
-            .map(|((_, op), e)| Part::new(Op::from(*op), e, at))
+            .zip(at)
+            .map(|(((_, op), e), &at)| Part::new(Op::from(*op), e, at))
             .collect();
         let parts: Vec<&Part> = parts.iter().collect();
         crate::coalesce::batch(self, &parts)

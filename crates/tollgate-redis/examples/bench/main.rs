@@ -15,7 +15,9 @@
 //!    `MEMORY USAGE` of sampled keys;
 //! 5. coalesced calls: GCRA, 10 000 keys, 256 tasks and 1 task, coalescing off vs on in
 //!    alternating rounds (decisions/s, p50/p99, Redis CPU per decision from `/proc` and from
-//!    `INFO commandstats`, mean batch size), against `redis-benchmark` on the same script.
+//!    `INFO commandstats`, mean batch size), against `redis-benchmark` on the same script,
+//!    and the floor of any such batch (`batch_floor.lua`: the two commands an admitted GCRA
+//!    decision needs, per key, and nothing else).
 //!
 //! `TOLLGATE_BENCH_SECS` sets the seconds per throughput cell (default 2);
 //! `TOLLGATE_BENCH_ONLY=coalesce` runs section 5 alone.
@@ -33,6 +35,7 @@ const MEMORY_KEYS: u64 = 100_000;
 const CONCURRENCY: [usize; 4] = [1, 64, 256, 1024];
 const TEXTBOOK: &str = include_str!("textbook_gcra.lua");
 const FLOOR: &str = include_str!("floor.lua");
+const BATCH_FLOOR: &str = include_str!("batch_floor.lua");
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -279,10 +282,28 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     }
     let (rb_rate, rb_cpu) = redis_benchmark(server, &args, KEYS)?;
     eprintln!("redis-benchmark gcra: {rb_rate:.0}/s, {rb_cpu:.1} µs CPU per call");
+    // The floor: PTTL and SET … PX per key, 64 keys per call, nothing else.
+    const FLOOR_KEYS: usize = 64;
+    let mut floor_args: Vec<String> = vec![
+        "EVALSHA".into(),
+        load(server, BATCH_FLOOR)?,
+        FLOOR_KEYS.to_string(),
+    ];
+    floor_args.extend((0..FLOOR_KEYS).map(|_| "bf:{__rand_int__}".to_owned()));
+    check_by_hand(server, &floor_args, 1)?;
+    let (_, floor_cpu) = redis_benchmark_shaped(server, &floor_args, KEYS, (1, 4, 8_000))?;
+    let floor_cpu = floor_cpu / FLOOR_KEYS as f64;
+    let off_cpu = summary.first().map_or(f64::NAN, |(_, off, _)| off.3);
+    eprintln!("batch floor: {floor_cpu:.2} µs CPU per key");
     out.push_str(&format!(
         "\n`redis-benchmark -P 16 -c 50` on the same single-entry GCRA script: {rb_rate:.0} \
          EVALSHA/s, {rb_cpu:.2} µs Redis CPU per call.\n\n\
-         | ratio (same run) | value |\n|---|---:|\n"
+         The floor of any batch of admitted GCRA decisions on the server's clock \
+         (`examples/bench/batch_floor.lua`: `PTTL` and `SET … PX` per key, 64 keys per call, \
+         no arithmetic; `redis-benchmark -P 1 -c 4`): {floor_cpu:.2} µs Redis CPU per key, \
+         **{:.2}×** of a decision with coalescing off at 256 tasks.\n\n\
+         | ratio (same run) | value |\n|---|---:|\n",
+        floor_cpu / off_cpu
     ));
     for (tasks, off, on) in summary {
         out.push_str(&format!(
@@ -541,19 +562,33 @@ fn check_by_hand(server: &RedisServer, args: &[String], items: usize) -> BenchRe
 /// per request in µs (from `/proc`: unlike throughput, it hardly moves when other processes
 /// load the machine), after checking that Redis sent no error reply during the run.
 fn redis_benchmark(server: &RedisServer, args: &[String], keys: u64) -> BenchResult<(f64, f64)> {
-    const REQUESTS: u64 = 400_000;
+    redis_benchmark_shaped(server, args, keys, (16, 50, 400_000))
+}
+
+/// [`redis_benchmark`] with `pipeline` calls in flight per connection, `clients`
+/// connections and `requests` calls in all.
+fn redis_benchmark_shaped(
+    server: &RedisServer,
+    args: &[String],
+    keys: u64,
+    (pipeline, clients, requests): (u32, u32, u64),
+) -> BenchResult<(f64, f64)> {
     let errors_before = error_replies(server);
     let cpu_before = redis_cpu(server)?;
     let out = Command::new("redis-benchmark")
         .arg("-p")
         .arg(server.port().to_string())
-        .args(["-P", "16", "-c", "50", "-q", "-r"])
+        .arg("-P")
+        .arg(pipeline.to_string())
+        .arg("-c")
+        .arg(clients.to_string())
+        .args(["-q", "-r"])
         .arg(keys.to_string())
         .arg("-n")
-        .arg(REQUESTS.to_string())
+        .arg(requests.to_string())
         .args(args)
         .output()?;
-    let cpu = (redis_cpu(server)? - cpu_before).as_secs_f64() * 1e6 / REQUESTS as f64;
+    let cpu = (redis_cpu(server)? - cpu_before).as_secs_f64() * 1e6 / requests as f64;
     let text = String::from_utf8_lossy(&out.stdout);
     let errors = error_replies(server) - errors_before;
     if errors > 0 {

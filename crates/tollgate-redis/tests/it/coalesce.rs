@@ -357,3 +357,187 @@ async fn coalesced_tasks_on_one_key_admit_exactly_the_limit() {
         );
     }
 }
+
+/// GCRA limits with a T of whole ms and of µs, bursts of 1 and more.
+fn gcra_limits() -> Vec<Limit> {
+    let q = |limit: u64, ms: u64| Quota::new(limit, Duration::from_millis(ms)).expect("valid");
+    let l = |name: &str, q: Quota| Limit::new(name, Algorithm::Gcra, q).expect("valid");
+    vec![
+        l("whole", q(4, 1_000)),
+        l("micros", q(3, 1_000)),
+        l("burst", q(6, 700).with_burst(11).expect("valid")),
+        l("single", q(5, 100).with_burst(1).expect("valid")),
+    ]
+}
+
+/// Batches whose every request is one GCRA check (the shape of `lua/batch_gcra.lua`, the
+/// common coalesced call), on the caller's clock with one instant per request: each answer
+/// equals the memory store's deciding the requests one after the other, and a key shared by
+/// requests of one batch is charged by each in turn; every key it wrote has an expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_gcra_batches_decide_like_the_rule_one_after_the_other() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("gcrabatch");
+    lone_gcra_differential(&redis, &ns, false).await;
+    let pattern = format!("{}:*", ns.prefix());
+    assert_eq!(keys_without_ttl(server(), &pattern), Vec::<String>::new());
+}
+
+/// The same on a cluster, each batch in one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_gcra_batches_decide_like_the_rule_on_a_cluster() {
+    let redis = cluster_store().await;
+    lone_gcra_differential(&redis, &unique_namespace("cgcrabatch"), true).await;
+}
+
+/// Random batches of 2–16 lone GCRA checks (four limits, three users, random costs and
+/// instants) against the memory store; `one_user` keeps a batch in one slot.
+async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
+    let memory = MemoryStore::builder().sweep_interval(None).build();
+    let limits = gcra_limits();
+    let users = ["a", "b", "c"];
+    let mut rng = Rng(0x005E_ED0F_6C2A | 1);
+    let mut now = 1_893_456_000_000_000 + rng.below(1_000_000);
+    let (mut admitted, mut refused) = (0, 0);
+    for step in 0..300 {
+        let size = 2 + rng.below(15) as usize;
+        let batch_user = users[rng.below(3) as usize];
+        let mut requests = Vec::with_capacity(size);
+        let mut instants = Vec::with_capacity(size);
+        for _ in 0..size {
+            // Each request its own instant, some equal, none earlier than the last.
+            now += match rng.below(6) {
+                0 => 1_000_000 + rng.below(2_000_000),
+                1 | 2 => 0,
+                _ => rng.below(90_000),
+            };
+            instants.push(now);
+            let limit = &limits[rng.below(limits.len() as u64) as usize];
+            let user = if one_user {
+                batch_user
+            } else {
+                users[rng.below(3) as usize]
+            };
+            let cost = 1 + rng.below(limit.capacity());
+            requests.push(
+                Request::new(
+                    [Entry::new(limit, Key::new(ns, limit, &[("user", user)]))],
+                    cost,
+                )
+                .expect("valid"),
+            );
+        }
+        let expected: Vec<_> = requests
+            .iter()
+            .zip(&instants)
+            .map(|(r, &t)| {
+                memory
+                    .decide_at(r, Op::Check, Timestamp::from_micros(t))
+                    .expect("memory has room")
+            })
+            .collect();
+        let got = redis.check_batch_at(&requests, &instants).await;
+        for (i, (got, expected)) in got.into_iter().zip(expected).enumerate() {
+            let got = got.unwrap_or_else(|e| panic!("step {step} #{i}: {e}"));
+            if got[0].allowed {
+                admitted += 1;
+            } else {
+                refused += 1;
+            }
+            assert_eq!(got, expected, "step {step}, request {i} of {size}");
+        }
+    }
+    assert!(
+        admitted > 200 && refused > 200,
+        "both verdicts: {admitted} / {refused}"
+    );
+}
+
+/// On the server's clock (no clock argument: the key's expiry holds the state), a batch of
+/// lone checks of one GCRA key admits in batch order, each admit one unit fewer, then refuses
+/// without charging. Redis's clock stands still during a script and counts in ms, so the last
+/// unit of the burst passes a ms after the others (`lua/gcra.lua`, "Server's clock": every
+/// step errs towards refusing): one call admits the burst less one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_gcra_batches_on_the_server_clock_spend_the_burst_in_order() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("gcrabatchsrv");
+    let period = Duration::from_secs(86_400);
+    let limit =
+        Limit::new("daily", Algorithm::Gcra, Quota::new(10, period).expect("q")).expect("valid");
+    let key = Key::new(&ns, &limit, &[("user", "u")]);
+    let requests: Vec<Request<'_>> = (0..12)
+        .map(|_| Request::new([Entry::new(&limit, key.clone())], 1).expect("valid"))
+        .collect();
+    let asked: Vec<(&Request<'_>, Op)> = requests.iter().map(|r| (r, Op::Check)).collect();
+    let admitted = |got: &[Result<tollgate::Decisions, StoreError>]| -> Vec<Option<u64>> {
+        got.iter()
+            .map(|r| {
+                let d = &r.as_ref().expect("decided")[0];
+                d.allowed.then_some(d.remaining)
+            })
+            .collect()
+    };
+    let pttl = || -> i64 {
+        let reply = server().cmd(&["PTTL", key.as_str()]);
+        let digits = reply.trim().trim_start_matches(':');
+        digits
+            .parse()
+            .unwrap_or_else(|e| panic!("PTTL {reply:?}: {e}"))
+    };
+    let first = redis.decide_batch(&asked, None).await;
+    let mut expected: Vec<Option<u64>> = (1..=9).rev().map(Some).collect();
+    expected.extend([None, None, None]);
+    assert_eq!(
+        admitted(&first),
+        expected,
+        "nine admits in order, then refusals"
+    );
+    let refused = first[9].as_ref().expect("decided")[0].retry_after;
+    assert!(
+        refused.is_some_and(|r| r <= Duration::from_millis(2)),
+        "the tenth unit is a ms away: {refused:?}"
+    );
+    // A second call: at most that tenth unit passes; the refusals write nothing, so the key's
+    // expiry moves by at most one unit (8 640 s), not by four.
+    let before = pttl();
+    let second = redis.decide_batch(&asked[..5], None).await;
+    let passed = admitted(&second).iter().filter(|a| a.is_some()).count();
+    assert!(passed <= 1, "{:?}", admitted(&second));
+    let after = pttl();
+    let unit_ms = 8_640_000;
+    assert!(after > 0, "the key expires: {after}");
+    assert!(
+        after <= before + unit_ms * i64::try_from(passed).expect("small") + 1,
+        "refusals charged: PTTL {before} then {after}"
+    );
+}
+
+/// In a lone GCRA batch, a request whose key holds another type fails alone (its cause kept);
+/// the requests around it are decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_request_fails_alone_in_a_lone_gcra_batch() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("gcrabatchfail");
+    let limit = Limit::new("l", Algorithm::Gcra, Quota::per_minute(5).expect("q")).expect("valid");
+    let bad = Key::new(&ns, &limit, &[("user", "list")]);
+    server().cmd(&["LPUSH", bad.as_str(), "x"]);
+    let good = Request::new(
+        [Entry::new(&limit, Key::new(&ns, &limit, &[("user", "ok")]))],
+        1,
+    )
+    .expect("valid");
+    let broken = Request::new([Entry::new(&limit, bad)], 1).expect("valid");
+    let at = 1_893_456_000_000_000;
+    let got = redis
+        .check_batch_at(&[good.clone(), broken, good], &[at, at, at])
+        .await;
+    assert_eq!(got[0].as_ref().expect("decided")[0].remaining, 4);
+    let err = got[1].as_ref().expect_err("a list is not a GCRA key");
+    assert!(matches!(err, StoreError::Script(_)), "{err:?}");
+    assert!(
+        format!("{:?}", std::error::Error::source(err)).contains("WRONGTYPE"),
+        "the cause is kept: {err:?}"
+    );
+    assert_eq!(got[2].as_ref().expect("decided")[0].remaining, 3);
+}
