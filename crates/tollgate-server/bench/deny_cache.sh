@@ -1,10 +1,14 @@
 #!/bin/bash
 # Measures the deny cache through the service, as in docs/benchmarks.md, "Deny cache (service)":
 # one abusive key (limit 100/min, GCRA, used up) hammered over HTTP by `tollgate bench`
-# (64 connections, one key), against a spawned Redis, with `[store] deny_cache` off and on,
-# alternating, in one run. Reports refusals/s and the scripts Redis ran per request
-# (`INFO commandstats`, cmdstat_evalsha).
-# Needs: cargo build --release -p tollgate-server, redis-server, redis-cli.
+# (64 connections, one key), against a spawned Redis, alternating in one run:
+#   before  the path before the local tier: `deny_cache = false`, `coalesce = false`
+#   cache   the defaults: `deny_cache = true`, `coalesce = true`
+# Reports refusals/s, the scripts Redis ran per request (`INFO commandstats`, cmdstat_evalsha),
+# and the CPU each process spent per request (utime + stime from /proc: the service, Redis,
+# the load generator), which bounds what any cache can gain on this machine: the three share
+# its cores, so a request costs their sum.
+# Needs: cargo build --release -p tollgate-server, redis-server, redis-cli, curl, bc.
 # Usage: crates/tollgate-server/bench/deny_cache.sh [rounds] [seconds]   (from the repository root)
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -18,13 +22,19 @@ redis-server --port $REDIS_PORT --save "" --appendonly no --logfile "$WORK/redis
 RPID=$!
 for _ in $(seq 50); do redis-cli -p $REDIS_PORT ping >/dev/null 2>&1 && break; sleep 0.1; done
 evalsha() { redis-cli -p $REDIS_PORT info commandstats | awk -F'[=,:]' '/^cmdstat_evalsha:/ {print $3}'; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+children_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
+us_per() { echo "scale=2; $1 * 1000000 / $(getconf CLK_TCK) / $2" | bc; }
 for round in $(seq "$ROUNDS"); do
-  for cache in false true; do
+  for mode in before cache; do
+    cache=false
+    [ $mode = cache ] && cache=true
     cat > "$WORK/tollgate.toml" <<TOML
 [store]
 redis = "redis://127.0.0.1:$REDIS_PORT"
-prefix = "dc$round$cache"
+prefix = "dc$round$mode"
 deny_cache = $cache
+coalesce = $cache
 
 [[limits]]
 name = "abused"
@@ -40,9 +50,14 @@ TOML
     # Use the quota up (101 checks), then measure.
     for _ in $(seq 101); do curl -s -o /dev/null http://127.0.0.1:$PORT/v1/check -d '{"limit":"abused","key":{"user":"0"}}'; done
     before=$(evalsha)
-    report=$($BIN bench --url http://127.0.0.1:$PORT -c 64 -d "${SECS}s" -l abused --keys 1 | tr '\n' ' ')
+    s0=$(ticks $SPID); r0=$(ticks $RPID); c0=$(children_ticks)
+    $BIN bench --url http://127.0.0.1:$PORT -c 64 -d "${SECS}s" -l abused --keys 1 > "$WORK/bench.txt"
+    s1=$(ticks $SPID); r1=$(ticks $RPID); c1=$(children_ticks)
     after=$(evalsha)
-    echo "round=$round deny_cache=$cache scripts=$((after - before)) bench: $report"
+    n=$(awk '/checks of/ {print $1; exit}' "$WORK/bench.txt")
+    echo "round=$round mode=$mode scripts=$((after - before)) requests=$n" \
+      "cpu_us_per_request: service=$(us_per $((s1 - s0)) "$n") redis=$(us_per $((r1 - r0)) "$n")" \
+      "bench=$(us_per $((c1 - c0)) "$n") | $(tr '\n' ' ' < "$WORK/bench.txt")"
     kill -TERM $SPID; wait $SPID || true
   done
 done
