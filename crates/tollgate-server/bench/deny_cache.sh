@@ -4,6 +4,10 @@
 # (64 connections, one key), against a spawned Redis, alternating in one run:
 #   before  the path before the local tier: `deny_cache = false`, `coalesce = false`
 #   cache   the defaults: `deny_cache = true`, `coalesce = true`
+#   then    with TOLLGATE_BEFORE=<binary>: that binary (the code before the issue, built from
+#           its commit, e.g. `git worktree add /tmp/before 9f97268 && (cd /tmp/before &&
+#           CARGO_TARGET_DIR=/tmp/before-target cargo build --release -p tollgate-server)`), on
+#           its defaults; the load generator is this tree's binary throughout
 # Reports refusals/s, the scripts Redis ran per request (`INFO commandstats`, cmdstat_evalsha),
 # and the CPU each process spent per request (utime + stime from /proc: the service, Redis,
 # the load generator), which bounds what any cache can gain on this machine: the three share
@@ -25,16 +29,21 @@ evalsha() { redis-cli -p $REDIS_PORT info commandstats | awk -F'[=,:]' '/^cmdsta
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 children_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
 us_per() { echo "scale=2; $1 * 1000000 / $(getconf CLK_TCK) / $2" | bc; }
+MODES="before cache"
+[ -n "${TOLLGATE_BEFORE:-}" ] && MODES="then before cache"
 for round in $(seq "$ROUNDS"); do
-  for mode in before cache; do
+  for mode in $MODES; do
     cache=false
     [ $mode = cache ] && cache=true
+    serve=$BIN
+    local_tier="deny_cache = $cache
+coalesce = $cache"
+    if [ $mode = then ]; then serve=$TOLLGATE_BEFORE; local_tier=""; fi
     cat > "$WORK/tollgate.toml" <<TOML
 [store]
 redis = "redis://127.0.0.1:$REDIS_PORT"
 prefix = "dc$round$mode"
-deny_cache = $cache
-coalesce = $cache
+$local_tier
 
 [[limits]]
 name = "abused"
@@ -44,7 +53,7 @@ period = "1m"
 key = ["user"]
 on_store_error = "deny"
 TOML
-    TOLLGATE_HTTP=127.0.0.1:$PORT $BIN serve --config "$WORK/tollgate.toml" 2>"$WORK/serve.log" &
+    TOLLGATE_HTTP=127.0.0.1:$PORT $serve serve --config "$WORK/tollgate.toml" 2>"$WORK/serve.log" &
     SPID=$!
     for _ in $(seq 50); do curl -sf http://127.0.0.1:$PORT/healthz >/dev/null && break; sleep 0.1; done
     # Use the quota up (101 checks), then measure.
