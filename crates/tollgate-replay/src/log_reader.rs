@@ -4,8 +4,14 @@
 //!
 //! A line that cannot be read (no time, a time that does not parse, a missing field, a broken
 //! JSON object) is a [`Malformed`] with its line number; the replay counts it and goes on.
+//!
+//! Logs hold what clients sent, so a line is not trusted either: bytes that are not UTF-8
+//! are read as U+FFFD (the line still counts, its other fields intact), and a line longer
+//! than [`MAX_LINE`] is malformed and skipped without being held whole, so one corrupt or
+//! hostile line can neither end the replay nor take memory without bound.
 
-use std::io::BufRead;
+use std::borrow::Cow;
+use std::io::{self, BufRead};
 
 use serde_json::Value;
 
@@ -13,6 +19,10 @@ use crate::key_mapping::{KeyMapping, PartSource};
 use crate::log_format::{COMBINED_FIELDS, LogFormat};
 use crate::log_time;
 use crate::replay_error::ReplayError;
+
+/// The longest line read (64 KiB, newline included); a longer one is a [`Malformed`].
+/// Web servers cap a request line at a few KiB, so a real access log line is far below it.
+pub const MAX_LINE: usize = 64 * 1024;
 
 /// One line of the log, as the replay needs it.
 #[derive(Debug, Default, Clone)]
@@ -59,7 +69,7 @@ pub struct LogReader<R> {
 enum Inner<R> {
     Lines {
         reader: R,
-        buf: String,
+        buf: Vec<u8>,
     },
     Csv {
         reader: Box<csv::Reader<R>>,
@@ -92,7 +102,7 @@ impl<R: BufRead> LogReader<R> {
             LogFormat::Combined => (
                 Inner::Lines {
                     reader,
-                    buf: String::new(),
+                    buf: Vec::new(),
                 },
                 COMBINED_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
             ),
@@ -104,7 +114,7 @@ impl<R: BufRead> LogReader<R> {
                 (
                     Inner::Lines {
                         reader,
-                        buf: String::new(),
+                        buf: Vec::new(),
                     },
                     keys,
                 )
@@ -188,11 +198,10 @@ impl<R: BufRead> LogReader<R> {
         event.values.resize(self.slots.len(), String::new());
         match &mut self.inner {
             Inner::Lines { reader, buf } => loop {
-                buf.clear();
                 self.line += 1;
-                let n = match reader.read_line(buf) {
-                    Ok(0) => return None,
-                    Ok(n) => n,
+                let (n, whole) = match read_line_capped(reader, buf) {
+                    Ok((0, _)) => return None,
+                    Ok(read) => read,
                     Err(e) => {
                         self.done = true;
                         return Some(Err(Malformed {
@@ -202,11 +211,22 @@ impl<R: BufRead> LogReader<R> {
                     }
                 };
                 self.bytes += n as u64;
-                let text = buf.trim_end_matches(['\n', '\r']);
+                event.line = self.line;
+                if !whole {
+                    return Some(Err(Malformed {
+                        line: self.line,
+                        reason: format!("longer than {MAX_LINE} bytes ({n}): skipped"),
+                    }));
+                }
+                // `from_utf8` first: it is the fast check, and nearly every line passes it.
+                let text: Cow<'_, str> = match std::str::from_utf8(buf) {
+                    Ok(text) => Cow::Borrowed(text),
+                    Err(_) => String::from_utf8_lossy(buf),
+                };
+                let text = text.trim_end_matches(['\n', '\r']);
                 if text.trim().is_empty() {
                     continue;
                 }
-                event.line = self.line;
                 let result = match self.format {
                     LogFormat::Combined => fill_combined(text, &self.time, &self.slots, event),
                     _ => fill_json(text, &self.time, &self.slots, event),
@@ -234,6 +254,39 @@ impl<R: BufRead> LogReader<R> {
                     }))
                 }
             },
+        }
+    }
+}
+
+/// Reads one line (up to and with its newline) into `buf`, holding at most [`MAX_LINE`]
+/// bytes of it: the bytes consumed, and whether the line fit (when not, `buf` is left empty
+/// and the rest of the line is consumed unread). `(0, true)` at the end of the log.
+fn read_line_capped<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result<(usize, bool)> {
+    buf.clear();
+    let (mut consumed, mut whole) = (0, true);
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok((consumed, whole));
+        }
+        let (take, ends) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if whole && buf.len() + take <= MAX_LINE {
+            buf.extend_from_slice(&available[..take]);
+        } else {
+            whole = false;
+            buf.clear();
+        }
+        reader.consume(take);
+        consumed += take;
+        if ends {
+            return Ok((consumed, whole));
         }
     }
 }

@@ -3,18 +3,24 @@
 
 use std::io::Cursor;
 
+use tollgate_replay::log_reader::MAX_LINE;
 use tollgate_replay::{Event, KeyMapping, LogFormat, LogReader, Malformed, ReplayError};
 
 /// Every event and every malformed line of `log`.
 fn read_all(
-    log: &str,
+    log: impl AsRef<[u8]>,
     format: Option<LogFormat>,
     keys: &[&str],
     time_field: Option<&str>,
 ) -> (LogFormat, Vec<Event>, Vec<Malformed>) {
     let mapping = KeyMapping::parse(keys).expect("mapping");
-    let mut reader =
-        LogReader::new(Cursor::new(log.to_owned()), format, &mapping, time_field).expect("reader");
+    let mut reader = LogReader::new(
+        Cursor::new(log.as_ref().to_vec()),
+        format,
+        &mapping,
+        time_field,
+    )
+    .expect("reader");
     let (mut events, mut bad) = (Vec::new(), Vec::new());
     let mut event = Event::default();
     while let Some(r) = reader.next_event(&mut event) {
@@ -145,4 +151,40 @@ fn an_unknown_field_is_refused_before_reading() {
         }
         assert!(err.to_string().contains("its fields:"), "{err}");
     }
+}
+
+/// Bytes that are not UTF-8 (a client's raw path, say) do not end the log: the line is read,
+/// its bad bytes as U+FFFD, its other fields intact, and the lines after it too. A line
+/// longer than `MAX_LINE` is malformed, named by its number, and the next line is read.
+#[test]
+fn a_hostile_line_is_read_or_skipped_without_ending_the_log() {
+    let line = |ip: &str, path: &[u8]| -> Vec<u8> {
+        let mut l = format!("{ip} - - [10/Oct/2026:13:55:36 +0000] \"GET ").into_bytes();
+        l.extend_from_slice(path);
+        l.extend_from_slice(b" HTTP/1.1\" 200 5\n");
+        l
+    };
+    let mut log = line("10.0.0.1", b"/a");
+    log.extend(line("10.0.0.2", b"/caf\xe9/\xff\xfe"));
+    let huge = vec![b'x'; MAX_LINE + 10];
+    log.extend(line("10.0.0.3", &huge));
+    log.extend(line("10.0.0.4", b"/d"));
+    // A line just within the cap is read whole.
+    let room = MAX_LINE - line("10.0.0.5", b"/").len();
+    let mut long_path = b"/".to_vec();
+    long_path.extend(vec![b'y'; room]);
+    log.extend(line("10.0.0.5", &long_path));
+    let (_, events, bad) = read_all(&log, None, &["ip=$remote_addr", "route=$path"], None);
+    let ips: Vec<&str> = events.iter().map(|e| e.values[0].as_str()).collect();
+    assert_eq!(ips, ["10.0.0.1", "10.0.0.2", "10.0.0.4", "10.0.0.5"]);
+    assert_eq!(events[1].values[1], "/caf\u{fffd}/\u{fffd}\u{fffd}");
+    assert_eq!(events[1].time_us, T);
+    assert_eq!(
+        events[3].values[1].len(),
+        room + 1,
+        "the longest line allowed, whole"
+    );
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].line, 3);
+    assert!(bad[0].reason.contains("longer than"), "{bad:?}");
 }
