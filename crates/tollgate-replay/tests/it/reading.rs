@@ -188,3 +188,15 @@ fn a_hostile_line_is_read_or_skipped_without_ending_the_log() {
     assert_eq!(bad[0].line, 3);
     assert!(bad[0].reason.contains("longer than"), "{bad:?}");
 }
+
+/// A CSV record that is not UTF-8 is a malformed line; the records after it are read.
+#[test]
+fn a_csv_record_that_is_not_utf8_is_malformed_alone() {
+    let mut log = b"ts,user\n2026-10-10T13:55:36Z,a\n2026-10-10T13:55:37Z,b\xff\n".to_vec();
+    log.extend_from_slice(b"2026-10-10T13:55:38Z,c\n");
+    let (_, events, bad) = read_all(&log, None, &["user=$user"], Some("ts"));
+    let users: Vec<&str> = events.iter().map(|e| e.values[0].as_str()).collect();
+    assert_eq!(users, ["a", "c"]);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].line, 3, "{bad:?}");
+}
