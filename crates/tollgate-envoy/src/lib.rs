@@ -100,7 +100,7 @@ pub use reference_metrics::{
 pub use rules_error::RulesError;
 pub use serve::{GrpcOptions, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
-pub use snapshot::Snapshot;
+pub use snapshot::{KeyParts, Snapshot};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
 pub use yaml::{dir_contents, load_dir, parse_file};

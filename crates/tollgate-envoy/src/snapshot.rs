@@ -26,6 +26,10 @@ use crate::reference_metrics::{Counted, Stat, StatKey, level};
 use crate::tree::{Level, Target};
 use crate::{EnvoyRules, RulesError, Unit};
 
+/// A key's `(part, value)` pairs, as a matched descriptor gives them
+/// ([`Snapshot::limit_for`]).
+pub type KeyParts = Vec<(String, String)>;
+
 /// Compiled rules over a shared limiter.
 pub struct Snapshot<St> {
     limiter: Arc<Limiter<St>>,
@@ -226,6 +230,49 @@ impl<St> Snapshot<St> {
             return Ok(vec![None; request.descriptors.len()]);
         }
         self.overrides.resolve(request)
+    }
+
+    /// The limit that decides a descriptor of `domain` with these `(key, value)` entries, and
+    /// the key parts it is counted under, as a `ShouldRateLimit` call would find them
+    /// (`[[envoy.rules]]` first, then the imported tree). `None` when no limit does: nothing
+    /// matches, or an imported entry is `unlimited` or allows 0 requests per unit (which
+    /// refuses every request without a limit). For tools that replay traffic through the
+    /// rules (`tollgate replay` on an Envoy directory).
+    pub fn limit_for(
+        &self,
+        domain: &str,
+        descriptor: &[(&str, &str)],
+    ) -> Option<(Arc<str>, KeyParts)> {
+        let entries: Vec<Entry> = descriptor
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect();
+        match self.find(domain, &entries)? {
+            Found::Limited(rule, parts) => Some((
+                rule.limit.clone(),
+                parts
+                    .into_iter()
+                    .map(|(p, v)| (p.to_owned(), v.to_owned()))
+                    .collect(),
+            )),
+            Found::Unlimited | Found::Blocked { .. } => None,
+        }
+    }
+
+    /// The domains with rules or an imported tree, sorted.
+    pub fn domains(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = self
+            .domains
+            .keys()
+            .chain(self.trees.keys())
+            .map(|d| &**d)
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
     /// Whether `domain` has rules or an imported tree.

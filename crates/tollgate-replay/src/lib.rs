@@ -30,7 +30,7 @@ pub use limit_stats::LimitStats;
 pub use log_format::LogFormat;
 pub use log_reader::{Event, LogReader, Malformed};
 pub use replay_error::ReplayError;
-pub use replay_log::{LogOptions, replay_log};
+pub use replay_log::{LogOptions, Route, replay_log, replay_log_routed};
 pub use replayer::Replayer;
 pub use report::{Expectation, Report};
 pub use scenario::{SCENARIOS, Scenario};

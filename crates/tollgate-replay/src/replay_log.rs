@@ -40,7 +40,50 @@ pub async fn replay_log<R: BufRead>(
     options: &LogOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Report, ReplayError> {
-    let mut replayer = Replayer::new(limits, &options.mapping, false)?;
+    replay(reader, title, limits, options, None, progress).await
+}
+
+/// Picks, for a request, the one limit that decides it and its key, where a rule set does
+/// that rather than every limit deciding every request (an Envoy directory: a descriptor is
+/// counted by the limit it matches). Given the event's values in the mapping's order: the
+/// index of the limit (in the limits' order) and its key's `(part, value)`s in the limit's
+/// key order, or `None` when no limit decides the request.
+pub type Route<'a> = &'a dyn Fn(&[String]) -> Option<(usize, Vec<(String, String)>)>;
+
+/// [`replay_log`] where `route` picks the one limit deciding each request (or none); the
+/// report says how many requests no limit decided. Without [`LogOptions::redis`].
+///
+/// # Errors
+/// As [`replay_log`]; [`ReplayError::Redis`] when [`LogOptions::redis`] is given.
+pub async fn replay_log_routed<R: BufRead>(
+    reader: R,
+    title: &str,
+    limits: Vec<Limit>,
+    options: &LogOptions,
+    route: Route<'_>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Report, ReplayError> {
+    if options.redis.is_some() {
+        return Err(ReplayError::Redis(
+            "a routed replay (an Envoy directory) is not compared with Redis".into(),
+        ));
+    }
+    replay(reader, title, limits, options, Some(route), progress).await
+}
+
+async fn replay<R: BufRead>(
+    reader: R,
+    title: &str,
+    limits: Vec<Limit>,
+    options: &LogOptions,
+    route: Option<Route<'_>>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Report, ReplayError> {
+    let mut replayer = match route {
+        Some(_) => Replayer::routed(limits)?,
+        None => Replayer::new(limits, &options.mapping, false)?,
+    };
+    let mut unrouted = 0_u64;
     let mut twin = options.redis.as_ref().map(RedisTwin::new);
     if let Some(twin) = &twin {
         replayer = replayer.namespace(twin.namespace.clone()).keep_keys();
@@ -60,9 +103,21 @@ pub async fn replay_log<R: BufRead>(
         report.lines += 1;
         match read {
             Ok(()) => {
-                replayer.step(event.time_us, &event.values);
-                if let Some(twin) = &mut twin {
-                    twin.compare(&replayer, event.line).await;
+                if let Some(route) = route {
+                    let routed = route(&event.values);
+                    let parts: Vec<(&str, &str)> = routed
+                        .as_ref()
+                        .map(|(_, key)| key.iter().map(|(p, v)| (&**p, &**v)).collect())
+                        .unwrap_or_default();
+                    let limit = routed.as_ref().map(|(i, _)| *i);
+                    if replayer.step_one(event.time_us, limit, &parts).is_none() {
+                        unrouted += 1;
+                    }
+                } else {
+                    replayer.step(event.time_us, &event.values);
+                    if let Some(twin) = &mut twin {
+                        twin.compare(&replayer, event.line).await;
+                    }
                 }
             }
             Err(malformed) => {
@@ -80,6 +135,13 @@ pub async fn replay_log<R: BufRead>(
     report.span_us = replayer.start_us().map(|s| (s, replayer.now_us()));
     report.out_of_order = replayer.out_of_order();
     report.limits = replayer.into_stats();
+    if route.is_some() {
+        report.notes.push(format!(
+            "{unrouted} requests matched no limit replayed (no rule or descriptor, or one that is \
+             unlimited or allows 0 per unit); each other request was decided by the one limit \
+             its descriptor matched"
+        ));
+    }
     if let Some(twin) = twin {
         twin.into_report(&mut report);
     }

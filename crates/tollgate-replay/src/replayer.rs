@@ -87,13 +87,38 @@ impl Replayer {
                 })
             })
             .collect::<Result<Vec<_>, ReplayError>>()?;
+        Ok(Replayer::of_runs(runs))
+    }
+
+    /// A replayer of `limits` where each event is decided by one limit at most, chosen with
+    /// its key by the caller ([`Replayer::step_one`]): an Envoy rule set, where a descriptor
+    /// is counted by the one limit it matches, not by all.
+    ///
+    /// # Errors
+    /// [`ReplayError::NoLimits`].
+    pub fn routed(limits: Vec<Limit>) -> Result<Replayer, ReplayError> {
+        if limits.is_empty() {
+            return Err(ReplayError::NoLimits);
+        }
+        let runs = limits
+            .into_iter()
+            .map(|limit| Run {
+                stats: LimitStats::new(&limit, false),
+                limit,
+                parts: Vec::new(),
+            })
+            .collect();
+        Ok(Replayer::of_runs(runs))
+    }
+
+    fn of_runs(runs: Vec<Run>) -> Replayer {
         let clock = FakeClock::new(Timestamp::from_micros(0));
         let store = MemoryStore::builder()
             .clock(clock.clone())
             .sweep_interval(None)
             .max_keys(usize::MAX)
             .build();
-        Ok(Replayer {
+        Replayer {
             decisions: Vec::with_capacity(runs.len()),
             runs,
             store,
@@ -105,7 +130,7 @@ impl Replayer {
             out_of_order: 0,
             keys: None,
             scratch: String::new(),
-        })
+        }
     }
 
     /// Keys built under `namespace` (default: tollgate's own prefix).
@@ -137,6 +162,54 @@ impl Replayer {
     /// taken from `values` (in the mapping's order): each limit's decision, in the limits'
     /// order.
     pub fn step<V: AsRef<str>>(&mut self, time_us: u64, values: &[V]) -> &[Decision] {
+        let (now, second) = self.advance(time_us);
+        self.decisions.clear();
+        if let Some(keys) = &mut self.keys {
+            keys.clear();
+        }
+        // The runs are taken out while deciding, so that a run's key parts and the rest of the
+        // replayer can be borrowed at once (taking a Vec is free).
+        let mut runs = std::mem::take(&mut self.runs);
+        let mut key_parts: Vec<(&str, &str)> = Vec::with_capacity(4);
+        for run in &mut runs {
+            key_parts.clear();
+            key_parts.extend(
+                run.parts
+                    .iter()
+                    .map(|(name, v)| (&**name, values[*v].as_ref())),
+            );
+            self.decide(&run.limit, &mut run.stats, now, second, &key_parts);
+        }
+        self.runs = runs;
+        &self.decisions
+    }
+
+    /// Decides one request at `time_us` for the limit at `limit` (in the limits' order) alone,
+    /// keyed by `key_parts` (`(part, value)` in the limit's key order); every other limit
+    /// sees nothing. `None` (the clock still moves) for `limit = None`: a request no limit
+    /// decides.
+    pub fn step_one(
+        &mut self,
+        time_us: u64,
+        limit: Option<usize>,
+        key_parts: &[(&str, &str)],
+    ) -> Option<Decision> {
+        let (now, second) = self.advance(time_us);
+        self.decisions.clear();
+        if let Some(keys) = &mut self.keys {
+            keys.clear();
+        }
+        let i = limit.filter(|&i| i < self.runs.len())?;
+        let mut runs = std::mem::take(&mut self.runs);
+        let run = &mut runs[i];
+        self.decide(&run.limit, &mut run.stats, now, second, key_parts);
+        self.runs = runs;
+        self.decisions.last().copied()
+    }
+
+    /// Moves the virtual clock to `time_us` (never back; counted when the log goes back) and
+    /// sweeps when a minute has passed: the instant to decide at, and its second in the log.
+    fn advance(&mut self, time_us: u64) -> (u64, usize) {
         let start = *self.start_us.get_or_insert(time_us - time_us % 1_000_000);
         if time_us < self.now_us {
             self.out_of_order += 1;
@@ -149,49 +222,45 @@ impl Replayer {
             self.store.sweep();
             self.next_sweep_us = now + SWEEP_EVERY.as_micros() as u64;
         }
-        let second = ((now - start) / 1_000_000) as usize;
-        self.decisions.clear();
-        if let Some(keys) = &mut self.keys {
-            keys.clear();
-        }
-        let mut key_parts: Vec<(&str, &str)> = Vec::with_capacity(4);
-        for run in &mut self.runs {
-            key_parts.clear();
-            key_parts.extend(
-                run.parts
-                    .iter()
-                    .map(|(name, i)| (&**name, values[*i].as_ref())),
-            );
-            let key = Key::new(&self.namespace, &run.limit, &key_parts);
-            let request = SingleRequest::new(&run.limit, &key, 1)
-                .expect("a cost of one unit fits every limit");
-            let decision = self
-                .store
-                .decide_single_at(&request, Op::Check, Timestamp::from_micros(now))
-                .expect("a store without a key cap always has room");
-            let parts = &key_parts;
-            run.stats.record(
-                second,
-                now,
-                &decision,
-                |out| {
-                    for (i, (name, value)) in parts.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
-                        out.push_str(name);
-                        out.push('=');
-                        out.push_str(value);
+        (now, ((now - start) / 1_000_000) as usize)
+    }
+
+    /// Decides `limit` for the key `key_parts` at `now`, and records it in `stats`.
+    fn decide(
+        &mut self,
+        limit: &Limit,
+        stats: &mut LimitStats,
+        now: u64,
+        second: usize,
+        key_parts: &[(&str, &str)],
+    ) {
+        let key = Key::new(&self.namespace, limit, key_parts);
+        let request =
+            SingleRequest::new(limit, &key, 1).expect("a cost of one unit fits every limit");
+        let decision = self
+            .store
+            .decide_single_at(&request, Op::Check, Timestamp::from_micros(now))
+            .expect("a store without a key cap always has room");
+        stats.record(
+            second,
+            now,
+            &decision,
+            |out| {
+                for (i, (name, value)) in key_parts.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
                     }
-                },
-                &mut self.scratch,
-            );
-            self.decisions.push(decision);
-            if let Some(keys) = &mut self.keys {
-                keys.push(key);
-            }
+                    out.push_str(name);
+                    out.push('=');
+                    out.push_str(value);
+                }
+            },
+            &mut self.scratch,
+        );
+        self.decisions.push(decision);
+        if let Some(keys) = &mut self.keys {
+            keys.push(key);
         }
-        &self.decisions
     }
 
     /// The first event's second (µs since the epoch), once an event was decided.

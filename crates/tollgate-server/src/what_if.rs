@@ -4,11 +4,12 @@
 use std::fs::File;
 use std::io::{BufReader, IsTerminal as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use tollgate::{Algorithm, Limit};
+use tollgate::{Algorithm, Limit, MemoryStore};
 use tollgate_replay::{KeyMapping, LogFormat, LogOptions, Report, Scenario, SimOptions};
 
 use crate::config::{Config, Overrides};
@@ -19,9 +20,15 @@ use crate::duration;
 pub struct ReplayArgs {
     /// The access log (combined/common log format, JSON lines, or CSV with a header).
     log: PathBuf,
-    /// The config whose limits are replayed (`[[limits]]` of a tollgate.toml).
+    /// The config whose limits are replayed: a tollgate.toml (its `[[limits]]`, each deciding
+    /// every request), or a directory of envoyproxy/ratelimit YAML files (each request's
+    /// descriptor, the --key parts in order, decided by the one limit it matches).
     #[arg(long, short)]
     config: PathBuf,
+    /// With an Envoy directory: the domain of the requests' descriptors [default: the only
+    /// domain].
+    #[arg(long)]
+    domain: Option<String>,
     /// Which log field fills which key part: `part=$field` (or `part=text`, a constant);
     /// repeat for each part. Combined-format fields: remote_addr, remote_user, time_local,
     /// request, method, path, protocol, status, body_bytes_sent, http_referer,
@@ -82,9 +89,26 @@ pub struct SimulateArgs {
     report: Option<PathBuf>,
 }
 
+/// The config at `path`: a tollgate.toml, or a directory of the reference service's YAML
+/// files, read as a config of `[envoy] config_dir` alone (its limits generated as the service
+/// generates them).
+fn load_config(path: &Path) -> anyhow::Result<Config> {
+    if path.is_dir() {
+        // Named as a file in the directory, so that `config_dir = "."` is the directory.
+        let origin = path.join("(envoy directory)");
+        let origin = origin.to_string_lossy();
+        return Ok(Config::parse(
+            "[envoy]\nconfig_dir = \".\"\n",
+            &origin,
+            &Overrides::default(),
+        )?);
+    }
+    Ok(Config::load(path, &Overrides::default())?)
+}
+
 /// The limits of the config at `path` (only those in `only`, when given).
 fn config_limits(path: &Path, only: &[String]) -> anyhow::Result<Vec<Limit>> {
-    let config = Config::load(path, &Overrides::default())?;
+    let config = load_config(path)?;
     for name in only {
         if !config.limits.iter().any(|l| l.limit.name() == name) {
             anyhow::bail!("limit {name:?} is not in {}", config.origin);
@@ -96,6 +120,69 @@ fn config_limits(path: &Path, only: &[String]) -> anyhow::Result<Vec<Limit>> {
         .filter(|l| only.is_empty() || only.iter().any(|n| n == l.limit.name()))
         .map(|l| l.limit.shadow(l.shadow))
         .collect())
+}
+
+/// An Envoy directory's rules as the service compiles them, to find the one limit (and key)
+/// each replayed request's descriptor matches.
+struct EnvoyRoute {
+    snapshot: tollgate_envoy::Snapshot<MemoryStore>,
+    domain: String,
+    /// The descriptor's entry keys: the --key parts, in order.
+    entries: Vec<String>,
+    /// The replayed limits' names, in the replay's order.
+    limits: Vec<String>,
+}
+
+impl EnvoyRoute {
+    fn new(
+        dir: &Path,
+        limits: &[Limit],
+        domain: Option<&str>,
+        keys: &[String],
+    ) -> anyhow::Result<EnvoyRoute> {
+        let config = load_config(dir)?;
+        // Matching touches no counter: a throwaway store.
+        let store = MemoryStore::builder().sweep_interval(None).build();
+        let limiter = tollgate::Limiter::builder(store)
+            .limits(config.limits.iter().map(|l| l.limit.clone()))
+            .build()?;
+        let snapshot = tollgate_envoy::Snapshot::new(&config.envoy, Arc::new(limiter))?;
+        let domains = snapshot.domains();
+        let domain = match (domain, &domains[..]) {
+            (Some(d), _) if domains.contains(&d) => d.to_owned(),
+            (None, [only]) => (*only).to_owned(),
+            (given, _) => anyhow::bail!(
+                "{}: {} (its domains: {})",
+                dir.display(),
+                match given {
+                    Some(d) => format!("no domain {d:?}"),
+                    None => "several domains: choose one with --domain".to_owned(),
+                },
+                domains.join(", ")
+            ),
+        };
+        let mapping = KeyMapping::parse(keys).map_err(anyhow::Error::msg)?;
+        Ok(EnvoyRoute {
+            entries: mapping.parts().iter().map(|(p, _)| p.to_string()).collect(),
+            limits: limits.iter().map(|l| l.name().to_owned()).collect(),
+            snapshot,
+            domain,
+        })
+    }
+
+    /// The limit deciding a request of these values (the descriptor's, in order), and its
+    /// key; `None` when nothing replayed limits it.
+    fn route(&self, values: &[String]) -> Option<(usize, Vec<(String, String)>)> {
+        let descriptor: Vec<(&str, &str)> = self
+            .entries
+            .iter()
+            .zip(values)
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let (limit, key) = self.snapshot.limit_for(&self.domain, &descriptor)?;
+        let i = self.limits.iter().position(|l| **l == *limit)?;
+        Some((i, key))
+    }
 }
 
 /// Prints `report`'s summary, and writes its page when asked.
@@ -114,6 +201,13 @@ impl ReplayArgs {
     /// # Errors
     /// A config, a mapping or a log that cannot be used, before the first line is replayed.
     pub async fn run(self) -> anyhow::Result<()> {
+        let envoy = self.config.is_dir();
+        if envoy && self.redis.is_some() {
+            anyhow::bail!("--redis compares a tollgate.toml's limits; not an Envoy directory");
+        }
+        if !envoy && self.domain.is_some() {
+            anyhow::bail!("--domain is for an Envoy directory as --config");
+        }
         let limits = config_limits(&self.config, &self.limit)?;
         let redis = match &self.redis {
             Some(url) => Some(
@@ -145,22 +239,32 @@ impl ReplayArgs {
             mapping,
             redis,
         };
-        let report = tollgate_replay::replay_log(
-            BufReader::with_capacity(1 << 16, file),
-            &format!(
-                "replay of {} against {}",
-                self.log.display(),
-                self.config.display()
-            ),
-            limits,
-            &options,
-            &mut |bytes| {
-                if let Some(bar) = &bar {
-                    bar.set_position(bytes);
-                }
-            },
-        )
-        .await?;
+        let title = format!(
+            "replay of {} against {}",
+            self.log.display(),
+            self.config.display()
+        );
+        let mut progress = |bytes| {
+            if let Some(bar) = &bar {
+                bar.set_position(bytes);
+            }
+        };
+        let reader = BufReader::with_capacity(1 << 16, file);
+        let report = if envoy {
+            let rules = EnvoyRoute::new(&self.config, &limits, self.domain.as_deref(), &self.keys)?;
+            let route = |values: &[String]| rules.route(values);
+            tollgate_replay::replay_log_routed(
+                reader,
+                &format!("{title}, domain {}", rules.domain),
+                limits,
+                &options,
+                &route,
+                &mut progress,
+            )
+            .await?
+        } else {
+            tollgate_replay::replay_log(reader, &title, limits, &options, &mut progress).await?
+        };
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }

@@ -73,14 +73,7 @@ fn replay_of_the_example_log() {
         out.contains("line 101:") && out.contains("line 301:"),
         "{out}"
     );
-    let row = |name: &str| -> Vec<String> {
-        out.lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no row {name}: {out}"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    };
+    let row = |name: &str| summary_row(&out, name);
     let sms = row("sms");
     assert_eq!(
         &sms[sms.len() - 4..sms.len() - 1],
@@ -128,6 +121,105 @@ fn replay_refuses_what_it_cannot_use() {
     ]);
     assert!(!ok);
     assert!(err.contains("examples/nothing.log"), "{err}");
+}
+
+/// The row of `limit` in a replay's summary, split on whitespace.
+fn summary_row(out: &str, limit: &str) -> Vec<String> {
+    out.lines()
+        .find(|l| l.starts_with(&format!("{limit} ")))
+        .unwrap_or_else(|| panic!("no row {limit}: {out}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// An Envoy directory as the config (the shipped `examples/envoy-ratelimit/config`): each
+/// request's descriptor (the --key parts in order) is decided by the one limit it matches,
+/// as the service's gRPC API would: marketing messages by the nested 2-a-day limit per
+/// number, a descriptor of the number alone by the 100-a-day one, a message type with no
+/// entry by none (counted).
+#[test]
+fn replay_through_an_envoy_directory() {
+    let dir = tempfile::tempdir().expect("dir");
+    let log = dir.path().join("messages.jsonl");
+    let t0 = 1_796_000_000_u64;
+    let mut lines = Vec::new();
+    for i in 0..5 {
+        lines.push((t0 + i * 60, "marketing", "+1000"));
+    }
+    for i in 0..4 {
+        lines.push((t0 + i * 60 + 1, "marketing", "+2000"));
+    }
+    for i in 0..3 {
+        lines.push((t0 + i * 60 + 2, "receipt", "+1000"));
+    }
+    lines.sort_unstable();
+    let text: String = lines
+        .iter()
+        .map(|(t, kind, to)| format!("{{\"time\":{t},\"type\":\"{kind}\",\"to\":\"{to}\"}}\n"))
+        .collect();
+    std::fs::write(&log, text).expect("write the log");
+    let log = log.to_str().expect("utf-8");
+    let config = "examples/envoy-ratelimit/config";
+    let marketing = "messaging.message_type_marketing.to_number";
+    let report = dir.path().join("report");
+    let (ok, out, err) = tollgate(&[
+        "replay",
+        log,
+        "--config",
+        config,
+        "--key",
+        "message_type=$type",
+        "--key",
+        "to_number=$to",
+        "--report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("domain messaging"), "{out}");
+    let row = summary_row(&out, marketing);
+    assert_eq!(row[row.len() - 4..row.len() - 1], ["9", "4", "5"], "{out}");
+    let row = summary_row(&out, "messaging.to_number");
+    assert_eq!(row[row.len() - 4..row.len() - 1], ["0", "0", "0"], "{out}");
+    assert!(out.contains("3 requests matched no limit"), "{out}");
+    let page = std::fs::read_to_string(report.join("index.html")).expect("the report");
+    assert!(page.contains(marketing), "the page names the limit");
+
+    // The number alone: the 100-a-day limit decides every request.
+    let (ok, out, err) = tollgate(&["replay", log, "--config", config, "--key", "to_number=$to"]);
+    assert!(ok, "{err}");
+    let row = summary_row(&out, "messaging.to_number");
+    assert_eq!(
+        row[row.len() - 4..row.len() - 1],
+        ["12", "12", "0"],
+        "{out}"
+    );
+    assert!(out.contains("0 requests matched no limit"), "{out}");
+
+    // Refused by name: a domain the directory does not have; --domain or --redis where they
+    // do not apply.
+    let base = ["replay", log, "--config", config, "--key", "to_number=$to"];
+    let (ok, _, err) = tollgate(&[&base[..], &["--domain", "nope"]].concat());
+    assert!(!ok);
+    assert!(
+        err.contains("no domain \"nope\" (its domains: messaging)"),
+        "{err}"
+    );
+    let (ok, _, err) = tollgate(&[&base[..], &["--redis", "redis://127.0.0.1:1"]].concat());
+    assert!(!ok);
+    assert!(err.contains("not an Envoy directory"), "{err}");
+    let (ok, _, err) = tollgate(&[
+        "replay",
+        "examples/access.log",
+        "--config",
+        "examples/tollgate.toml",
+        "--key",
+        "user=$remote_user",
+        "--domain",
+        "messaging",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--domain is for an Envoy directory"), "{err}");
 }
 
 /// `simulate burst-at-edge`: every algorithm side by side, each outcome as stated, and the
