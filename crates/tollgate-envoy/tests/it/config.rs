@@ -151,3 +151,66 @@ fn limit_header_names_are_checked() {
     let e = error_for("[envoy]\nlimit_remaining_header = \"a:b\"\n");
     assert_eq!(e.field, "envoy.limit_remaining_header", "{e}");
 }
+
+/// `Snapshot::limit_for` answers what a call would decide a descriptor by: the first
+/// `[[envoy.rules]]` rule whose shape it has (fixed values must match), with the key parts
+/// its entries give; nothing for another shape or an unknown domain. `domains` lists them.
+#[test]
+fn limit_for_names_the_limit_and_key_a_descriptor_matches() {
+    let r = rules(
+        r#"
+[[envoy.rules]]
+domain = "edge"
+limit = "per_user_route"
+descriptor = [{ key = "user_id", part = "user" }, { key = "path", part = "route" }, { key = "method", value = "POST" }]
+
+[[envoy.rules]]
+domain = "edge"
+limit = "per_ip"
+descriptor = [{ key = "remote_address", part = "ip" }]
+
+[[envoy.rules]]
+domain = "api"
+limit = "per_ip"
+descriptor = [{ key = "ip", part = "ip" }]
+"#,
+    );
+    let snapshot = Snapshot::new(&r, limiter()).expect("valid");
+    assert_eq!(snapshot.domains(), ["api", "edge"]);
+    let found = snapshot
+        .limit_for(
+            "edge",
+            &[("user_id", "42"), ("path", "/x"), ("method", "POST")],
+        )
+        .expect("the first rule");
+    assert_eq!(&*found.0, "per_user_route");
+    assert_eq!(
+        found.1,
+        [
+            ("user".to_owned(), "42".to_owned()),
+            ("route".to_owned(), "/x".to_owned())
+        ]
+    );
+    assert!(
+        snapshot
+            .limit_for(
+                "edge",
+                &[("user_id", "42"), ("path", "/x"), ("method", "GET")]
+            )
+            .is_none(),
+        "a fixed value that differs matches nothing"
+    );
+    let (limit, key) = snapshot
+        .limit_for("edge", &[("remote_address", "10.0.0.1")])
+        .expect("the second rule");
+    assert_eq!(
+        (&*limit, key),
+        ("per_ip", vec![("ip".to_owned(), "10.0.0.1".to_owned())])
+    );
+    assert!(
+        snapshot
+            .limit_for("api", &[("remote_address", "10.0.0.1")])
+            .is_none()
+    );
+    assert!(snapshot.limit_for("nowhere", &[("ip", "1")]).is_none());
+}
