@@ -102,25 +102,29 @@ fn replay_refuses_what_it_cannot_use() {
         "--config",
         "examples/tollgate.toml",
     ];
-    let (ok, _, err) = tollgate(&[&base[..], &["--key", "user=$remote_usr"]].concat());
-    assert!(!ok);
-    assert!(
-        err.contains("field \"remote_usr\" is not in the log"),
-        "{err}"
+    refused(
+        &[&base[..], &["--key", "user=$remote_usr"]].concat(),
+        "field \"remote_usr\" is not in the log",
     );
-    let (ok, _, err) = tollgate(&base);
-    assert!(!ok);
-    assert!(err.contains("keyed by \"user\""), "{err}");
-    let (ok, _, err) = tollgate(&[
-        "replay",
+    refused(&base, "keyed by \"user\"");
+    refused(
+        &[
+            "replay",
+            "examples/nothing.log",
+            "--config",
+            "examples/tollgate.toml",
+            "--key",
+            "user=$remote_user",
+        ],
         "examples/nothing.log",
-        "--config",
-        "examples/tollgate.toml",
-        "--key",
-        "user=$remote_user",
-    ]);
-    assert!(!ok);
-    assert!(err.contains("examples/nothing.log"), "{err}");
+    );
+}
+
+/// Runs `tollgate <args>`, which must fail saying `says`.
+fn refused(args: &[&str], says: &str) {
+    let (ok, out, err) = tollgate(args);
+    assert!(!ok, "{args:?} succeeded: {out}");
+    assert!(err.contains(says), "{args:?}: {err}");
 }
 
 /// The row of `limit` in a replay's summary, split on whitespace.
@@ -199,27 +203,27 @@ fn replay_through_an_envoy_directory() {
     // Refused by name: a domain the directory does not have; --domain or --redis where they
     // do not apply.
     let base = ["replay", log, "--config", config, "--key", "to_number=$to"];
-    let (ok, _, err) = tollgate(&[&base[..], &["--domain", "nope"]].concat());
-    assert!(!ok);
-    assert!(
-        err.contains("no domain \"nope\" (its domains: messaging)"),
-        "{err}"
+    refused(
+        &[&base[..], &["--domain", "nope"]].concat(),
+        "no domain \"nope\" (its domains: messaging)",
     );
-    let (ok, _, err) = tollgate(&[&base[..], &["--redis", "redis://127.0.0.1:1"]].concat());
-    assert!(!ok);
-    assert!(err.contains("not an Envoy directory"), "{err}");
-    let (ok, _, err) = tollgate(&[
-        "replay",
-        "examples/access.log",
-        "--config",
-        "examples/tollgate.toml",
-        "--key",
-        "user=$remote_user",
-        "--domain",
-        "messaging",
-    ]);
-    assert!(!ok);
-    assert!(err.contains("--domain is for an Envoy directory"), "{err}");
+    refused(
+        &[&base[..], &["--redis", "redis://127.0.0.1:1"]].concat(),
+        "not an Envoy directory",
+    );
+    refused(
+        &[
+            "replay",
+            "examples/access.log",
+            "--config",
+            "examples/tollgate.toml",
+            "--key",
+            "user=$remote_user",
+            "--domain",
+            "messaging",
+        ],
+        "--domain is for an Envoy directory",
+    );
 }
 
 /// `simulate burst-at-edge`: every algorithm side by side, each outcome as stated, and the
