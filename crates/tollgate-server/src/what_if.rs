@@ -68,7 +68,8 @@ pub struct SimulateArgs {
     /// The period, e.g. "1m".
     #[arg(long, default_value = "1m", value_parser = duration::parse)]
     period: Duration,
-    /// Simulate the limits of this config instead of --algorithms/--limit/--period.
+    /// Simulate the limits of this config (a tollgate.toml, or a directory of
+    /// envoyproxy/ratelimit YAML files) instead of --algorithms/--limit/--period.
     #[arg(long, short, conflicts_with = "algorithms")]
     config: Option<PathBuf>,
     /// steady: requests per second [default: 1.5× the limit's rate].
