@@ -433,8 +433,8 @@ fn reply_width(reply: Reply) -> usize {
 /// per part a header (op, whether a clock follows, entry count), the clock unless it is the
 /// server's, and its entries.
 pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
-    if let Some((port, caller)) = lone_batch(parts) {
-        return lone_batch_invocation(port, caller, parts);
+    if let Some((row, script, caller)) = lone_batch(parts) {
+        return lone_batch_invocation(row, script, caller, parts);
     }
     let mut cmd = redis::cmd("EVALSHA");
     let keys: usize = parts.iter().map(|p| p.len()).sum();
@@ -457,9 +457,9 @@ pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
 
 /// When every part of `parts` is one check of one key of the same algorithm, that algorithm
 /// has a lone-check batch script, and every part is on the server's clock (`false`) or every
-/// one on the caller's (`true`): the algorithm's row and which clock. The batch then goes as
-/// that script ([`lone_batch_invocation`]), else as the general batch script.
-fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, bool)> {
+/// one on the caller's (`true`): the algorithm's row, its script and which clock. The batch
+/// then goes as that script ([`lone_batch_invocation`]), else as the general batch script.
+fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, &'static Script, bool)> {
     let first = parts.first()?;
     let caller = match first.at {
         TimeSource::Server => false,
@@ -470,7 +470,7 @@ fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, bool)> {
         return None;
     };
     let row = &PORTS[usize::from(entry.port)];
-    row.lone_batch.as_ref()?;
+    let script = row.lone_batch.as_ref()?;
     let alike = |p: &&Part| {
         p.op == Op::Check
             && matches!(p.entries[..], [e] if e.port == entry.port)
@@ -480,15 +480,14 @@ fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, bool)> {
                 TimeSource::ServerInstant(_) => false,
             }
     };
-    parts.iter().all(alike).then_some((row, caller))
+    parts.iter().all(alike).then_some((row, script, caller))
 }
 
 /// The `EVALSHA` of `row`'s lone-check batch script (`lua/batch_gcra.lua`): each part's key,
 /// then the clock (`''` the server's, `'c'` the caller's), then each part's single-entry
 /// arguments, followed by its instant on the caller's clock.
-fn lone_batch_invocation(row: &Port, caller: bool, parts: &[&Part]) -> Cmd {
+fn lone_batch_invocation(row: &Port, script: &Script, caller: bool, parts: &[&Part]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    let script = row.lone_batch.as_ref().unwrap_or(&BATCH_SCRIPT);
     cmd.arg(script.get_hash()).arg(parts.len());
     for p in parts {
         cmd.arg(p.keys[0].as_str());

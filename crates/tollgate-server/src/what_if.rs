@@ -109,7 +109,11 @@ fn load_config(path: &Path) -> anyhow::Result<Config> {
 
 /// The limits of the config at `path` (only those in `only`, when given).
 fn config_limits(path: &Path, only: &[String]) -> anyhow::Result<Vec<Limit>> {
-    let config = load_config(path)?;
+    limits_of(&load_config(path)?, only)
+}
+
+/// The limits of `config` (only those in `only`, when given).
+fn limits_of(config: &Config, only: &[String]) -> anyhow::Result<Vec<Limit>> {
     for name in only {
         if !config.limits.iter().any(|l| l.limit.name() == name) {
             anyhow::bail!("limit {name:?} is not in {}", config.origin);
@@ -117,9 +121,9 @@ fn config_limits(path: &Path, only: &[String]) -> anyhow::Result<Vec<Limit>> {
     }
     Ok(config
         .limits
-        .into_iter()
+        .iter()
         .filter(|l| only.is_empty() || only.iter().any(|n| n == l.limit.name()))
-        .map(|l| l.limit.shadow(l.shadow))
+        .map(|l| l.limit.clone().shadow(l.shadow))
         .collect())
 }
 
@@ -135,13 +139,14 @@ struct EnvoyRoute {
 }
 
 impl EnvoyRoute {
+    /// The rules of `config` (read from an Envoy directory) for requests of `domain`, their
+    /// descriptors' entries named by `mapping`'s parts, routed among `limits`.
     fn new(
-        dir: &Path,
+        config: &Config,
         limits: &[Limit],
         domain: Option<&str>,
-        keys: &[String],
+        mapping: &KeyMapping,
     ) -> anyhow::Result<EnvoyRoute> {
-        let config = load_config(dir)?;
         // Matching touches no counter: a throwaway store.
         let store = MemoryStore::builder().sweep_interval(None).build();
         let limiter = tollgate::Limiter::builder(store)
@@ -154,7 +159,10 @@ impl EnvoyRoute {
             (None, [only]) => (*only).to_owned(),
             (given, _) => anyhow::bail!(
                 "{}: {} (its domains: {})",
-                dir.display(),
+                Path::new(&config.origin)
+                    .parent()
+                    .unwrap_or(Path::new(&config.origin))
+                    .display(),
                 match given {
                     Some(d) => format!("no domain {d:?}"),
                     None => "several domains: choose one with --domain".to_owned(),
@@ -162,7 +170,6 @@ impl EnvoyRoute {
                 domains.join(", ")
             ),
         };
-        let mapping = KeyMapping::parse(keys).map_err(anyhow::Error::msg)?;
         Ok(EnvoyRoute {
             entries: mapping.parts().iter().map(|(p, _)| p.to_string()).collect(),
             limits: limits.iter().map(|l| l.name().to_owned()).collect(),
@@ -209,7 +216,8 @@ impl ReplayArgs {
         if !envoy && self.domain.is_some() {
             anyhow::bail!("--domain is for an Envoy directory as --config");
         }
-        let limits = config_limits(&self.config, &self.limit)?;
+        let config = load_config(&self.config)?;
+        let limits = limits_of(&config, &self.limit)?;
         let redis = match &self.redis {
             Some(url) => Some(
                 tollgate_redis::RedisStore::builder(url.as_str())
@@ -252,7 +260,8 @@ impl ReplayArgs {
         };
         let reader = BufReader::with_capacity(1 << 16, file);
         let report = if envoy {
-            let rules = EnvoyRoute::new(&self.config, &limits, self.domain.as_deref(), &self.keys)?;
+            let rules =
+                EnvoyRoute::new(&config, &limits, self.domain.as_deref(), &options.mapping)?;
             let route = |values: &[String]| rules.route(values);
             tollgate_replay::replay_log_routed(
                 reader,
