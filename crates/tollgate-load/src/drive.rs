@@ -10,10 +10,12 @@ use crate::tally::{Tally, new_histogram};
 use crate::{BenchOptions, LoadError, Report};
 
 /// Starts `options.concurrency` tasks of `worker` (given its index and the deadline), draws
-/// the progress bar, adds up the tallies and prints the report.
+/// the progress bar, adds up the tallies and prints the report (`what` the calls are, `over`
+/// what carries them).
 pub(crate) async fn load<W, F>(
     options: &BenchOptions,
     what: &str,
+    over: &str,
     worker: W,
 ) -> Result<Report, LoadError>
 where
@@ -52,7 +54,7 @@ where
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    report.print(what, options.concurrency);
+    report.print(what, over);
     Ok(report)
 }
 

@@ -47,23 +47,50 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
             source: Box::new(status),
         })?;
     let keys = options.keys.max(1);
+    // Shared connections are opened before the clock starts; a task's own, by the task.
+    let mut shared = Vec::with_capacity(target.channels);
+    for _ in 0..target.channels {
+        shared.push(endpoint.connect().await?);
+    }
     let what = format!("ShouldRateLimit calls of domain {:?}", target.domain);
-    load(&options, &what, move |worker, deadline| {
-        let (endpoint, target) = (endpoint.clone(), target.clone());
-        async move { drive(endpoint, &target, keys, worker, deadline).await }
+    let over = match target.channels {
+        0 => format!("{} connections", options.concurrency),
+        n => format!("{} clients sharing {n} connections", options.concurrency),
+    };
+    load(&options, &what, &over, move |worker, deadline| {
+        let target = target.clone();
+        let channel = match usize::try_from(worker)
+            .ok()
+            .and_then(|w| shared.get(w % shared.len().max(1)))
+        {
+            Some(channel) => Connection::Shared(channel.clone()),
+            None => Connection::Own(Box::new(endpoint.clone())),
+        };
+        async move { drive(channel, &target, keys, worker, deadline).await }
     })
     .await
 }
 
-/// One gRPC channel (its own HTTP/2 connection) sending `ShouldRateLimit` until `deadline`.
+/// What a task sends its calls on.
+enum Connection {
+    /// A channel other tasks send on too, each call an HTTP/2 stream of its own.
+    Shared(Channel),
+    /// A connection of the task's own, to open (boxed: an endpoint is large).
+    Own(Box<Endpoint>),
+}
+
+/// One task sending `ShouldRateLimit`, one call in flight, until `deadline`.
 async fn drive(
-    endpoint: Endpoint,
+    channel: Connection,
     target: &GrpcTarget,
     keys: u64,
     worker: u64,
     deadline: Instant,
 ) -> Result<Tally, LoadError> {
-    let channel: Channel = endpoint.connect().await?;
+    let channel = match channel {
+        Connection::Shared(channel) => channel,
+        Connection::Own(endpoint) => endpoint.connect().await?,
+    };
     let mut client = RateLimitServiceClient::new(channel);
     let mut tally = Tally::new()?;
     let mut n = first_key(worker);
@@ -129,6 +156,7 @@ mod tests {
         let target = GrpcTarget {
             domain: "edge".into(),
             descriptor: vec![("route".into(), "/x".into()), ("user".into(), "u".into())],
+            channels: 0,
         };
         let values = |r: RateLimitRequest| -> Vec<String> {
             r.descriptors[0]

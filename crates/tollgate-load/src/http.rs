@@ -38,7 +38,8 @@ pub async fn run(options: BenchOptions) -> Result<Report, LoadError> {
     let host = authority.to_string();
     let keys = options.keys.max(1);
     let what = format!("checks of {limit:?}");
-    load(&options, &what, move |worker, deadline| {
+    let over = format!("{} connections", options.concurrency);
+    load(&options, &what, &over, move |worker, deadline| {
         let (addr, host, limit, parts) = (addr.clone(), host.clone(), limit.clone(), parts.clone());
         async move { drive(&addr, &host, &limit, &parts, keys, worker, deadline).await }
     })

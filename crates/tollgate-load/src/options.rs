@@ -25,4 +25,8 @@ pub struct GrpcTarget {
     /// The descriptor's entries, in order. The value of the **last** entry is varied over
     /// `--keys` values (`<value>-0` … `<value>-<N-1>`); with `--keys 1` it is sent as given.
     pub descriptor: Vec<(String, String)>,
+    /// HTTP/2 connections the tasks share, each carrying its tasks' calls as concurrent
+    /// streams, as Envoy multiplexes its calls to a rate limit service; 0 = one connection per
+    /// task.
+    pub channels: usize,
 }

@@ -32,10 +32,11 @@ impl Report {
         self.latency.value_at_quantile(q)
     }
 
-    /// Prints the two summary lines; `what` names the calls, e.g. `checks of "per_user"`.
-    pub(crate) fn print(&self, what: &str, concurrency: usize) {
+    /// Prints the two summary lines; `what` names the calls, e.g. `checks of "per_user"`, and
+    /// `over` what carried them, e.g. `64 connections`.
+    pub(crate) fn print(&self, what: &str, over: &str) {
         println!(
-            "{} {what} in {:.1}s over {concurrency} connections: {:.0} decisions/s ({} allowed, {} denied, {} other)",
+            "{} {what} in {:.1}s over {over}: {:.0} decisions/s ({} allowed, {} denied, {} other)",
             self.allowed + self.denied + self.other,
             self.elapsed.as_secs_f64(),
             self.decisions_per_sec(),

@@ -484,8 +484,9 @@ fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, &'static Script, bool)>
 }
 
 /// The `EVALSHA` of `row`'s lone-check batch script (`lua/batch_gcra.lua`): each part's key,
-/// then the clock (`''` the server's, `'c'` the caller's), then each part's single-entry
-/// arguments, followed by its instant on the caller's clock.
+/// then the clock (`''` the server's, `'c'` the caller's), then the parts in runs of
+/// consecutive parts with the same single-entry arguments (one limit, one cost): per run its
+/// length and those arguments once, followed on the caller's clock by each part's instant.
 fn lone_batch_invocation(row: &Port, script: &Script, caller: bool, parts: &[&Part]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(parts.len());
@@ -493,14 +494,24 @@ fn lone_batch_invocation(row: &Port, script: &Script, caller: bool, parts: &[&Pa
         cmd.arg(p.keys[0].as_str());
     }
     cmd.arg(if caller { "c" } else { "" });
-    for p in parts {
+    let args = |p: &Part| {
         let e = &p.entries[0];
-        for a in (row.single_args)(e.cost, e.params) {
-            cmd.arg(a);
+        (row.single_args)(e.cost, e.params)
+    };
+    let mut rest = parts;
+    while let Some(first) = rest.first() {
+        let asked = args(first);
+        let n = rest.iter().take_while(|p| args(p) == asked).count();
+        cmd.arg(n);
+        for a in &asked {
+            cmd.arg(*a);
         }
-        if let TimeSource::Caller(now) = p.at {
-            cmd.arg(now);
+        for p in &rest[..n] {
+            if let TimeSource::Caller(now) = p.at {
+                cmd.arg(now);
+            }
         }
+        rest = &rest[n..];
     }
     cmd
 }
@@ -789,9 +800,7 @@ mod tests {
         let (k1, k2) = (g1.key.as_str(), g2.key.as_str());
         assert_eq!(
             args(&cmd),
-            [
-                "EVALSHA", lone, "2", k1, k2, "", "250000", "1000000", "250000", "1000000"
-            ]
+            ["EVALSHA", lone, "2", k1, k2, "", "2", "250000", "1000000"]
         );
         let caller = [
             part(Op::Check, &[&g1], TimeSource::Caller(7)),
@@ -799,7 +808,22 @@ mod tests {
         ];
         assert_eq!(
             args(&batch_invocation(&[&caller[0], &caller[1]]))[5..],
-            ["c", "250000", "1000000", "7", "250000", "1000000", "9"]
+            ["c", "2", "250000", "1000000", "7", "9"]
+        );
+        // A run per stretch of requests that ask alike: here costs 1, 1, 3, 1.
+        let g3 = g2.clone().with_cost(3);
+        let runs = [
+            part(Op::Check, &[&g1], TimeSource::Caller(7)),
+            part(Op::Check, &[&g2], TimeSource::Caller(8)),
+            part(Op::Check, &[&g3], TimeSource::Caller(9)),
+            part(Op::Check, &[&g1], TimeSource::Caller(10)),
+        ];
+        assert_eq!(
+            args(&batch_invocation(&runs.iter().collect::<Vec<_>>()))[7..],
+            [
+                "c", "2", "250000", "1000000", "7", "8", "1", "750000", "1000000", "9", "1",
+                "250000", "1000000", "10"
+            ]
         );
 
         for odd in [

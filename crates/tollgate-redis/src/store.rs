@@ -4,7 +4,8 @@
 //! Design choices, and why:
 //! - **One multiplexed connection, no pool**: the `redis` crate's `ConnectionManager`
 //!   pipelines concurrent calls on one connection and reconnects after a failure; a pool
-//!   would only add sockets (measured: one connection carries 100k+ EVALSHA/s).
+//!   would only add sockets (measured: one connection carries 100k+ EVALSHA/s). It has
+//!   Nagle's algorithm off (`TCP_NODELAY`, see `store_builder.rs`), which the crate leaves on.
 //! - **Coalesced calls** (`coalesce.rs`, on by default): requests that arrive while calls to
 //!   the same Redis (slot) are in flight go next as one call of the batch script; a lone
 //!   request goes out at once, as it would without coalescing.

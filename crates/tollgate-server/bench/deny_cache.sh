@@ -8,6 +8,9 @@
 #           its commit, e.g. `git worktree add /tmp/before 9f97268 && (cd /tmp/before &&
 #           CARGO_TARGET_DIR=/tmp/before-target cargo build --release -p tollgate-server)`), on
 #           its defaults; the load generator is this tree's binary throughout
+# With TOLLGATE_GRPC_CHANNELS=<n> the same requests go as Envoy's `ShouldRateLimit` (gRPC, one
+# rule sending descriptor user=0 to the limit), the 64 tasks sharing n HTTP/2 connections as
+# concurrent streams, as Envoy multiplexes them (0: a connection per task).
 # Reports refusals/s, the scripts Redis ran per request (`INFO commandstats`, cmdstat_evalsha),
 # and the CPU each process spent per request (utime + stime from /proc: the service, Redis,
 # the load generator), which bounds what any cache can gain on this machine: the three share
@@ -19,6 +22,7 @@ ROUNDS=${1:-3}
 SECS=${2:-10}
 BIN=target/release/tollgate
 PORT=18082
+GRPC_PORT=18083
 REDIS_PORT=16398
 WORK=$(mktemp -d)
 trap 'kill $RPID ${SPID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
@@ -39,7 +43,17 @@ for round in $(seq "$ROUNDS"); do
     local_tier="deny_cache = $cache
 coalesce = $cache"
     if [ $mode = then ]; then serve=$TOLLGATE_BEFORE; local_tier=""; fi
+    grpc_server="" grpc_rules=""
+    if [ -n "${TOLLGATE_GRPC_CHANNELS:-}" ]; then
+      grpc_server="[server]
+grpc = \"127.0.0.1:$GRPC_PORT\""
+      grpc_rules="[[envoy.rules]]
+domain = \"edge\"
+limit = \"abused\"
+descriptor = [{ key = \"user\", part = \"user\" }]"
+    fi
     cat > "$WORK/tollgate.toml" <<TOML
+$grpc_server
 [store]
 redis = "redis://127.0.0.1:$REDIS_PORT"
 prefix = "dc$round$mode"
@@ -52,6 +66,8 @@ limit = 100
 period = "1m"
 key = ["user"]
 on_store_error = "deny"
+
+$grpc_rules
 TOML
     TOLLGATE_HTTP=127.0.0.1:$PORT $serve serve --config "$WORK/tollgate.toml" 2>"$WORK/serve.log" &
     SPID=$!
@@ -60,10 +76,15 @@ TOML
     for _ in $(seq 101); do curl -s -o /dev/null http://127.0.0.1:$PORT/v1/check -d '{"limit":"abused","key":{"user":"0"}}'; done
     before=$(evalsha)
     s0=$(ticks $SPID); r0=$(ticks $RPID); c0=$(children_ticks)
-    $BIN bench --url http://127.0.0.1:$PORT -c 64 -d "${SECS}s" -l abused --keys 1 > "$WORK/bench.txt"
+    if [ -n "${TOLLGATE_GRPC_CHANNELS:-}" ]; then
+      $BIN bench --grpc --url http://127.0.0.1:$GRPC_PORT -c 64 -d "${SECS}s" --domain edge \
+        --descriptor user=0 --keys 1 --channels "$TOLLGATE_GRPC_CHANNELS" > "$WORK/bench.txt"
+    else
+      $BIN bench --url http://127.0.0.1:$PORT -c 64 -d "${SECS}s" -l abused --keys 1 > "$WORK/bench.txt"
+    fi
     s1=$(ticks $SPID); r1=$(ticks $RPID); c1=$(children_ticks)
     after=$(evalsha)
-    n=$(awk '/checks of/ {print $1; exit}' "$WORK/bench.txt")
+    n=$(awk '/checks of|calls of/ {print $1; exit}' "$WORK/bench.txt")
     echo "round=$round mode=$mode scripts=$((after - before)) requests=$n" \
       "cpu_us_per_request: service=$(us_per $((s1 - s0)) "$n") redis=$(us_per $((r1 - r0)) "$n")" \
       "bench=$(us_per $((c1 - c0)) "$n") | $(tr '\n' ' ' < "$WORK/bench.txt")"

@@ -85,6 +85,10 @@ pub struct BenchArgs {
     /// repeated to add entries.
     #[arg(long, requires = "grpc", value_delimiter = ',', value_parser = parse_entry)]
     descriptor: Vec<(String, String)>,
+    /// HTTP/2 connections the --concurrency tasks share, as concurrent streams, the way Envoy
+    /// multiplexes its calls (with --grpc; 0 = a connection per task).
+    #[arg(long, requires = "grpc", default_value_t = 0)]
+    channels: usize,
 }
 
 /// `key=value`, the key not empty.
@@ -120,6 +124,7 @@ impl BenchArgs {
             let target = GrpcTarget {
                 domain: self.domain.unwrap_or_default(),
                 descriptor: self.descriptor,
+                channels: self.channels,
             };
             tollgate_load::run_grpc(options, target).await
         } else {

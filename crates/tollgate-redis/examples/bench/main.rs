@@ -86,7 +86,7 @@ fn main() -> BenchResult<()> {
                 algorithm,
                 tasks,
                 Duration::from_secs(secs),
-                true,
+                Path::On,
             ))?;
             eprintln!(
                 "{algorithm} × {tasks}: {:.0}/s p50 {:?} p99 {:?}",
@@ -245,14 +245,16 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     args.extend(call.args);
     check_by_hand(server, &args, 1)?;
     let mut summary = Vec::new();
+    let paths = [Path::Before, Path::Off, Path::On];
     for tasks in [256_usize, 1] {
-        let (mut off, mut on) = (Vec::new(), Vec::new());
+        let mut runs: [Vec<RunResult>; 3] = Default::default();
         for _ in 0..3 {
-            off.push(store_run(server, Algorithm::Gcra, tasks, duration, false).await?);
-            on.push(store_run(server, Algorithm::Gcra, tasks, duration, true).await?);
+            for (path, runs) in paths.iter().zip(&mut runs) {
+                runs.push(store_run(server, Algorithm::Gcra, tasks, duration, *path).await?);
+            }
         }
         let mut rows = Vec::new();
-        for (name, runs) in [("off", &off), ("on", &on)] {
+        for (path, runs) in paths.iter().zip(&runs) {
             let med = |f: &dyn Fn(&RunResult) -> f64| {
                 let mut v: Vec<f64> = runs.iter().map(f).collect();
                 v.sort_by(f64::total_cmp);
@@ -266,6 +268,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
                 med(&|r| r.script_per_decision),
                 med(&|r| r.per_call),
             );
+            let name = path.name();
             eprintln!("coalescing {name} × {tasks}: {row:?}");
             out.push_str(&format!(
                 "| {tasks} | {name} | {:.0} | {} | {} | {:.2} µs | {:.2} µs | {:.1} |\n",
@@ -278,7 +281,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
             ));
             rows.push(row);
         }
-        summary.push((tasks, rows[0], rows[1]));
+        summary.push((tasks, rows[0], rows[1], rows[2]));
     }
     let (rb_rate, rb_cpu) = redis_benchmark(server, &args, KEYS)?;
     eprintln!("redis-benchmark gcra: {rb_rate:.0}/s, {rb_cpu:.1} µs CPU per call");
@@ -293,7 +296,9 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     check_by_hand(server, &floor_args, 1)?;
     let (_, floor_cpu) = redis_benchmark_shaped(server, &floor_args, KEYS, (1, 4, 8_000))?;
     let floor_cpu = floor_cpu / FLOOR_KEYS as f64;
-    let off_cpu = summary.first().map_or(f64::NAN, |(_, off, _)| off.3);
+    let before_cpu = summary
+        .first()
+        .map_or(f64::NAN, |(_, before, _, _)| before.3);
     eprintln!("batch floor: {floor_cpu:.2} µs CPU per key");
     out.push_str(&format!(
         "\n`redis-benchmark -P 16 -c 50` on the same single-entry GCRA script: {rb_rate:.0} \
@@ -301,24 +306,28 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
          The floor of any batch of admitted GCRA decisions on the server's clock \
          (`examples/bench/batch_floor.lua`: `PTTL` and `SET … PX` per key, 64 keys per call, \
          no arithmetic; `redis-benchmark -P 1 -c 4`): {floor_cpu:.2} µs Redis CPU per key, \
-         **{:.2}×** of a decision with coalescing off at 256 tasks.\n\n\
-         | ratio (same run) | value |\n|---|---:|\n",
-        floor_cpu / off_cpu
+         **{:.2}×** of a decision on the path before the local tier at 256 tasks.\n\n\
+         | ratio (same run) | on ÷ before | on ÷ off |\n|---|---:|---:|\n",
+        floor_cpu / before_cpu
     ));
-    for (tasks, off, on) in summary {
+    for (tasks, before, off, on) in summary {
+        let pair = |what: &str, bold: bool, f: &dyn Fn(&Row) -> f64| {
+            let (b, o) = (f(&on) / f(&before), f(&on) / f(&off));
+            if bold {
+                format!("| {tasks} tasks: {what} | **{b:.2}×** | **{o:.2}×** |\n")
+            } else {
+                format!("| {tasks} tasks: {what} | {b:.2}× | {o:.2}× |\n")
+            }
+        };
+        out.push_str(&pair("decisions/s", true, &|r| r.0));
+        out.push_str(&pair("p50 latency", false, &|r| r.1));
+        out.push_str(&pair("Redis CPU per decision", true, &|r| r.3));
+        out.push_str(&pair("commandstats µs per decision", false, &|r| r.4));
         out.push_str(&format!(
-            "| {tasks} tasks: decisions/s, on ÷ off | **{:.2}×** |\n\
-             | {tasks} tasks: p50 latency, on ÷ off | {:.2}× |\n\
-             | {tasks} tasks: Redis CPU per decision, on ÷ off | **{:.2}×** |\n\
-             | {tasks} tasks: commandstats µs per decision, on ÷ off | {:.2}× |\n\
-             | {tasks} tasks: decisions/s, on ÷ redis-benchmark | {:.2}× |\n\
-             | {tasks} tasks: decisions/s, off ÷ redis-benchmark | {:.2}× |\n",
-            on.0 / off.0,
-            on.1 / off.1,
-            on.3 / off.3,
-            on.4 / off.4,
-            on.0 / rb_rate,
+            "| {tasks} tasks: decisions/s ÷ redis-benchmark (before, off, on) | {:.2}×, {:.2}×, {:.2}× | |\n",
+            before.0 / rb_rate,
             off.0 / rb_rate,
+            on.0 / rb_rate,
         ));
     }
     Ok(out)
@@ -328,6 +337,32 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
 fn bench_limit(algorithm: Algorithm) -> Limit {
     let quota = Quota::per_second(1_000).unwrap_or_else(|e| panic!("{e}"));
     Limit::new(algorithm.name(), algorithm, quota).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One row of the coalescing table: decisions/s, p50 and p99 (s), Redis CPU and commandstats
+/// µs per decision, decisions per EVALSHA.
+type Row = (f64, f64, f64, f64, f64, f64);
+
+/// The store's path to Redis in a coalescing run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// The path before the local tier: one `EVALSHA` per decision, Nagle's algorithm on (the
+    /// `redis` crate's default, which tollgate kept until it set `TCP_NODELAY`).
+    Before,
+    /// This code without coalescing: one `EVALSHA` per decision, `TCP_NODELAY`.
+    Off,
+    /// The defaults: coalesced calls, `TCP_NODELAY`.
+    On,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Before => "before (off, Nagle)",
+            Path::Off => "off",
+            Path::On => "on",
+        }
+    }
 }
 
 struct RunResult {
@@ -347,11 +382,12 @@ async fn store_run(
     algorithm: Algorithm,
     tasks: usize,
     duration: Duration,
-    coalesce: bool,
+    path: Path,
 ) -> BenchResult<RunResult> {
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(5))
-        .coalesce(coalesce)
+        .coalesce(path == Path::On)
+        .nagle(path == Path::Before)
         .build()
         .await?;
     server.cmd(&["CONFIG", "RESETSTAT"]);

@@ -398,7 +398,9 @@ async fn lone_gcra_batches_decide_like_the_rule_on_a_cluster() {
 }
 
 /// Random batches of 2–16 lone GCRA checks (four limits, three users, random costs and
-/// instants) against the memory store; `one_user` keeps a batch in one slot.
+/// instants) against the memory store; `one_user` keeps a batch in one slot. Half the
+/// requests ask what the one before asked (its limit and cost), so that batches hold runs of
+/// several requests sent as one (`lua/batch_gcra.lua`) as well as runs of one.
 async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
     let limits = gcra_limits();
@@ -411,6 +413,7 @@ async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bo
         let batch_user = users[rng.below(3) as usize];
         let mut requests = Vec::with_capacity(size);
         let mut instants = Vec::with_capacity(size);
+        let mut asked: Option<(usize, u64)> = None;
         for _ in 0..size {
             // Each request its own instant, some equal, none earlier than the last.
             now += match rng.below(6) {
@@ -419,13 +422,20 @@ async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bo
                 _ => rng.below(90_000),
             };
             instants.push(now);
-            let limit = &limits[rng.below(limits.len() as u64) as usize];
+            let (which, cost) = match asked {
+                Some(same) if rng.below(2) == 0 => same,
+                _ => {
+                    let which = rng.below(limits.len() as u64) as usize;
+                    (which, 1 + rng.below(limits[which].capacity()))
+                }
+            };
+            asked = Some((which, cost));
+            let limit = &limits[which];
             let user = if one_user {
                 batch_user
             } else {
                 users[rng.below(3) as usize]
             };
-            let cost = 1 + rng.below(limit.capacity());
             requests.push(
                 Request::new(
                     [Entry::new(limit, Key::new(ns, limit, &[("user", user)]))],

@@ -510,7 +510,8 @@ async fn binary_serves_the_python_client_and_reloads_rules() {
 }
 
 /// `tollgate bench --grpc` drives `ShouldRateLimit`: with 4 keys of 5 calls each (the fake
-/// clock never leaves the window), both `OK` and `OVER_LIMIT` come back and are counted.
+/// clock never leaves the window), both `OK` and `OVER_LIMIT` come back and are counted, with
+/// a connection per task and with the tasks sharing two connections as concurrent streams.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_bench_counts_ok_and_over_limit() {
     let text = format!(
@@ -524,34 +525,41 @@ async fn grpc_bench_counts_ok_and_over_limit() {
     let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
     drop(connect(grpc).await);
 
-    let report = tollgate_server::bench::run_grpc(
-        tollgate_server::bench::BenchOptions {
-            url: format!("http://{grpc}"),
-            concurrency: 4,
-            duration: Duration::from_millis(500),
-            limit: None,
-            keys: 4,
-        },
-        tollgate_server::bench::GrpcTarget {
-            domain: "edge".into(),
-            descriptor: vec![("user".into(), "u".into())],
-        },
-    )
-    .await
-    .expect("bench runs");
-    assert_eq!(report.other, 0, "{report:?}");
-    assert!(report.allowed > 0, "{report:?}");
-    assert!(report.allowed <= 20, "4 keys of 5 each: {report:?}");
-    assert!(report.denied > 0, "{report:?}");
-    assert_eq!(report.latency.len(), report.allowed + report.denied);
-    // The bench's keys are `u-0` … `u-3`, each used up (a peek at one is refused).
-    let peek = server
-        .post(
-            "/v1/peek",
-            r#"{"limit": "bench_g", "key": {"user": "u-2"}}"#,
+    // Each run its own keys (`u-0` … `u-3`, then `s-0` … `s-3`), so each starts unspent.
+    for (channels, user) in [(0, "u"), (2, "s")] {
+        let report = tollgate_server::bench::run_grpc(
+            tollgate_server::bench::BenchOptions {
+                url: format!("http://{grpc}"),
+                concurrency: 4,
+                duration: Duration::from_millis(500),
+                limit: None,
+                keys: 4,
+            },
+            tollgate_server::bench::GrpcTarget {
+                domain: "edge".into(),
+                descriptor: vec![("user".into(), user.into())],
+                channels,
+            },
         )
-        .await;
-    assert_eq!(peek.status, 429, "{peek:?}");
-    assert_eq!(peek.json["remaining"], 0, "{peek:?}");
+        .await
+        .expect("bench runs");
+        assert_eq!(report.other, 0, "channels {channels}: {report:?}");
+        assert!(report.allowed > 0, "channels {channels}: {report:?}");
+        assert!(
+            report.allowed <= 20,
+            "channels {channels}, 4 keys of 5 each: {report:?}"
+        );
+        assert!(report.denied > 0, "channels {channels}: {report:?}");
+        assert_eq!(report.latency.len(), report.allowed + report.denied);
+        // The bench's keys are used up (a peek at one is refused).
+        let peek = server
+            .post(
+                "/v1/peek",
+                &format!(r#"{{"limit": "bench_g", "key": {{"user": "{user}-2"}}}}"#),
+            )
+            .await;
+        assert_eq!(peek.status, 429, "channels {channels}: {peek:?}");
+        assert_eq!(peek.json["remaining"], 0, "channels {channels}: {peek:?}");
+    }
     server.stop().await;
 }
