@@ -78,5 +78,6 @@ pub use script::ScriptCall;
 pub use slot::slot_of;
 pub use store::RedisStore;
 pub use store_builder::{
-    DEFAULT_COOL_DOWN, DEFAULT_FAILURE_THRESHOLD, DEFAULT_TIMEOUT, RedisStoreBuilder,
+    DEAD_CONNECTION_TIMEOUT, DEFAULT_COOL_DOWN, DEFAULT_FAILURE_THRESHOLD, DEFAULT_TIMEOUT,
+    RedisStoreBuilder,
 };

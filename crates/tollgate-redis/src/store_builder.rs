@@ -21,6 +21,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
 /// Default time the breaker stays open before letting a probe through.
 pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(1);
+/// How long bytes sent on a store connection may stay unacknowledged by the peer's kernel
+/// before the connection is abandoned (`TCP_USER_TIMEOUT`) and a new one made.
+pub const DEAD_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -151,15 +154,27 @@ impl RedisStoreBuilder {
     }
 }
 
-/// The store's connections send at once (`TCP_NODELAY`, unless `nagle`), as hiredis and most
-/// Redis clients do; the `redis` crate leaves Nagle's algorithm on. With it on, a write made
-/// while earlier bytes are unacknowledged waits for their ACK, and a command longer than one
-/// segment (a coalesced batch is a few KiB: several segments on an Ethernet MTU) ends in such
-/// a write, which the receiver's delayed ACK can hold back up to 40 ms on Linux. Measured
-/// (docs/benchmarks.md, "Coalesced Redis calls"): with it off, coalesced calls cost Redis
-/// the same or less, on loopback and on a 1500-byte MTU.
+/// The store's TCP settings.
+///
+/// - **`TCP_NODELAY`** (unless `nagle`), as hiredis and most Redis clients do; the `redis`
+///   crate leaves Nagle's algorithm on. With it on, a write made while earlier bytes are
+///   unacknowledged waits for their ACK, and a command longer than one segment (a coalesced
+///   batch is a few KiB: several segments on an Ethernet MTU) ends in such a write, which the
+///   receiver's delayed ACK can hold back up to 40 ms on Linux. Measured (docs/benchmarks.md,
+///   "Coalesced Redis calls"): with it off, coalesced calls cost Redis the same or less, on
+///   loopback and on a 1500-byte MTU.
+/// - **`TCP_USER_TIMEOUT`** of [`DEAD_CONNECTION_TIMEOUT`] (Linux): a connection whose peer
+///   vanished without a reset (a partition, a host gone, a failover that moved the address)
+///   is abandoned once what was sent to it stays unacknowledged that long, and the connection
+///   manager makes a new one. Without it the kernel retransmits for about 15 minutes
+///   (`tcp_retries2`), and every call times out until then although a new connection would
+///   work (measured with `examples/blackhole.rs`). A busy Redis does not trigger it: its
+///   kernel acknowledges bytes whether or not Redis has read them.
 fn tcp_settings(nagle: bool) -> TcpSettings {
-    TcpSettings::default().set_nodelay(!nagle)
+    let settings = TcpSettings::default().set_nodelay(!nagle);
+    #[cfg(target_os = "linux")]
+    let settings = settings.set_user_timeout(DEAD_CONNECTION_TIMEOUT);
+    settings
 }
 
 /// Host and port of each node, without credentials (URLs may hold a password).
@@ -200,11 +215,17 @@ impl fmt::Debug for RedisStoreBuilder {
 mod tests {
     use super::*;
 
-    /// The store's connections have Nagle's algorithm off unless a benchmark asks for it.
+    /// The store's connections have Nagle's algorithm off unless a benchmark asks for it,
+    /// and are abandoned when the peer stops acknowledging.
     #[test]
-    fn connections_send_at_once_unless_told() {
+    fn connections_send_at_once_and_give_up_on_a_silent_peer() {
         let builder = RedisStore::builder("redis://127.0.0.1:1");
         assert!(tcp_settings(builder.nagle).nodelay());
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            tcp_settings(builder.nagle).user_timeout(),
+            Some(DEAD_CONNECTION_TIMEOUT)
+        );
         assert!(!tcp_settings(builder.nagle(true).nagle).nodelay());
     }
 }
