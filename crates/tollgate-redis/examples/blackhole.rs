@@ -21,6 +21,10 @@
 //!
 //! (`unshare -n`: the filter then touches a loopback of the run's own.) Gives up after
 //! `seconds` (default 60).
+//!
+//! `blackhole resets [seconds]` does the same to the reset listener's subscription
+//! ([`tollgate_redis::listen_for_resets`]), which sends nothing while it waits, and prints
+//! when a new subscription replaced it (keep-alive finds the silent peer).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,11 +37,16 @@ type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> BenchResult<()> {
-    let give_up: u64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let resets = args.first().is_some_and(|a| a == "resets");
+    if resets {
+        args.remove(0);
+    }
+    let give_up: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(60);
     let server = RedisServer::start();
+    if resets {
+        return subscription(&server, give_up).await;
+    }
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_millis(50))
         .build()
@@ -100,16 +109,59 @@ async fn main() -> BenchResult<()> {
     }
 }
 
+/// The reset listener's subscription blackholed: how long until it subscribes again.
+async fn subscription(server: &RedisServer, give_up: u64) -> BenchResult<()> {
+    let listener = tollgate_redis::listen_for_resets(server.url(), "bh", |_| {});
+    let started = Instant::now();
+    let port = loop {
+        if let Some(&port) = ports(server, "cmd=subscribe").first() {
+            break port;
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            return Err("the listener did not subscribe within 5 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    blackhole(port)?;
+    let dropped = Instant::now();
+    println!("packets to the subscription's port {port} dropped");
+    loop {
+        let now = ports(server, "cmd=subscribe");
+        if now.iter().any(|&p| p != port) {
+            println!(
+                "{:>8.3} s  subscribed again; subscriptions now: ports {now:?}",
+                secs(dropped.elapsed())
+            );
+            break;
+        }
+        if dropped.elapsed() > Duration::from_secs(give_up) {
+            println!(
+                "{:>8.3} s  gave up: no new subscription",
+                secs(dropped.elapsed())
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    listener.abort();
+    Ok(())
+}
+
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
 /// The client ports of the connections whose last command was `EVALSHA`: the store's.
 fn store_ports(server: &RedisServer) -> Vec<u16> {
+    ports(server, "cmd=evalsha")
+}
+
+/// The client ports of the connections whose `CLIENT LIST` line holds `field`.
+fn ports(server: &RedisServer, field: &str) -> Vec<u16> {
     server
         .cmd(&["CLIENT", "LIST"])
         .lines()
-        .filter(|l| l.contains("cmd=evalsha"))
+        .filter(|l| l.split_whitespace().any(|f| f == field))
         .filter_map(|l| {
             l.split_whitespace()
                 .find_map(|f| f.strip_prefix("addr="))?
@@ -122,9 +174,10 @@ fn store_ports(server: &RedisServer) -> Vec<u16> {
 }
 
 /// Drops, on the loopback, every packet bound for `port`: they go to a class of the loopback's
-/// queue that sends 8 bits a second behind a queue of one packet, so in effect none arrive.
-/// (A plain `drop` action needs a kernel module that minimal kernels lack; these are the
-/// common `htb` and `u32`.)
+/// queue that holds one byte, so each packet is dropped as it is queued. (A plain `drop`
+/// action needs a kernel module that minimal kernels lack; these are the common `htb`, `u32`
+/// and `bfifo`. A slow class with a queue of one packet leaked a packet now and then: enough
+/// to keep a keep-alive answered.)
 fn blackhole(port: u16) -> BenchResult<()> {
     let port = port.to_string();
     for args in [
@@ -139,7 +192,7 @@ fn blackhole(port: u16) -> BenchResult<()> {
             "ceil", "8bit",
         ],
         &[
-            "qdisc", "add", "dev", "lo", "parent", "1:20", "handle", "20:", "pfifo", "limit", "1",
+            "qdisc", "add", "dev", "lo", "parent", "1:20", "handle", "20:", "bfifo", "limit", "1",
         ],
         &[
             "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "u32", "match", "ip",

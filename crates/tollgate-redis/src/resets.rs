@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redis::IntoConnectionInfo as _;
 use tokio::task::JoinHandle;
 
 /// The channel on which resets of keys under `prefix` are published.
@@ -58,7 +59,12 @@ pub fn listen_for_resets(
 }
 
 async fn subscribe(url: &str, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
+    // The store's TCP settings: keep-alive ends a subscription whose host vanished silently,
+    // and the loop above subscribes again.
+    let info = url
+        .into_connection_info()?
+        .set_tcp_settings(crate::store_builder::tcp_settings(false));
+    let mut pubsub = redis::Client::open(info)?.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
     Ok(pubsub)
 }

@@ -24,6 +24,8 @@ pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(1);
 /// How long bytes sent on a store connection may stay unacknowledged by the peer's kernel
 /// before the connection is abandoned (`TCP_USER_TIMEOUT`) and a new one made.
 pub const DEAD_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a store connection may stay silent before TCP keep-alive probes it.
+const KEEPALIVE_AFTER: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -170,8 +172,19 @@ impl RedisStoreBuilder {
 ///   (`tcp_retries2`), and every call times out until then although a new connection would
 ///   work (measured with `examples/blackhole.rs`). A busy Redis does not trigger it: its
 ///   kernel acknowledges bytes whether or not Redis has read them.
-fn tcp_settings(nagle: bool) -> TcpSettings {
-    let settings = TcpSettings::default().set_nodelay(!nagle);
+/// - **TCP keep-alive** after [`KEEPALIVE_AFTER`] of silence, every 5 s: a connection that
+///   sends nothing (the reset listener's subscription; the store's, between calls) learns the
+///   same way that its peer is gone, the unanswered probe ending it after
+///   [`DEAD_CONNECTION_TIMEOUT`] (Linux; elsewhere after the system's probe count). Without
+///   it a subscription to a vanished host never ends, and resets published on the new one
+///   are never heard.
+pub(crate) fn tcp_settings(nagle: bool) -> TcpSettings {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_AFTER)
+        .with_interval(Duration::from_secs(5));
+    let settings = TcpSettings::default()
+        .set_nodelay(!nagle)
+        .set_keepalive(keepalive);
     #[cfg(target_os = "linux")]
     let settings = settings.set_user_timeout(DEAD_CONNECTION_TIMEOUT);
     settings
@@ -226,6 +239,7 @@ mod tests {
             tcp_settings(builder.nagle).user_timeout(),
             Some(DEAD_CONNECTION_TIMEOUT)
         );
+        assert!(tcp_settings(builder.nagle).keepalive().is_some());
         assert!(!tcp_settings(builder.nagle(true).nagle).nodelay());
     }
 }
