@@ -25,6 +25,10 @@
 //! `blackhole resets [seconds]` does the same to the reset listener's subscription
 //! ([`tollgate_redis::listen_for_resets`]), which sends nothing while it waits, and prints
 //! when a new subscription replaced it (keep-alive finds the silent peer).
+//!
+//! `blackhole idle [seconds]` drops the store's packets and then makes no call for 20 s, as a
+//! quiet instance would, before checking again: keep-alive has found the dead connection by
+//! then, so the checks meet a new one instead of the black hole.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -35,11 +39,15 @@ use tollgate_testkit::RedisServer;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// How long `blackhole idle` makes no call after the packets are dropped.
+const IDLE: Duration = Duration::from_secs(20);
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let resets = args.first().is_some_and(|a| a == "resets");
-    if resets {
+    let idle = args.first().is_some_and(|a| a == "idle");
+    if resets || idle {
         args.remove(0);
     }
     let give_up: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(60);
@@ -74,16 +82,29 @@ async fn main() -> BenchResult<()> {
                 secs(now)
             );
         }
+        if idle && dropped_at.is_some_and(|at| now < at + IDLE) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
         match store.decide(&request, Op::Check, None).await {
             Ok(_) => {
                 if let Some(since) = failing_since {
                     let back = started.elapsed();
                     println!(
                         "{:>8.3} s  decided again, {:.3} s after the first failure ({failures} \
-                         failed checks); the store's connections now: ports {:?} (Redis never \
-                         heard the old one close)",
+                         failed checks); the store's connections now: ports {:?}",
                         secs(back),
                         secs(back - since),
+                        store_ports(&server)
+                    );
+                    return Ok(());
+                }
+                if idle && dropped_at.is_some() {
+                    println!(
+                        "{:>8.3} s  the first check after {} s of silence was decided, no \
+                         failure; the store's connections now: ports {:?}",
+                        secs(started.elapsed()),
+                        IDLE.as_secs(),
                         store_ports(&server)
                     );
                     return Ok(());
