@@ -246,7 +246,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     check_by_hand(server, &args, 1)?;
     let mut summary = Vec::new();
     let paths = [Path::Before, Path::Off, Path::On];
-    for tasks in [256_usize, 1] {
+    for tasks in [256_usize, 64, 16, 4, 1] {
         let mut runs: [Vec<RunResult>; 3] = Default::default();
         for _ in 0..3 {
             for (path, runs) in paths.iter().zip(&mut runs) {
