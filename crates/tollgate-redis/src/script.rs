@@ -540,28 +540,14 @@ pub(crate) fn split_batch(
                 parts.len()
             )));
         }
-        return Ok(items
-            .into_iter()
-            .map(|v| match v {
-                Value::BulkString(message) => Err(crate::error::in_batch(
-                    String::from_utf8_lossy(&message).into_owned(),
-                )),
-                Value::SimpleString(message) => Err(crate::error::in_batch(message)),
-                own => Ok(own),
-            })
-            .collect());
+        return Ok(items.into_iter().map(own_failure).collect());
     }
     let mut items = items.into_iter();
     let mut out = Vec::with_capacity(parts.len());
     for (i, p) in parts.iter().enumerate() {
-        match items.next() {
-            Some(Value::BulkString(message)) => {
-                out.push(Err(crate::error::in_batch(
-                    String::from_utf8_lossy(&message).into_owned(),
-                )));
-            }
-            Some(Value::SimpleString(message)) => out.push(Err(crate::error::in_batch(message))),
-            Some(now) => {
+        match items.next().map(own_failure) {
+            Some(Err(failed)) => out.push(Err(failed)),
+            Some(Ok(now)) => {
                 let len = p.reply_len();
                 let mut own = Vec::with_capacity(1 + len);
                 own.push(now);
@@ -578,6 +564,18 @@ pub(crate) fn split_batch(
         return Err(bad("more values than requests".to_owned()));
     }
     Ok(out)
+}
+
+/// A batch script's value for one request: a string is that request's own failure (the
+/// script caught it, `lua/batch.lua`, `lua/batch_gcra.lua`); anything else is its answer.
+fn own_failure(value: Value) -> Result<Value, StoreError> {
+    match value {
+        Value::BulkString(message) => Err(crate::error::in_batch(
+            String::from_utf8_lossy(&message).into_owned(),
+        )),
+        Value::SimpleString(message) => Err(crate::error::in_batch(message)),
+        answer => Ok(answer),
+    }
 }
 
 /// Decodes a script's reply for `entries` (each at its own cost) into the instant the script used (none

@@ -162,11 +162,7 @@ impl Replayer {
     /// taken from `values` (in the mapping's order): each limit's decision, in the limits'
     /// order.
     pub fn step<V: AsRef<str>>(&mut self, time_us: u64, values: &[V]) -> &[Decision] {
-        let (now, second) = self.advance(time_us);
-        self.decisions.clear();
-        if let Some(keys) = &mut self.keys {
-            keys.clear();
-        }
+        let (now, second) = self.begin(time_us);
         // The runs are taken out while deciding, so that a run's key parts and the rest of the
         // replayer can be borrowed at once (taking a Vec is free).
         let mut runs = std::mem::take(&mut self.runs);
@@ -194,11 +190,7 @@ impl Replayer {
         limit: Option<usize>,
         key_parts: &[(&str, &str)],
     ) -> Option<Decision> {
-        let (now, second) = self.advance(time_us);
-        self.decisions.clear();
-        if let Some(keys) = &mut self.keys {
-            keys.clear();
-        }
+        let (now, second) = self.begin(time_us);
         let i = limit.filter(|&i| i < self.runs.len())?;
         let mut runs = std::mem::take(&mut self.runs);
         let run = &mut runs[i];
@@ -207,9 +199,14 @@ impl Replayer {
         self.decisions.last().copied()
     }
 
-    /// Moves the virtual clock to `time_us` (never back; counted when the log goes back) and
-    /// sweeps when a minute has passed: the instant to decide at, and its second in the log.
-    fn advance(&mut self, time_us: u64) -> (u64, usize) {
+    /// Starts an event at `time_us`: forgets the last event's decisions and keys, moves the
+    /// virtual clock (never back; counted when the log goes back) and sweeps when a minute
+    /// has passed. The instant to decide at, and its second in the log.
+    fn begin(&mut self, time_us: u64) -> (u64, usize) {
+        self.decisions.clear();
+        if let Some(keys) = &mut self.keys {
+            keys.clear();
+        }
         let start = *self.start_us.get_or_insert(time_us - time_us % 1_000_000);
         if time_us < self.now_us {
             self.out_of_order += 1;
