@@ -12,6 +12,15 @@ use tollgate_server::cli::{self, Cli, Command};
 use tollgate_server::config::{Config, ConfigError, Overrides};
 use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, shutdown_signal};
 
+/// mimalloc rather than the system's allocator. The service allocates and frees a few small
+/// buffers per request, often on another worker thread than the one that allocated them, and
+/// glibc's malloc then makes the threads queue on its arena locks: a `futex` call per request on
+/// the everyday path, and a fifth of the service's CPU (docs/benchmarks.md, "Allocator").
+/// The library crates leave the choice to the binary that links them, as they should.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match run(Cli::parse()).await {
