@@ -4,10 +4,14 @@
 //! for a few instructions (no await under it). A request spends from the entry when it holds
 //! enough units. When it does not, it takes `k` more plus its cost with one store call
 //! ([`crate::Store::take_lease`]), and requests arriving meanwhile wait for that call instead
-//! of making their own (so a hot key costs one call per `k` decisions); one that waited
-//! three times in vain takes exactly its cost alone (spent at once, never held). After a
-//! take's cost is spent, the instance holds at most `k` units of the key: the overshoot
-//! bound of `crate::lease`.
+//! of making their own (so a hot key costs one call per `k` decisions). When the take lands,
+//! the requests that waited are served from it first, in the order they came, before anyone
+//! else can spend: a local spend never yields, so a task checking in a tight loop would
+//! otherwise spend the whole take before the woken waiters ran, and they would wait in vain
+//! (measured: 4.4 store calls per `k` decisions instead of 1, 16 such tasks per instance).
+//! One that still waited three times in vain (more waiters than units) takes exactly its cost
+//! alone (spent at once, never held). After a take's cost is spent, the instance holds at
+//! most `k` units of the key: the overshoot bound of `crate::lease`.
 //!
 //! Time is the deny cache's: the caller's clock when the limiter has one, else a monotonic
 //! clock local to this tier. A lease ends at the instant read **before** its take was sent
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::key::BuildKeyHasher;
 
 use self::grant::{allowed, apply, clean, rate_units};
-pub(crate) use self::take_done::TakeDone;
+pub(crate) use self::take_done::{TakeDone, Waited};
 
 mod grant;
 mod take_done;
@@ -49,8 +53,13 @@ struct Held {
     store_left: u64,
     /// A take is in flight (the request making it holds `top_up`).
     taking: bool,
-    /// Requests waiting for it.
-    waiters: Vec<Waker>,
+    /// Requests waiting for it, in the order they came.
+    waiters: Vec<Waiter>,
+    /// The ticket of the next request to wait.
+    next_ticket: u64,
+    /// Decisions a take handed to requests that waited for it, until each picks its own up
+    /// (by ticket); a request dropped before that gives its units back.
+    served: Vec<(u64, Decision)>,
     /// Top-up takes finished (or abandoned): the number the one in flight will have.
     takes_done: u64,
     /// The last top-up that failed, by number, and why: the requests that waited for it
@@ -68,14 +77,22 @@ struct Held {
     gauge: metrics::Gauge,
 }
 
+/// A request waiting for a key's take in flight: served from it, by ticket, when it lands.
+struct Waiter {
+    ticket: u64,
+    cost: u64,
+    waker: Waker,
+}
+
 /// What a request does with a key's lease.
 #[derive(Debug)]
 pub(crate) enum Step {
     /// Served locally.
     Spent(Decision),
     /// Another request of this instance is taking units for the key: wait for it
-    /// ([`LeaseTier::take_done`] with this number), then spend again.
-    Wait(u64),
+    /// ([`LeaseTier::take_done`] with the take's number and this request's ticket), served
+    /// from it or, if it did not suffice, spend again.
+    Wait { take: u64, ticket: u64 },
     /// Refused locally: the store had too few units left until this ends.
     Refused(Decision),
     /// Take this from the store first, then spend the cost from the grant.
@@ -167,6 +184,8 @@ impl LeaseTier {
                     store_left: 0,
                     taking: false,
                     waiters: Vec::new(),
+                    next_ticket: 0,
+                    served: Vec::new(),
                     takes_done: 0,
                     failed: None,
                     dry_until: 0,
@@ -206,7 +225,12 @@ impl LeaseTier {
             });
         }
         if h.taking && may_wait {
-            return Step::Wait(h.takes_done);
+            let ticket = h.next_ticket;
+            h.next_ticket += 1;
+            return Step::Wait {
+                take: h.takes_done,
+                ticket,
+            };
         }
         let need = cost - h.units;
         let top_up = !h.taking;
@@ -226,12 +250,22 @@ impl LeaseTier {
         })
     }
 
-    /// Waits until top-up number `take` of `key` is over; its failure, if it failed.
-    pub(crate) fn take_done<'t>(&'t self, key: &'t Key, take: u64) -> TakeDone<'t> {
+    /// Waits until top-up number `take` of `key` is over: `cost` served from it (the request
+    /// with `ticket`), its failure, or neither (spend again).
+    pub(crate) fn take_done<'t>(
+        &'t self,
+        key: &'t Key,
+        take: u64,
+        ticket: u64,
+        cost: u64,
+    ) -> TakeDone<'t> {
         TakeDone {
             tier: self,
             key,
             take,
+            ticket,
+            cost,
+            done: false,
         }
     }
 
@@ -276,9 +310,22 @@ impl LeaseTier {
             Vec::new()
         };
         let decision = grant.and_then(|grant| apply(h, refill, grant, sent, cost));
+        if decision.is_some() {
+            // The waiters first, in order, while units last; the rest spend again when woken.
+            for w in &waiters {
+                if h.units < w.cost {
+                    break;
+                }
+                h.units -= w.cost;
+                h.rate_spent += w.cost;
+                h.gauge.decrement(w.cost as f64);
+                let served = allowed(limit, h, sent);
+                h.served.push((w.ticket, served));
+            }
+        }
         drop(map);
         for w in waiters {
-            w.wake();
+            w.waker.wake();
         }
         decision
     }
@@ -312,7 +359,7 @@ impl LeaseTier {
         };
         drop(map);
         for w in waiters {
-            w.wake();
+            w.waker.wake();
         }
     }
 
@@ -333,7 +380,7 @@ impl LeaseTier {
         if let Some(h) = removed {
             h.gauge.decrement(h.units as f64);
             for w in h.waiters {
-                w.wake();
+                w.waker.wake();
             }
         }
     }
@@ -349,7 +396,7 @@ impl LeaseTier {
             h.gauge.decrement(h.units as f64);
             // Requests waiting for a take in flight: they go on without this entry.
             for w in h.waiters {
-                w.wake();
+                w.waker.wake();
             }
             if h.units + h.expired > 0 {
                 out.push((k, h.limit, h.units + h.expired, h.window));

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::{Limiter, limit_decision, subset};
-use crate::lease_tier::{Refill, Returned, Step};
+use crate::lease_tier::{Refill, Returned, Step, Waited};
 use crate::verdict::{LimitDecision, Source};
 use crate::{Entry, LeaseTake, Op, Request, Store, StoreError, Timestamp};
 
-/// Waits for another request's take before taking exactly the cost alone.
+/// Waits for another request's take (served from it, or not when it had too few units)
+/// before taking exactly the cost alone.
 const MAX_WAITS: u32 = 3;
 
 /// Clears a key's "taking" flag when a take's request is dropped mid-call.
@@ -102,12 +103,18 @@ impl<S: Store> Limiter<S> {
                 Step::Refused(decision) => {
                     return Leased::Other(limit_decision(e, decision, Source::Lease));
                 }
-                Step::Wait(take) => {
+                Step::Wait { take, ticket } => {
                     waited += 1;
-                    if let Some(error) = self.leases.take_done(&e.key, take).await {
+                    match self.leases.take_done(&e.key, take, ticket, cost).await {
+                        Waited::Served(decision) => {
+                            return Leased::Spent(limit_decision(e, decision, Source::Lease));
+                        }
                         // The take this request waited for failed: the policy, now (not a
                         // second timeout).
-                        return Leased::Other(self.policy_for(e, cost, &error));
+                        Waited::Failed(error) => {
+                            return Leased::Other(self.policy_for(e, cost, &error));
+                        }
+                        Waited::Again => {}
                     }
                 }
                 Step::Take(refill) => {

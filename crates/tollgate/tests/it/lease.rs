@@ -1,8 +1,10 @@
 //! Lease mode: a hot key costs the store one call per `k` decisions, never more than the
 //! limit per window from the store's point of view, unspent units given back.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tollgate::{
@@ -19,6 +21,8 @@ struct Counting<S> {
     takes: Arc<AtomicUsize>,
     /// While false, `take_lease` yields instead of answering.
     open: Arc<AtomicBool>,
+    /// Times `take_lease` yields before answering, as a store across a network would.
+    round_trip: usize,
 }
 
 impl<S: Store> Store for Counting<S> {
@@ -45,6 +49,9 @@ impl<S: Store> Store for Counting<S> {
         while !self.open.load(Ordering::SeqCst) {
             tokio::task::yield_now().await;
         }
+        for _ in 0..self.round_trip {
+            tokio::task::yield_now().await;
+        }
         self.inner.take_lease(take, now).await
     }
 }
@@ -55,6 +62,7 @@ fn counting<S: Store>(inner: S) -> Counting<S> {
         decides: Arc::default(),
         takes: Arc::default(),
         open: Arc::new(AtomicBool::new(true)),
+        round_trip: 0,
     }
 }
 
@@ -331,6 +339,85 @@ async fn concurrent_requests_share_one_take() {
         "one take for 20 requests"
     );
     assert_eq!(l.leased_units(), 50 - 19);
+}
+
+/// Tasks that check in a tight loop (a local spend never yields) on one thread: the requests
+/// that waited for a take are served from it before the task that made it can spend the
+/// rest, so nobody waits in vain and takes alone. Still one take per about `k` decisions.
+#[tokio::test(flavor = "current_thread")]
+async fn tight_loops_share_each_take() {
+    const TASKS: usize = 16;
+    const CHECKS: usize = 500;
+    let clock = clock();
+    let store = Counting {
+        round_trip: 2,
+        ..counting(memory())
+    };
+    let l = Arc::new(limiter(
+        store.clone(),
+        &clock,
+        vec![leased(1_000_000, Lease::new().units(100))],
+    ));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let l = Arc::clone(&l);
+            tokio::spawn(async move {
+                for _ in 0..CHECKS {
+                    let v = l.check("hot", &KEY).await.expect("valid");
+                    assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let takes = store.takes.load(Ordering::SeqCst);
+    let decisions = TASKS * CHECKS;
+    assert!(
+        takes <= decisions / 100 + TASKS,
+        "{takes} takes for {decisions} decisions at k = 100"
+    );
+    assert_eq!(
+        store_count(&store.inner, &clock, 1_000_000).await,
+        decisions as u64 + l.leased_units(),
+        "what the store counts is what was admitted and what is held"
+    );
+}
+
+/// A request that waited for a take, was served from it, and was dropped before it ran again
+/// (a timeout, a client gone) gives its units back to the lease: none is lost.
+#[tokio::test(flavor = "current_thread")]
+async fn a_served_waiter_dropped_gives_its_units_back() {
+    let clock = clock();
+    let store = counting(memory());
+    store.open.store(false, Ordering::SeqCst);
+    let l = Arc::new(limiter(
+        store.clone(),
+        &clock,
+        vec![leased(1_000, Lease::new().units(50))],
+    ));
+    let taker = {
+        let l = Arc::clone(&l);
+        tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
+    };
+    while store.takes.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let mut waiter = Box::pin(l.check("hot", &KEY));
+    let first = std::future::poll_fn(|cx| Poll::Ready(waiter.as_mut().poll(cx))).await;
+    assert!(first.is_pending(), "it waits for the take in flight");
+    store.open.store(true, Ordering::SeqCst);
+    assert_eq!(taker.await.expect("task"), Outcome::Allowed);
+    assert_eq!(
+        l.leased_units(),
+        50 - 1,
+        "the take served the waiter: its unit is spent"
+    );
+    drop(waiter);
+    assert_eq!(l.leased_units(), 50, "the dropped waiter's unit is back");
+    assert_eq!(store.takes.load(Ordering::SeqCst), 1);
+    assert_eq!(store_count(&store.inner, &clock, 1_000).await, 1 + 50);
 }
 
 /// Many tasks on four instances (real threads) hammering one key: the store never counts
