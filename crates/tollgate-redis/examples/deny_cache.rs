@@ -4,8 +4,14 @@
 //! `cargo run --release -p tollgate-redis --example deny_cache` spawns its own `redis-server`
 //! and, in one run so that the figures compare, hammers **one abusive key** (a limit of
 //! 100/min, GCRA, already used up) from 64 concurrent tasks through a `Limiter` on
-//! `RedisStore`, once without the deny cache (every refusal is a script) and once with it.
-//! It reports refusals/s, their ratio, and the scripts Redis ran per refusal (`INFO
+//! `RedisStore`, alternating, three rounds:
+//! - before the local tier: no deny cache, no coalescing, Nagle on (every refusal is one
+//!   script call, as in the code before the cache);
+//! - coalescing alone: no deny cache (concurrent refusals share script calls);
+//! - the defaults: deny cache and coalescing.
+//!
+//! For scale, Redis's own client runs the same refusal right after each run: `redis-benchmark
+//! -P 16 -c 50` on the single-entry GCRA script and one used-up key. It reports refusals/s, their ratios, and the scripts Redis ran per refusal (`INFO
 //! commandstats`, `cmdstat_evalsha` calls, before and after each run).
 //!
 //! `TOLLGATE_BENCH_SECS` sets the seconds per run (default 3).
@@ -15,12 +21,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Limit, Limiter, Outcome, Quota};
-use tollgate_redis::RedisStore;
-use tollgate_testkit::RedisServer;
+use tollgate_redis::{RedisStore, ScriptCall};
+use tollgate_testkit::{RedisBenchmark, RedisServer};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const TASKS: usize = 64;
+
+const ROUNDS: usize = 3;
 
 fn main() -> BenchResult<()> {
     let secs: u64 = std::env::var("TOLLGATE_BENCH_SECS")
@@ -33,60 +41,115 @@ fn main() -> BenchResult<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
+    // redis-benchmark on what each refusal without the cache runs: the single-entry script,
+    // one key, used up by a first short run (its first 100 calls are admitted).
+    let call = ScriptCall::check(&abused()?, 1);
+    let sha = server.cmd(&["SCRIPT", "LOAD", call.source]);
+    assert!(
+        sha.contains(call.sha),
+        "SCRIPT LOAD gave {sha:?}, not {}",
+        call.sha
+    );
+    let mut args: Vec<String> = vec![
+        "EVALSHA".into(),
+        call.sha.into(),
+        "1".into(),
+        "rb:abuser".into(),
+    ];
+    args.extend(call.args);
+    let use_up = RedisBenchmark {
+        pipeline: 1,
+        clients: 1,
+        requests: 200,
+    };
+    use_up.run(&server, &args, 1)?;
     let mut rows = Vec::new();
-    for (label, cache) in [
-        ("without the deny cache", 0),
-        ("with the deny cache", 10_000),
-    ] {
-        let (refused, elapsed, scripts) = rt.block_on(run(&server, cache, secs))?;
-        rows.push((label, refused, elapsed, scripts));
+    for round in 1..=ROUNDS {
+        for (label, cache, coalesce) in [
+            ("before the local tier", 0, false),
+            ("coalescing alone", 0, true),
+            ("the defaults (deny cache)", 10_000, true),
+        ] {
+            let (refused, elapsed, scripts) =
+                rt.block_on(run(&server, (cache, coalesce), secs, round))?;
+            let (baseline, _) = RedisBenchmark::default().run(&server, &args, 1)?;
+            rows.push((round, label, refused, elapsed, scripts, baseline));
+        }
     }
-    let rate = |r: &(&str, u64, Duration, u64)| r.1 as f64 / r.2.as_secs_f64();
     println!("## Deny cache\n");
     println!(
         "Measured by `cargo run --release -p tollgate-redis --example deny_cache`: one key \
          over its limit (100/min, GCRA), {TASKS} concurrent tasks on one tokio worker thread, \
-         {secs} s per run, one run each, in the same process against the same \
-         `redis-server`. Scripts counted from `INFO commandstats`.\n"
+         {secs} s per run, {ROUNDS} rounds alternating, in the same process against the same \
+         `redis-server`. Scripts counted from `INFO commandstats`. `redis-benchmark`: \
+         `-P 16 -c 50` running the single-entry GCRA script on one used-up key (what each \
+         refusal without the cache runs), right after each run.\n"
     );
-    println!("| run | refusals | refusals/s | scripts run | scripts per refusal |");
-    println!("|---|---:|---:|---:|---:|");
-    for r in &rows {
+    println!(
+        "| round | run | refusals | refusals/s | scripts per refusal | redis-benchmark EVALSHA/s | ÷ redis-benchmark |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    let rate = |refused: u64, elapsed: Duration| refused as f64 / elapsed.as_secs_f64();
+    for &(round, label, refused, elapsed, scripts, baseline) in &rows {
         println!(
-            "| {} | {} | {:.0} | {} | {:.6} |",
-            r.0,
-            r.1,
-            rate(r),
-            r.3,
-            r.3 as f64 / r.1.max(1) as f64
+            "| {round} | {label} | {refused} | {:.0} | {:.6} | {baseline:.0} | {:.2}× |",
+            rate(refused, elapsed),
+            scripts as f64 / refused.max(1) as f64,
+            rate(refused, elapsed) / baseline
         );
     }
+    let ratios = |of: usize| -> String {
+        rows.chunks(3)
+            .map(|round| {
+                format!(
+                    "{:.1}×",
+                    rate(round[2].2, round[2].3) / rate(round[of].2, round[of].3)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!(
-        "\nRatio, with / without: **{:.1}×** refusals/s.",
-        rate(&rows[1]) / rate(&rows[0])
+        "\nThe defaults' refusals/s per round, against the path before the local tier: **{}**; \
+         against coalescing alone: {}.",
+        ratios(0),
+        ratios(1)
     );
     Ok(())
 }
 
+/// The abused limit: 100 a minute, GCRA.
+fn abused() -> BenchResult<Limit> {
+    Ok(Limit::new("abused", Algorithm::Gcra, Quota::per_minute(100)?)?.keyed_by(["user"])?)
+}
+
 /// Uses up the key, then refuses it from `TASKS` tasks for `secs`; returns the refusals, the
 /// time taken and the scripts Redis ran meanwhile.
-async fn run(server: &RedisServer, cache: usize, secs: u64) -> BenchResult<(u64, Duration, u64)> {
+async fn run(
+    server: &RedisServer,
+    (cache, coalesce): (usize, bool),
+    secs: u64,
+    round: usize,
+) -> BenchResult<(u64, Duration, u64)> {
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(2))
+        .coalesce(coalesce)
+        // The path before the local tier also had Nagle on (examples/bench, "before").
+        .nagle(!coalesce)
         .build()
         .await?;
-    let limit =
-        Limit::new("abused", Algorithm::Gcra, Quota::per_minute(100)?)?.keyed_by(["user"])?;
     let limiter = Arc::new(
         Limiter::builder(store)
-            .namespace(tollgate::Namespace::new(format!("bench{cache}"))?)
+            .namespace(tollgate::Namespace::new(format!(
+                "bench{round}-{cache}-{coalesce}"
+            ))?)
             .deny_cache(cache)
-            .limit(limit)
+            .limit(abused()?)
             .build()?,
     );
     let key = [("user", "abuser")];
     while limiter.check("abused", &key).await?.outcome() == Outcome::Allowed {}
-    let before = evalsha_calls(server)?;
+    let before = server.command_stats("evalsha").calls;
     let stop = Arc::new(AtomicBool::new(false));
     let refused = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -111,21 +174,6 @@ async fn run(server: &RedisServer, cache: usize, secs: u64) -> BenchResult<(u64,
         t.await?;
     }
     let elapsed = started.elapsed();
-    let scripts = evalsha_calls(server)? - before;
+    let scripts = server.command_stats("evalsha").calls - before;
     Ok((refused.load(Ordering::Relaxed), elapsed, scripts))
-}
-
-/// `cmdstat_evalsha:calls=N,...` from `INFO commandstats`.
-fn evalsha_calls(server: &RedisServer) -> BenchResult<u64> {
-    let info = server.cmd(&["INFO", "commandstats"]);
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .ok_or("no cmdstat_evalsha in INFO commandstats")?;
-    let calls = line
-        .split(['=', ','])
-        .nth(1)
-        .ok_or("malformed cmdstat line")?
-        .parse()?;
-    Ok(calls)
 }

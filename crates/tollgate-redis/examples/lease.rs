@@ -10,9 +10,11 @@
 //! - lease mode with k chosen from the observed rate (the default).
 //!
 //! Throughput: a limit never reached; decisions/s and scripts per decision (`INFO
-//! commandstats`, `cmdstat_evalsha` calls before and after each run). Overshoot: a limit of
-//! 100 000 hammered until every instance is refused; admitted vs the limit, and the units
-//! still held (given back afterwards).
+//! commandstats`, `cmdstat_evalsha` calls before and after each run), and for scale the same
+//! key under Redis's own client right after each run: `redis-benchmark -P 16 -c 50` on the
+//! single-entry fixed-window script, what the exact path runs per decision. Overshoot: a
+//! limit of 100 000 hammered until every instance is refused; admitted vs the limit, and the
+//! units still held (given back afterwards). Two rounds, the modes alternating.
 //!
 //! `TOLLGATE_BENCH_SECS` sets the seconds per throughput run (default 3).
 
@@ -21,8 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Lease, Limit, Limiter, Namespace, Outcome, Quota};
-use tollgate_redis::RedisStore;
-use tollgate_testkit::RedisServer;
+use tollgate_redis::{RedisStore, ScriptCall};
+use tollgate_testkit::{RedisBenchmark, RedisServer};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -31,6 +33,7 @@ const TASKS: usize = 16;
 /// Windows are aligned to the epoch: 300 days never end during a run.
 const PERIOD: Duration = Duration::from_secs(300 * 86_400);
 const OVERSHOOT_LIMIT: u64 = 100_000;
+const ROUNDS: usize = 2;
 
 #[derive(Clone, Copy)]
 enum Mode {
@@ -60,32 +63,53 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
     let modes = [Mode::Exact, Mode::Lease(Some(100)), Mode::Lease(None)];
+    let call = ScriptCall::check(&limit(Mode::Exact, 1_000_000_000)?, 1);
+    let sha = server.cmd(&["SCRIPT", "LOAD", call.source]);
+    assert!(
+        sha.contains(call.sha),
+        "SCRIPT LOAD gave {sha:?}, not {}",
+        call.sha
+    );
+    let mut args: Vec<String> = vec![
+        "EVALSHA".into(),
+        call.sha.into(),
+        "1".into(),
+        "rb:hot".into(),
+    ];
+    args.extend(call.args);
     let mut rows = Vec::new();
-    for (i, mode) in modes.into_iter().enumerate() {
-        let speed = rt.block_on(throughput(&server, mode, secs, i))?;
-        let over = rt.block_on(overshoot(&server, mode, i))?;
-        rows.push((mode, speed, over));
+    for round in 1..=ROUNDS {
+        for (i, mode) in modes.into_iter().enumerate() {
+            let run = round * modes.len() + i;
+            let speed = rt.block_on(throughput(&server, mode, secs, run))?;
+            let (baseline, _) = RedisBenchmark::default().run(&server, &args, 1)?;
+            let over = rt.block_on(overshoot(&server, mode, run))?;
+            rows.push((round, mode, speed, baseline, over));
+        }
     }
     println!("## Leases (one hot key, 4 instances)\n");
     println!(
         "Measured by `cargo run --release -p tollgate-redis --example lease`: {INSTANCES} \
          `Limiter` + `RedisStore` instances in one process (each its own connection), \
          {TASKS} tasks each, one tokio worker thread, one fixed-window key; {secs} s per \
-         throughput run; scripts counted from `INFO commandstats`. Overshoot: a limit of \
-         {OVERSHOOT_LIMIT} hammered until every instance is refused.\n"
+         throughput run, {ROUNDS} rounds; scripts counted from `INFO commandstats`; \
+         `redis-benchmark -P 16 -c 50` on the single-entry fixed-window script and one key \
+         right after each run. Overshoot: a limit of {OVERSHOOT_LIMIT} hammered until every \
+         instance is refused.\n"
     );
     println!(
-        "| mode | decisions/s | vs exact | scripts per decision | admitted of {OVERSHOOT_LIMIT} | overshoot | held at the end |"
+        "| round | mode | decisions/s | vs exact | scripts per decision | redis-benchmark EVALSHA/s | ÷ redis-benchmark | admitted of {OVERSHOOT_LIMIT} | overshoot | held at the end |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    let exact_rate = rows[0].1.0;
-    for (mode, (rate, per), (admitted, held)) in &rows {
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (i, (round, mode, (rate, per), baseline, (admitted, held))) in rows.iter().enumerate() {
+        let exact_rate = rows[i - i % modes.len()].2.0;
         println!(
-            "| {} | {:.0} | {:.2}× | {:.6} | {} | {} | {} |",
+            "| {round} | {} | {:.0} | {:.2}× | {:.6} | {baseline:.0} | {:.2}× | {} | {} | {} |",
             mode.label(),
             rate,
             rate / exact_rate,
             per,
+            rate / baseline,
             admitted,
             *admitted as i64 - OVERSHOOT_LIMIT as i64,
             held
@@ -138,7 +162,7 @@ async fn throughput(
     run: usize,
 ) -> BenchResult<(f64, f64)> {
     let limiters = instances(server, mode, 1_000_000_000, &format!("speed{run}")).await?;
-    let before = evalsha_calls(server)?;
+    let before = server.command_stats("evalsha").calls;
     let stop = Arc::new(AtomicBool::new(false));
     let decided = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -166,7 +190,7 @@ async fn throughput(
         t.await?;
     }
     let elapsed = started.elapsed();
-    let scripts = evalsha_calls(server)? - before;
+    let scripts = server.command_stats("evalsha").calls - before;
     let decided = decided.load(Ordering::Relaxed);
     for l in &limiters {
         l.return_leases().await?;
@@ -202,18 +226,4 @@ async fn overshoot(server: &RedisServer, mode: Mode, run: usize) -> BenchResult<
         l.return_leases().await?;
     }
     Ok((admitted.load(Ordering::Relaxed), held))
-}
-
-/// `cmdstat_evalsha:calls=N,...` from `INFO commandstats` (0 before the first).
-fn evalsha_calls(server: &RedisServer) -> BenchResult<u64> {
-    let info = server.cmd(&["INFO", "commandstats"]);
-    let Some(line) = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")) else {
-        return Ok(0);
-    };
-    let calls = line
-        .split(['=', ','])
-        .nth(1)
-        .ok_or("malformed cmdstat line")?
-        .parse()?;
-    Ok(calls)
 }

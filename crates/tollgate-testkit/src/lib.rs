@@ -1,16 +1,21 @@
 //! Test harness for tollgate: the store conformance suite, written once and run against
 //! every store; spawned Redis servers and clusters; a store that fails on demand
-//! ([`FailingStore`]); and the Python gRPC client of the Envoy rate limit service
-//! ([`python`]).
+//! ([`FailingStore`]); the Python gRPC client of the Envoy rate limit service ([`python`]);
+//! and what the benchmarks measure Redis with ([`RedisServer::command_stats`],
+//! [`RedisServer::cpu_time`], [`RedisBenchmark`]).
 
+mod command_stats;
 pub mod conformance;
 mod failing_store;
 mod fixture;
 pub mod python;
+mod redis_benchmark;
 mod redis_cluster;
 mod redis_server;
 
+pub use command_stats::CommandStats;
 pub use failing_store::FailingStore;
 pub use fixture::Fixture;
+pub use redis_benchmark::RedisBenchmark;
 pub use redis_cluster::{CLUSTER_TIMEOUT, RedisCluster};
 pub use redis_server::{RedisServer, START_TIMEOUT};

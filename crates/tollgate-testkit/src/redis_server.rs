@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::command_stats::CommandStats;
+
 /// How long a spawned server gets to answer PING.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -165,14 +167,77 @@ impl RedisServer {
         self.signal("CONT");
     }
 
-    fn signal(&self, name: &str) {
-        let pid = self.pid.get_or_init(|| {
+    /// How often `command` ran and the µs it took in all, since the start or the last
+    /// `CONFIG RESETSTAT` (`cmdstat_<command>` in `INFO commandstats`; a subcommand is
+    /// written `script|load`). Zero before its first call.
+    ///
+    /// # Panics
+    /// When the server cannot be reached, or the line is malformed.
+    pub fn command_stats(&self, command: &str) -> CommandStats {
+        let info = self.cmd(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+            return CommandStats::default();
+        };
+        let field = |name: &str| -> u64 {
+            line.split(',')
+                .find_map(|kv| kv.trim().strip_prefix(name))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line:?}")) as u64
+        };
+        CommandStats {
+            calls: field("calls="),
+            usec: field("usec="),
+        }
+    }
+
+    /// Error replies the server has sent so far (`total_error_replies` in `INFO stats`).
+    ///
+    /// # Panics
+    /// When the server cannot be reached or the field is missing.
+    pub fn error_replies(&self) -> u64 {
+        let info = self.cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_error_replies:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total_error_replies in INFO stats: {info}"))
+    }
+
+    /// CPU time (user + system) the server process has used so far, from `/proc`: unlike
+    /// throughput, it hardly moves when other processes load the machine.
+    ///
+    /// # Panics
+    /// When the pid or `/proc/<pid>/stat` cannot be read.
+    pub fn cpu_time(&self) -> Duration {
+        let pid = self.pid();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
+        // After the command name (in parentheses): utime and stime are the 14th and 15th
+        // fields of the whole line, in clock ticks (100 per second on Linux).
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| -> u64 {
+            fields
+                .get(i)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no field {i} in /proc/{pid}/stat: {stat}"))
+        };
+        Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    }
+
+    /// The server's own pid (read from `INFO server` once per start).
+    fn pid(&self) -> u32 {
+        *self.pid.get_or_init(|| {
             let info = self.cmd(&["INFO", "server"]);
             info.lines()
                 .find_map(|l| l.strip_prefix("process_id:"))
                 .and_then(|p| p.trim().parse::<u32>().ok())
                 .unwrap_or_else(|| panic!("no process_id in INFO server: {info}"))
-        });
+        })
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.pid();
         let status = Command::new("kill")
             .arg(format!("-{name}"))
             .arg(pid.to_string())

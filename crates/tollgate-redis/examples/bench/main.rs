@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store};
 use tollgate_redis::{RedisStore, ScriptCall};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisBenchmark, RedisServer};
 
 const KEYS: u64 = 10_000;
 const MEMORY_KEYS: u64 = 100_000;
@@ -128,7 +128,7 @@ fn main() -> BenchResult<()> {
         // GCRA's script answers one integer, the others an array of five.
         let items = if *algorithm == Algorithm::Gcra { 1 } else { 5 };
         check_by_hand(&server, &args, items)?;
-        let (rate, cpu) = redis_benchmark(&server, &args, KEYS)?;
+        let (rate, cpu) = RedisBenchmark::default().run(&server, &args, KEYS)?;
         eprintln!("redis-benchmark {algorithm}: {rate:.0}/s, {cpu:.1} µs CPU per call");
         if *algorithm == Algorithm::Gcra {
             gcra_args = args.clone();
@@ -175,9 +175,9 @@ fn main() -> BenchResult<()> {
         // Alternate, three rounds, and take medians: the machine's load drifts.
         let (mut ours, mut theirs, mut floor) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..3 {
-            ours.push(redis_benchmark(&server, &gcra_args, keys)?);
-            theirs.push(redis_benchmark(&server, &args, keys)?);
-            floor.push(redis_benchmark(&server, &floor_args, keys)?);
+            ours.push(RedisBenchmark::default().run(&server, &gcra_args, keys)?);
+            theirs.push(RedisBenchmark::default().run(&server, &args, keys)?);
+            floor.push(RedisBenchmark::default().run(&server, &floor_args, keys)?);
         }
         let median = |v: &mut Vec<(f64, f64)>| {
             let mut rates: Vec<f64> = v.iter().map(|x| x.0).collect();
@@ -283,7 +283,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
         }
         summary.push((tasks, rows[0], rows[1], rows[2]));
     }
-    let (rb_rate, rb_cpu) = redis_benchmark(server, &args, KEYS)?;
+    let (rb_rate, rb_cpu) = RedisBenchmark::default().run(server, &args, KEYS)?;
     eprintln!("redis-benchmark gcra: {rb_rate:.0}/s, {rb_cpu:.1} µs CPU per call");
     // The floor: PTTL and SET … PX per key, 64 keys per call, nothing else.
     const FLOOR_KEYS: usize = 64;
@@ -294,7 +294,12 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     ];
     floor_args.extend((0..FLOOR_KEYS).map(|_| "bf:{__rand_int__}".to_owned()));
     check_by_hand(server, &floor_args, 1)?;
-    let (_, floor_cpu) = redis_benchmark_shaped(server, &floor_args, KEYS, (1, 4, 8_000))?;
+    let (_, floor_cpu) = RedisBenchmark {
+        pipeline: 1,
+        clients: 4,
+        requests: 8_000,
+    }
+    .run(server, &floor_args, KEYS)?;
     let floor_cpu = floor_cpu / FLOOR_KEYS as f64;
     let before_cpu = summary
         .first()
@@ -391,7 +396,7 @@ async fn store_run(
         .build()
         .await?;
     server.cmd(&["CONFIG", "RESETSTAT"]);
-    let cpu_before = redis_cpu(server)?;
+    let cpu_before = server.cpu_time();
     let ns = Namespace::new(format!("b{tasks}"))?;
     let limit = Arc::new(bench_limit(algorithm));
     let keys: Arc<Vec<Key>> = Arc::new(
@@ -435,8 +440,9 @@ async fn store_run(
         errors += e;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu = (redis_cpu(server)? - cpu_before).as_secs_f64() * 1e6;
-    let (calls, usec) = evalsha_stats(server);
+    let cpu = (server.cpu_time() - cpu_before).as_secs_f64() * 1e6;
+    let stats = server.command_stats("evalsha");
+    let (calls, usec) = (stats.calls as f64, stats.usec as f64);
     if errors > 0 {
         return Err(format!("{errors} store errors during the run").into());
     }
@@ -455,22 +461,6 @@ async fn store_run(
         script_per_decision: usec / decisions,
         per_call: decisions / calls.max(1.0),
     })
-}
-
-/// EVALSHA calls and their total µs since the last `CONFIG RESETSTAT` (`INFO commandstats`).
-fn evalsha_stats(server: &RedisServer) -> (f64, f64) {
-    let info = server.cmd(&["INFO", "commandstats"]);
-    let line = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .unwrap_or("");
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|kv| kv.trim().strip_prefix(name))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (field("calls="), field("usec="))
 }
 
 async fn memory_run(
@@ -592,88 +582,6 @@ fn check_by_hand(server: &RedisServer, args: &[String], items: usize) -> BenchRe
         reply.lines().collect::<Vec<_>>()
     );
     Ok(())
-}
-
-/// Runs `redis-benchmark -P 16 -c 50` on `args` and returns requests/s and Redis's CPU time
-/// per request in µs (from `/proc`: unlike throughput, it hardly moves when other processes
-/// load the machine), after checking that Redis sent no error reply during the run.
-fn redis_benchmark(server: &RedisServer, args: &[String], keys: u64) -> BenchResult<(f64, f64)> {
-    redis_benchmark_shaped(server, args, keys, (16, 50, 400_000))
-}
-
-/// [`redis_benchmark`] with `pipeline` calls in flight per connection, `clients`
-/// connections and `requests` calls in all.
-fn redis_benchmark_shaped(
-    server: &RedisServer,
-    args: &[String],
-    keys: u64,
-    (pipeline, clients, requests): (u32, u32, u64),
-) -> BenchResult<(f64, f64)> {
-    let errors_before = error_replies(server);
-    let cpu_before = redis_cpu(server)?;
-    let out = Command::new("redis-benchmark")
-        .arg("-p")
-        .arg(server.port().to_string())
-        .arg("-P")
-        .arg(pipeline.to_string())
-        .arg("-c")
-        .arg(clients.to_string())
-        .args(["-q", "-r"])
-        .arg(keys.to_string())
-        .arg("-n")
-        .arg(requests.to_string())
-        .args(args)
-        .output()?;
-    let cpu = (redis_cpu(server)? - cpu_before).as_secs_f64() * 1e6 / requests as f64;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let errors = error_replies(server) - errors_before;
-    if errors > 0 {
-        return Err(format!("{errors} error replies during redis-benchmark: {text}").into());
-    }
-    let line = text
-        .split(['\r', '\n'])
-        .rfind(|l| l.contains("requests per second"))
-        .ok_or_else(|| format!("no figure in redis-benchmark output: {text}"))?;
-    let figure = line
-        .split("requests per second")
-        .next()
-        .and_then(|s| s.rsplit([' ', ':']).find(|w| !w.is_empty()))
-        .and_then(|w| w.parse::<f64>().ok())
-        .ok_or_else(|| format!("cannot read {line:?}"))?;
-    Ok((figure, cpu))
-}
-
-/// CPU time (user + system) the redis-server process has used so far.
-fn redis_cpu(server: &RedisServer) -> BenchResult<Duration> {
-    let pid = server
-        .cmd(&["INFO", "server"])
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .map(|v| v.trim().to_owned())
-        .ok_or("no process_id in INFO")?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which is in parentheses): utime and stime are the 14th
-    // and 15th fields of the whole line, in clock ticks (100 per second on Linux).
-    let after = stat.rsplit_once(')').ok_or("bad /proc stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11)
-        .and_then(|v| v.parse::<u64>().ok())
-        .ok_or("no utime")?
-        + fields
-            .get(12)
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or("no stime")?;
-    Ok(Duration::from_millis(ticks * 10))
-}
-
-fn error_replies(server: &RedisServer) -> u64 {
-    server
-        .cmd(&["INFO", "stats"])
-        .lines()
-        .find_map(|l| l.strip_prefix("total_error_replies:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn micros(d: Duration) -> String {

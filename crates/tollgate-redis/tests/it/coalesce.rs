@@ -472,9 +472,11 @@ async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bo
 
 /// On the server's clock (no clock argument: the key's expiry holds the state), a batch of
 /// lone checks of one GCRA key admits in batch order, each admit one unit fewer, then refuses
-/// without charging. Redis's clock stands still during a script and counts in ms, so the last
-/// unit of the burst passes a ms after the others (`lua/gcra.lua`, "Server's clock": every
-/// step errs towards refusing): one call admits the burst less one.
+/// without charging. Redis's clock counts in ms, so the last unit of the burst passes a ms
+/// after the others (`lua/gcra.lua`, "Server's clock": every step errs towards refusing): a
+/// call admits the burst less one — or the whole burst when a ms passed during the call, as
+/// `PTTL` reads Redis's running clock even inside a script (Redis 7.0: a script that spins
+/// between two `PTTL`s of one key sees them differ), which a loaded machine makes likely.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lone_gcra_batches_on_the_server_clock_spend_the_burst_in_order() {
     let redis = redis_store().await;
@@ -503,24 +505,33 @@ async fn lone_gcra_batches_on_the_server_clock_spend_the_burst_in_order() {
             .unwrap_or_else(|e| panic!("PTTL {reply:?}: {e}"))
     };
     let first = redis.decide_batch(&asked, None).await;
-    let mut expected: Vec<Option<u64>> = (1..=9).rev().map(Some).collect();
-    expected.extend([None, None, None]);
-    assert_eq!(
-        admitted(&first),
-        expected,
-        "nine admits in order, then refusals"
-    );
-    let refused = first[9].as_ref().expect("decided")[0].retry_after;
+    let got = admitted(&first);
+    let nine: Vec<Option<u64>> = (1..=9).rev().map(Some).chain([None; 3]).collect();
+    let ten: Vec<Option<u64>> = (0..=9).rev().map(Some).chain([None; 2]).collect();
     assert!(
-        refused.is_some_and(|r| r <= Duration::from_millis(2)),
-        "the tenth unit is a ms away: {refused:?}"
+        got == nine || got == ten,
+        "nine admits in order (ten when a ms passed during the call), then refusals: {got:?}"
     );
+    let passed_first = got.iter().flatten().count();
+    let refused = first[passed_first].as_ref().expect("decided")[0].retry_after;
+    if passed_first == 9 {
+        assert!(
+            refused.is_some_and(|r| r <= Duration::from_millis(2)),
+            "the tenth unit is a ms away: {refused:?}"
+        );
+    } else {
+        assert!(
+            refused.is_some_and(|r| r > Duration::from_secs(8_000)
+                && r <= Duration::from_secs(8_640) + Duration::from_millis(2)),
+            "the burst is spent: the next unit is one interval away: {refused:?}"
+        );
+    }
     // A second call: at most that tenth unit passes; the refusals write nothing, so the key's
     // expiry moves by at most one unit (8 640 s), not by four.
     let before = pttl();
     let second = redis.decide_batch(&asked[..5], None).await;
     let passed = admitted(&second).iter().filter(|a| a.is_some()).count();
-    assert!(passed <= 1, "{:?}", admitted(&second));
+    assert!(passed_first + passed <= 10, "{:?}", admitted(&second));
     let after = pttl();
     let unit_ms = 8_640_000;
     assert!(after > 0, "the key expires: {after}");

@@ -11,13 +11,7 @@ use tollgate_testkit::RedisServer;
 
 /// `SCRIPT LOAD` calls so far (`cmdstat_script|load` in `INFO commandstats`).
 fn script_loads(server: &RedisServer) -> u64 {
-    server
-        .cmd(&["INFO", "commandstats"])
-        .lines()
-        .find(|l| l.starts_with("cmdstat_script|load:"))
-        .and_then(|l| l.split(['=', ',']).nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    server.command_stats("script|load").calls
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -202,13 +202,7 @@ async fn a_caller_clock_key_is_never_read_as_less_spent() {
 
 /// `GET` calls so far on `server` (`cmdstat_get` in `INFO commandstats`).
 fn gets(server: &tollgate_testkit::RedisServer) -> u64 {
-    server
-        .cmd(&["INFO", "commandstats"])
-        .lines()
-        .find(|l| l.starts_with("cmdstat_get:"))
-        .and_then(|l| l.split(['=', ',']).nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    server.command_stats("get").calls
 }
 
 /// With T a whole number of ms the value is always 0, so a spent key is read with `PTTL`
