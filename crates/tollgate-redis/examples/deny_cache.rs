@@ -44,19 +44,7 @@ fn main() -> BenchResult<()> {
     // redis-benchmark on what each refusal without the cache runs: the single-entry script,
     // one key, used up by a first short run (its first 100 calls are admitted).
     let call = ScriptCall::check(&abused()?, 1);
-    let sha = server.cmd(&["SCRIPT", "LOAD", call.source]);
-    assert!(
-        sha.contains(call.sha),
-        "SCRIPT LOAD gave {sha:?}, not {}",
-        call.sha
-    );
-    let mut args: Vec<String> = vec![
-        "EVALSHA".into(),
-        call.sha.into(),
-        "1".into(),
-        "rb:abuser".into(),
-    ];
-    args.extend(call.args);
+    let args = RedisBenchmark::evalsha(&server, call.source, call.sha, "rb:abuser", call.args);
     let use_up = RedisBenchmark {
         pipeline: 1,
         clients: 1,

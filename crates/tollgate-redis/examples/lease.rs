@@ -64,19 +64,7 @@ fn main() -> BenchResult<()> {
         .build()?;
     let modes = [Mode::Exact, Mode::Lease(Some(100)), Mode::Lease(None)];
     let call = ScriptCall::check(&limit(Mode::Exact, 1_000_000_000)?, 1);
-    let sha = server.cmd(&["SCRIPT", "LOAD", call.source]);
-    assert!(
-        sha.contains(call.sha),
-        "SCRIPT LOAD gave {sha:?}, not {}",
-        call.sha
-    );
-    let mut args: Vec<String> = vec![
-        "EVALSHA".into(),
-        call.sha.into(),
-        "1".into(),
-        "rb:hot".into(),
-    ];
-    args.extend(call.args);
+    let args = RedisBenchmark::evalsha(&server, call.source, call.sha, "rb:hot", call.args);
     let mut rows = Vec::new();
     for round in 1..=ROUNDS {
         for (i, mode) in modes.into_iter().enumerate() {

@@ -28,6 +28,33 @@ impl Default for RedisBenchmark {
 }
 
 impl RedisBenchmark {
+    /// The arguments of one `EVALSHA` of `source` on `key`: the script loaded into `server`
+    /// first, its SHA checked against `sha` (what the client computes), then `argv`.
+    ///
+    /// # Panics
+    /// When Redis answers another SHA (the text loaded differs from the one the client runs).
+    pub fn evalsha(
+        server: &RedisServer,
+        source: &str,
+        sha: &str,
+        key: &str,
+        argv: impl IntoIterator<Item = String>,
+    ) -> Vec<String> {
+        let loaded = server.cmd(&["SCRIPT", "LOAD", source]);
+        assert!(
+            loaded.contains(sha),
+            "SCRIPT LOAD gave {loaded:?}, not {sha}"
+        );
+        let mut args = vec![
+            "EVALSHA".to_owned(),
+            sha.to_owned(),
+            "1".to_owned(),
+            key.to_owned(),
+        ];
+        args.extend(argv);
+        args
+    }
+
     /// Runs `args` (say `EVALSHA <sha> 1 key:{__rand_int__} ...`, `__rand_int__` drawn below
     /// `keys`) and returns the calls per second `redis-benchmark` reports and Redis's CPU time
     /// per call in µs (from `/proc`). Fails when Redis sent an error reply during the run
