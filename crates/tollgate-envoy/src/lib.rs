@@ -79,6 +79,7 @@ mod limit_headers;
 mod limit_names;
 mod overrides;
 mod reference_metrics;
+mod rule_counters;
 mod rules_error;
 mod serve;
 mod service;

@@ -163,7 +163,7 @@ impl<St: Store> Snapshot<St> {
                 .or_default()
                 .push(Rule {
                     entries: entries.into(),
-                    stat: Some(StatKey::Fixed(Stat::new(
+                    stat: Some(StatKey::fixed(Stat::new(
                         &rule.domain,
                         &rule
                             .descriptor

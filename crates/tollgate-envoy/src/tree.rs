@@ -96,7 +96,7 @@ impl Level {
             let stat = if d.detailed_metric {
                 StatKey::Detailed(stat)
             } else {
-                StatKey::Fixed(stat)
+                StatKey::fixed(stat)
             };
             let target = match &d.rate_limit {
                 None => Target::Nothing,
