@@ -135,6 +135,11 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err("request body is empty: expected a JSON object".into());
     }
+    // The common case first, without tracking the path; a body that fails is parsed again
+    // with it, for the message (the same parser, so the same verdict).
+    if let Ok(value) = serde_json::from_slice(body) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

@@ -170,7 +170,8 @@ impl IntoResponse for Reply {
         match self {
             Reply::Json(body) => Json(body).into_response(),
             Reply::Verdict(verdict) => {
-                let mut headers = HeaderMap::new();
+                // RateLimit-Policy, RateLimit, Retry-After, then axum's Content-Type.
+                let mut headers = HeaderMap::with_capacity(4);
                 let decisions = verdict.decisions();
                 insert(
                     &mut headers,

@@ -19,6 +19,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::{Decision, LimitDecision, Quota, Verdict};
 
 /// `RateLimit-Policy`, lower case as HTTP/2 wants it.
@@ -86,7 +88,8 @@ pub fn wait_secs(d: &Decision) -> u64 {
 /// # Ok::<(), tollgate::LimitError>(())
 /// ```
 pub fn policy<'a>(limits: impl IntoIterator<Item = (&'a str, &'a Quota)>) -> String {
-    let mut out = String::new();
+    // One item is a name and about 15 bytes: most values fit without growing.
+    let mut out = String::with_capacity(48);
     for (name, quota) in limits {
         push_item(&mut out, name);
         let _ = write!(
@@ -101,7 +104,7 @@ pub fn policy<'a>(limits: impl IntoIterator<Item = (&'a str, &'a Quota)>) -> Str
 
 /// The `RateLimit-Policy` value for the enforced limits of `decisions` (each limit once).
 pub fn policy_of<'a>(decisions: impl IntoIterator<Item = &'a LimitDecision>) -> String {
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: SmallVec<[&str; 4]> = SmallVec::new();
     let items = decisions.into_iter().filter(|d| !d.shadow).filter(|d| {
         let fresh = !seen.contains(&&*d.limit);
         if fresh {
@@ -118,8 +121,8 @@ pub fn rate_limit<'a>(
     decisions: impl IntoIterator<Item = &'a LimitDecision>,
     hide_remaining: bool,
 ) -> Option<String> {
-    let mut out = String::new();
-    let mut seen: Vec<&str> = Vec::new();
+    let mut out = String::with_capacity(48);
+    let mut seen: SmallVec<[&str; 4]> = SmallVec::new();
     for d in decisions {
         if d.shadow || !d.is_counted() || seen.contains(&&*d.limit) {
             continue;
