@@ -466,6 +466,78 @@ async fn many_tasks_on_four_instances_admit_the_limit() {
     }
 }
 
+/// Polls `fut` at most `polls` times; woken once more, drops it without polling it: a caller
+/// that gives up (a timeout firing, a client gone) whatever woke it, without a timer.
+async fn at_most<F: Future>(fut: F, polls: usize) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut left = polls;
+    std::future::poll_fn(|cx| {
+        if left == 0 {
+            return Poll::Ready(None);
+        }
+        left -= 1;
+        fut.as_mut().poll(cx).map(Some)
+    })
+    .await
+}
+
+/// Requests given up at every stage (waiting for a take, served by it but not yet back,
+/// making a take) on real threads: no unit is lost or made up. Everything the store counts
+/// was admitted or is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_given_up_anywhere_lose_no_units() {
+    let clock = clock();
+    // The store yields before it counts: a take given up during those yields counts nothing.
+    let store = Counting {
+        round_trip: 3,
+        ..counting(memory())
+    };
+    let l = Arc::new(limiter(
+        store.clone(),
+        &clock,
+        vec![leased(1_000_000, Lease::new().units(20))],
+    ));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let given_up = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..32)
+        .map(|t| {
+            let (l, admitted, given_up) =
+                (Arc::clone(&l), Arc::clone(&admitted), Arc::clone(&given_up));
+            tokio::spawn(async move {
+                for i in 0..300 {
+                    match at_most(l.check("hot", &KEY), (t + i) % 5).await {
+                        Some(v) => {
+                            let v = v.expect("valid");
+                            assert_eq!(v.outcome(), Outcome::Allowed, "limit never reached");
+                            admitted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        None => {
+                            given_up.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let (admitted, given_up) = (
+        admitted.load(Ordering::SeqCst),
+        given_up.load(Ordering::SeqCst),
+    );
+    assert!(
+        admitted > 1_000 && given_up > 1_000,
+        "both happened: {admitted} admitted, {given_up} given up"
+    );
+    let held = l.leased_units();
+    assert_eq!(
+        store_count(&store.inner, &clock, 1_000_000).await,
+        admitted + held,
+        "{admitted} admitted, {held} held"
+    );
+}
+
 /// Without a fixed k, the lease grows with the observed rate up to limit ÷ 16.
 #[tokio::test]
 async fn automatic_k_follows_the_rate() {
