@@ -306,9 +306,13 @@ async fn a_refusal_by_another_limit_refunds_the_lease() {
     assert_eq!(store_count(&store.inner, &clock, 100).await, 1 + held);
 }
 
-/// Requests arriving while a take is in flight wait for it instead of calling the store.
-#[tokio::test]
-async fn concurrent_requests_share_one_take() {
+/// A limiter with a lease of 50 on a limit of 1 000 a minute, on a counting memory store whose
+/// takes wait until `open` is set.
+fn held_takes() -> (
+    FakeClock,
+    Counting<MemoryStore>,
+    Arc<Limiter<Counting<MemoryStore>>>,
+) {
     let clock = clock();
     let store = counting(memory());
     store.open.store(false, Ordering::SeqCst);
@@ -317,6 +321,13 @@ async fn concurrent_requests_share_one_take() {
         &clock,
         vec![leased(1_000, Lease::new().units(50))],
     ));
+    (clock, store, l)
+}
+
+/// Requests arriving while a take is in flight wait for it instead of calling the store.
+#[tokio::test]
+async fn concurrent_requests_share_one_take() {
+    let (_clock, store, l) = held_takes();
     let tasks: Vec<_> = (0..20)
         .map(|_| {
             let l = Arc::clone(&l);
@@ -341,6 +352,29 @@ async fn concurrent_requests_share_one_take() {
     assert_eq!(l.leased_units(), 50 - 19);
 }
 
+/// A limiter with a lease of `k` on a limit of a million a minute, on a counting memory store
+/// that yields `round_trip` times before each take, as a store across a network would.
+fn far_store(
+    round_trip: usize,
+    k: u64,
+) -> (
+    FakeClock,
+    Counting<MemoryStore>,
+    Arc<Limiter<Counting<MemoryStore>>>,
+) {
+    let clock = clock();
+    let store = Counting {
+        round_trip,
+        ..counting(memory())
+    };
+    let l = Arc::new(limiter(
+        store.clone(),
+        &clock,
+        vec![leased(1_000_000, Lease::new().units(k))],
+    ));
+    (clock, store, l)
+}
+
 /// Tasks that check in a tight loop (a local spend never yields) on one thread: the requests
 /// that waited for a take are served from it before the task that made it can spend the
 /// rest, so nobody waits in vain and takes alone. Still one take per about `k` decisions.
@@ -348,16 +382,7 @@ async fn concurrent_requests_share_one_take() {
 async fn tight_loops_share_each_take() {
     const TASKS: usize = 16;
     const CHECKS: usize = 500;
-    let clock = clock();
-    let store = Counting {
-        round_trip: 2,
-        ..counting(memory())
-    };
-    let l = Arc::new(limiter(
-        store.clone(),
-        &clock,
-        vec![leased(1_000_000, Lease::new().units(100))],
-    ));
+    let (clock, store, l) = far_store(2, 100);
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let l = Arc::clone(&l);
@@ -389,14 +414,7 @@ async fn tight_loops_share_each_take() {
 /// (a timeout, a client gone) gives its units back to the lease: none is lost.
 #[tokio::test(flavor = "current_thread")]
 async fn a_served_waiter_dropped_gives_its_units_back() {
-    let clock = clock();
-    let store = counting(memory());
-    store.open.store(false, Ordering::SeqCst);
-    let l = Arc::new(limiter(
-        store.clone(),
-        &clock,
-        vec![leased(1_000, Lease::new().units(50))],
-    ));
+    let (clock, store, l) = held_takes();
     let taker = {
         let l = Arc::clone(&l);
         tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
@@ -486,17 +504,8 @@ async fn at_most<F: Future>(fut: F, polls: usize) -> Option<F::Output> {
 /// was admitted or is still held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_given_up_anywhere_lose_no_units() {
-    let clock = clock();
     // The store yields before it counts: a take given up during those yields counts nothing.
-    let store = Counting {
-        round_trip: 3,
-        ..counting(memory())
-    };
-    let l = Arc::new(limiter(
-        store.clone(),
-        &clock,
-        vec![leased(1_000_000, Lease::new().units(20))],
-    ));
+    let (clock, store, l) = far_store(3, 20);
     let admitted = Arc::new(AtomicU64::new(0));
     let given_up = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..32)
