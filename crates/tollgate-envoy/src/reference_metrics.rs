@@ -60,12 +60,12 @@ pub(crate) struct Stat {
 }
 
 /// How a rule names its statistics.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum StatKey {
     /// Fixed by the config: its counters, looked up on first use and then kept (a lookup is a
     /// label set built and hashed, five times per descriptor: 7 % of the Envoy service's CPU
     /// on a refusal answered by the deny cache, docs/benchmarks.md).
-    Fixed(Stat, Arc<OnceLock<RuleCounters>>),
+    Fixed(Stat, OnceLock<RuleCounters>),
     /// `detailed_metric`: the request's values, falling back to the rule's own key.
     Detailed(Stat),
 }
@@ -73,7 +73,7 @@ pub(crate) enum StatKey {
 impl StatKey {
     /// A key fixed by the config.
     pub(crate) fn fixed(stat: Stat) -> StatKey {
-        StatKey::Fixed(stat, Arc::default())
+        StatKey::Fixed(stat, OnceLock::new())
     }
 }
 
@@ -112,9 +112,9 @@ pub(crate) fn level(key: &str, value: Option<&str>) -> String {
 
 /// The statistics of one descriptor: its key and how its answer counts.
 #[derive(Debug)]
-pub(crate) enum Counted {
-    /// By a rule.
-    Rule(StatKey),
+pub(crate) enum Counted<'a> {
+    /// By a rule (borrowed from the config's snapshot: nothing cloned per call).
+    Rule(&'a StatKey),
     /// By a limit override (the request's entries, keys only beyond the bound).
     Override,
 }
@@ -124,7 +124,7 @@ pub(crate) enum Counted {
 pub(crate) fn record(
     request: &RateLimitRequest,
     answer: &Answer,
-    counted: &[Option<Counted>],
+    counted: &[Option<Counted<'_>>],
     global_shadow: bool,
 ) {
     let default_cost = u64::from(request.hits_addend.max(1));
@@ -221,7 +221,7 @@ impl Hits {
 }
 
 /// The statistics key of descriptor `d`, counted as `how`.
-fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted) -> Stat {
+fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted<'_>) -> Stat {
     // Past the cap of label sets: a rule's own base key, an override's `_other`.
     let base = match how {
         Counted::Rule(StatKey::Fixed(stat, _)) => return stat.clone(),

@@ -295,7 +295,7 @@ impl<St> Snapshot<St> {
 
     /// How each descriptor of `request` is counted in the reference's statistics (`None`:
     /// matched nothing).
-    pub(crate) fn counted(&self, request: &RateLimitRequest) -> Vec<Option<Counted>> {
+    pub(crate) fn counted<'a>(&'a self, request: &'a RateLimitRequest) -> Vec<Option<Counted<'a>>> {
         let known = self.knows(&request.domain);
         request
             .descriptors
@@ -312,12 +312,12 @@ impl<St> Snapshot<St> {
                     .get(request.domain.as_str())
                     .and_then(|rules| rules.iter().find(|rule| rule.matches(&d.entries)))
                 {
-                    return rule.stat.clone().map(Counted::Rule);
+                    return rule.stat.as_ref().map(Counted::Rule);
                 }
                 let (target, _) = self.trees.get(request.domain.as_str())?.find(&d.entries)?;
                 match target {
-                    Target::Limited(rule) => rule.stat.clone().map(Counted::Rule),
-                    Target::Blocked { stat, .. } => Some(Counted::Rule(stat.clone())),
+                    Target::Limited(rule) => rule.stat.as_ref().map(Counted::Rule),
+                    Target::Blocked { stat, .. } => Some(Counted::Rule(stat)),
                     Target::Unlimited | Target::Nothing => None,
                 }
             })
