@@ -26,13 +26,7 @@ SYSTEM=${TOLLGATE_SYSTEM_ALLOC:?set TOLLGATE_SYSTEM_ALLOC to a binary built with
 LOAD=$SYSTEM
 PORT=18084
 REDIS_PORT=16397
-WORK=$(mktemp -d)
-trap 'kill $RPID ${SPID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
-redis-server --port $REDIS_PORT --save "" --appendonly no --logfile "$WORK/redis.log" &
-RPID=$!
-for _ in $(seq 50); do redis-cli -p $REDIS_PORT ping >/dev/null 2>&1 && break; sleep 0.1; done
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-us_per() { echo "scale=2; $1 * 1000000 / $(getconf CLK_TCK) / $2" | bc; }
+source "$(dirname "$0")/common.sh"
 status() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 
 # serve <binary> <config>: starts the service, waits for /healthz

@@ -24,15 +24,9 @@ BIN=target/release/tollgate
 PORT=18082
 GRPC_PORT=18083
 REDIS_PORT=16398
-WORK=$(mktemp -d)
-trap 'kill $RPID ${SPID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
-redis-server --port $REDIS_PORT --save "" --appendonly no --logfile "$WORK/redis.log" &
-RPID=$!
-for _ in $(seq 50); do redis-cli -p $REDIS_PORT ping >/dev/null 2>&1 && break; sleep 0.1; done
+source "$(dirname "$0")/common.sh"
 evalsha() { redis-cli -p $REDIS_PORT info commandstats | awk -F'[=,:]' '/^cmdstat_evalsha:/ {print $3}'; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 children_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
-us_per() { echo "scale=2; $1 * 1000000 / $(getconf CLK_TCK) / $2" | bc; }
 MODES="before cache"
 [ -n "${TOLLGATE_BEFORE:-}" ] && MODES="then before cache"
 for round in $(seq "$ROUNDS"); do

@@ -118,13 +118,7 @@ fn main() -> BenchResult<()> {
         );
         // What a one-limit request runs.
         let call = ScriptCall::check(&limit, 1);
-        let sha = load(&server, call.source)?;
-        assert_eq!(
-            sha, call.sha,
-            "SCRIPT LOAD gave another SHA than the client computes"
-        );
-        let mut args: Vec<String> = vec!["EVALSHA".into(), sha, "1".into(), key];
-        args.extend(call.args);
+        let args = RedisBenchmark::evalsha(&server, call.source, call.sha, &key, call.args);
         // GCRA's script answers one integer, the others an array of five.
         let items = if *algorithm == Algorithm::Gcra { 1 } else { 5 };
         check_by_hand(&server, &args, items)?;
@@ -235,14 +229,13 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     ));
     let limit = bench_limit(Algorithm::Gcra);
     let call = ScriptCall::check(&limit, 1);
-    let sha = load(server, call.source)?;
-    let mut args: Vec<String> = vec![
-        "EVALSHA".into(),
-        sha,
-        "1".into(),
-        "rb:gcra:{__rand_int__}:gcra".into(),
-    ];
-    args.extend(call.args);
+    let args = RedisBenchmark::evalsha(
+        server,
+        call.source,
+        call.sha,
+        "rb:gcra:{__rand_int__}:gcra",
+        call.args,
+    );
     check_by_hand(server, &args, 1)?;
     let mut summary = Vec::new();
     let paths = [Path::Before, Path::Off, Path::On];
