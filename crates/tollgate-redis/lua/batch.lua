@@ -43,9 +43,9 @@ while a <= last do
     local err = next_a
     if type(err) == 'table' then err = err.err end
     reply[base + 1] = 'tollgate: ' .. tostring(err)
-    -- Skip its entries: each is its tag and two or four arguments.
+    -- Skip its entries: each is its tag and three or four arguments.
     for _ = 1, n do
-      if ARGV[a] == 'gcra' then a = a + 3 else a = a + 5 end
+      if ARGV[a] == 'gcra' then a = a + 4 else a = a + 5 end
     end
   else
     a = next_a

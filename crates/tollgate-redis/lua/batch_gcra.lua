@@ -1,9 +1,9 @@
 -- batch_gcra.lua: the coalesced script of the most common batch — every request one GCRA
 -- check of one key — deciding each on its own, in order, as if sent one after the other.
 --
--- Composed as `local function gcra(key, inc, tau, op, now)`, the body lua/gcra.lua, `end`,
--- then this file (src/script.rs): the same GCRA as the single-entry script, so the algorithm
--- is still written once. Why a script of its own rather than lua/batch.lua: the general batch
+-- Composed as `local function gcra(key, inc, tau, op, now, whole)`, the body lua/gcra.lua,
+-- `end`, then this file (src/script.rs): the same GCRA as the single-entry script, so the
+-- algorithm is still written once. Why a script of its own rather than lua/batch.lua: the general batch
 -- reads each request's header and tag, dispatches, builds the four-value reply shape and reads
 -- TIME once, which together cost Redis about as much as GCRA's own arithmetic; here a
 -- decision is the body and its one or two commands (docs/benchmarks.md, "Coalesced calls").
@@ -11,10 +11,11 @@
 -- KEYS     one key per request
 -- ARGV[1]  the clock: '' = the server's; 'c' = the caller's (each request then has its own now)
 -- ARGV...  the requests, in KEYS order, in runs of requests that ask alike (one limit, one
---          cost: a coalesced batch is mostly one run): per run `n`, inc = cost × T (µs) and
---          tau = T × burst (µs), then on the caller's clock the n requests' own now (µs). Said
---          once per run rather than once per request, inc and tau cost Redis two arguments
---          less to read per decision, a sixth of a decision (docs/benchmarks.md).
+--          cost: a coalesced batch is mostly one run): per run `n`, inc = cost × T (µs),
+--          tau = T × burst (µs) and whole ('1' when T is a whole number of ms, see gcra.lua),
+--          then on the caller's clock the n requests' own now (µs). Said once per run rather
+--          than once per request, these cost Redis three arguments less to read per decision
+--          (docs/benchmarks.md).
 -- returns  one value per request: GCRA's one integer as lua/gcra.lua answers it, or the
 --          string 'tollgate: <error>' when deciding that request raised (its key holds
 --          another type, say): its neighbours are still decided
@@ -24,17 +25,18 @@ local caller = ARGV[1] == 'c'
 local a, i = 2, 1
 while i <= #KEYS do
   local n, inc, tau = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local whole = ARGV[a + 3] == '1'
   if not (n and inc and tau) or n < 1 or i + n - 1 > #KEYS then
     return redis.error_reply('tollgate: malformed batch at argument ' .. a)
   end
-  a = a + 3
+  a = a + 4
   for _ = 1, n do
     local now
     if caller then
       now = tonumber(ARGV[a])
       a = a + 1
     end
-    local ok, v = pcall(gcra, KEYS[i], inc, tau, 1, now)
+    local ok, v = pcall(gcra, KEYS[i], inc, tau, 1, now, whole)
     if not ok then
       if type(v) == 'table' then v = v.err end
       v = 'tollgate: ' .. tostring(v)

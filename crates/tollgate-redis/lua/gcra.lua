@@ -6,8 +6,9 @@
 -- * the single-entry GCRA script is one_gcra.lua (which binds the inputs below from KEYS and
 --   ARGV) followed by this body;
 -- * the general script wraps it into the function every algorithm has,
---   `gcra(key, now, cost, t, tau, _, op, server)`, which binds inc = cost × T and, on the
---   server's clock, now = nil (src/script.rs, GCRA's row of the table), called by check.lua.
+--   `gcra(key, now, cost, t, tau, whole, op, server)`, which binds inc = cost × T and, on
+--   the server's clock, now = nil (src/script.rs, GCRA's row of the table), called by
+--   check.lua.
 --
 -- Inputs   key  the key
 --          now  µs since the epoch on the caller's clock, or nil for the server's clock
@@ -15,6 +16,8 @@
 --          tau  T × burst (µs): how far ahead of now the theoretical arrival time may run
 --          op   0 = decide only, 1 = decide and charge when admitted, 2 = give back `inc`
 --               charged just before
+--          whole  whether T is a whole number of ms (most quotas): every `inc` of the limit
+--               then is too, and on the server's clock its keys' values are never read
 -- Returns  one integer, its sign the verdict. Admitted: `used` ≥ 0, the theoretical arrival
 --          time `tat` minus now after the call. Denied: −1 − `used` before the call (nothing
 --          written), raised if need be so that the same arithmetic refuses too (see the
@@ -42,18 +45,24 @@
 --   a refusal the wait from then (at least 1 µs: refused at lo, the cost passes at lo + 1 ms).
 --   A value outside 0..999 (a key written on a caller's clock) counts as 0: the key then reads
 --   as at least as spent as it is, never less.
+--   With `whole`, an admit on a key that exists only moves its expiry (`PEXPIRE`, a third of
+--   the cost of `SET … PX` in Redis, docs/benchmarks.md): the value is left as it is, which
+--   no reader of this limit reads. (A value a sub-ms T left, before a reload made T whole,
+--   stays: were T made sub-ms again by a later reload, the key's next read would find it up
+--   to 999 µs less spent than it is, once, since that read's write sets the value.)
 -- Every write sets the expiry; a denied call writes nothing; a key found without an expiry
 -- reads as full and is rewritten with one at its next admit.
 --
 -- Below, `used` is tat − lo (lo = now on the caller's clock) and `skew` what lo + skew is the
 -- latest the true instant can be: 0 on the caller's clock, 1 ms on the server's.
-local used, skew = 0, 0
+local used, skew, pttl = 0, 0, -2
 if now then
   local tat = tonumber(redis.call('GET', key))
   if tat and tat > now then used = tat - now end
 else
   skew = 1000
-  local ms = redis.call('PTTL', key) - 999
+  pttl = redis.call('PTTL', key)
+  local ms = pttl - 999
   if ms > 0 then
     -- With inc a whole number of ms (cost × T; most quotas), every value this script writes
     -- is 0 (see the SET below), so the GET is skipped: a value left by another quota reads
@@ -90,10 +99,14 @@ if now then
     string.format('%d', math.floor((used + 999) / 1000) + 1000))
 else
   local ms = math.floor((used + 999) / 1000)
-  -- Always 0 when T is a whole number of ms (most quotas): no formatting then.
-  local below = ms * 1000 - used
-  if below == 0 then below = '0' else below = string.format('%d', below) end
-  redis.call('SET', key, below, 'PX', string.format('%d', ms + 999))
+  if whole and pttl >= 0 then
+    redis.call('PEXPIRE', key, string.format('%d', ms + 999))
+  else
+    -- Always 0 when T is a whole number of ms: no formatting then.
+    local below = ms * 1000 - used
+    if below == 0 then below = '0' else below = string.format('%d', below) end
+    redis.call('SET', key, below, 'PX', string.format('%d', ms + 999))
+  end
 end
 if used < skew then return 0 end
 return used - skew

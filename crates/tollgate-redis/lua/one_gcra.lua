@@ -2,14 +2,15 @@
 --
 -- Composed as this file then gcra.lua (a function body): no prelude, no closure, and on the
 -- server's clock one to three Redis commands (PTTL; GET when the key is not yet full and T
--- is not a whole number of ms; SET when admitted) and two arguments. Contract:
+-- is not a whole number of ms; PEXPIRE or SET when admitted) and three arguments. Contract:
 --
 -- KEYS[1]  the key
 -- ARGV[1]  inc = cost × T (µs)
 -- ARGV[2]  tau = T × burst (µs)
--- ARGV[3]  op (see gcra.lua); absent = 1, check
--- ARGV[4]  now, µs since the epoch on the caller's clock; absent, empty or 's…' = the
+-- ARGV[3]  '1' when T is a whole number of ms, else '0' (`whole` in gcra.lua)
+-- ARGV[4]  op (see gcra.lua); absent = 1, check
+-- ARGV[5]  now, µs since the epoch on the caller's clock; absent, empty or 's…' = the
 --          server's clock
 -- returns  one integer, as gcra.lua says
-local key, inc, tau = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
-local op, now = tonumber(ARGV[3]) or 1, tonumber(ARGV[4])
+local key, inc, tau, whole = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local op, now = tonumber(ARGV[4]) or 1, tonumber(ARGV[5])

@@ -8,7 +8,8 @@
 --
 -- An entry's arguments, from its tag on (the caller checked every cost: 1 ≤ cost ≤ the
 -- entry's capacity; entries may ask different costs):
---   'gcra', inc (cost × T, µs), tau (µs)                        3 arguments, answers 1 integer
+--   'gcra', inc (cost × T, µs), tau (µs), whole ('1' when T is   4 arguments, answers 1 integer
+--   a whole number of ms, see gcra.lua)
 --   'fw' | 'sl' | 'sw' | 'tb', cost, then the algorithm's three   5 arguments, answers 4
 --   integer parameters (see each algorithm file)
 -- (the same values as the single-entry scripts take, so each row of src/script.rs writes its
@@ -30,10 +31,10 @@ local function run(i, b, now, server, mode, reply)
   local tag = ARGV[b]
   local j = #reply
   if tag == 'gcra' then
-    local v = gcra(KEYS[i], now, 1, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), nil, mode,
-      server)
+    local v = gcra(KEYS[i], now, 1, tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+      ARGV[b + 3] == '1', mode, server)
     reply[j + 1] = v
-    return v >= 0, b + 3
+    return v >= 0, b + 4
   end
   local algorithm = algorithms[tag]
   if not algorithm then error('tollgate: unknown algorithm tag ' .. tostring(tag)) end

@@ -7,7 +7,8 @@
 //! up the Lua call, writing the reply) and the client (a request through the multiplexed
 //! connection, its reply parsed) on top of the few commands a decision makes. One call for many
 //! requests pays that once. (What stays per decision is the commands themselves: for GCRA,
-//! PTTL and SET (and GET, for a T that is not a whole number of ms) are most of its Redis CPU, so a batch saves Redis a part of it, not most;
+//! `PTTL` and `PEXPIRE` (`SET` when the key is new or T is not a whole number of ms, and `GET`
+//! for such a T) are most of its Redis CPU, so a batch saves Redis a part of it, not most;
 //! `docs/benchmarks.md`.)
 //!
 //! How, and why this way:

@@ -152,8 +152,8 @@ impl Port {
 /// Every algorithm's row, in [`Algorithm::ALL`] order. GCRA's is the one place that knows it
 /// differs: its body is wrapped into the function shape every algorithm has (binding
 /// inc = cost × T, and no `now` on the server's clock, where its state is the key's expiry),
-/// its single-entry script is that body after `lua/one_gcra.lua` taking inc and tau, and its
-/// answer goes through the Rust rule.
+/// its single-entry script is that body after `lua/one_gcra.lua` taking inc, tau and whether
+/// T is a whole number of ms, and its answer goes through the Rust rule.
 static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
     [
         Port::deciding("fw", window, FIXED_WINDOW, "fixed_window"),
@@ -184,17 +184,17 @@ static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
                 [t, t * l.quota().burst(), 0]
             },
             format!(
-                "local function gcra(key, now, cost, t, tau, _, op, server)\n\
+                "local function gcra(key, now, cost, t, tau, whole, op, server)\n\
                  local inc = cost * t\n\
                  if server then now = nil end\n\
                  {GCRA}end\n"
             ),
             format!("{ONE_GCRA}{GCRA}"),
-            |cost, [t, tau, _]| SmallVec::from_slice(&[cost * t, tau]),
+            |cost, [t, tau, _]| SmallVec::from_slice(&[cost * t, tau, u64::from(t % 1000 == 0)]),
             Reply::GcraUsed,
         )
         .with_lone_batch(&format!(
-            "local function gcra(key, inc, tau, op, now)\n{GCRA}end\n{BATCH_GCRA}"
+            "local function gcra(key, inc, tau, op, now, whole)\n{GCRA}end\n{BATCH_GCRA}"
         )),
     ]
 });
@@ -400,7 +400,7 @@ impl Part {
     }
 
     /// Each entry's tag and arguments, as `lua/request.lua` reads them: the row's
-    /// single-entry arguments (GCRA: inc and tau; the others: cost and three parameters).
+    /// single-entry arguments (GCRA: inc, tau and whole; the others: cost and three parameters).
     fn entry_args(&self, cmd: &mut Cmd) {
         for e in &self.entries {
             let row = &PORTS[usize::from(e.port)];
@@ -717,7 +717,7 @@ mod tests {
             "local function sliding_log(",
             "local function sliding_window(",
             "local function token_bucket(",
-            "local function gcra(key, now, cost, t, tau, _, op, server)\n",
+            "local function gcra(key, now, cost, t, tau, whole, op, server)\n",
             "-- KEYS[1..N]",
         ] {
             assert!(SOURCE.contains(f), "missing {f}");
@@ -737,14 +737,20 @@ mod tests {
         assert_eq!(SOURCE.matches(GCRA).count(), 1);
     }
 
-    /// The single-entry arguments of a check on the server's clock: GCRA's are inc and tau;
-    /// the others' cost and their three parameters; never op or clock.
+    /// The single-entry arguments of a check on the server's clock: GCRA's are inc, tau and
+    /// whether T is a whole number of ms; the others' cost and their three parameters; never
+    /// op or clock.
     #[test]
     fn single_entry_arguments() {
         // inc = cost × ceil(1 s / 3) µs, tau = 3 intervals.
         assert_eq!(
             ScriptCall::check(&limit(Algorithm::Gcra, 3), 2).args,
-            ["666668", "1000002"]
+            ["666668", "1000002", "0"]
+        );
+        // T = 1 ms: whole.
+        assert_eq!(
+            ScriptCall::check(&limit(Algorithm::Gcra, 1000), 3).args,
+            ["3000", "1000000", "1"]
         );
         assert_eq!(
             ScriptCall::check(&limit(Algorithm::FixedWindow, 3), 1).args,
@@ -762,7 +768,7 @@ mod tests {
     /// A batch goes as GCRA's lone-check script only when every request is one GCRA check on
     /// one kind of clock; any other request (a peek, two entries, another algorithm, a
     /// give-back's instant, clocks mixed) sends the whole batch as the general batch script.
-    /// The lone script's arguments: the keys, the clock, then inc and tau (and, on the
+    /// The lone script's arguments: the keys, the clock, then inc, tau and whole (and, on the
     /// caller's clock, the instant) per request.
     #[test]
     fn batches_pick_the_lone_gcra_script_only_when_every_request_fits() {
@@ -798,7 +804,9 @@ mod tests {
         let (k1, k2) = (g1.key.as_str(), g2.key.as_str());
         assert_eq!(
             args(&cmd),
-            ["EVALSHA", lone, "2", k1, k2, "", "2", "250000", "1000000"]
+            [
+                "EVALSHA", lone, "2", k1, k2, "", "2", "250000", "1000000", "1"
+            ]
         );
         let caller = [
             part(Op::Check, &[&g1], TimeSource::Caller(7)),
@@ -806,7 +814,7 @@ mod tests {
         ];
         assert_eq!(
             args(&batch_invocation(&[&caller[0], &caller[1]]))[5..],
-            ["c", "2", "250000", "1000000", "7", "9"]
+            ["c", "2", "250000", "1000000", "1", "7", "9"]
         );
         // A run per stretch of requests that ask alike: here costs 1, 1, 3, 1.
         let g3 = g2.clone().with_cost(3);
@@ -819,8 +827,8 @@ mod tests {
         assert_eq!(
             args(&batch_invocation(&runs.iter().collect::<Vec<_>>()))[7..],
             [
-                "c", "2", "250000", "1000000", "7", "8", "1", "750000", "1000000", "9", "1",
-                "250000", "1000000", "10"
+                "c", "2", "250000", "1000000", "1", "7", "8", "1", "750000", "1000000", "1", "9",
+                "1", "250000", "1000000", "1", "10"
             ]
         );
 

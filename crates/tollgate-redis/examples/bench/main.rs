@@ -20,6 +20,8 @@
 //!    decision needs, per key, and nothing else).
 //!
 //! `TOLLGATE_BENCH_SECS` sets the seconds per throughput cell (default 2);
+//! `TOLLGATE_BENCH_TASKS` the task counts of section 5 (default `256,64,16,4,1`) and
+//! `TOLLGATE_BENCH_ROUNDS` its rounds (default 3);
 //! `TOLLGATE_BENCH_ONLY=coalesce` runs section 5 alone.
 
 use std::process::Command;
@@ -36,6 +38,7 @@ const CONCURRENCY: [usize; 4] = [1, 64, 256, 1024];
 const TEXTBOOK: &str = include_str!("textbook_gcra.lua");
 const FLOOR: &str = include_str!("floor.lua");
 const BATCH_FLOOR: &str = include_str!("batch_floor.lua");
+const BEFORE_GCRA: &str = include_str!("before_gcra.lua");
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -214,13 +217,21 @@ fn main() -> BenchResult<()> {
     Ok(())
 }
 
-/// Section 5: GCRA through the store with coalescing off and on, alternating, three rounds
-/// each, medians; the same script under `redis-benchmark` for scale.
+/// Section 5: GCRA through the store with coalescing off and on, and the code before it,
+/// alternating, three rounds each (by default), medians; the same script under `redis-benchmark` for scale.
 async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResult<String> {
+    let tasks_list: Vec<usize> = std::env::var("TOLLGATE_BENCH_TASKS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![256, 64, 16, 4, 1]);
+    let rounds: usize = std::env::var("TOLLGATE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
     let mut out = String::new();
     out.push_str(&format!(
-        "### Coalesced calls (GCRA, {KEYS} keys, one multiplexed connection, medians of 3 \
-         alternating rounds)\n\n\
+        "### Coalesced calls (GCRA, {KEYS} keys, one multiplexed connection, medians of \
+         {rounds} alternating rounds)\n\n\
          Redis CPU per decision: the server process's CPU time (`/proc`) over the run ÷ \
          decisions; `commandstats`: `INFO commandstats` EVALSHA usec ÷ decisions (the script's \
          own run time, without reading and answering the command).\n\n\
@@ -239,9 +250,9 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     check_by_hand(server, &args, 1)?;
     let mut summary = Vec::new();
     let paths = [Path::Before, Path::Off, Path::On];
-    for tasks in [256_usize, 64, 16, 4, 1] {
+    for tasks in tasks_list {
         let mut runs: [Vec<RunResult>; 3] = Default::default();
-        for _ in 0..3 {
+        for _ in 0..rounds {
             for (path, runs) in paths.iter().zip(&mut runs) {
                 runs.push(store_run(server, Algorithm::Gcra, tasks, duration, *path).await?);
             }
@@ -344,8 +355,10 @@ type Row = (f64, f64, f64, f64, f64, f64);
 /// The store's path to Redis in a coalescing run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
-    /// The path before the local tier: one `EVALSHA` per decision, Nagle's algorithm on (the
-    /// `redis` crate's default, which tollgate kept until it set `TCP_NODELAY`).
+    /// The path before the local tier: one `EVALSHA` per decision of the single-entry GCRA
+    /// script of that code (`before_gcra.lua`), on a `ConnectionManager` with the `redis`
+    /// crate's defaults (Nagle's algorithm on), as `RedisStore` then sent it. Without the
+    /// store's own Rust around it, which only flatters this row.
     Before,
     /// This code without coalescing: one `EVALSHA` per decision, `TCP_NODELAY`.
     Off,
@@ -356,7 +369,7 @@ enum Path {
 impl Path {
     fn name(self) -> &'static str {
         match self {
-            Path::Before => "before (off, Nagle)",
+            Path::Before => "before (the old script, Nagle)",
             Path::Off => "off",
             Path::On => "on",
         }
@@ -385,9 +398,19 @@ async fn store_run(
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(5))
         .coalesce(path == Path::On)
-        .nagle(path == Path::Before)
         .build()
         .await?;
+    let before = match path {
+        Path::Before => {
+            let sha = load(server, BEFORE_GCRA)?;
+            let client = redis::Client::open(server.url())?;
+            Some((
+                redis::aio::ConnectionManager::new(client).await?,
+                Arc::new(sha),
+            ))
+        }
+        _ => None,
+    };
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let cpu_before = server.cpu_time();
     let ns = Namespace::new(format!("b{tasks}"))?;
@@ -402,6 +425,7 @@ async fn store_run(
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
             let (store, limit, keys) = (store.clone(), limit.clone(), keys.clone());
+            let before = before.clone();
             tokio::spawn(async move {
                 let mut rng = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
                 let mut latencies = Vec::with_capacity(4096);
@@ -416,7 +440,24 @@ async fn store_run(
                         Err(_) => continue,
                     };
                     let t0 = Instant::now();
-                    if store.decide(&request, Op::Check, None).await.is_err() {
+                    let failed = match &before {
+                        // The old single-entry call: the key, inc and tau.
+                        Some((con, sha)) => {
+                            let quota = limit.quota();
+                            let t = quota.emission_interval_micros();
+                            redis::cmd("EVALSHA")
+                                .arg(sha.as_str())
+                                .arg(1)
+                                .arg(request.entries()[0].key.as_str())
+                                .arg(t)
+                                .arg(t * quota.burst())
+                                .query_async::<i64>(&mut con.clone())
+                                .await
+                                .is_err()
+                        }
+                        None => store.decide(&request, Op::Check, None).await.is_err(),
+                    };
+                    if failed {
                         errors += 1;
                     }
                     latencies.push(t0.elapsed());

@@ -277,3 +277,43 @@ async fn a_whole_ms_interval_reads_a_spent_key_without_get() {
         "read as less spent than it is: {d:?} after {elapsed:?}"
     );
 }
+
+/// With T a whole number of ms, an admit on a key that exists only moves its expiry
+/// (`PEXPIRE`): `SET` runs once, when the key is created. The decisions and expiries are the
+/// ones `state_is_the_keys_expiry` checks; this counts the commands that made them, on a
+/// Redis of its own so that no other test's commands count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_ms_admits_move_only_the_expiry() {
+    let own = tollgate_testkit::RedisServer::start();
+    let store = RedisStore::builder(own.url()).build().await.expect("store");
+    let limit =
+        Limit::new("g", Algorithm::Gcra, Quota::per_hour(10).expect("valid")).expect("valid");
+    let key = Key::new(&unique_namespace("gcra-pexpire"), &limit, &[("user", "1")]);
+    for i in 1..=10 {
+        assert!(check(&store, &limit, &key, 1).await.allowed, "call {i}");
+    }
+    assert!(!check(&store, &limit, &key, 1).await.allowed);
+    assert_eq!(own.command_stats("set").calls, 1);
+    assert_eq!(own.command_stats("pexpire").calls, 9);
+    let ttl: i64 = own
+        .cmd(&["PTTL", key.as_str()])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .expect("PTTL");
+    // Ten intervals of 6 minutes, plus the second of slack.
+    assert!((3_600_000..=3_601_000).contains(&ttl), "PTTL {ttl}");
+}
+
+/// T = 500 µs is not a whole number of ms, but a cost of 2 asks a whole 1 ms: the value the
+/// cost-1 admit left below the ms (500 µs) must be rewritten, not kept behind a moved
+/// expiry, or the key would read 500 µs less spent than the admit made it. Whether `PEXPIRE`
+/// may stand for `SET` follows from T, never from the cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cost_on_a_sub_ms_interval_rewrites_the_value() {
+    let (store, limit, key) = one_key("gcra-mixed-cost", 2_000, Duration::from_secs(1)).await;
+    assert!(check(&store, &limit, &key, 1).await.allowed);
+    assert_eq!(value(&key), "500");
+    assert!(check(&store, &limit, &key, 2).await.allowed);
+    assert_eq!(value(&key), "0");
+}
