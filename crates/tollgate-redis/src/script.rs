@@ -349,6 +349,27 @@ pub(crate) fn invocation(part: &Part) -> Cmd {
     cmd
 }
 
+/// `part` as the single-entry GCRA script before the local tier took it (`sha`: key, inc,
+/// tau; see `RedisStoreBuilder::old_gcra_script`), when `part` is one GCRA check on the
+/// server's clock; `None` otherwise.
+pub(crate) fn old_gcra_invocation(part: &Part, sha: &str) -> Option<Cmd> {
+    let ([key], [one]) = (&part.keys[..], &part.entries[..]) else {
+        return None;
+    };
+    let row = &PORTS[usize::from(one.port)];
+    if row.reply != Reply::GcraUsed || part.op != Op::Check || part.at != TimeSource::Server {
+        return None;
+    }
+    let args = (row.single_args)(one.cost, one.params);
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha)
+        .arg(1)
+        .arg(key.as_str())
+        .arg(args[0])
+        .arg(args[1]);
+    Some(cmd)
+}
+
 /// Every script a store may run: the general one and each algorithm's single-entry one, to
 /// load once per connection (and once again after Redis lost them).
 pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
@@ -843,6 +864,46 @@ mod tests {
             assert_eq!(sha(&[&odd, &server[0]]), general, "{odd:?} first");
         }
         assert_eq!(sha(&[&server[0], &server[1]]), lone);
+    }
+
+    /// The benchmark's old-script call (`RedisStoreBuilder::old_gcra_script`) is the old
+    /// single-entry layout (key, inc, tau) and only ever stands for a one-key GCRA check on
+    /// the server's clock.
+    #[test]
+    fn the_old_gcra_call_takes_only_what_the_old_script_took() {
+        let gcra: &'static Limit = Box::leak(Box::new(limit(Algorithm::Gcra, 4)));
+        let fw: &'static Limit = Box::leak(Box::new(limit(Algorithm::FixedWindow, 4)));
+        let ns = Namespace::default();
+        let g = Entry::new(gcra, Key::new(&ns, gcra, &[("u", "1")]));
+        let f = Entry::new(fw, Key::new(&ns, fw, &[("u", "1")]));
+        let args = |cmd: Cmd| -> Vec<String> {
+            cmd.args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let check = Part::new(Op::Check, &[&g], TimeSource::Server);
+        assert_eq!(
+            old_gcra_invocation(&check, "abc").map(args),
+            Some(vec![
+                "EVALSHA".to_owned(),
+                "abc".to_owned(),
+                "1".to_owned(),
+                g.key.as_str().to_owned(),
+                "250000".to_owned(),
+                "1000000".to_owned(),
+            ])
+        );
+        for other in [
+            Part::new(Op::Peek, &[&g], TimeSource::Server),
+            Part::new(Op::Check, &[&g], TimeSource::Caller(7)),
+            Part::new(Op::Check, &[&f], TimeSource::Server),
+            Part::new(Op::Check, &[&g, &f], TimeSource::Server),
+        ] {
+            assert!(old_gcra_invocation(&other, "abc").is_none(), "{other:?}");
+        }
     }
 
     /// A reply of the wrong shape is a protocol error, never a panic or a wrong decision.

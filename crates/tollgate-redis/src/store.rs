@@ -40,7 +40,7 @@ use crate::coalesce::Coalescer;
 use crate::error::classify;
 use crate::patience::{GaveUp, Patience};
 use crate::resets::reset_channel;
-use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation};
+use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation, old_gcra_invocation};
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
 
@@ -76,6 +76,8 @@ struct Inner {
     patience: Patience,
     breaker: Breaker,
     target: String,
+    /// [`RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
+    old_gcra_sha: Option<String>,
 }
 
 #[derive(Clone)]
@@ -114,6 +116,7 @@ impl RedisStore {
         breaker: Breaker,
         target: String,
         max_batch: Option<usize>,
+        old_gcra_sha: Option<String>,
     ) -> RedisStore {
         let queues = match connection {
             Connection::Single(_) => 1,
@@ -128,6 +131,7 @@ impl RedisStore {
                 patience: Patience::default(),
                 breaker,
                 target,
+                old_gcra_sha,
             }),
         }
     }
@@ -336,7 +340,11 @@ impl RedisStore {
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let reply = match self.coalescer() {
-            None => self.eval(&invocation(inv)).await?,
+            None => {
+                let old = self.inner.old_gcra_sha.as_deref();
+                let cmd = old.and_then(|sha| old_gcra_invocation(inv, sha));
+                self.eval(&cmd.unwrap_or_else(|| invocation(inv))).await?
+            }
             Some(c) => {
                 let queue = match (&self.inner.connection, entries.first()) {
                     (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
