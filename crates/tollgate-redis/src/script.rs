@@ -801,14 +801,7 @@ mod tests {
         let fw: &'static Limit = Box::leak(Box::new(fw));
         let (g1, g2, f1) = (entry(gcra, "1"), entry(gcra, "2"), entry(fw, "1"));
         let part = |op, entries: &[&Entry<'_>], at| Part::new(op, entries, at);
-        let args = |cmd: &Cmd| -> Vec<String> {
-            cmd.args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                    _ => String::new(),
-                })
-                .collect()
-        };
+        let args = cmd_args;
         let lone = PORTS[usize::from(port_index(Algorithm::Gcra))]
             .lone_batch
             .as_ref()
@@ -866,6 +859,16 @@ mod tests {
         assert_eq!(sha(&[&server[0], &server[1]]), lone);
     }
 
+    /// A command's arguments as strings.
+    fn cmd_args(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
     /// The benchmark's old-script call (`RedisStoreBuilder::old_gcra_script`) is the old
     /// single-entry layout (key, inc, tau) and only ever stands for a one-key GCRA check on
     /// the server's clock.
@@ -876,14 +879,7 @@ mod tests {
         let ns = Namespace::default();
         let g = Entry::new(gcra, Key::new(&ns, gcra, &[("u", "1")]));
         let f = Entry::new(fw, Key::new(&ns, fw, &[("u", "1")]));
-        let args = |cmd: Cmd| -> Vec<String> {
-            cmd.args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                    _ => String::new(),
-                })
-                .collect()
-        };
+        let args = |cmd: Cmd| cmd_args(&cmd);
         let check = Part::new(Op::Check, &[&g], TimeSource::Server);
         assert_eq!(
             old_gcra_invocation(&check, "abc").map(args),
