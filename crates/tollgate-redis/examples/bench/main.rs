@@ -287,7 +287,19 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
             ));
             rows.push(row);
         }
-        summary.push((tasks, rows[0], rows[1], rows[2]));
+        // Each round's on ÷ before, the two runs seconds apart: a drift of the machine over the
+        // whole run cancels out of these, not out of the ratio of medians.
+        let paired: Vec<(f64, f64)> = runs[2]
+            .iter()
+            .zip(&runs[0])
+            .map(|(on, before)| {
+                (
+                    on.rate / before.rate,
+                    on.cpu_per_decision / before.cpu_per_decision,
+                )
+            })
+            .collect();
+        summary.push((tasks, rows[0], rows[1], rows[2], paired));
     }
     let (rb_rate, rb_cpu) = RedisBenchmark::default().run(server, &args, KEYS)?;
     eprintln!("redis-benchmark gcra: {rb_rate:.0}/s, {rb_cpu:.1} µs CPU per call");
@@ -309,7 +321,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
     let floor_cpu = floor_cpu / FLOOR_KEYS as f64;
     let before_cpu = summary
         .first()
-        .map_or(f64::NAN, |(_, before, _, _)| before.3);
+        .map_or(f64::NAN, |(_, before, _, _, _)| before.3);
     eprintln!("batch floor: {floor_cpu:.2} µs CPU per key");
     out.push_str(&format!(
         "\n`redis-benchmark -P 16 -c 50` on the same single-entry GCRA script: {rb_rate:.0} \
@@ -322,7 +334,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
          | ratio (same run) | on ÷ before | on ÷ off |\n|---|---:|---:|\n",
         floor_cpu / before_cpu
     ));
-    for (tasks, before, off, on) in summary {
+    for (tasks, before, off, on, paired) in summary {
         let pair = |what: &str, bold: bool, f: &dyn Fn(&Row) -> f64| {
             let (b, o) = (f(&on) / f(&before), f(&on) / f(&off));
             if bold {
@@ -336,6 +348,11 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
         out.push_str(&pair("Redis CPU per decision", true, &|r| r.3));
         out.push_str(&pair("commandstats µs per decision", false, &|r| r.4));
         out.push_str(&format!(
+            "| {tasks} tasks: on ÷ before within each round, decisions/s; Redis CPU | {}; {} | |\n",
+            spread(paired.iter().map(|p| p.0)),
+            spread(paired.iter().map(|p| p.1)),
+        ));
+        out.push_str(&format!(
             "| {tasks} tasks: decisions/s ÷ redis-benchmark (before, off, on) | {:.2}×, {:.2}×, {:.2}× | |\n",
             before.0 / rb_rate,
             off.0 / rb_rate,
@@ -343,6 +360,16 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
         ));
     }
     Ok(out)
+}
+
+/// The median of `ratios` and their range: `1.23× (1.10–1.30×)`.
+fn spread(ratios: impl Iterator<Item = f64>) -> String {
+    let mut v: Vec<f64> = ratios.collect();
+    v.sort_by(f64::total_cmp);
+    match (v.first(), v.last()) {
+        (Some(lo), Some(hi)) => format!("{:.2}× ({lo:.2}–{hi:.2}×)", v[v.len() / 2]),
+        _ => "–".to_owned(),
+    }
 }
 
 /// A quota no benchmark exhausts: 1000 per second per key (burst 1000).
