@@ -12,7 +12,7 @@
 //! `ARGV`, so a multi-limit request mixing algorithms is still one round trip and one atomic
 //! step: the dispatcher decides every entry first and charges them all only if all admit. A
 //! denied call writes nothing. A request of a single limit runs that algorithm's
-//! single-entry script instead (same files, less Lua per call; GCRA's takes two arguments and
+//! single-entry script instead (same files, less Lua per call; GCRA's takes three arguments and
 //! answers one integer, its state, from which the Rust rule computes the decision). How the
 //! algorithms' scripts differ is written in one table (`src/script.rs`).
 //!

@@ -17,7 +17,7 @@
 //! - **one single-entry script per algorithm**, for requests of one limit (the common case):
 //!   Redis then builds one algorithm's closure per call instead of five and nothing
 //!   dispatches. GCRA's is leaner still (`lua/one_gcra.lua` then the body `lua/gcra.lua`): no
-//!   closure, no `TIME` (on the server's clock its state is the key's expiry), two arguments
+//!   closure, no `TIME` (on the server's clock its state is the key's expiry), three arguments
 //!   and a one-integer reply. Measured in `docs/benchmarks.md`: about half the Redis CPU of
 //!   the general shape.
 //!
