@@ -45,11 +45,12 @@
 --   a refusal the wait from then (at least 1 µs: refused at lo, the cost passes at lo + 1 ms).
 --   A value outside 0..999 (a key written on a caller's clock) counts as 0: the key then reads
 --   as at least as spent as it is, never less.
---   With `whole`, an admit on a key that exists only moves its expiry (`PEXPIRE`, a third of
---   the cost of `SET … PX` in Redis, docs/benchmarks.md): the value is left as it is, which
---   no reader of this limit reads. (A value a sub-ms T left, before a reload made T whole,
---   stays: were T made sub-ms again by a later reload, the key's next read would find it up
---   to 999 µs less spent than it is, once, since that read's write sets the value.)
+--   With `whole`, an admit on a key that exists only moves its expiry (`PEXPIRE`, under a
+--   third of the cost of `SET … PX` in Redis, docs/benchmarks.md): the value is left as it
+--   is, which no reader of this limit reads (nor its type: a key of another type keeps it,
+--   and its expiry). (A value a sub-ms T left, before a reload made T whole, stays: were T
+--   made sub-ms again by a later reload, the key's next read would find it up to 999 µs less
+--   spent than it is, once, since that read's write sets the value.)
 -- Every write sets the expiry; a denied call writes nothing; a key found without an expiry
 -- reads as full and is rewritten with one at its next admit.
 --
