@@ -317,3 +317,22 @@ async fn a_whole_cost_on_a_sub_ms_interval_rewrites_the_value() {
     assert!(check(&store, &limit, &key, 2).await.allowed);
     assert_eq!(value(&key), "0");
 }
+
+/// A key whose expiry was taken away (`PERSIST`, by hand or by a tool) reads as full and gets
+/// an expiry back at its next admit: moving an expiry (`PEXPIRE`) is only for a key that has
+/// one, and no admit leaves a key immortal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persisted_key_gets_its_expiry_back() {
+    let (store, limit, key) = one_key("gcra-persist", 10, Duration::from_secs(3_600)).await;
+    assert!(check(&store, &limit, &key, 1).await.allowed);
+    let _: i64 = query("PERSIST", &key);
+    assert_eq!(pttl_ms(&key), -1);
+    let d = check(&store, &limit, &key, 1).await;
+    // Read as full: this admit is the first of a fresh burst.
+    assert_eq!(d.remaining, 9, "{d:?}");
+    let expiry = Duration::from_millis(pttl_ms(&key).try_into().expect("has a TTL again"));
+    assert!(
+        within(expiry, Duration::from_secs(360) + SLACK_SECOND),
+        "PTTL {expiry:?}"
+    );
+}
