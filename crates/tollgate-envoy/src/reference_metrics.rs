@@ -51,6 +51,15 @@ pub const SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
 /// Answers global shadow mode turned to OK.
 pub const GLOBAL_SHADOW_MODE: &str = "ratelimit_service_global_shadow_mode";
 
+/// The five series of a rule's statistics key, in the order of [`Hits::counts`].
+pub(crate) const RULE_SERIES: [&str; 5] = [
+    TOTAL_HITS,
+    WITHIN_LIMIT,
+    NEAR_LIMIT,
+    OVER_LIMIT,
+    SHADOW_MODE,
+];
+
 /// A rule's statistics key, split as the reference's Prometheus mapping splits it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Stat {
@@ -160,11 +169,11 @@ pub(crate) fn record(
 /// The counts one descriptor adds.
 #[derive(Debug, Default)]
 pub(crate) struct Hits {
-    pub(crate) total: u64,
-    pub(crate) within: u64,
-    pub(crate) near: u64,
-    pub(crate) over: u64,
-    pub(crate) shadow: u64,
+    total: u64,
+    within: u64,
+    near: u64,
+    over: u64,
+    shadow: u64,
 }
 
 impl Hits {
@@ -204,16 +213,15 @@ impl Hits {
         }
     }
 
+    /// Each series' count, in the order of [`RULE_SERIES`].
+    pub(crate) fn counts(&self) -> [u64; 5] {
+        [self.total, self.within, self.near, self.over, self.shadow]
+    }
+
     /// Counts these hits under `stat`, looking its series up.
     fn emit(&self, stat: &Stat) {
         let labels = stat.labels();
-        for (name, n) in [
-            (TOTAL_HITS, self.total),
-            (WITHIN_LIMIT, self.within),
-            (NEAR_LIMIT, self.near),
-            (OVER_LIMIT, self.over),
-            (SHADOW_MODE, self.shadow),
-        ] {
+        for (name, n) in RULE_SERIES.into_iter().zip(self.counts()) {
             // Every series of a counted rule exists (0 included), as the reference's do.
             metrics::counter!(name, labels.clone()).increment(n);
         }

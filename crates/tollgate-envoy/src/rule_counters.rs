@@ -9,44 +9,23 @@
 
 use metrics::Counter;
 
-use crate::reference_metrics::{
-    Hits, NEAR_LIMIT, OVER_LIMIT, SHADOW_MODE, Stat, TOTAL_HITS, WITHIN_LIMIT,
-};
+use crate::reference_metrics::{Hits, RULE_SERIES, Stat};
 
-/// The five counters of one rule's statistics key.
+/// The five counters of one rule's statistics key, in the order of [`RULE_SERIES`].
 #[derive(Debug)]
-pub(crate) struct RuleCounters {
-    total: Counter,
-    within: Counter,
-    near: Counter,
-    over: Counter,
-    shadow: Counter,
-}
+pub(crate) struct RuleCounters([Counter; 5]);
 
 impl RuleCounters {
     /// Registers (or finds) `stat`'s five series: every series of a counted rule exists, 0
     /// included, as the reference's do.
     pub(crate) fn new(stat: &Stat) -> RuleCounters {
         let labels = stat.labels();
-        let counter = |name: &'static str| metrics::counter!(name, labels.clone());
-        RuleCounters {
-            total: counter(TOTAL_HITS),
-            within: counter(WITHIN_LIMIT),
-            near: counter(NEAR_LIMIT),
-            over: counter(OVER_LIMIT),
-            shadow: counter(SHADOW_MODE),
-        }
+        RuleCounters(RULE_SERIES.map(|name| metrics::counter!(name, labels.clone())))
     }
 
     /// Counts `hits`: five atomic adds at most.
     pub(crate) fn add(&self, hits: &Hits) {
-        for (counter, n) in [
-            (&self.total, hits.total),
-            (&self.within, hits.within),
-            (&self.near, hits.near),
-            (&self.over, hits.over),
-            (&self.shadow, hits.shadow),
-        ] {
+        for (counter, n) in self.0.iter().zip(hits.counts()) {
             if n > 0 {
                 counter.increment(n);
             }

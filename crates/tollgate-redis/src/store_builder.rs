@@ -102,7 +102,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Sends each one-key GCRA check on the server's clock, when it goes as its own call, as
+    /// With coalescing off, sends each one-key GCRA check on the server's clock as
     /// `EVALSHA <sha> 1 <key> <inc> <tau>`: the single-entry script as it was before the local
     /// tier, loaded by the caller (the store never loads it). Only so that a benchmark can
     /// run the old path's script through this store's client code, beside the new path.

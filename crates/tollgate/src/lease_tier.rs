@@ -77,6 +77,22 @@ struct Held {
     gauge: metrics::Gauge,
 }
 
+impl Held {
+    /// Spends `cost` of the units held (the caller checked there are enough).
+    fn spend(&mut self, cost: u64) {
+        self.units -= cost;
+        self.rate_spent += cost;
+        self.gauge.decrement(cost as f64);
+    }
+
+    /// Gives back `cost` units spent here: the inverse of [`Held::spend`].
+    fn give_back(&mut self, cost: u64) {
+        self.units += cost;
+        self.rate_spent = self.rate_spent.saturating_sub(cost);
+        self.gauge.increment(cost as f64);
+    }
+}
+
 /// A request waiting for a key's take in flight: served from it, by ticket, when it lands.
 struct Waiter {
     ticket: u64,
@@ -209,9 +225,7 @@ impl LeaseTier {
             h.units = 0;
         }
         if h.units >= cost {
-            h.units -= cost;
-            h.rate_spent += cost;
-            h.gauge.decrement(cost as f64);
+            h.spend(cost);
             return Step::Spent(allowed(limit, h, now));
         }
         if now < h.dry_until && cost > h.units + h.store_left {
@@ -316,9 +330,7 @@ impl LeaseTier {
                 if h.units < w.cost {
                     break;
                 }
-                h.units -= w.cost;
-                h.rate_spent += w.cost;
-                h.gauge.decrement(w.cost as f64);
+                h.spend(w.cost);
                 let served = allowed(limit, h, sent);
                 h.served.push((w.ticket, served));
             }
@@ -368,9 +380,7 @@ impl LeaseTier {
     pub(crate) fn refund(&self, key: &Key, cost: u64) {
         let mut map = self.lock();
         if let Some(h) = map.held.get_mut(key) {
-            h.units += cost;
-            h.rate_spent = h.rate_spent.saturating_sub(cost);
-            h.gauge.increment(cost as f64);
+            h.give_back(cost);
         }
     }
 

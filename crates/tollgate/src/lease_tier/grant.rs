@@ -32,10 +32,7 @@ pub(super) fn apply(
     h.units += grant.granted;
     h.gauge.increment(grant.granted as f64);
     h.dry_until = 0;
-    let spent = cost.min(h.units);
-    h.units -= spent;
-    h.rate_spent += spent;
-    h.gauge.decrement(spent as f64);
+    h.spend(cost.min(h.units));
     let limit = h.limit.clone();
     Some(allowed(&limit, h, sent))
 }

@@ -82,9 +82,7 @@ impl Drop for TakeDone<'_> {
         h.waiters.retain(|w| w.ticket != self.ticket);
         if let Some(at) = h.served.iter().position(|(t, _)| *t == self.ticket) {
             h.served.swap_remove(at);
-            h.units += self.cost;
-            h.rate_spent = h.rate_spent.saturating_sub(self.cost);
-            h.gauge.increment(self.cost as f64);
+            h.give_back(self.cost);
         }
     }
 }
