@@ -8,6 +8,10 @@
 #           its commit, e.g. `git worktree add /tmp/before 9f97268 && (cd /tmp/before &&
 #           CARGO_TARGET_DIR=/tmp/before-target cargo build --release -p tollgate-server)`), on
 #           its defaults; the load generator is this tree's binary throughout
+#   ceiling this binary on the embedded memory store (no Redis at all): the same limit, key
+#           and requests decided in the process. No cache of Redis's answers can answer
+#           faster than this, so it is what "as fast as the service can refuse" means here.
+# After the rounds, the median refusals/s of each mode and their ratios.
 # With TOLLGATE_GRPC_CHANNELS=<n> the same requests go as Envoy's `ShouldRateLimit` (gRPC, one
 # rule sending descriptor user=0 to the limit), the 64 tasks sharing n HTTP/2 connections as
 # concurrent streams, as Envoy multiplexes them (0: a connection per task).
@@ -27,8 +31,8 @@ REDIS_PORT=16398
 source "$(dirname "$0")/common.sh"
 evalsha() { redis-cli -p $REDIS_PORT info commandstats | awk -F'[=,:]' '/^cmdstat_evalsha:/ {print $3}'; }
 children_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
-MODES="before cache"
-[ -n "${TOLLGATE_BEFORE:-}" ] && MODES="then before cache"
+MODES="before cache ceiling"
+[ -n "${TOLLGATE_BEFORE:-}" ] && MODES="then before cache ceiling"
 for round in $(seq "$ROUNDS"); do
   for mode in $MODES; do
     cache=false
@@ -37,6 +41,9 @@ for round in $(seq "$ROUNDS"); do
     local_tier="deny_cache = $cache
 coalesce = $cache"
     if [ $mode = then ]; then serve=$TOLLGATE_BEFORE; local_tier=""; fi
+    store="redis = \"redis://127.0.0.1:$REDIS_PORT\"
+prefix = \"dc$round$mode\""
+    if [ $mode = ceiling ]; then store=""; local_tier=""; fi
     grpc_server="" grpc_rules=""
     if [ -n "${TOLLGATE_GRPC_CHANNELS:-}" ]; then
       grpc_server="[server]
@@ -49,8 +56,7 @@ descriptor = [{ key = \"user\", part = \"user\" }]"
     cat > "$WORK/tollgate.toml" <<TOML
 $grpc_server
 [store]
-redis = "redis://127.0.0.1:$REDIS_PORT"
-prefix = "dc$round$mode"
+$store
 $local_tier
 
 [[limits]]
@@ -82,6 +88,18 @@ TOML
     echo "round=$round mode=$mode scripts=$((after - before)) requests=$n" \
       "cpu_us_per_request: service=$(us_per $((s1 - s0)) "$n") redis=$(us_per $((r1 - r0)) "$n")" \
       "bench=$(us_per $((c1 - c0)) "$n") | $(tr '\n' ' ' < "$WORK/bench.txt")"
+    echo "$mode $(awk '{for (i = 2; i <= NF; i++) if ($i == "decisions/s") {print $(i - 1); exit}}' \
+      "$WORK/bench.txt")" >> "$WORK/rates"
     kill -TERM $SPID; wait $SPID || true
   done
 done
+median() { awk -v m="$1" '$1 == m {print $2}' "$WORK/rates" | sort -n | awk '{v[NR] = $1}
+  END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+ratio() { echo "scale=2; $1 / $2" | bc; }
+declare -A med
+for mode in $MODES; do med[$mode]=$(median $mode); echo "median $mode: ${med[$mode]} refusals/s"; done
+base=before
+[ -n "${TOLLGATE_BEFORE:-}" ] && base=then
+echo "cache ÷ $base: $(ratio "${med[cache]}" "${med[$base]}")×;" \
+  "ceiling ÷ $base: $(ratio "${med[ceiling]}" "${med[$base]}")×;" \
+  "cache ÷ ceiling: $(ratio "${med[cache]}" "${med[ceiling]}")×"

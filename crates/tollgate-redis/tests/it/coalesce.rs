@@ -562,3 +562,134 @@ async fn a_failing_request_fails_alone_in_a_lone_gcra_batch() {
         .await;
     assert_middle_fails_alone(&got, "a list is not a GCRA key");
 }
+
+/// On the server's clock a lone GCRA batch guards a request with `pcall` only where the body
+/// reads a value (`GET`: T not a whole number of ms), which fails on a key of another type:
+/// there the list's request fails alone. Unguarded, it would fail the whole call after the
+/// first request had been charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_read_fails_alone_in_a_lone_gcra_batch_on_the_servers_clock() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("gcrabatchget");
+    // 6 per 7 s: T = 1 166 667 µs, not a whole number of ms, so a spent key's value is read.
+    let limit = Limit::new(
+        "l",
+        Algorithm::Gcra,
+        Quota::new(6, Duration::from_secs(7)).expect("q"),
+    )
+    .expect("valid");
+    let bad = Key::new(&ns, &limit, &[("user", "list")]);
+    server().cmd(&["LPUSH", bad.as_str(), "x"]);
+    server().cmd(&["PEXPIRE", bad.as_str(), "60000"]);
+    let good = Request::new(
+        [Entry::new(&limit, Key::new(&ns, &limit, &[("user", "ok")]))],
+        1,
+    )
+    .expect("valid");
+    let broken = Request::new([Entry::new(&limit, bad)], 1).expect("valid");
+    let got = redis
+        .decide_batch(
+            &[(&good, Op::Check), (&broken, Op::Check), (&good, Op::Check)],
+            None,
+        )
+        .await;
+    assert_eq!(got[0].as_ref().expect("decided")[0].remaining, 5);
+    let err = got[1].as_ref().expect_err("a list is not a GCRA key");
+    assert!(
+        format!("{:?}", std::error::Error::source(err)).contains("WRONGTYPE"),
+        "the cause is kept: {err:?}"
+    );
+    assert_eq!(got[2].as_ref().expect("decided")[0].remaining, 4);
+}
+
+/// With T a whole number of ms on the server's clock the body sends only `PTTL`, `PEXPIRE`
+/// and `SET`, which take a key of any type, so that path runs without `pcall`: a list under
+/// the limit's prefix is decided like any key (with an expiry it keeps its type and only the
+/// expiry moves; without one `SET` rewrites it, so it expires), and its neighbours too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_another_type_are_decided_in_a_whole_ms_gcra_batch() {
+    let redis = redis_store().await;
+    let ns = unique_namespace("gcrabatchwhole");
+    let limit = Limit::new("l", Algorithm::Gcra, Quota::per_minute(5).expect("q")).expect("valid");
+    let with_ttl = Key::new(&ns, &limit, &[("user", "listttl")]);
+    server().cmd(&["LPUSH", with_ttl.as_str(), "x"]);
+    // An expiry is this algorithm's state: 2 s (1 s past the slack) reads as 1 s spent.
+    server().cmd(&["PEXPIRE", with_ttl.as_str(), "2000"]);
+    let immortal = Key::new(&ns, &limit, &[("user", "list")]);
+    server().cmd(&["LPUSH", immortal.as_str(), "x"]);
+    let one = |key: &Key| Request::new([Entry::new(&limit, key.clone())], 1).expect("valid");
+    let good = one(&Key::new(&ns, &limit, &[("user", "ok")]));
+    let (with_ttl_request, immortal_request) = (one(&with_ttl), one(&immortal));
+    let got = redis
+        .decide_batch(
+            &[
+                (&good, Op::Check),
+                (&with_ttl_request, Op::Check),
+                (&immortal_request, Op::Check),
+                (&good, Op::Check),
+            ],
+            None,
+        )
+        .await;
+    let decided: Vec<bool> = got
+        .iter()
+        .map(|d| d.as_ref().expect("decided")[0].allowed)
+        .collect();
+    assert_eq!(decided, [true, true, true, true]);
+    assert_eq!(got[3].as_ref().expect("decided")[0].remaining, 3);
+    assert_eq!(server().cmd(&["TYPE", with_ttl.as_str()]).trim(), "+list");
+    assert_eq!(server().cmd(&["TYPE", immortal.as_str()]).trim(), "+string");
+    assert_eq!(
+        keys_without_ttl(server(), &format!("{}*", ns.prefix())),
+        Vec::<String>::new()
+    );
+}
+
+/// Out of memory (`maxmemory`, `noeviction`), Redis refuses a script's first write and only
+/// that one. In a whole-ms GCRA batch (no `pcall`) the refusal raises: the call fails before
+/// anything was written, so every request in it gets the error and none was charged. (With a
+/// `pcall` per request, the new key's request would fail and the one after it be charged and
+/// admitted in the same call.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_first_write_fails_a_whole_ms_gcra_batch_uncharged() {
+    let own = RedisServer::start();
+    let redis = RedisStore::builder(own.url())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .expect("connect");
+    let ns = unique_namespace("gcrabatchoom");
+    let limit = Limit::new("l", Algorithm::Gcra, Quota::per_minute(5).expect("q")).expect("valid");
+    let one = |user: &str| {
+        Request::new(
+            [Entry::new(&limit, Key::new(&ns, &limit, &[("user", user)]))],
+            1,
+        )
+        .expect("valid")
+    };
+    let (old, new) = (one("old"), one("new"));
+    let first = redis.decide_batch(&[(&old, Op::Check)], None).await;
+    assert_eq!(first[0].as_ref().expect("decided")[0].remaining, 4);
+    let old_key = Key::new(&ns, &limit, &[("user", "old")]);
+    let pttl = |key: &Key| -> i64 {
+        own.cmd(&["PTTL", key.as_str()])
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .expect("PTTL")
+    };
+    let charged = pttl(&old_key);
+    own.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    own.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let got = redis
+        .decide_batch(&[(&new, Op::Check), (&old, Op::Check)], None)
+        .await;
+    own.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    for (i, answer) in got.iter().enumerate() {
+        let err = answer.as_ref().expect_err("out of memory");
+        assert!(format!("{err:?}").contains("OOM"), "request {i}: {err:?}");
+    }
+    // Not charged: an admit would have moved the expiry 12 s further.
+    assert!(pttl(&old_key) <= charged, "the old key was charged");
+    assert_eq!(pttl(&Key::new(&ns, &limit, &[("user", "new")])), -2);
+}
