@@ -26,10 +26,11 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 slack() { sed -e "s/redis.call('PTTL', key) - 1000$/redis.call('PTTL', key) - 100000/" \
   -e "s/string.format('%d', ms + 1000))$/string.format('%d', ms + 100000))/" \
-  -e "s/pttl - 999$/pttl - 99999/" -e "s/string.format('%d', ms + 999))$/string.format('%d', ms + 99999))/"; }
+  -e "s/pttl - 999$/pttl - 99999/" -e "s/string.format('%d', ms + 999))$/string.format('%d', ms + 99999))/" \
+  -e "s/string.format('%d', ms + 999) end$/string.format('%d', ms + 99999) end/"; }
 slack < examples/bench/before_gcra.lua > "$WORK/before.lua"
 cat lua/one_gcra.lua lua/gcra.lua | slack > "$WORK/one.lua"
-{ printf 'local function gcra(key, inc, tau, op, now, whole)\n'; slack < lua/gcra.lua; printf 'end\n'; cat lua/batch_gcra.lua; } > "$WORK/batch.lua"
+{ printf 'local last_ms, last_px\nlocal function gcra(key, inc, tau, op, now, whole)\n'; slack < lua/gcra.lua; printf 'end\n'; cat lua/batch_gcra.lua; } > "$WORK/batch.lua"
 # Each slack must have been replaced twice (read and write), or the count means nothing.
 for f in before one batch; do
   n=$(grep -c "100000\|99999" "$WORK/$f.lua")

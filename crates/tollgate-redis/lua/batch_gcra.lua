@@ -1,8 +1,9 @@
 -- batch_gcra.lua: the coalesced script of the most common batch — every request one GCRA
 -- check of one key — deciding each on its own, in order, as if sent one after the other.
 --
--- Composed as `local function gcra(key, inc, tau, op, now, whole)`, the body lua/gcra.lua,
--- `end`, then this file (src/script.rs): the same GCRA as the single-entry script, so the
+-- Composed as `local last_ms, last_px` (the body's one memo, see gcra.lua), `local function
+-- gcra(key, inc, tau, op, now, whole)`, the body lua/gcra.lua, `end`, then this file
+-- (src/script.rs): the same GCRA as the single-entry script, so the
 -- algorithm is still written once. Why a script of its own rather than lua/batch.lua: the general batch
 -- reads each request's header and tag, dispatches, builds the four-value reply shape and reads
 -- TIME once, which together cost Redis about as much as GCRA's own arithmetic; here a
@@ -22,9 +23,10 @@
 --
 -- Two things this file does only for Redis's CPU (measured with bench/callgrind.sh, a batch of
 -- 11: 5 % of Redis's instructions per decision together):
--- * The reply is written over KEYS, an array Redis has already sized to one slot a request:
---   each KEYS[i] is read before its slot is overwritten, and a fresh table would grow (and
---   move) four times on the way to 11 values.
+-- * The reply is written over KEYS, an array Redis has already sized to one slot a request
+--   (a plain table Redis builds afresh for each call): each KEYS[i] is read before its slot
+--   is overwritten, and a fresh table would grow (and move) four times on the way to 11
+--   values.
 -- * `pcall` guards a request only where the body can raise for that key alone: a `GET`
 --   (caller's clock, or T not a whole number of ms) fails on a key of another type. On the
 --   server's clock with a whole T the body sends `PTTL`, `PEXPIRE` and `SET` only, which

@@ -14,3 +14,4 @@
 -- returns  one integer, as gcra.lua says
 local key, inc, tau, whole = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local op, now = tonumber(ARGV[4]) or 1, tonumber(ARGV[5])
+local last_ms, last_px

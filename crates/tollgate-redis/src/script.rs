@@ -184,7 +184,8 @@ static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
                 [t, t * l.quota().burst(), 0]
             },
             format!(
-                "local function gcra(key, now, cost, t, tau, whole, op, server)\n\
+                "local last_ms, last_px\n\
+                 local function gcra(key, now, cost, t, tau, whole, op, server)\n\
                  local inc = cost * t\n\
                  if server then now = nil end\n\
                  {GCRA}end\n"
@@ -194,7 +195,8 @@ static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
             Reply::GcraUsed,
         )
         .with_lone_batch(&format!(
-            "local function gcra(key, inc, tau, op, now, whole)\n{GCRA}end\n{BATCH_GCRA}"
+            "local last_ms, last_px\nlocal function gcra(key, inc, tau, op, now, whole)\n{GCRA}end\n\
+             {BATCH_GCRA}"
         )),
     ]
 });

@@ -452,20 +452,23 @@ async fn store_run(
                 let mut rng = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
                 let mut latencies = Vec::with_capacity(4096);
                 let mut errors = 0_u64;
-                while Instant::now() < deadline {
+                // One clock read per decision: its end is the next one's start and the
+                // deadline's check (the harness shares the cores with Redis and the store,
+                // and a read costs ~0.1 µs on this VM; the latency then also counts choosing
+                // the key, well under a µs).
+                let mut t0 = Instant::now();
+                while t0 < deadline {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = keys[(rng % KEYS) as usize].clone();
-                    let request = match Request::new([Entry::new(&limit, key)], 1) {
-                        Ok(r) => r,
-                        Err(_) => continue,
-                    };
-                    let t0 = Instant::now();
+                    let request = Request::new([Entry::new(&limit, key)], 1).expect("valid");
                     if store.decide(&request, Op::Check, None).await.is_err() {
                         errors += 1;
                     }
-                    latencies.push(t0.elapsed());
+                    let t1 = Instant::now();
+                    latencies.push(t1 - t0);
+                    t0 = t1;
                 }
                 (latencies, errors)
             })

@@ -336,3 +336,51 @@ async fn a_persisted_key_gets_its_expiry_back() {
         "PTTL {expiry:?}"
     );
 }
+
+/// A lone GCRA batch formats a key's expiry only when its ms differ from the last it formatted
+/// (`last_ms` in `lua/gcra.lua`): keys in different states, interleaved in one batch, each
+/// get their own expiry, as one call each would give them. A memo that kept a stale value
+/// would give one key the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_writes_each_keys_own_expiry() {
+    let (store, limit, spent) = one_key("gcra-batch-expiry", 10, Duration::from_secs(3_600)).await;
+    let fresh = Key::new(
+        &unique_namespace("gcra-batch-expiry"),
+        &limit,
+        &[("user", "2")],
+    );
+    for _ in 0..3 {
+        assert!(check(&store, &limit, &spent, 1).await.allowed);
+    }
+    let one = |key: &Key| Request::new([Entry::new(&limit, key.clone())], 1).expect("valid");
+    let (a, b) = (one(&spent), one(&fresh));
+    let got = store
+        .decide_batch(
+            &[
+                (&a, Op::Check),
+                (&b, Op::Check),
+                (&a, Op::Check),
+                (&b, Op::Check),
+            ],
+            None,
+        )
+        .await;
+    let remaining: Vec<u64> = got
+        .iter()
+        .map(|d| d.as_ref().expect("decided")[0].remaining)
+        .collect();
+    assert_eq!(remaining, [6, 9, 5, 8]);
+    // Intervals of 6 minutes: 5 spent on one key, 2 on the other, each plus the slack.
+    let interval = Duration::from_secs(360);
+    let ttl = |key: &Key| Duration::from_millis(u64::try_from(pttl_ms(key)).expect("an expiry"));
+    assert!(
+        within(ttl(&spent), interval * 5 + SLACK_SECOND),
+        "{:?}",
+        ttl(&spent)
+    );
+    assert!(
+        within(ttl(&fresh), interval * 2 + SLACK_SECOND),
+        "{:?}",
+        ttl(&fresh)
+    );
+}
