@@ -240,22 +240,34 @@ async fn a_failing_request_fails_alone_in_its_batch() {
         Quota::per_minute(5).expect("q"),
     )
     .expect("valid");
-    let bad = Key::new(&ns, &limit, &[("user", "list")]);
-    server().cmd(&["LPUSH", bad.as_str(), "x"]);
     let at = Some(Timestamp::from_micros(1_893_456_000_000_000));
+    let got = around_a_list(&redis, &ns, &limit, at).await;
+    assert_middle_fails_alone(&got, "a list is not a window");
+}
+
+/// A batch of three checks of `limit` at `at` (`None`: the server's clock), the middle one's
+/// key holding a list (with an expiry, so that no test leaves an immortal key behind).
+async fn around_a_list(
+    redis: &RedisStore,
+    ns: &Namespace,
+    limit: &Limit,
+    at: Option<Timestamp>,
+) -> Vec<Result<tollgate::Decisions, StoreError>> {
+    let bad = Key::new(ns, limit, &[("user", "list")]);
+    server().cmd(&["LPUSH", bad.as_str(), "x"]);
+    server().cmd(&["PEXPIRE", bad.as_str(), "60000"]);
     let good = Request::new(
-        [Entry::new(&limit, Key::new(&ns, &limit, &[("user", "ok")]))],
+        [Entry::new(limit, Key::new(ns, limit, &[("user", "ok")]))],
         1,
     )
     .expect("valid");
-    let broken = Request::new([Entry::new(&limit, bad)], 1).expect("valid");
-    let got = redis
+    let broken = Request::new([Entry::new(limit, bad)], 1).expect("valid");
+    redis
         .decide_batch(
             &[(&good, Op::Check), (&broken, Op::Check), (&good, Op::Check)],
             at,
         )
-        .await;
-    assert_middle_fails_alone(&got, "a list is not a window");
+        .await
 }
 
 /// The answers of a batch of three requests on a limit of 5 whose middle one's key holds a
@@ -574,21 +586,7 @@ async fn a_failing_read_fails_alone_in_a_lone_gcra_batch_on_the_servers_clock() 
     // 5 per 7.001 s: T = 1 400 200 µs, not a whole number of ms: a spent key's value is read.
     let quota = Quota::new(5, Duration::from_millis(7_001)).expect("q");
     let limit = Limit::new("l", Algorithm::Gcra, quota).expect("valid");
-    let bad = Key::new(&ns, &limit, &[("user", "list")]);
-    server().cmd(&["LPUSH", bad.as_str(), "x"]);
-    server().cmd(&["PEXPIRE", bad.as_str(), "60000"]);
-    let good = Request::new(
-        [Entry::new(&limit, Key::new(&ns, &limit, &[("user", "ok")]))],
-        1,
-    )
-    .expect("valid");
-    let broken = Request::new([Entry::new(&limit, bad)], 1).expect("valid");
-    let got = redis
-        .decide_batch(
-            &[(&good, Op::Check), (&broken, Op::Check), (&good, Op::Check)],
-            None,
-        )
-        .await;
+    let got = around_a_list(&redis, &ns, &limit, None).await;
     assert_middle_fails_alone(&got, "a list is not a GCRA key");
 }
 
