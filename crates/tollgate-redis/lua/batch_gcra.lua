@@ -3,11 +3,11 @@
 --
 -- Composed as `local last_ms, last_px` (the body's one memo, see gcra.lua), `local function
 -- gcra(key, inc, tau, op, now, whole)`, the body lua/gcra.lua, `end`, then this file
--- (src/script.rs): the same GCRA as the single-entry script, so the
--- algorithm is still written once. Why a script of its own rather than lua/batch.lua: the general batch
--- reads each request's header and tag, dispatches, builds the four-value reply shape and reads
--- TIME once, which together cost Redis about as much as GCRA's own arithmetic; here a
--- decision is the body and its one or two commands (docs/benchmarks.md, "Coalesced calls").
+-- (src/script.rs): the same GCRA as the single-entry script, so the algorithm is still
+-- written once. Why a script of its own rather than lua/batch.lua: the general batch reads
+-- each request's header and tag, dispatches, builds the four-value reply shape and reads TIME
+-- once, which together cost Redis about as much as GCRA's own arithmetic; here a decision is
+-- the body and its one or two commands (docs/benchmarks.md, "Coalesced calls").
 --
 -- KEYS     one key per request
 -- ARGV[1]  the clock: '' = the server's; 'c' = the caller's (each request then has its own now)
@@ -27,13 +27,14 @@
 --   (a plain table Redis builds afresh for each call): each KEYS[i] is read before its slot
 --   is overwritten, and a fresh table would grow (and move) four times on the way to 11
 --   values.
--- * `pcall` guards a request only where the body can raise for that key alone: a `GET`
---   (caller's clock, or T not a whole number of ms) fails on a key of another type. On the
---   server's clock with a whole T the body sends `PTTL`, `PEXPIRE` and `SET` only, which
---   take a key of any type; the one error left there, Redis refusing a write when out of
---   memory, is raised only at a script's first write (Redis never stops a script between
---   writes), so it fails the whole batch before it has charged anything, and every request
---   in it gets the store's error, as a failed call does.
+-- * `pcall` guards a request only where the body can raise for that key alone: where it may
+--   send a `GET` (the caller's clock, or an `inc` that is not a whole number of ms: the
+--   body's own condition), which fails on a key of another type. Otherwise the body sends
+--   `PTTL`, `PEXPIRE` and `SET` only, which take a key of any type; the one error left
+--   there, Redis refusing a write when out of memory, is raised only at a script's first
+--   write (Redis never stops a script between writes), so it fails the whole batch before it
+--   has charged anything, and every request in it gets the store's error, as a failed call
+--   does.
 
 local reply = KEYS
 local caller = ARGV[1] == 'c'
@@ -45,18 +46,18 @@ while i <= #KEYS do
     return redis.error_reply('tollgate: malformed batch at argument ' .. a)
   end
   a = a + 4
-  local guarded = caller or not whole
+  local guarded = caller or inc % 1000 ~= 0
   for _ = 1, n do
     local now
     if caller then
       now = tonumber(ARGV[a])
       a = a + 1
     end
-    local ok, v = true, nil
+    local ok, v
     if guarded then
       ok, v = pcall(gcra, KEYS[i], inc, tau, 1, now, whole)
     else
-      v = gcra(KEYS[i], inc, tau, 1, now, whole)
+      ok, v = true, gcra(KEYS[i], inc, tau, 1, now, whole)
     end
     if not ok then
       if type(v) == 'table' then v = v.err end

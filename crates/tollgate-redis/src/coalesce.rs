@@ -36,8 +36,9 @@
 //! - **Failures stay per request.** The batch call has the store's timeout; if it fails, every
 //!   request in it fails with the same kind of error (each limit's failure policy then applies
 //!   as for any store failure). A request whose own deciding fails inside the script (a key of
-//!   another type) fails alone. (GCRA's lone-check batch on the server's clock with T a whole
-//!   number of ms sends only commands that take a key of any type, so it skips that guard;
+//!   another type) fails alone. (GCRA's lone-check batch on the server's clock, where a
+//!   request's cost is a whole number of ms, sends only commands that take a key of any type,
+//!   so it skips that guard;
 //!   the one error left there, Redis out of memory refusing the script's first write, fails
 //!   the whole call before anything was charged: `lua/batch_gcra.lua`.) Each caller's own
 //!   timeout and circuit breaker apply as before
