@@ -19,7 +19,11 @@
 # and the CPU each process spent per request (utime + stime from /proc: the service, Redis,
 # the load generator), which bounds what any cache can gain on this machine: the three share
 # its cores, so a request costs their sum.
-# Needs: cargo build --release -p tollgate-server, redis-server, redis-cli, curl, bc.
+# With TOLLGATE_LOAD=h2load (and TOLLGATE_GRPC_CHANNELS=<n>, n dividing 64), the gRPC calls are
+# sent by nghttp2's h2load instead (n connections, 64/n streams each, one thread): a client
+# that costs a third of ours per call, so more of each row is the service.
+# Needs: cargo build --release -p tollgate-server, redis-server, redis-cli, curl, bc (and h2load,
+# package nghttp2-client, for TOLLGATE_LOAD=h2load).
 # Usage: crates/tollgate-server/bench/deny_cache.sh [rounds] [seconds]   (from the repository root)
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -31,6 +35,8 @@ REDIS_PORT=16398
 source "$(dirname "$0")/common.sh"
 evalsha() { redis-cli -p $REDIS_PORT info commandstats | awk -F'[=,:]' '/^cmdstat_evalsha:/ {print $3}'; }
 children_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
+# One ShouldRateLimit call as a gRPC frame, for h2load: domain "edge", descriptor user=0.
+printf '\x00\x00\x00\x00\x13\x0a\x04edge\x12\x0b\x0a\x09\x0a\x04user\x12\x010' > "$WORK/call.bin"
 MODES="before cache ceiling"
 [ -n "${TOLLGATE_BEFORE:-}" ] && MODES="then before cache ceiling"
 for round in $(seq "$ROUNDS"); do
@@ -76,7 +82,15 @@ TOML
     for _ in $(seq 101); do curl -s -o /dev/null http://127.0.0.1:$PORT/v1/check -d '{"limit":"abused","key":{"user":"0"}}'; done
     before=$(evalsha)
     s0=$(ticks $SPID); r0=$(ticks $RPID); c0=$(children_ticks)
-    if [ -n "${TOLLGATE_GRPC_CHANNELS:-}" ]; then
+    if [ -n "${TOLLGATE_GRPC_CHANNELS:-}" ] && [ "${TOLLGATE_LOAD:-}" = h2load ]; then
+      h2load -c "$TOLLGATE_GRPC_CHANNELS" -m $((64 / TOLLGATE_GRPC_CHANNELS)) -t 1 -D "$SECS" \
+        -d "$WORK/call.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://127.0.0.1:$GRPC_PORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+        > "$WORK/h2load.txt"
+      grep -q ' 0 failed, 0 errored' "$WORK/h2load.txt" || { cat "$WORK/h2load.txt" >&2; exit 1; }
+      awk '/^finished in/ {rate = $4} /^requests:/ {n = $2}
+        END {printf "%d h2load calls: %d decisions/s\n", n, rate}' "$WORK/h2load.txt" > "$WORK/bench.txt"
+    elif [ -n "${TOLLGATE_GRPC_CHANNELS:-}" ]; then
       $BIN bench --grpc --url http://127.0.0.1:$GRPC_PORT -c 64 -d "${SECS}s" --domain edge \
         --descriptor user=0 --keys 1 --channels "$TOLLGATE_GRPC_CHANNELS" > "$WORK/bench.txt"
     else
@@ -84,7 +98,7 @@ TOML
     fi
     s1=$(ticks $SPID); r1=$(ticks $RPID); c1=$(children_ticks)
     after=$(evalsha)
-    n=$(awk '/checks of|calls of/ {print $1; exit}' "$WORK/bench.txt")
+    n=$(awk '/checks of|calls of|h2load calls/ {print $1; exit}' "$WORK/bench.txt")
     echo "round=$round mode=$mode scripts=$((after - before)) requests=$n" \
       "cpu_us_per_request: service=$(us_per $((s1 - s0)) "$n") redis=$(us_per $((r1 - r0)) "$n")" \
       "bench=$(us_per $((c1 - c0)) "$n") | $(tr '\n' ' ' < "$WORK/bench.txt")"

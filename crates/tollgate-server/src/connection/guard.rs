@@ -9,7 +9,8 @@
 //! A read that would wait checks the phase's deadline; once it has passed, the read fails with
 //! `TimedOut` and the connection ends. A head cut short by `header_timeout` is first answered
 //! `408` (one non-blocking write, only when no response bytes are pending). Writes pass
-//! through, except hyper's own empty error answers, which `auto_error` rewrites.
+//! through, except hyper's own empty error answers, which `auto_error` rewrites, and HTTP/2's
+//! while every worker is busy, which wait one turn to leave together ([`DeferredWrite`]).
 
 use std::future::Future;
 use std::io;
@@ -25,6 +26,7 @@ use tokio::time::Sleep;
 
 use super::Settings;
 use super::auto_error;
+use super::deferred_write::DeferredWrite;
 use crate::response::ApiError;
 
 /// Where a listener is in its life: connections follow it.
@@ -134,6 +136,8 @@ pub(crate) struct GuardedIo {
     unflushed: bool,
     /// A rewritten error answer still to be written.
     pending: Vec<u8>,
+    /// HTTP/2: writes wait a turn while every worker is busy, to leave together.
+    turn: DeferredWrite,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -163,6 +167,7 @@ impl GuardedIo {
             armed: None,
             unflushed: false,
             pending: Vec::new(),
+            turn: DeferredWrite::new(),
             _permit: permit,
         }
     }
@@ -308,6 +313,9 @@ impl AsyncWrite for GuardedIo {
             let _ = this.poll_pending(cx)?;
             return Poll::Ready(Ok(buf.len()));
         }
+        if this.phase.mode == Mode::Quiet {
+            std::task::ready!(this.turn.poll_write_turn(cx));
+        }
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
             this.unflushed = true;
@@ -320,6 +328,7 @@ impl AsyncWrite for GuardedIo {
         std::task::ready!(this.poll_pending(cx))?;
         std::task::ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
         this.unflushed = false;
+        this.turn.flushed();
         Poll::Ready(Ok(()))
     }
 

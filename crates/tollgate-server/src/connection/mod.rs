@@ -12,7 +12,9 @@
 //!   or a head being read: `header_timeout`; between requests: `idle_timeout`; a request in
 //!   the service: no clock, the body and store timeouts apply) and fails its reads once the
 //!   phase's deadline passes; on shutdown it ends idle HTTP/1 connections (EOF) and, past the
-//!   drain deadline, every connection;
+//!   drain deadline, every connection; on HTTP/2 its writes wait one turn of the scheduler
+//!   while every worker is busy, so that answers decided together leave together
+//!   (`deferred_write`);
 //! - `body`: a request body that fails once `body_timeout` has passed since the end of the head
 //!   (the handlers answer `408`);
 //! - `auto_error`: hyper answers a malformed head (400, 414, 431) itself, with an empty body
@@ -26,6 +28,7 @@
 
 mod auto_error;
 mod body;
+mod deferred_write;
 mod guard;
 pub(crate) mod http1;
 mod listener;

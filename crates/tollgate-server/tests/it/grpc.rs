@@ -170,6 +170,43 @@ async fn http_and_grpc_share_one_counter() {
     server.stop().await;
 }
 
+/// Calls multiplexed on one HTTP/2 connection while both workers are busy: each gets its own
+/// answer, and a limit of 50 admits exactly 50 of 400. The connection's writes wait a turn of
+/// the scheduler there (`connection::deferred_write`) to leave together; a wait that never
+/// ended, or answers crossed between streams, would show here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_multiplexed_on_one_busy_connection_are_each_answered_exactly() {
+    let text = format!(
+        "{}{}",
+        one_limit("burst", "fixed_window", 50, "1m", r#""user""#, "deny"),
+        user_rule("burst")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let (server, client) = start(Server::new(config)).await;
+    let calls: Vec<_> = (0..400)
+        .map(|i| {
+            let mut client = client.clone();
+            // Two users: every answer must carry its own user's count.
+            let user = if i % 2 == 0 { "even" } else { "odd" };
+            tokio::spawn(async move { (user, call(&mut client, "edge", &[("user", user)]).await) })
+        })
+        .collect();
+    let mut admitted = std::collections::HashMap::new();
+    for joined in calls {
+        let (user, response) = tokio::time::timeout(Duration::from_secs(30), joined)
+            .await
+            .expect("every call is answered")
+            .expect("the call's task");
+        if code(&response) == Code::Ok {
+            *admitted.entry(user).or_insert(0) += 1;
+        }
+        assert_eq!(limit_name(&response), "burst", "{response:?}");
+    }
+    assert_eq!(admitted.get("even"), Some(&50), "{admitted:?}");
+    assert_eq!(admitted.get("odd"), Some(&50), "{admitted:?}");
+    server.stop().await;
+}
+
 /// A rule pointing at a shadow limit never refuses over gRPC either.
 #[tokio::test]
 async fn shadow_limits_never_refuse_over_grpc() {
