@@ -71,6 +71,8 @@
 
 mod config;
 mod decide;
+mod deferred_write;
+mod deferred_write_io;
 mod headers;
 mod import_error;
 mod imported;
@@ -89,6 +91,8 @@ mod unit;
 mod yaml;
 
 pub use config::{EntryConfig, EnvoyRules, RuleConfig};
+pub use deferred_write::DeferredWrite;
+pub use deferred_write_io::DeferredWriteIo;
 pub use envoy_types;
 pub use import_error::ImportError;
 pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};

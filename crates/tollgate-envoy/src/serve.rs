@@ -15,8 +15,8 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::{Stream, StreamExt};
 use tollgate::Store;
 use tonic::transport::server::Connected;
 
@@ -49,7 +49,8 @@ impl Default for GrpcOptions {
 }
 
 /// Serves `service` and the gRPC health service on `listener` until `shutdown` completes,
-/// then lets calls in flight finish; with the default [`GrpcOptions`].
+/// then lets calls in flight finish; with the default [`GrpcOptions`], and each connection's
+/// writes taking turns ([`crate::DeferredWriteIo`]).
 ///
 /// # Errors
 /// The transport's error if the server fails.
@@ -61,13 +62,9 @@ pub async fn serve<St: Store>(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "envoy rate limit service listening");
     }
-    serve_with(
-        TcpListenerStream::new(listener),
-        service,
-        GrpcOptions::default(),
-        shutdown,
-    )
-    .await
+    let incoming =
+        TcpListenerStream::new(listener).map(|accepted| accepted.map(crate::DeferredWriteIo::new));
+    serve_with(incoming, service, GrpcOptions::default(), shutdown).await
 }
 
 /// Serves `service` and the gRPC health service on the connections of `incoming` until

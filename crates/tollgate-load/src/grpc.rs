@@ -8,6 +8,11 @@ use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::r
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tollgate_envoy::DeferredWriteIo;
+use tollgate_envoy::tonic;
+use tollgate_envoy::tonic::codegen::http::Uri;
 use tollgate_envoy::tonic::transport::{Channel, Endpoint};
 
 use crate::drive::{first_key, load};
@@ -32,8 +37,7 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
         })?
         .tcp_nodelay(true);
     // One call before the clock starts: an unreachable service fails here, by name.
-    let channel = endpoint
-        .connect()
+    let channel = connect(&endpoint)
         .await
         .map_err(|source| LoadError::Connect {
             url: url.clone(),
@@ -50,7 +54,7 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
     // Shared connections are opened before the clock starts; a task's own, by the task.
     let mut shared = Vec::with_capacity(target.channels);
     for _ in 0..target.channels {
-        shared.push(endpoint.connect().await?);
+        shared.push(connect(&endpoint).await?);
     }
     let what = format!("ShouldRateLimit calls of domain {:?}", target.domain);
     let over = match target.channels {
@@ -71,6 +75,22 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
     .await
 }
 
+/// A channel to `endpoint` whose connection's writes take turns ([`DeferredWriteIo`]): the
+/// calls of the tasks that ran in one turn of the scheduler leave in one write, where tonic's
+/// own connector would send one `writev` per call (and so would cost the machine the service
+/// shares more than the service does).
+async fn connect(endpoint: &Endpoint) -> Result<Channel, tonic::transport::Error> {
+    endpoint
+        .connect_with_connector(tower::service_fn(|uri: Uri| async move {
+            let host = uri.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
+            let port = uri.port_u16().unwrap_or(80);
+            let stream = TcpStream::connect((host, port)).await?;
+            stream.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(TokioIo::new(DeferredWriteIo::new(stream)))
+        }))
+        .await
+}
+
 /// What a task sends its calls on.
 enum Connection {
     /// A channel other tasks send on too, each call an HTTP/2 stream of its own.
@@ -89,7 +109,7 @@ async fn drive(
 ) -> Result<Tally, LoadError> {
     let channel = match channel {
         Connection::Shared(channel) => channel,
-        Connection::Own(endpoint) => endpoint.connect().await?,
+        Connection::Own(endpoint) => connect(&endpoint).await?,
     };
     let mut client = RateLimitServiceClient::new(channel);
     let mut tally = Tally::new()?;

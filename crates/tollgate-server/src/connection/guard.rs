@@ -23,10 +23,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Sleep;
+use tollgate_envoy::DeferredWrite;
 
 use super::Settings;
 use super::auto_error;
-use super::deferred_write::DeferredWrite;
 use crate::response::ApiError;
 
 /// Where a listener is in its life: connections follow it.

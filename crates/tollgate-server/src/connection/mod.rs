@@ -14,7 +14,7 @@
 //!   phase's deadline passes; on shutdown it ends idle HTTP/1 connections (EOF) and, past the
 //!   drain deadline, every connection; on HTTP/2 its writes wait one turn of the scheduler
 //!   while every worker is busy, so that answers decided together leave together
-//!   (`deferred_write`);
+//!   ([`tollgate_envoy::DeferredWrite`]);
 //! - `body`: a request body that fails once `body_timeout` has passed since the end of the head
 //!   (the handlers answer `408`);
 //! - `auto_error`: hyper answers a malformed head (400, 414, 431) itself, with an empty body
@@ -28,7 +28,6 @@
 
 mod auto_error;
 mod body;
-mod deferred_write;
 mod guard;
 pub(crate) mod http1;
 mod listener;

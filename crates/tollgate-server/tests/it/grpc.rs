@@ -172,7 +172,7 @@ async fn http_and_grpc_share_one_counter() {
 
 /// Calls multiplexed on one HTTP/2 connection while both workers are busy: each gets its own
 /// answer, and a limit of 50 admits exactly 50 of 400. The connection's writes wait a turn of
-/// the scheduler there (`connection::deferred_write`) to leave together; a wait that never
+/// the scheduler there (`tollgate_envoy::DeferredWrite`) to leave together; a wait that never
 /// ended, or answers crossed between streams, would show here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_multiplexed_on_one_busy_connection_are_each_answered_exactly() {

@@ -1,13 +1,16 @@
 //! [`DeferredWrite`]: an HTTP/2 connection's write waits one turn of the scheduler while every
-//! worker is busy, so that the answers of calls decided in that turn leave in one segment.
+//! worker is busy, so that the frames of calls made or answered in that turn leave in one
+//! segment. Used by `tollgate serve`'s gRPC connections, by [`crate::serve`], and (through
+//! [`crate::DeferredWriteIo`]) by clients such as `tollgate bench --grpc`.
 //!
-//! Why: tonic (through hyper and h2) decides each gRPC call in a task of its own, and the
-//! connection's task writes whatever answers are queued each time it runs. A call that finishes
-//! wakes the connection's task, and tokio runs a task woken that way next (its "LIFO slot"),
-//! before the other calls already waiting to run. So under load each answer left alone: with
-//! Envoy-like traffic (4 connections, 16 calls in flight on each) the service sent 0.7
-//! `sendto` per call, and those system calls, with the wake-ups they cause in the client, were
-//! a quarter of the service's CPU.
+//! Why: tonic (through hyper and h2) runs each gRPC call in a task of its own, and the
+//! connection's task writes whatever frames are queued each time it runs. A call that finishes
+//! (or, in a client, starts) wakes the connection's task, and tokio runs a task woken that way
+//! next (its "LIFO slot"), before the other calls already waiting to run. So under load each
+//! answer left alone: with Envoy-like traffic (4 connections, 16 calls in flight on each) the
+//! service sent 0.7 `sendto` per call, and those system calls, with the wake-ups they cause
+//! in the peer, were a quarter of the service's CPU. A tonic client wrote one `writev` per
+//! call in the same way.
 //!
 //! Waking itself and answering `Pending` once puts the connection's task behind the calls
 //! queued before it; when it runs again their answers are queued too, and h2 writes them
@@ -28,16 +31,22 @@ use tokio::runtime::RuntimeMetrics;
 
 /// One connection's choice, before each write, between writing now and one turn later.
 #[derive(Debug)]
-pub(crate) struct DeferredWrite {
+pub struct DeferredWrite {
     /// The runtime the connection runs on, `None` outside one (then it never waits).
     metrics: Option<RuntimeMetrics>,
     /// This flush has waited its turn already: its writes go now.
     waited: bool,
 }
 
+impl Default for DeferredWrite {
+    fn default() -> DeferredWrite {
+        DeferredWrite::new()
+    }
+}
+
 impl DeferredWrite {
-    /// For a connection on the current runtime.
-    pub(crate) fn new() -> DeferredWrite {
+    /// For a connection on the current runtime (outside one, writes never wait).
+    pub fn new() -> DeferredWrite {
         DeferredWrite {
             metrics: tokio::runtime::Handle::try_current()
                 .ok()
@@ -48,7 +57,7 @@ impl DeferredWrite {
 
     /// `Ready` when a write may go now; `Pending` (with the task woken, so that it runs again
     /// after the tasks queued before it) the first time in a flush that every worker is busy.
-    pub(crate) fn poll_write_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub fn poll_write_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.waited || !self.all_workers_busy() {
             return Poll::Ready(());
         }
@@ -58,7 +67,7 @@ impl DeferredWrite {
     }
 
     /// The bytes written so far are flushed: the next write starts a new flush.
-    pub(crate) fn flushed(&mut self) {
+    pub fn flushed(&mut self) {
         self.waited = false;
     }
 
