@@ -30,12 +30,10 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
         return Err(LoadError::NoDescriptor);
     }
     let url = &options.url;
-    let endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|source| LoadError::Endpoint {
-            url: url.clone(),
-            source,
-        })?
-        .tcp_nodelay(true);
+    let endpoint = Endpoint::from_shared(url.clone()).map_err(|source| LoadError::Endpoint {
+        url: url.clone(),
+        source,
+    })?;
     // One call before the clock starts: an unreachable service fails here, by name.
     let channel = connect(&endpoint)
         .await

@@ -9,8 +9,9 @@
 //! A read that would wait checks the phase's deadline; once it has passed, the read fails with
 //! `TimedOut` and the connection ends. A head cut short by `header_timeout` is first answered
 //! `408` (one non-blocking write, only when no response bytes are pending). Writes pass
-//! through, except hyper's own empty error answers, which `auto_error` rewrites, and HTTP/2's
-//! while every worker is busy, which wait one turn to leave together ([`DeferredWrite`]).
+//! through, except two: hyper's own empty error answers, which `auto_error` rewrites; and on
+//! HTTP/2, while every worker is busy, the first write of each flush, which waits one turn of
+//! the scheduler so that answers decided in that turn leave together ([`DeferredWrite`]).
 
 use std::future::Future;
 use std::io;
