@@ -187,4 +187,30 @@ mod tests {
         assert_eq!(values(request(&target, 1, 0)), ["/x", "u"]);
         assert_eq!(request(&target, 4, 3).domain, "edge");
     }
+
+    /// A service that cannot be reached fails before the clock starts, naming the URL (the
+    /// connector is ours, so its errors must still surface as tonic's did).
+    #[tokio::test]
+    async fn an_unreachable_service_is_named() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", closed.local_addr().expect("addr"));
+        drop(closed);
+        let options = BenchOptions {
+            url: url.clone(),
+            concurrency: 1,
+            duration: std::time::Duration::from_secs(1),
+            limit: None,
+            keys: 1,
+        };
+        let target = GrpcTarget {
+            domain: "edge".into(),
+            descriptor: vec![("user".into(), "u".into())],
+            channels: 0,
+        };
+        let error = run_grpc(options, target)
+            .await
+            .expect_err("nothing listens");
+        assert!(matches!(error, LoadError::Connect { .. }), "{error:?}");
+        assert_eq!(error.to_string(), format!("cannot connect to {url}"));
+    }
 }
