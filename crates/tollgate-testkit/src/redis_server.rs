@@ -275,6 +275,19 @@ impl RedisServer {
         })
     }
 
+    /// Sends one command whose reply is an integer (`PTTL`, `DBSIZE`, …) and returns it.
+    ///
+    /// # Panics
+    /// When the server cannot be reached or the reply is not an integer.
+    pub fn integer(&self, args: &[&str]) -> i64 {
+        let reply = self.cmd(args);
+        reply
+            .trim()
+            .strip_prefix(':')
+            .and_then(|digits| digits.parse().ok())
+            .unwrap_or_else(|| panic!("{args:?}: not an integer reply: {reply:?}"))
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("redis.log")
     }

@@ -509,13 +509,7 @@ async fn lone_gcra_batches_on_the_server_clock_spend_the_burst_in_order() {
             })
             .collect()
     };
-    let pttl = || -> i64 {
-        let reply = server().cmd(&["PTTL", key.as_str()]);
-        let digits = reply.trim().trim_start_matches(':');
-        digits
-            .parse()
-            .unwrap_or_else(|e| panic!("PTTL {reply:?}: {e}"))
-    };
+    let pttl = || server().integer(&["PTTL", key.as_str()]);
     let first = redis.decide_batch(&asked, None).await;
     let got = admitted(&first);
     let nine: Vec<Option<u64>> = (1..=9).rev().map(Some).chain([None; 3]).collect();
@@ -659,13 +653,7 @@ async fn a_refused_first_write_fails_a_whole_ms_gcra_batch_uncharged() {
     let first = redis.decide_batch(&[(&old, Op::Check)], None).await;
     assert_eq!(first[0].as_ref().expect("decided")[0].remaining, 4);
     let old_key = Key::new(&ns, &limit, &[("user", "old")]);
-    let pttl = |key: &Key| -> i64 {
-        own.cmd(&["PTTL", key.as_str()])
-            .trim()
-            .trim_start_matches(':')
-            .parse()
-            .expect("PTTL")
-    };
+    let pttl = |key: &Key| own.integer(&["PTTL", key.as_str()]);
     let charged = pttl(&old_key);
     own.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     own.cmd(&["CONFIG", "SET", "maxmemory", "1"]);

@@ -56,12 +56,7 @@ fn redis_state(redis: &RedisServer) -> (u64, i64) {
         .and_then(|v| v.split(':').nth(1))
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("a fixed window state: {value:?}"));
-    let ttl = redis.cmd(&["PTTL", &keys[0]]);
-    let ttl = ttl
-        .trim()
-        .trim_start_matches(':')
-        .parse()
-        .unwrap_or_else(|_| panic!("PTTL reply {ttl:?}"));
+    let ttl = redis.integer(&["PTTL", &keys[0]]);
     (count, ttl)
 }
 
