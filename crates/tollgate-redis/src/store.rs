@@ -265,10 +265,8 @@ impl RedisStore {
                     if attempts < 2 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
                     attempts += 1;
-                    self.inner
-                        .scripts
-                        .reload(&self.inner.connection, loaded)
-                        .await?;
+                    // Boxed: rare, and inline it would make every call's state larger.
+                    Box::pin(self.inner.scripts.reload(&self.inner.connection, loaded)).await?;
                 }
                 other => return other.map_err(classify),
             }
@@ -279,12 +277,8 @@ impl RedisStore {
     /// silence, see [`Patience`]): a coalesced call, which no caller's own timeout bounds
     /// (`coalesce.rs`).
     pub(crate) async fn eval_timed(&self, cmd: &Cmd) -> Result<Value, StoreError> {
-        match self
-            .inner
-            .patience
-            .wait(self.inner.timeout, self.eval(cmd))
-            .await
-        {
+        let call = std::pin::pin!(self.eval(cmd));
+        match self.inner.patience.wait(self.inner.timeout, call).await {
             Ok(r) => r,
             Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
         }
@@ -320,13 +314,18 @@ impl RedisStore {
             // peek, which writes nothing, is sent again (once, on the reconnected connection).
             Err(StoreError::Connection(cause)) if op == Op::Peek => {
                 tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                self.run_once(&inv, entries, at).await?
+                Box::pin(self.run_once(&inv, entries, at)).await?
             }
             other => other?,
         };
+        // The second calls are boxed: rare, and inline they would make every call's state
+        // larger (see `Store::decide` below).
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            decided = self.run_once(&inv, entries, at).await?;
+            decided = Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                self.run_once(&inv, entries, at).await
+            })
+            .await?;
         }
         Ok(decided)
     }
@@ -379,6 +378,20 @@ impl RedisStore {
             let (_, decisions) = self.run_group(op, &group, at).await?;
             return Ok(decisions.into_iter().collect());
         }
+        // Boxed: only a cluster's cross-slot requests come here, and inline this path's
+        // give-backs would make every call's state larger.
+        Box::pin(self.decide_across_slots(entries, &groups, op, at)).await
+    }
+
+    /// [`RedisStore::decide`] of a request whose entries lie in several slots of a cluster:
+    /// one call per group, all or nothing across them (see the crate docs).
+    async fn decide_across_slots(
+        &self,
+        entries: &[Entry<'_>],
+        groups: &[Group],
+        op: Op,
+        at: TimeSource,
+    ) -> Result<Decisions, StoreError> {
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
         let mut charged: SmallVec<[(&Group, TimeSource); 4]> = SmallVec::new();
         let mut denied_at = None;
@@ -583,7 +596,12 @@ impl Store for RedisStore {
         op: tollgate::Op,
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
-        self.guarded(self.decide(request, now, Op::from(op))).await
+        // Pinned here and handed on as a pointer: each `async fn` that takes a future by
+        // value keeps its own copy of it (the argument, then the awaited local), and this one
+        // is the whole decision's state, so passed by value it was copied three times per
+        // decision (docs/benchmarks.md, "Smaller futures").
+        let call = std::pin::pin!(self.decide(request, now, Op::from(op)));
+        self.guarded(call).await
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {

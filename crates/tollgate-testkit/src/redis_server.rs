@@ -209,20 +209,7 @@ impl RedisServer {
     /// # Panics
     /// When the pid or `/proc/<pid>/stat` cannot be read.
     pub fn cpu_time(&self) -> Duration {
-        let pid = self.pid();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
-        // After the command name (in parentheses): utime and stime are the 14th and 15th
-        // fields of the whole line, in clock ticks (100 per second on Linux).
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks = |i: usize| -> u64 {
-            fields
-                .get(i)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no field {i} in /proc/{pid}/stat: {stat}"))
-        };
-        Duration::from_millis((ticks(11) + ticks(12)) * 10)
+        crate::process_cpu_time(self.pid())
     }
 
     /// The server's own pid (read from `INFO server` once per start).

@@ -334,6 +334,21 @@ impl<S: Store> Limiter<S> {
         if !entries.iter().any(|e| e.shadow) {
             return Verdict::new(self.run(request, op, now).await);
         }
+        // Boxed: inline, this path's locals would make every decision's state larger, and
+        // a future is copied whole each time it is moved (into a task, a timeout, a caller's
+        // state).
+        Box::pin(self.decide_with_shadows(request, op, now)).await
+    }
+
+    /// [`Limiter::decide`] of a request with shadow entries: the enforced ones first, then
+    /// each shadow entry on its own, charged only when the enforced ones admit a check.
+    async fn decide_with_shadows(
+        &self,
+        request: &Request<'_>,
+        op: Op,
+        now: Option<Timestamp>,
+    ) -> Verdict {
+        let entries = request.entries();
         let mut out: SmallVec<[Option<LimitDecision>; 2]> =
             SmallVec::from_elem(None, entries.len());
         let (shadow, enforced): (SmallVec<[usize; 2]>, SmallVec<[usize; 2]>) =

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store};
 use tollgate_redis::{RedisStore, ScriptCall};
-use tollgate_testkit::{RedisBenchmark, RedisServer};
+use tollgate_testkit::{RedisBenchmark, RedisServer, process_cpu_time};
 
 const KEYS: u64 = 10_000;
 const MEMORY_KEYS: u64 = 100_000;
@@ -236,9 +236,10 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
          {rounds} alternating rounds)\n\n\
          Redis CPU per decision: the server process's CPU time (`/proc`) over the run ÷ \
          decisions; `commandstats`: `INFO commandstats` EVALSHA usec ÷ decisions (the script's \
-         own run time, without reading and answering the command).\n\n\
-         | tasks | coalescing | decisions/s | p50 | p99 | Redis CPU / decision | commandstats µs / decision | requests per EVALSHA |\n\
-         |---:|---|---:|---:|---:|---:|---:|---:|\n"
+         own run time, without reading and answering the command); client CPU: this \
+         process's (the store and the harness's tasks, on one tokio worker) the same way.\n\n\
+         | tasks | coalescing | decisions/s | p50 | p99 | Redis CPU / decision | commandstats µs / decision | requests per EVALSHA | client CPU / decision |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
     ));
     let limit = bench_limit(Algorithm::Gcra);
     let call = ScriptCall::check(&limit, 1);
@@ -273,17 +274,19 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
                 med(&|r| r.cpu_per_decision),
                 med(&|r| r.script_per_decision),
                 med(&|r| r.per_call),
+                med(&|r| r.client_cpu_per_decision),
             );
             let name = path.name();
             eprintln!("coalescing {name} × {tasks}: {row:?}");
             out.push_str(&format!(
-                "| {tasks} | {name} | {:.0} | {} | {} | {:.2} µs | {:.2} µs | {:.1} |\n",
+                "| {tasks} | {name} | {:.0} | {} | {} | {:.2} µs | {:.2} µs | {:.1} | {:.2} µs |\n",
                 row.0,
                 micros(Duration::from_secs_f64(row.1)),
                 micros(Duration::from_secs_f64(row.2)),
                 row.3,
                 row.4,
-                row.5
+                row.5,
+                row.6
             ));
             rows.push(row);
         }
@@ -347,6 +350,7 @@ async fn coalesce_section(server: &RedisServer, duration: Duration) -> BenchResu
         out.push_str(&pair("p50 latency", false, &|r| r.1));
         out.push_str(&pair("Redis CPU per decision", true, &|r| r.3));
         out.push_str(&pair("commandstats µs per decision", false, &|r| r.4));
+        out.push_str(&pair("client CPU per decision", false, &|r| r.6));
         out.push_str(&format!(
             "| {tasks} tasks: on ÷ before within each round, decisions/s; Redis CPU | {}; {} | |\n",
             spread(paired.iter().map(|p| p.0)),
@@ -379,8 +383,8 @@ fn bench_limit(algorithm: Algorithm) -> Limit {
 }
 
 /// One row of the coalescing table: decisions/s, p50 and p99 (s), Redis CPU and commandstats
-/// µs per decision, decisions per EVALSHA.
-type Row = (f64, f64, f64, f64, f64, f64);
+/// µs per decision, decisions per EVALSHA, client CPU µs per decision.
+type Row = (f64, f64, f64, f64, f64, f64, f64);
 
 /// The store's path to Redis in a coalescing run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,6 +420,8 @@ struct RunResult {
     script_per_decision: f64,
     /// Decisions ÷ EVALSHA calls.
     per_call: f64,
+    /// This process's CPU time (`/proc`) over the run ÷ decisions, µs: the client's.
+    client_cpu_per_decision: f64,
 }
 
 async fn store_run(
@@ -435,6 +441,7 @@ async fn store_run(
     let store = builder.build().await?;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let cpu_before = server.cpu_time();
+    let client_before = process_cpu_time(std::process::id());
     // Each path its own keys: the old script's keys keep a second of slack, not 999 ms.
     let ns = Namespace::new(format!("b{tasks}{path:?}"))?;
     let limit = Arc::new(bench_limit(algorithm));
@@ -483,6 +490,7 @@ async fn store_run(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = (server.cpu_time() - cpu_before).as_secs_f64() * 1e6;
+    let client_cpu = (process_cpu_time(std::process::id()) - client_before).as_secs_f64() * 1e6;
     let stats = server.command_stats("evalsha");
     // The old script never moves an expiry alone (today's does, on keys that exist).
     let pexpires = server.command_stats("pexpire").calls;
@@ -507,6 +515,7 @@ async fn store_run(
         cpu_per_decision: cpu / decisions,
         script_per_decision: usec / decisions,
         per_call: decisions / calls.max(1.0),
+        client_cpu_per_decision: client_cpu / decisions,
     })
 }
 

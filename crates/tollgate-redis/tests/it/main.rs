@@ -12,6 +12,7 @@ mod conformance_redis;
 mod differential;
 mod dropped_connection;
 mod faults;
+mod future_size;
 mod gcra_rounding;
 mod gcra_server_clock;
 mod lease;
