@@ -24,9 +24,19 @@
 //!   The first design allowed two, which coalesced at any concurrency above two and cut
 //!   throughput where pipelining alone did better: at 16 concurrent tasks it made 0.42× the
 //!   decisions/s of one call per request, at 64 tasks 0.75× (docs/benchmarks.md). Sixteen
-//!   measured best of 2, 4, 8, 16, 32 and 64 at every concurrency from 4 to 256 tasks; at 256
-//!   it keeps the whole gain of two (batches of 11 instead of 64, at the same Redis CPU per
-//!   decision).
+//!   measured best of 2, 4, 8, 16, 32 and 64 at every concurrency from 4 to 256 tasks.
+//! - **Two batch calls in flight stop lone requests** ([`BATCHES_IN_FLIGHT`]): while two
+//!   batch calls of a queue are in flight, a new request queues for the next call that ends
+//!   even if fewer than sixteen calls are in flight. Once load has made batches, a lone call
+//!   costs much more per decision than a share of a batch (a write and a read on each side, and
+//!   Redis's per-call work: about 33 000 instructions, against some 16 000 per decision in a
+//!   batch), and the cap alone let lone calls take the free slots: at 256 tasks three calls in
+//!   four were lone, carrying 7 % of the decisions. Two batches keep client and Redis
+//!   overlapped (one is decided while the other's answers are read); one batch would not
+//!   (at 64 tasks 0.96× the path before the local tier, against 1.7× with two). Measured in
+//!   docs/benchmarks.md ("Lone calls wait behind two batches"): at 256 tasks batches of 63
+//!   instead of 11, at 64 tasks of 7 instead of 3; below sixteen concurrent requests nothing
+//!   changes, since no batch forms.
 //! - **A cap on a batch**, [`DEFAULT_MAX_BATCH`] requests by default: a script blocks Redis
 //!   while it runs, and 64 typical requests (a few µs of Lua each) keep that near one network
 //!   round trip (≈ 0.1–0.3 ms) while already sharing one call's overhead 64 ways; what queued
@@ -65,21 +75,68 @@ pub const DEFAULT_MAX_BATCH: usize = 64;
 /// pipelined as without coalescing; at it, requests queue for the next call that ends.
 const MAX_IN_FLIGHT: usize = 16;
 
+/// Batch calls of one queue in flight at which new requests stop going out alone and queue
+/// for the next call that ends (see the module docs).
+const BATCHES_IN_FLIGHT: usize = 2;
+
 /// The queues of one store.
 pub(crate) struct Coalescer {
     queues: Box<[Mutex<Queue>]>,
     max_batch: usize,
-    in_flight: usize,
     /// Batch calls made and the requests they carried, for the tests and the benchmark.
     pub(crate) batches: AtomicU64,
     pub(crate) batched: AtomicU64,
 }
 
-/// One queue: how many calls are in flight, and what waits for one to end.
+/// One queue: how many calls are in flight (and how many of them are batches), and what
+/// waits for one to end.
 #[derive(Default)]
 struct Queue {
     in_flight: usize,
+    batches: usize,
     pending: Vec<Job>,
+}
+
+impl Queue {
+    /// Whether a new request may go out alone now; if so, counts its call in flight.
+    fn start_alone(&mut self) -> bool {
+        if self.in_flight >= MAX_IN_FLIGHT || self.batches >= BATCHES_IN_FLIGHT {
+            return false;
+        }
+        self.in_flight += 1;
+        true
+    }
+
+    /// A call ended (a batch or not): the oldest requests queued meanwhile, at most
+    /// `max_batch`, for it to carry next (its slot in flight passes to them, counted as a
+    /// batch when they are two or more); `None`, and one call fewer in flight, when nothing
+    /// is queued.
+    fn end(&mut self, was_batch: bool, max_batch: usize) -> Option<Vec<Job>> {
+        if was_batch {
+            self.batches -= 1;
+        }
+        if self.pending.is_empty() {
+            self.in_flight -= 1;
+            return None;
+        }
+        let jobs: Vec<Job> = if self.pending.len() <= max_batch {
+            std::mem::take(&mut self.pending)
+        } else {
+            self.pending.drain(..max_batch).collect()
+        };
+        if jobs.len() > 1 {
+            self.batches += 1;
+        }
+        Some(jobs)
+    }
+
+    /// Calls `jobs` (taken by [`Queue::end`]) that could not be sent: their slot is freed.
+    fn abandon(&mut self, jobs: &[Job]) {
+        if jobs.len() > 1 {
+            self.batches -= 1;
+        }
+        self.in_flight -= 1;
+    }
 }
 
 /// A queued request: its call (its share of a batch, or sent as its own call when it goes
@@ -94,12 +151,13 @@ struct Job {
 struct Flight<'a> {
     store: &'a RedisStore,
     queue: usize,
+    batch: bool,
 }
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.store.coalescer() {
-            c.next(self.store, self.queue);
+            c.next(self.store, self.queue, self.batch);
         }
     }
 }
@@ -111,14 +169,14 @@ impl Coalescer {
         Coalescer {
             queues: (0..queues).map(|_| Mutex::default()).collect(),
             max_batch: max_batch.max(1),
-            in_flight: MAX_IN_FLIGHT,
             batches: AtomicU64::new(0),
             batched: AtomicU64::new(0),
         }
     }
 
     /// Sends `part` as its own call at once when queue `queue` has room for another call in
-    /// flight; otherwise queues it for the next call that ends. Answers the request's own
+    /// flight and fewer than two batches are in flight; otherwise queues it for the next call
+    /// that ends. Answers the request's own
     /// reply, shaped as its own call answers or, from a batch, as the general script answers.
     pub(crate) async fn call(
         &self,
@@ -128,21 +186,24 @@ impl Coalescer {
     ) -> Result<Value, StoreError> {
         let waiting = {
             let mut q = lock(&self.queues[queue]);
-            if q.in_flight >= self.in_flight {
+            if q.start_alone() {
+                None
+            } else {
                 let (answer, waiting) = oneshot::channel();
                 q.pending.push(Job {
                     part: part.clone(),
                     answer,
                 });
                 Some(waiting)
-            } else {
-                q.in_flight += 1;
-                None
             }
         };
         match waiting {
             None => {
-                let _flight = Flight { store, queue };
+                let _flight = Flight {
+                    store,
+                    queue,
+                    batch: false,
+                };
                 store.eval(&invocation(part)).await
             }
             Some(waiting) => waiting.await.unwrap_or_else(|_| {
@@ -153,10 +214,10 @@ impl Coalescer {
         }
     }
 
-    /// A call of `queue` ended: sends what queued meanwhile, in a task of its own, or marks
-    /// the queue idle.
-    fn next(&self, store: &RedisStore, queue: usize) {
-        let Some(jobs) = self.take(queue) else {
+    /// A call of `queue` ended (`was_batch`: a batch call): sends what queued meanwhile, in a
+    /// task of its own, or marks the queue idle.
+    fn next(&self, store: &RedisStore, queue: usize, was_batch: bool) {
+        let Some(jobs) = lock(&self.queues[queue]).end(was_batch, self.max_batch) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
@@ -165,28 +226,14 @@ impl Coalescer {
             }
             Err(_) => {
                 // Dropped outside a runtime (shutting down): nothing can be sent.
+                lock(&self.queues[queue]).abandon(&jobs);
                 for job in jobs {
                     let _ = job.answer.send(Err(StoreError::Protocol(
                         "no runtime left to send a coalesced call".into(),
                     )));
                 }
-                lock(&self.queues[queue]).in_flight -= 1;
             }
         }
-    }
-
-    /// The oldest requests queued on `queue`, at most a batch, for the call that just ended
-    /// to carry next; `None` (and one call fewer in flight) when nothing is queued.
-    fn take(&self, queue: usize) -> Option<Vec<Job>> {
-        let mut q = lock(&self.queues[queue]);
-        if q.pending.is_empty() {
-            q.in_flight -= 1;
-            return None;
-        }
-        if q.pending.len() <= self.max_batch {
-            return Some(std::mem::take(&mut q.pending));
-        }
-        Some(q.pending.drain(..self.max_batch).collect())
     }
 }
 
@@ -196,6 +243,7 @@ async fn drive(store: RedisStore, queue: usize, jobs: Vec<Job>) {
     let _flight = Flight {
         store: &store,
         queue,
+        batch: jobs.len() > 1,
     };
     send(store.clone(), jobs).await;
 }
@@ -240,4 +288,110 @@ pub(crate) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Val
 
 fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
     queue.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Quota};
+
+    fn job() -> (Job, oneshot::Receiver<Result<Value, StoreError>>) {
+        let limit =
+            Limit::new("q", Algorithm::Gcra, Quota::per_second(10).expect("valid")).expect("valid");
+        let ns = Namespace::new("queue-test").expect("valid");
+        let entry = Entry::new(&limit, Key::new(&ns, &limit, &[("user", "1")]));
+        let part = Part::new(
+            crate::script::Op::Check,
+            &[&entry],
+            crate::script::TimeSource::Server,
+        );
+        let (answer, waiting) = oneshot::channel();
+        (Job { part, answer }, waiting)
+    }
+
+    /// Queues `n` jobs, as requests that could not go out alone.
+    fn queue_jobs(q: &mut Queue, n: usize) {
+        for _ in 0..n {
+            assert!(!q.start_alone(), "the request had to queue");
+            q.pending.push(job().0);
+        }
+    }
+
+    #[test]
+    fn requests_go_alone_up_to_sixteen_calls_in_flight() {
+        let mut q = Queue::default();
+        for i in 0..MAX_IN_FLIGHT {
+            assert!(
+                q.start_alone(),
+                "request {i} of {MAX_IN_FLIGHT} goes out alone"
+            );
+        }
+        assert!(!q.start_alone(), "the seventeenth queues");
+        assert_eq!(q.in_flight, MAX_IN_FLIGHT);
+        assert_eq!(q.batches, 0);
+    }
+
+    #[test]
+    fn two_batches_in_flight_make_new_requests_queue() {
+        let mut q = Queue::default();
+        for _ in 0..MAX_IN_FLIGHT {
+            assert!(q.start_alone());
+        }
+        // Two lone calls end with requests queued behind them: each carries a batch next.
+        queue_jobs(&mut q, 3);
+        assert_eq!(q.end(false, 64).map(|j| j.len()), Some(3));
+        assert_eq!(q.batches, 1);
+        queue_jobs(&mut q, 2);
+        assert_eq!(q.end(false, 64).map(|j| j.len()), Some(2));
+        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT, 2));
+        // Fourteen lone calls end with nothing queued: slots free up...
+        for _ in 0..MAX_IN_FLIGHT - 2 {
+            assert!(q.end(false, 64).is_none());
+        }
+        assert_eq!(q.in_flight, 2);
+        // ...but with two batches in flight a new request still queues.
+        assert!(
+            !q.start_alone(),
+            "two batches in flight: the request queues"
+        );
+        q.pending.push(job().0);
+        // A batch ends: the one queued request goes next, alone, in its slot, and with one
+        // batch left in flight new requests go out alone again.
+        assert_eq!(q.end(true, 64).map(|j| j.len()), Some(1));
+        assert_eq!((q.in_flight, q.batches), (2, 1));
+        assert!(
+            q.start_alone(),
+            "one batch in flight: the request goes out alone"
+        );
+        assert_eq!(q.in_flight, 3);
+    }
+
+    #[test]
+    fn a_batch_that_ends_with_nothing_queued_frees_its_slot() {
+        let mut q = Queue::default();
+        for _ in 0..MAX_IN_FLIGHT {
+            assert!(q.start_alone());
+        }
+        queue_jobs(&mut q, 70);
+        assert_eq!(
+            q.end(false, 64).map(|j| j.len()),
+            Some(64),
+            "at most a batch"
+        );
+        assert_eq!(
+            q.pending.len(),
+            6,
+            "the rest waits for the next call that ends"
+        );
+        assert_eq!(q.end(true, 64).map(|j| j.len()), Some(6));
+        assert_eq!(q.batches, 1);
+        assert!(q.end(true, 64).is_none());
+        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT - 1, 0));
+        // A batch taken but never sent (no runtime left) gives its slot back too.
+        q.pending.extend([job().0, job().0]);
+        let jobs = q.end(false, 64).expect("two queued");
+        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT - 1, 1));
+        q.abandon(&jobs);
+        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT - 2, 0));
+    }
 }

@@ -83,10 +83,10 @@ impl RedisStoreBuilder {
     }
 
     /// Whether concurrent requests bound for the same Redis (the same slot on a cluster) are
-    /// coalesced (default on): a request that finds sixteen calls in flight waits for one to
-    /// end and then goes with every other request that queued meanwhile, as one `EVALSHA` of
-    /// the batch script, which decides each request on its own (all or nothing within it).
-    /// Fewer in flight, it goes out at once, as without coalescing. See
+    /// coalesced (default on): a request that finds sixteen calls in flight, or two batch
+    /// calls, waits for one to end and then goes with every other request that queued
+    /// meanwhile, as one `EVALSHA` of the batch script, which decides each request on its own
+    /// (all or nothing within it). Otherwise it goes out at once, as without coalescing. See
     /// [`RedisStoreBuilder::max_batch`].
     pub fn coalesce(mut self, on: bool) -> Self {
         self.max_batch = on.then_some(self.max_batch.unwrap_or(DEFAULT_MAX_BATCH));
