@@ -309,6 +309,19 @@ mod tests {
         (Job { part, answer }, waiting)
     }
 
+    /// A queue whose sixteen calls in flight all went out alone.
+    fn full_of_lone_calls() -> Queue {
+        let mut q = Queue::default();
+        for i in 0..MAX_IN_FLIGHT {
+            assert!(
+                q.start_alone(),
+                "request {i} of {MAX_IN_FLIGHT} goes out alone"
+            );
+        }
+        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT, 0));
+        q
+    }
+
     /// Queues `n` jobs, as requests that could not go out alone.
     fn queue_jobs(q: &mut Queue, n: usize) {
         for _ in 0..n {
@@ -319,24 +332,14 @@ mod tests {
 
     #[test]
     fn requests_go_alone_up_to_sixteen_calls_in_flight() {
-        let mut q = Queue::default();
-        for i in 0..MAX_IN_FLIGHT {
-            assert!(
-                q.start_alone(),
-                "request {i} of {MAX_IN_FLIGHT} goes out alone"
-            );
-        }
+        let mut q = full_of_lone_calls();
         assert!(!q.start_alone(), "the seventeenth queues");
         assert_eq!(q.in_flight, MAX_IN_FLIGHT);
-        assert_eq!(q.batches, 0);
     }
 
     #[test]
     fn two_batches_in_flight_make_new_requests_queue() {
-        let mut q = Queue::default();
-        for _ in 0..MAX_IN_FLIGHT {
-            assert!(q.start_alone());
-        }
+        let mut q = full_of_lone_calls();
         // Two lone calls end with requests queued behind them: each carries a batch next.
         queue_jobs(&mut q, 3);
         assert_eq!(q.end(false, 64).map(|j| j.len()), Some(3));
@@ -368,10 +371,7 @@ mod tests {
 
     #[test]
     fn a_batch_that_ends_with_nothing_queued_frees_its_slot() {
-        let mut q = Queue::default();
-        for _ in 0..MAX_IN_FLIGHT {
-            assert!(q.start_alone());
-        }
+        let mut q = full_of_lone_calls();
         queue_jobs(&mut q, 70);
         assert_eq!(
             q.end(false, 64).map(|j| j.len()),
