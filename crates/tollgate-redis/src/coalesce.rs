@@ -174,6 +174,15 @@ impl Coalescer {
         }
     }
 
+    /// Calls in flight and, of them, batch calls, over all queues (tests: after a load, both
+    /// are back to zero, whatever failed meanwhile).
+    pub(crate) fn in_flight(&self) -> (usize, usize) {
+        self.queues.iter().fold((0, 0), |(calls, batches), q| {
+            let q = lock(q);
+            (calls + q.in_flight, batches + q.batches)
+        })
+    }
+
     /// Sends `part` as its own call at once when queue `queue` has room for another call in
     /// flight and fewer than two batches are in flight; otherwise queues it for the next call
     /// that ends. Answers the request's own

@@ -213,6 +213,14 @@ impl RedisStore {
             .map_or(0, |c| c.batched.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Coalesced calls in flight now, and how many of them are batch calls; `(0, 0)` when
+    /// coalescing is off. Not part of the API: tests use it to see that every call's slot was
+    /// given back (a leaked slot would hold later requests in the queue).
+    #[doc(hidden)]
+    pub fn coalesced_calls_in_flight(&self) -> (usize, usize) {
+        self.coalescer().map_or((0, 0), Coalescer::in_flight)
+    }
+
     /// Whether this store talks to a cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner.connection, Connection::Cluster(_))

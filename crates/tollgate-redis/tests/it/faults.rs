@@ -1,5 +1,5 @@
-//! Faults: the script cache flushed, Redis killed and restarted, a client process killed in
-//! the middle of its calls. After each, every decision is still right (or follows the failure
+//! Faults: the script cache flushed, Redis frozen (idle and under coalesced load), Redis killed
+//! and restarted, a client process killed in the middle of its calls. After each, every decision is still right (or follows the failure
 //! policy while Redis is away), and no tollgate key is left without an expiry.
 
 use std::process::{Command, Stdio};
@@ -146,6 +146,124 @@ async fn a_frozen_redis_times_out_every_waiting_call() {
         assert!(Instant::now() < deadline, "no answer after the thaw: {v:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Redis frozen in the middle of coalesced load: 128 tasks in a loop, so batch calls are in
+/// flight and requests queue behind them (two batches in flight stop lone calls). Every call
+/// in flight or queued when Redis froze ends within the store's longest wait, by its policy;
+/// thawed, the same store decides again and still makes batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const TIMEOUT: Duration = Duration::from_millis(100);
+    let redis = RedisServer::start();
+    let store = RedisStore::builder(redis.url())
+        .timeout(TIMEOUT)
+        // Never open: every call must meet Redis's silence itself, queued ones included.
+        .circuit_breaker(u32::MAX, Duration::from_millis(100))
+        .build()
+        .await
+        .expect("connect");
+    let limit = Limit::new(
+        "frozen",
+        Algorithm::Gcra,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = Arc::new(
+        Limiter::builder(store.clone())
+            .namespace(unique_namespace("frozen-load"))
+            .limit(limit)
+            .build()
+            .expect("limiter"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (decided, timed_out) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let tasks: Vec<_> = (0..128)
+        .map(|t| {
+            let (limiter, stop) = (Arc::clone(&limiter), Arc::clone(&stop));
+            let (decided, timed_out) = (Arc::clone(&decided), Arc::clone(&timed_out));
+            tokio::spawn(async move {
+                let mut longest = Duration::ZERO;
+                let mut i = 0_u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let key = format!("{t}-{}", i % 50);
+                    let started = Instant::now();
+                    let v = limiter
+                        .check("frozen", &[("user", key)])
+                        .await
+                        .expect("check");
+                    longest = longest.max(started.elapsed());
+                    match v.store_error() {
+                        None => decided.fetch_add(1, Ordering::Relaxed),
+                        Some(StoreErrorKind::Timeout) => timed_out.fetch_add(1, Ordering::Relaxed),
+                        Some(other) => panic!("task {t}: {other:?} ({v:?})"),
+                    };
+                }
+                longest
+            })
+        })
+        .collect();
+
+    // Bounded polling until the load makes batch calls.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.batches() < 20 {
+        assert!(Instant::now() < deadline, "no batch calls under 128 tasks");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The freeze outlasts the bound below (fault injection, not a window passing): a call
+    // that waited on the frozen Redis instead of its own timeout would overrun it.
+    let bound = tollgate_redis::longest_wait(TIMEOUT) + Duration::from_millis(500);
+    redis.pause();
+    tokio::time::sleep(bound + Duration::from_millis(500)).await;
+    redis.resume();
+    let (batches_at_thaw, decided_at_thaw) = (store.batches(), decided.load(Ordering::Relaxed));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while decided.load(Ordering::Relaxed) < decided_at_thaw + 1_000
+        || store.batches() == batches_at_thaw
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no decisions or batches after the thaw"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for (t, task) in tasks.into_iter().enumerate() {
+        let longest = task.await.expect("task");
+        assert!(
+            longest < bound,
+            "task {t}: a call took {longest:?} (bound {bound:?})"
+        );
+    }
+    assert!(
+        timed_out.load(Ordering::Relaxed) >= 128,
+        "the freeze met every task's calls: {} timed out",
+        timed_out.load(Ordering::Relaxed)
+    );
+    // Every call's slot comes back, the failed ones' included (bounded polling: a batch's
+    // own task ends just after it has answered its callers), and with none in flight a lone
+    // check goes out at once and is decided.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.coalesced_calls_in_flight() != (0, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "calls still counted in flight after the load: {:?}",
+            store.coalesced_calls_in_flight()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let v = limiter
+        .check("frozen", &[("user", "after")])
+        .await
+        .expect("check");
+    assert!(v.store_error().is_none(), "after the load: {v:?}");
 }
 
 /// Redis killed: calls follow each limit's policy within the timeout, the breaker opens;
