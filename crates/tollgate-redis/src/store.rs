@@ -380,15 +380,18 @@ impl RedisStore {
             Some(t) => TimeSource::Caller(t.as_micros()),
             None => TimeSource::Server,
         };
-        let groups = self.groups(entries);
-        if groups.len() == 1 {
-            let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-            let (_, decisions) = self.run_group(op, &group, at).await?;
-            return Ok(decisions.into_iter().collect());
+        // On a single Redis every entry is in one group: nothing to group.
+        if self.is_cluster() {
+            let groups = self.groups(entries);
+            if groups.len() > 1 {
+                // Boxed: only a cluster's cross-slot requests come here, and inline this
+                // path's give-backs would make every call's state larger.
+                return Box::pin(self.decide_across_slots(entries, &groups, op, at)).await;
+            }
         }
-        // Boxed: only a cluster's cross-slot requests come here, and inline this path's
-        // give-backs would make every call's state larger.
-        Box::pin(self.decide_across_slots(entries, &groups, op, at)).await
+        let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
+        let (_, decisions) = self.run_group(op, &group, at).await?;
+        Ok(decisions.into_iter().collect())
     }
 
     /// [`RedisStore::decide`] of a request whose entries lie in several slots of a cluster:

@@ -2,9 +2,9 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tollgate::{FakeClock, Namespace};
+use tollgate::{Algorithm, FakeClock, Limit, Namespace, OnStoreError, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::{Fixture, RedisCluster, RedisServer};
 
@@ -105,4 +105,30 @@ pub(crate) fn keys_without_ttl(server: &RedisServer, pattern: &str) -> Vec<Strin
             ttl == -1
         })
         .collect()
+}
+
+/// A GCRA limit no load reaches (a million a second per user), keyed by `user`, refusing
+/// when the store fails: for tests that hammer a store and count its failures.
+pub(crate) fn unreachable_gcra(name: &str) -> Limit {
+    Limit::new(
+        name,
+        Algorithm::Gcra,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny)
+}
+
+/// Polls `done` every 10 ms until it holds (true) or `within` has passed (false).
+pub(crate) async fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Op, Outcome, Quota};
+use tollgate::{Limiter, Op, Outcome};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisServer;
+
+use crate::common::unreachable_gcra;
 
 /// Runs `tasks` callers of `op` for ~1.8 s while the connection is killed five times;
 /// returns (calls, calls not decided by Redis, connections killed).
@@ -19,15 +21,7 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
         .build()
         .await
         .expect("connect");
-    let limit = Limit::new(
-        "kills",
-        Algorithm::Gcra,
-        Quota::per_second(1_000_000).expect("valid"),
-    )
-    .expect("valid")
-    .keyed_by(["user"])
-    .expect("valid")
-    .on_store_error(OnStoreError::Deny);
+    let limit = unreachable_gcra("kills");
     let limiter = Arc::new(Limiter::builder(store).limit(limit).build().expect("valid"));
     let (stop, total, failed) = (
         Arc::new(AtomicBool::new(false)),

@@ -11,7 +11,9 @@ use tollgate::{
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisServer;
 
-use crate::common::{TEST_TIMEOUT, keys_without_ttl, scan, server, unique_namespace};
+use crate::common::{
+    TEST_TIMEOUT, eventually, keys_without_ttl, scan, server, unique_namespace, unreachable_gcra,
+};
 
 const ROLE: &str = "TOLLGATE_IT_CHILD";
 
@@ -166,15 +168,7 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
         .build()
         .await
         .expect("connect");
-    let limit = Limit::new(
-        "frozen",
-        Algorithm::Gcra,
-        Quota::per_second(1_000_000).expect("valid"),
-    )
-    .expect("valid")
-    .keyed_by(["user"])
-    .expect("valid")
-    .on_store_error(OnStoreError::Deny);
+    let limit = unreachable_gcra("frozen");
     let limiter = Arc::new(
         Limiter::builder(store.clone())
             .namespace(unique_namespace("frozen-load"))
@@ -211,12 +205,10 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
         })
         .collect();
 
-    // Bounded polling until the load makes batch calls.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.batches() < 20 {
-        assert!(Instant::now() < deadline, "no batch calls under 128 tasks");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert!(
+        eventually(Duration::from_secs(10), || store.batches() >= 20).await,
+        "no batch calls under 128 tasks"
+    );
     // The freeze outlasts the bound below (fault injection, not a window passing): a call
     // that waited on the frozen Redis instead of its own timeout would overrun it.
     let bound = tollgate_redis::longest_wait(TIMEOUT) + Duration::from_millis(500);
@@ -224,16 +216,11 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
     tokio::time::sleep(bound + Duration::from_millis(500)).await;
     redis.resume();
     let (batches_at_thaw, decided_at_thaw) = (store.batches(), decided.load(Ordering::Relaxed));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while decided.load(Ordering::Relaxed) < decided_at_thaw + 1_000
-        || store.batches() == batches_at_thaw
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no decisions or batches after the thaw"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let resumed = eventually(Duration::from_secs(10), || {
+        decided.load(Ordering::Relaxed) >= decided_at_thaw + 1_000
+            && store.batches() != batches_at_thaw
+    });
+    assert!(resumed.await, "no decisions or batches after the thaw");
     stop.store(true, Ordering::Relaxed);
     for (t, task) in tasks.into_iter().enumerate() {
         let longest = task.await.expect("task");
@@ -250,15 +237,13 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
     // Every call's slot comes back, the failed ones' included (bounded polling: a batch's
     // own task ends just after it has answered its callers), and with none in flight a lone
     // check goes out at once and is decided.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while store.coalesced_calls_in_flight() != (0, 0) {
-        assert!(
-            Instant::now() < deadline,
-            "calls still counted in flight after the load: {:?}",
-            store.coalesced_calls_in_flight()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert!(
+        eventually(Duration::from_secs(5), || store.coalesced_calls_in_flight()
+            == (0, 0))
+        .await,
+        "calls still counted in flight after the load: {:?}",
+        store.coalesced_calls_in_flight()
+    );
     let v = limiter
         .check("frozen", &[("user", "after")])
         .await
