@@ -23,7 +23,7 @@
 //! `seconds` (default 60).
 //!
 //! `blackhole resets [seconds]` does the same to the reset listener's subscription
-//! ([`tollgate_redis::listen_for_resets`]), which sends nothing while it waits, and prints
+//! ([`tollgate_redis::RedisStore::listen_for_resets`]), which sends nothing while it waits, and prints
 //! when a new subscription replaced it (keep-alive finds the silent peer).
 //!
 //! `blackhole idle [seconds]` drops the store's packets and then makes no call for 20 s, as a
@@ -132,7 +132,8 @@ async fn main() -> BenchResult<()> {
 
 /// The reset listener's subscription blackholed: how long until it subscribes again.
 async fn subscription(server: &RedisServer, give_up: u64) -> BenchResult<()> {
-    let listener = tollgate_redis::listen_for_resets(server.url(), "bh", |_| {});
+    let store = tollgate_redis::RedisStore::connect(server.url()).await?;
+    let listener = store.listen_for_resets("bh", |_| {});
     let started = Instant::now();
     let port = loop {
         if let Some(&port) = ports(server, "cmd=subscribe").first() {

@@ -99,6 +99,17 @@ impl Breaker {
         self.threshold > 0 && self.failures.load(Ordering::Acquire) >= self.threshold
     }
 
+    /// Closes the breaker now: a healthy node was found by other means than a call (behind
+    /// Sentinel, a new master that answered `ROLE`), so callers need not wait out the
+    /// cool-down for a probe to find it.
+    pub(crate) fn close(&self) {
+        let before = self.failures.swap(0, Ordering::AcqRel);
+        if self.threshold > 0 && before >= self.threshold {
+            tracing::info!("a new redis master answers; circuit closed");
+            metrics::gauge!("tollgate_store_circuit_open").set(0.0);
+        }
+    }
+
     /// Records the outcome of a call let through by [`Breaker::admit`].
     pub(crate) fn record<T>(&self, permit: Permit, result: &Result<T, StoreError>) {
         let transient = matches!(result, Err(e) if e.is_transient());

@@ -52,6 +52,7 @@ pub(crate) fn shared(err: &StoreError) -> StoreError {
         StoreError::NoScript(_) => StoreError::NoScript(cause()),
         StoreError::Busy(_) => StoreError::Busy(cause()),
         StoreError::Auth(_) => StoreError::Auth(cause()),
+        StoreError::Tls(_) => StoreError::Tls(cause()),
         other => StoreError::Protocol(other.to_string()),
     }
 }
@@ -81,6 +82,9 @@ pub(crate) fn in_batch(message: String) -> StoreError {
 
 /// The [`StoreError`] for a failed Redis call.
 pub(crate) fn classify(err: RedisError) -> StoreError {
+    if let Some(tls) = crate::tls::tls_failure(&err) {
+        return tls;
+    }
     if err.is_timeout() {
         // An I/O timeout below ours (the client's own); reported as a connection failure
         // with its cause, since our timeout's duration is not what elapsed.

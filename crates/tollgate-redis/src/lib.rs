@@ -63,16 +63,21 @@ mod breaker;
 mod coalesce;
 mod error;
 mod lease;
+mod node_options;
 mod patience;
+mod permissions;
 mod resets;
 mod script;
+mod sentinel;
 mod slot;
 mod store;
 mod store_builder;
+mod tls;
 
 pub use coalesce::DEFAULT_MAX_BATCH;
 pub use patience::longest_wait;
-pub use resets::{listen_for_resets, reset_channel};
+pub use permissions::{COMMANDS, Needed, least_privilege_acl};
+pub use resets::reset_channel;
 #[doc(hidden)]
 pub use script::ScriptCall;
 pub use slot::slot_of;

@@ -3,7 +3,7 @@
 //! An instance that remembers refusals ([`tollgate::LimiterBuilder::deny_cache`]) would keep
 //! refusing a key that another instance reset. So [`crate::RedisStore`]'s reset publishes
 //! every key it deletes on the channel of the key's prefix ([`reset_channel`]), in the same
-//! round trip as the delete, and [`listen_for_resets`] subscribes to it on a connection of its
+//! round trip as the delete, and [`crate::RedisStore::listen_for_resets`] subscribes to it on a connection of its
 //! own and hands each key to a callback (the service's: forget the key's cached refusal).
 //!
 //! Pub/sub is fire-and-forget: a notification published while a listener is disconnected is
@@ -15,19 +15,21 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::IntoConnectionInfo as _;
 use tokio::task::JoinHandle;
+
+use crate::store::Subscriber;
 
 /// The channel on which resets of keys under `prefix` are published.
 pub fn reset_channel(prefix: &str) -> String {
     format!("{prefix}:resets")
 }
 
-/// Subscribes to the resets of keys under `prefix` on the Redis at `url` and calls `on_reset`
+/// Subscribes to the resets of keys under `prefix` through `subscriber` and calls `on_reset`
 /// with each reset key's text, until the returned task is aborted. Reconnects with backoff
-/// (100 ms doubling to 5 s) when the connection drops, logging at most one warning per drop.
-pub fn listen_for_resets(
-    url: String,
+/// (100 ms doubling to 5 s) when the connection drops, logging at most one warning per drop;
+/// each attempt asks `subscriber` for its node anew (behind Sentinel: the current master).
+pub(crate) fn listen(
+    subscriber: Subscriber,
     prefix: &str,
     on_reset: impl Fn(&str) + Send + Sync + 'static,
 ) -> JoinHandle<()> {
@@ -35,7 +37,7 @@ pub fn listen_for_resets(
     tokio::spawn(async move {
         let mut wait = Duration::from_millis(100);
         loop {
-            match subscribe(&url, &channel).await {
+            match subscribe(subscriber.client(), &channel).await {
                 Ok(pubsub) => {
                     tracing::debug!(%channel, "listening for resets");
                     wait = Duration::from_millis(100);
@@ -58,13 +60,10 @@ pub fn listen_for_resets(
     })
 }
 
-async fn subscribe(url: &str, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    // The store's TCP settings: keep-alive ends a subscription whose host vanished silently,
-    // and the loop above subscribes again.
-    let info = url
-        .into_connection_info()?
-        .set_tcp_settings(crate::store_builder::tcp_settings(false));
-    let mut pubsub = redis::Client::open(info)?.get_async_pubsub().await?;
+/// A subscription to `channel`. The client carries the store's TCP settings: keep-alive ends
+/// a subscription whose host vanished silently, and the loop above subscribes again.
+async fn subscribe(client: redis::Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
     Ok(pubsub)
 }

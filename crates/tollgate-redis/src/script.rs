@@ -380,6 +380,7 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
         .chain(PORTS.iter().map(|p| &p.single))
         .chain(PORTS.iter().filter_map(|p| p.lone_batch.as_ref()))
         .chain(std::iter::once(&*crate::lease::LEASE_SCRIPT))
+        .chain(std::iter::once(&*crate::permissions::PERMISSIONS_SCRIPT))
 }
 
 /// One request's call, owned (a queued request waits while its caller's borrowed request

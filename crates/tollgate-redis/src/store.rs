@@ -41,6 +41,7 @@ use crate::error::classify;
 use crate::patience::{GaveUp, Patience};
 use crate::resets::reset_channel;
 use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation, old_gcra_invocation};
+use crate::sentinel::Sentinel;
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
 
@@ -69,12 +70,14 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    /// Where reset notifications are heard.
+    subscriber: Subscriber,
     /// Queues of requests waiting for a call in flight (`None`: coalescing off).
     coalescer: Option<Coalescer>,
     scripts: Scripts,
     timeout: Duration,
     patience: Patience,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
     target: String,
     /// [`RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
     old_gcra_sha: Option<String>,
@@ -83,13 +86,119 @@ struct Inner {
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
+    /// The master a Sentinel group names, followed through failovers.
+    Sentinel(Arc<Sentinel>),
     Cluster(ClusterConnection),
+}
+
+impl Connection {
+    /// Runs `cmd` on the node (the slot's node on a cluster; the current master behind
+    /// Sentinel).
+    ///
+    /// On a cluster, an `ASK` redirection (the slot is being moved and the key is already on
+    /// the new node) that the `redis` crate could not follow is followed here, with `ASKING`
+    /// and the command sent as one pipeline: the crate sends `ASKING` and the command as two
+    /// requests on the node's multiplexed connection, so under concurrency another call's
+    /// command can take the one-command `ASKING` flag, and the call meets `MOVED`/`ASK` again
+    /// until its retries run out (seen with 16 tasks on one moving key).
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self {
+            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Sentinel(s) => cmd.query_async(&mut s.manager()).await,
+            Connection::Cluster(c) => match cmd.query_async(&mut c.clone()).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+                    // Boxed: rare, and inline it would make every call's state larger.
+                    Box::pin(asking(c, cmd, &e)).await.unwrap_or(Err(e))
+                }
+                other => other,
+            },
+        }
+    }
+
+    /// Runs `pipe` as [`Connection::query`] does `cmd`.
+    async fn query_pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Connection::Sentinel(s) => pipe.query_async(&mut s.manager()).await,
+            Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+        }
+    }
+}
+
+/// `cmd` sent to the node an `ASK` error names, right after `ASKING`, in one pipeline;
+/// `None` when the error names no node.
+async fn asking<T: redis::FromRedisValue>(
+    cluster: &ClusterConnection,
+    cmd: &Cmd,
+    ask: &redis::RedisError,
+) -> Option<redis::RedisResult<T>> {
+    let (addr, _slot) = ask.redirect_node()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING");
+    pipe.add_command(cmd.clone());
+    let node = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+        host: host.to_owned(),
+        port,
+    };
+    let replies = cluster.clone().route_pipeline(pipe, 1, 1, node).await;
+    Some(replies.and_then(|values| {
+        let value = values.into_iter().next().unwrap_or(Value::Nil);
+        let value = match value {
+            Value::ServerError(_) => value.extract_error()?,
+            other => other,
+        };
+        T::from_redis_value(value).map_err(Into::into)
+    }))
+}
+
+/// How the reset listener reaches Redis: a fixed node (the single Redis, or any node of a
+/// cluster, where pub/sub is broadcast), or the current master behind Sentinel.
+#[derive(Clone)]
+pub(crate) enum Subscriber {
+    /// Boxed: a client holds its whole connection info, and this is made once per store.
+    Fixed(Box<redis::Client>),
+    Sentinel(Arc<Sentinel>),
+}
+
+impl Subscriber {
+    /// The client to subscribe with now.
+    pub(crate) fn client(&self) -> redis::Client {
+        match self {
+            Subscriber::Fixed(c) => (**c).clone(),
+            Subscriber::Sentinel(s) => s.current().client,
+        }
+    }
 }
 
 impl RedisStore {
     /// A builder for a store on the single Redis at `url` (`redis://[:password@]host:port/[db]`).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(Target::Single(url.into()))
+    }
+
+    /// A builder for a store on the master that the sentinels at `sentinel_urls`
+    /// (`redis://host:26379`, any number) know as `master_name`, followed through failovers
+    /// without a restart (see `src/sentinel.rs`). TLS and credentials set on the builder
+    /// apply to the data nodes (which are reached over TLS when a TLS option is set or the
+    /// sentinels' URLs are `rediss://`); the sentinels' own credentials are
+    /// [`RedisStoreBuilder::sentinel_credentials`].
+    pub fn sentinel_builder<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::new(Target::Sentinel {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+        })
     }
 
     /// A builder for a store on the Redis Cluster reachable through `urls` (any subset of its
@@ -112,20 +221,22 @@ impl RedisStore {
 
     pub(crate) fn from_parts(
         connection: Connection,
+        subscriber: Subscriber,
         timeout: Duration,
-        breaker: Breaker,
+        breaker: Arc<Breaker>,
         target: String,
         max_batch: Option<usize>,
         old_gcra_sha: Option<String>,
     ) -> RedisStore {
         let queues = match connection {
-            Connection::Single(_) => 1,
+            Connection::Single(_) | Connection::Sentinel(_) => 1,
             Connection::Cluster(_) => SLOTS,
         };
         RedisStore {
             inner: Arc::new(Inner {
                 coalescer: max_batch.map(|max| Coalescer::new(queues, max)),
                 connection,
+                subscriber,
                 scripts: Scripts::default(),
                 timeout,
                 patience: Patience::default(),
@@ -250,23 +361,43 @@ impl RedisStore {
         };
         if let Err(e) = &result {
             tracing::debug!(target_redis = %self.inner.target, kind = e.kind().as_str(), cause = ?e, "redis call failed");
+            self.failed(e);
         }
         self.inner.breaker.record(permit, &result);
         result
+    }
+
+    /// Behind Sentinel, a failure that a failover explains (the master gone, silent, or now
+    /// a replica) makes the store look for the master again.
+    fn failed(&self, error: &StoreError) {
+        if let Connection::Sentinel(s) = &self.inner.connection
+            && matches!(
+                error,
+                StoreError::Connection(_) | StoreError::Timeout(_) | StoreError::ReadOnly(_)
+            )
+        {
+            s.suspect();
+        }
     }
 
     /// Runs a script's `EVALSHA`. On `NOSCRIPT` (a restarted node, `SCRIPT FLUSH`) every
     /// script is loaded again, by one call while the others that met the same loss wait for
     /// it (`reload_scripts`), and the call is sent again; should the cache be flushed again
     /// meanwhile, this tries twice more before giving up.
+    ///
+    /// On a cluster, a script refused before it runs because its slot is being moved (`ASK`,
+    /// `MOVED`, or `TRYAGAIN` while its keys are split between the two nodes) or has no master
+    /// for a moment (`CLUSTERDOWN` in a failover) is sent again after a short wait (10 ms,
+    /// doubling to 100 ms), for as long as the caller's timeout allows. Safe: a refused
+    /// script charged nothing. The `redis` crate's own retries are off (see
+    /// `store_builder.rs`): they also sent a call again after a lost connection, when its
+    /// script may have run.
     pub(crate) async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut attempts = 0;
+        let mut moving = 0u32;
         loop {
             let loaded = self.inner.scripts.generation();
-            let result: Result<Value, redis::RedisError> = match &self.inner.connection {
-                Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
-                Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
-            };
+            let result: Result<Value, redis::RedisError> = self.inner.connection.query(cmd).await;
             self.heard(&result);
             match result {
                 Err(e)
@@ -275,6 +406,13 @@ impl RedisStore {
                     attempts += 1;
                     // Boxed: rare, and inline it would make every call's state larger.
                     Box::pin(self.inner.scripts.reload(&self.inner.connection, loaded)).await?;
+                }
+                Err(e) if moving < MAX_SLOT_MOVE_RETRIES && slot_moving(&e) => {
+                    let wait =
+                        Duration::from_millis(10 << moving.min(3)).min(Duration::from_millis(100));
+                    moving += 1;
+                    tracing::debug!(cause = %e, "slot being moved; sending the script again");
+                    Box::pin(tokio::time::sleep(wait)).await;
                 }
                 other => return other.map_err(classify),
             }
@@ -286,10 +424,14 @@ impl RedisStore {
     /// (`coalesce.rs`).
     pub(crate) async fn eval_timed(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let call = std::pin::pin!(self.eval(cmd));
-        match self.inner.patience.wait(self.inner.timeout, call).await {
+        let result = match self.inner.patience.wait(self.inner.timeout, call).await {
             Ok(r) => r,
             Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
+        };
+        if let Err(e) = &result {
+            self.failed(e);
         }
+        result
     }
 
     /// Loads every script (at connect time, so that the first calls find them).
@@ -299,6 +441,59 @@ impl RedisStore {
             .scripts
             .reload(&self.inner.connection, loaded)
             .await
+    }
+
+    /// Checks that the Redis user may run every command tollgate sends, on keys under
+    /// `prefix` and its reset channel (`permissions.rs`): a missing permission is found now,
+    /// with the command named, rather than by the first request that needs it. Before Redis
+    /// 7 (no `redis.acl_check_cmd`) nothing is checked.
+    ///
+    /// # Errors
+    /// [`StoreError::Auth`] naming each command refused; the call's own failure.
+    pub async fn check_permissions(&self, prefix: &str) -> Result<(), StoreError> {
+        let script = &*crate::permissions::PERMISSIONS_SCRIPT;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(1)
+            .arg(format!("{prefix}:permission-check"))
+            .arg(reset_channel(prefix));
+        let sentinel = matches!(self.inner.connection, Connection::Sentinel(_));
+        for line in crate::permissions::lines(self.is_cluster(), sentinel) {
+            cmd.arg(line);
+        }
+        let reply = match self.guarded(self.eval(&cmd)).await {
+            Err(StoreError::Auth(cause)) => {
+                return Err(StoreError::Auth(
+                    format!(
+                        "the Redis user may not run EVALSHA on keys {prefix}:* ({cause}); see docs/redis.md for the ACL tollgate needs"
+                    )
+                    .into(),
+                ));
+            }
+            other => other?,
+        };
+        match crate::permissions::decode(reply)? {
+            Some(refused) if !refused.is_empty() => {
+                Err(crate::permissions::refused(&refused, prefix))
+            }
+            Some(_) => Ok(()),
+            None => {
+                tracing::info!("redis before 7: the user's permissions cannot be checked at start");
+                Ok(())
+            }
+        }
+    }
+
+    /// Subscribes to the resets of keys under `prefix` (published by every instance's
+    /// reset) and calls `on_reset` with each reset key, until the returned task is aborted;
+    /// over this store's own TLS and credentials, and behind Sentinel on the current master.
+    /// See [`crate::reset_channel`].
+    pub fn listen_for_resets(
+        &self,
+        prefix: &str,
+        on_reset: impl Fn(&str) + Send + Sync + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        crate::resets::listen(self.inner.subscriber.clone(), prefix, on_reset)
     }
 
     /// Runs `op` on one group of entries (one slot) on clock `at`. Also returns the clock a
@@ -508,7 +703,14 @@ impl RedisStore {
                 .ignore();
         }
         let result: Result<(), redis::RedisError> = match &self.inner.connection {
-            Connection::Single(c) => {
+            Connection::Cluster(_) => {
+                let deleted: Result<i64, _> = self.inner.connection.query(&del).await;
+                match deleted {
+                    Ok(_) => self.inner.connection.query_pipe(&publish).await,
+                    Err(e) => Err(e),
+                }
+            }
+            node => {
                 let mut both = redis::pipe();
                 both.add_command(del).ignore();
                 for k in keys {
@@ -517,15 +719,7 @@ impl RedisStore {
                         .arg(k.as_str())
                         .ignore();
                 }
-                both.query_async(&mut c.clone()).await
-            }
-            Connection::Cluster(c) => {
-                let mut c = c.clone();
-                let deleted: Result<i64, _> = del.query_async(&mut c).await;
-                match deleted {
-                    Ok(_) => publish.query_async(&mut c).await,
-                    Err(e) => Err(e),
-                }
+                node.query_pipe(&both).await
             }
         };
         self.heard(&result);
@@ -542,6 +736,26 @@ impl RedisStore {
             self.inner.patience.heard();
         }
     }
+}
+
+/// How many times [`RedisStore::eval`] sends a script again while its slot is being moved
+/// (about 5 s of waits; the store's timeout usually ends the call first).
+const MAX_SLOT_MOVE_RETRIES: u32 = 50;
+
+/// Whether a cluster refused a call before running it, for a while: its slot is being moved
+/// (`TRYAGAIN`, `ASK`, `MOVED`) or is between two masters in a failover (`CLUSTERDOWN`,
+/// `MASTERDOWN`).
+fn slot_moving(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::Ask
+                | ServerErrorKind::Moved
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+        )
+    )
 }
 
 /// Whether `decisions` refuse, and only for less than a millisecond.
@@ -583,6 +797,7 @@ impl Scripts {
         for script in all_scripts() {
             let loaded = match connection {
                 Connection::Single(c) => script.load_async(&mut c.clone()).await,
+                Connection::Sentinel(s) => script.load_async(&mut s.manager()).await,
                 Connection::Cluster(c) => script.load_async(&mut c.clone()).await,
             };
             loaded.map_err(classify)?;

@@ -1,11 +1,11 @@
-//! How a [`RedisStore`] is configured: where Redis is, how long a call may take, and when the
-//! circuit breaker opens.
+//! How a [`RedisStore`] is configured: where Redis is (one node, a cluster, or the master a
+//! Sentinel group names), how to reach it (TLS, credentials), how long a call may take, and
+//! when the circuit breaker opens.
 
 use std::fmt;
 use std::time::Duration;
 
 use redis::IntoConnectionInfo as _;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::io::tcp::TcpSettings;
 use tollgate::StoreError;
@@ -13,7 +13,10 @@ use tollgate::StoreError;
 use crate::breaker::Breaker;
 use crate::coalesce::DEFAULT_MAX_BATCH;
 use crate::error::classify;
-use crate::store::{Connection, RedisStore};
+use crate::node_options::NodeOptions;
+use crate::sentinel::{Sentinel, is_tls};
+use crate::store::{Connection, RedisStore, Subscriber};
+use crate::tls::{TlsOptions, install_crypto_provider};
 
 /// Default per-call timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -31,6 +34,11 @@ const KEEPALIVE_AFTER: Duration = Duration::from_secs(10);
 pub(crate) enum Target {
     Single(String),
     Cluster(Vec<String>),
+    /// The master that these sentinels name `master`.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 /// Configures a [`RedisStore`]; made by [`RedisStore::builder`] or
@@ -44,6 +52,12 @@ pub struct RedisStoreBuilder {
     max_batch: Option<usize>,
     nagle: bool,
     old_gcra_sha: Option<String>,
+    tls: TlsOptions,
+    username: Option<String>,
+    password: Option<String>,
+    sentinel_username: Option<String>,
+    sentinel_password: Option<String>,
+    permissions_for: Option<String>,
 }
 
 impl RedisStoreBuilder {
@@ -57,6 +71,85 @@ impl RedisStoreBuilder {
             max_batch: Some(DEFAULT_MAX_BATCH),
             nagle: false,
             old_gcra_sha: None,
+            tls: TlsOptions::default(),
+            username: None,
+            password: None,
+            sentinel_username: None,
+            sentinel_password: None,
+            permissions_for: None,
+        }
+    }
+
+    /// The user to authenticate as (Redis 6 ACLs), replacing the URL's. See
+    /// `docs/redis.md` for the least-privilege ACL tollgate needs.
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self
+    }
+
+    /// The password to authenticate with, replacing the URL's. Never printed: `Debug`
+    /// shows `***`, and errors never quote it.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Trust the CAs of this PEM bundle, instead of the system's roots, for `rediss://`
+    /// nodes (and sentinels).
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate (PEM chain) and key (PEM) to `rediss://` nodes, for
+    /// servers that run `tls-auth-clients yes`.
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Accept any server certificate, unverified (default off). Anyone on the path can then
+    /// read and change every decision; for a test bench only. Logged as a warning by every
+    /// [`RedisStoreBuilder::build`].
+    pub fn tls_insecure(mut self, insecure: bool) -> Self {
+        self.tls.insecure = insecure;
+        self
+    }
+
+    /// Sentinel only: the user and password the sentinels themselves require (their own
+    /// `requirepass` or ACL), apart from the data nodes' ([`RedisStoreBuilder::username`],
+    /// [`RedisStoreBuilder::password`]).
+    pub fn sentinel_credentials(
+        mut self,
+        username: Option<String>,
+        password: Option<String>,
+    ) -> Self {
+        self.sentinel_username = username;
+        self.sentinel_password = password;
+        self
+    }
+
+    /// At build, check that the Redis user may run every command tollgate sends on keys
+    /// under `prefix` (the limiter's [`tollgate::Namespace`] prefix) and its reset channel,
+    /// and fail naming each one it may not ([`RedisStore::check_permissions`]). Off by
+    /// default; `tollgate serve` always checks.
+    pub fn check_permissions(mut self, prefix: impl Into<String>) -> Self {
+        self.permissions_for = Some(prefix.into());
+        self
+    }
+
+    /// How to reach a data node.
+    fn node_options(&self) -> NodeOptions {
+        NodeOptions {
+            tls: self.tls.clone(),
+            username: self.username.clone(),
+            password: self.password.clone(),
+            tcp: tcp_settings(self.nagle),
+            connect_timeout: self.connect_timeout,
         }
     }
 
@@ -126,46 +219,107 @@ impl RedisStoreBuilder {
     /// [`StoreError::Connection`] (or another kind) when Redis cannot be reached or a URL is
     /// invalid.
     pub async fn build(self) -> Result<RedisStore, StoreError> {
-        let connection = match &self.target {
+        install_crypto_provider();
+        if self.tls.insecure {
+            tracing::warn!(
+                target_redis = %describe(&self.target),
+                "tls_insecure is set: the Redis server's certificate is not verified, so anyone on the path can read and change every decision"
+            );
+        }
+        let node = self.node_options();
+        let breaker = std::sync::Arc::new(Breaker::new(self.failure_threshold, self.cool_down));
+        let (connection, subscriber) = match &self.target {
             Target::Single(url) => {
-                let info = url
-                    .as_str()
-                    .into_connection_info()
-                    .map_err(classify)?
-                    .set_tcp_settings(tcp_settings(self.nagle));
-                let client = redis::Client::open(info).map_err(classify)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(None)
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(200));
-                let manager = ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(classify)?;
-                Connection::Single(manager)
+                let info = node.apply(url.as_str().into_connection_info().map_err(classify)?)?;
+                let client = node.client(info)?;
+                let manager = node.manager(client.clone()).await?;
+                (
+                    Connection::Single(manager),
+                    Subscriber::Fixed(Box::new(client)),
+                )
             }
             Target::Cluster(urls) => {
-                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                let infos = urls
+                    .iter()
+                    .map(|u| node.apply(u.as_str().into_connection_info().map_err(classify)?))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let subscriber = match infos.first() {
+                    Some(first) => Subscriber::Fixed(Box::new(node.client(first.clone())?)),
+                    None => {
+                        return Err(StoreError::Protocol(
+                            "a cluster needs at least one node".to_owned(),
+                        ));
+                    }
+                };
+                let mut builder = ClusterClientBuilder::new(infos)
                     .tcp_settings(tcp_settings(self.nagle))
                     .connection_timeout(self.connect_timeout)
-                    .response_timeout(self.connect_timeout)
-                    .retries(2)
-                    .build()
-                    .map_err(classify)?;
+                    // Never shorter than the store's own timeout, which bounds every call
+                    // (retries and slot-map refreshes included) and says why it failed.
+                    .response_timeout(self.connect_timeout.max(self.timeout))
+                    // No retries inside the `redis` crate: it would send a check again after
+                    // a lost connection (its script may have run: charged twice), and under
+                    // concurrency its ASK redirections fail and trigger slot-map refreshes
+                    // that stall the connection (tests/it/resharding.rs). The store follows
+                    // redirections itself (`RedisStore::eval`); the crate still refreshes
+                    // its slot map on MOVED and reconnects after a failover.
+                    .retries(0);
+                if let Some(user) = &self.username {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &self.password {
+                    builder = builder.password(password);
+                }
+                if let Some(certs) = self.tls.certificates() {
+                    builder = builder.certs(certs);
+                }
+                if self.tls.insecure {
+                    builder = builder.tls(redis::TlsMode::Insecure);
+                }
+                let client = builder.build().map_err(classify)?;
                 let conn = client.get_async_connection().await.map_err(classify)?;
-                Connection::Cluster(conn)
+                (Connection::Cluster(conn), subscriber)
+            }
+            Target::Sentinel { sentinels, master } => {
+                let sentinel_options = NodeOptions {
+                    username: self.sentinel_username.clone(),
+                    password: self.sentinel_password.clone(),
+                    ..node.clone()
+                };
+                let sentinel_tls = sentinels
+                    .iter()
+                    .filter_map(|u| u.as_str().into_connection_info().ok())
+                    .any(|info| is_tls(info.addr()));
+                let sentinel = Sentinel::connect(
+                    sentinels,
+                    sentinel_options,
+                    master.clone(),
+                    node,
+                    self.tls.is_set() || sentinel_tls,
+                    std::sync::Arc::clone(&breaker),
+                )
+                .await?;
+                (
+                    Connection::Sentinel(std::sync::Arc::clone(&sentinel)),
+                    Subscriber::Sentinel(sentinel),
+                )
             }
         };
         let store = RedisStore::from_parts(
             connection,
+            subscriber,
             self.timeout,
-            Breaker::new(self.failure_threshold, self.cool_down),
+            breaker,
             describe(&self.target),
             self.max_batch,
             self.old_gcra_sha,
         );
-        // Once per connection, so that the first burst of calls finds every script.
+        // Once per connection, so that the first burst of calls finds every script. This is
+        // also where a user without a permission tollgate needs is found (`permissions.rs`).
         store.load_scripts().await?;
+        if let Some(prefix) = &self.permissions_for {
+            store.check_permissions(prefix).await?;
+        }
         Ok(store)
     }
 }
@@ -221,6 +375,14 @@ fn describe(target: &Target) -> String {
             "cluster[{}]",
             urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
         ),
+        Target::Sentinel { sentinels, master } => format!(
+            "sentinel[{}]/{master}",
+            sentinels
+                .iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
     }
 }
 
@@ -235,6 +397,14 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("max_batch", &self.max_batch)
             .field("nagle", &self.nagle)
             .field("old_gcra_sha", &self.old_gcra_sha)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("sentinel_username", &self.sentinel_username)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }

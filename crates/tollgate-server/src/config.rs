@@ -22,6 +22,7 @@ mod error;
 mod field_error;
 mod overrides;
 mod raw;
+mod redis_connection;
 mod redis_url;
 mod secret;
 mod validate;
@@ -39,6 +40,7 @@ pub use error::ConfigError;
 pub use field_error::FieldError;
 pub use overrides::Overrides;
 use raw::RawConfig;
+pub use redis_connection::RedisConnection;
 pub use redis_url::{RedisUrl, RedisUrlError};
 pub use secret::Secret;
 
@@ -120,6 +122,8 @@ pub struct StoreConfig {
     /// Redis only: the most requests one coalesced call carries, `None` when coalescing is
     /// off (`coalesce = false`); default on, [`tollgate_redis::DEFAULT_MAX_BATCH`] requests.
     pub max_batch: Option<usize>,
+    /// Redis only: TLS and credentials (`tls_*`, `username`, `password`, `sentinel_*`).
+    pub connection: RedisConnection,
 }
 
 /// The largest `store.max_batch` accepted: a batch runs as one script, which blocks Redis
@@ -135,6 +139,13 @@ pub enum Backend {
     Redis(RedisUrl),
     /// A Redis Cluster, by its seed nodes.
     Cluster(Vec<RedisUrl>),
+    /// The master a Redis Sentinel group names, followed through failovers.
+    Sentinel {
+        /// The sentinels.
+        sentinels: Vec<RedisUrl>,
+        /// The master's name they know (`sentinel_master`).
+        master: String,
+    },
 }
 
 impl Backend {
@@ -144,6 +155,7 @@ impl Backend {
             Backend::Memory => "memory",
             Backend::Redis(_) => "redis",
             Backend::Cluster(_) => "redis_cluster",
+            Backend::Sentinel { .. } => "redis_sentinel",
         }
     }
 }
@@ -157,6 +169,10 @@ impl fmt::Display for Backend {
             Backend::Cluster(urls) => {
                 let urls: Vec<String> = urls.iter().map(ToString::to_string).collect();
                 f.write_str(&urls.join(", "))
+            }
+            Backend::Sentinel { sentinels, master } => {
+                let urls: Vec<String> = sentinels.iter().map(ToString::to_string).collect();
+                write!(f, "{master} via sentinel {}", urls.join(", "))
             }
         }
     }

@@ -35,8 +35,12 @@ const SECRET_FIELDS: &[&str] = &[
     "server.admin_token",
     "store.redis",
     "store.cluster",
+    "store.sentinel",
+    "store.password",
     "TOLLGATE_ADMIN_TOKEN",
     "TOLLGATE_REDIS_URL",
+    "TOLLGATE_REDIS_PASSWORD",
+    "TOLLGATE_SENTINEL_PASSWORD",
 ];
 
 impl ReloadStatus {

@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tollgate::{
-    BoxStore, Clock, Decisions, Limiter, MemoryStore, Op, Request, Store, StoreError, Timestamp,
+    BoxStore, Clock, Decisions, LeaseGrant, LeaseTake, Limiter, MemoryStore, Op, Request, Store,
+    StoreError, Timestamp,
 };
-use tollgate_redis::{RedisStore, RedisStoreBuilder, listen_for_resets};
+use tollgate_redis::{RedisStore, RedisStoreBuilder};
 
 use crate::config::{Backend, StoreConfig};
 
@@ -45,6 +46,17 @@ impl AnyStore {
         config: &StoreConfig,
         clock: Option<impl Clock>,
     ) -> Result<AnyStore, StoreError> {
+        let reset_target: Arc<Mutex<Weak<Limiter<BoxStore>>>> = Arc::default();
+        let on_connected = {
+            let target = Arc::clone(&reset_target);
+            let listen = config.deny_cache_entries > 0;
+            let prefix = config.namespace.prefix().to_owned();
+            move |redis: &RedisStore| {
+                if listen {
+                    hear_resets(redis, &prefix, target);
+                }
+            }
+        };
         let (store, kind) = match &config.backend {
             Backend::Memory => {
                 let builder = MemoryStore::builder().max_keys(config.max_keys);
@@ -57,44 +69,21 @@ impl AnyStore {
                 };
                 (BoxStore::new(memory), "memory")
             }
-            Backend::Redis(url) => {
-                let url = url.expose().to_owned();
+            redis => {
                 let (timeout, batch) = (config.timeout, config.max_batch);
-                let builder =
-                    move || coalescing(RedisStore::builder(url.clone()), batch).timeout(timeout);
-                (connect(builder).await?, "redis")
-            }
-            Backend::Cluster(urls) => {
-                let urls: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
-                let (timeout, batch) = (config.timeout, config.max_batch);
+                let connection = config.connection.clone();
+                let prefix = config.namespace.prefix().to_owned();
+                let target = redis.clone();
                 let builder = move || {
-                    coalescing(RedisStore::cluster_builder(urls.clone()), batch).timeout(timeout)
+                    let builder = redis_builder(&target);
+                    connection
+                        .apply(coalescing(builder, batch))
+                        .timeout(timeout)
+                        .check_permissions(prefix.clone())
                 };
-                (connect(builder).await?, "redis_cluster")
+                (connect(builder, on_connected).await?, redis.name())
             }
         };
-        let reset_target: Arc<Mutex<Weak<Limiter<BoxStore>>>> = Arc::default();
-        if config.deny_cache_entries > 0 {
-            let url = match &config.backend {
-                Backend::Memory => None,
-                Backend::Redis(url) => Some(url.expose().to_owned()),
-                Backend::Cluster(urls) => urls.first().map(|u| u.expose().to_owned()),
-            };
-            if let Some(url) = url {
-                let target = Arc::clone(&reset_target);
-                listen_for_resets(url, config.namespace.prefix(), move |key| {
-                    let limiter = target
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .upgrade();
-                    if let Some(limiter) = limiter
-                        && limiter.forget_denial(key)
-                    {
-                        tracing::debug!(key, "reset elsewhere: cached refusal forgotten");
-                    }
-                });
-            }
-        }
         Ok(AnyStore {
             store,
             kind,
@@ -156,13 +145,33 @@ impl AnyStore {
     }
 }
 
+/// Starts the listener that makes `target`'s deny cache forget keys reset on other instances
+/// (Redis pub/sub), over `redis`'s own connection settings.
+fn hear_resets(redis: &RedisStore, prefix: &str, target: Arc<Mutex<Weak<Limiter<BoxStore>>>>) {
+    redis.listen_for_resets(prefix, move |key| {
+        let limiter = target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .upgrade();
+        if let Some(limiter) = limiter
+            && limiter.forget_denial(key)
+        {
+            tracing::debug!(key, "reset elsewhere: cached refusal forgotten");
+        }
+    });
+}
+
 /// Connects to Redis now, or, when Redis is unreachable for now, returns a [`Connecting`]
-/// store and keeps trying in the background.
+/// store and keeps trying in the background; `on_connected` runs once the store is connected.
 async fn connect(
     builder: impl Fn() -> RedisStoreBuilder + Send + Sync + 'static,
+    on_connected: impl FnOnce(&RedisStore) + Send + 'static,
 ) -> Result<BoxStore, StoreError> {
     match builder().build().await {
-        Ok(redis) => Ok(BoxStore::new(redis)),
+        Ok(redis) => {
+            on_connected(&redis);
+            Ok(BoxStore::new(redis))
+        }
         Err(error) if error.is_transient() => {
             tracing::warn!(
                 cause = %error_chain(&error),
@@ -171,7 +180,11 @@ async fn connect(
             let connecting = Arc::new(Connecting {
                 redis: OnceLock::new(),
             });
-            tokio::spawn(connect_in_background(Arc::downgrade(&connecting), builder));
+            tokio::spawn(connect_in_background(
+                Arc::downgrade(&connecting),
+                builder,
+                on_connected,
+            ));
             Ok(BoxStore::new(connecting))
         }
         Err(error) => Err(error),
@@ -208,6 +221,14 @@ impl Store for Connecting {
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.get()?.reset(request).await
     }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.get()?.take_lease(take, now).await
+    }
 }
 
 /// The first retry waits this long; each next one twice as long, up to [`MAX_BACKOFF`].
@@ -220,6 +241,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 async fn connect_in_background(
     target: Weak<Connecting>,
     builder: impl Fn() -> RedisStoreBuilder + Send + Sync + 'static,
+    on_connected: impl FnOnce(&RedisStore) + Send + 'static,
 ) {
     let mut wait = FIRST_BACKOFF;
     let mut last_log: Option<(tokio::time::Instant, &'static str)> = None;
@@ -231,6 +253,7 @@ async fn connect_in_background(
         match builder().build().await {
             Ok(redis) => {
                 if let Some(connecting) = target.upgrade() {
+                    on_connected(&redis);
                     let _ = connecting.redis.set(redis);
                     tracing::info!("connected to redis; limits are decided by the store again");
                 }
@@ -267,6 +290,22 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     out
+}
+
+/// A Redis store's builder for `backend` (a memory backend never comes here: it is opened
+/// before any Redis is considered, and is answered as a single node only to stay total).
+fn redis_builder(backend: &Backend) -> RedisStoreBuilder {
+    match backend {
+        Backend::Cluster(urls) => {
+            RedisStore::cluster_builder(urls.iter().map(|u| u.expose().to_owned()))
+        }
+        Backend::Sentinel { sentinels, master } => RedisStore::sentinel_builder(
+            sentinels.iter().map(|u| u.expose().to_owned()),
+            master.clone(),
+        ),
+        Backend::Redis(url) => RedisStore::builder(url.expose()),
+        Backend::Memory => RedisStore::builder(""),
+    }
 }
 
 /// `builder` with coalesced calls of at most `max_batch` requests, or none (`None`).

@@ -4,19 +4,27 @@
 //! its own, with persistence off and its log in a temporary directory, so that every failure
 //! message can show what the server said. The process is killed and reaped on drop.
 //!
+//! A server can also listen TLS ([`RedisServer::start_tls`]) on a second port: its plaintext
+//! port stays open, so that the harness's own commands ([`RedisServer::cmd`],
+//! [`RedisServer::command_stats`], the readiness PING) never need TLS, and only the client
+//! under test speaks it.
+//!
 //! What it deliberately does not do: download or build Redis. A missing binary is a loud
 //! failure that says how to install it, never a skipped test.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use crate::command_stats::CommandStats;
+use crate::resp::{Reply, exchange, request};
+use crate::supervisor::{self, on_path};
+use crate::{TlsFiles, TlsServer};
 
 /// How long a spawned server gets to answer PING.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,7 +35,13 @@ pub(crate) const INSTALL_HINT: &str = "install it: apt-get install redis-server 
 /// A running `redis-server` owned by this process.
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, for a server started with TLS.
+    tls_port: Option<u16>,
     dir: TempDir,
+    /// The arguments after the harness's own (kept for [`RedisServer::restart`]).
+    extra: Vec<String>,
+    /// The `--requirepass` among `extra`, sent with `AUTH` before each harness command.
+    password: Option<String>,
     child: Option<Child>,
     /// The server's own pid (the child is its supervising shell), read once when needed.
     pid: std::sync::OnceLock<u32>,
@@ -41,72 +55,108 @@ impl RedisServer {
     /// When the binary is missing (the message says how to install it), or the server does not
     /// answer within [`START_TIMEOUT`] (the message holds its log).
     pub fn start() -> RedisServer {
-        let dir = tempfile::Builder::new()
-            .prefix("tollgate-redis-")
-            .tempdir()
-            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
-        let mut server = RedisServer {
-            port: free_port(false),
-            dir,
-            child: None,
-            pid: std::sync::OnceLock::new(),
-        };
-        server.spawn(&[]);
-        server
+        RedisServer::start_with(&[])
     }
 
-    /// Spawns a server on `port` in `dir` with extra `args`, for the cluster harness.
-    pub(crate) fn start_in(dir: TempDir, port: u16, extra: &[&str]) -> RedisServer {
+    /// As [`RedisServer::start`], with `args` after the harness's own (`--requirepass pw`,
+    /// `--user "alice on >pw ~* +@all"`, `--maxmemory 1mb`, …); [`RedisServer::restart`]
+    /// passes them again. With `--requirepass`, the harness's commands authenticate first.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`], and when an argument makes the server exit.
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::start_in(temp_dir("tollgate-redis-"), free_port(false), None, args)
+    }
+
+    /// As [`RedisServer::start`], and listening TLS too, on [`RedisServer::tls_port`], with
+    /// the certificates of `tls` as `options` say. The plaintext port stays open (the
+    /// harness's own commands use it).
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    pub fn start_tls(tls: &TlsFiles, options: TlsServer) -> RedisServer {
+        RedisServer::start_tls_with(tls, options, &[])
+    }
+
+    /// [`RedisServer::start_tls`] with `args` after the TLS ones, as in
+    /// [`RedisServer::start_with`].
+    ///
+    /// # Panics
+    /// As [`RedisServer::start_with`].
+    pub fn start_tls_with(tls: &TlsFiles, options: TlsServer, args: &[&str]) -> RedisServer {
+        let mut taken = HashSet::new();
+        let port = free_port_except(false, &mut taken);
+        let tls_port = free_port_except(false, &mut taken);
+        let mut all = options.args(tls, tls_port);
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        RedisServer::start_in(temp_dir("tollgate-redis-tls-"), port, Some(tls_port), &all)
+    }
+
+    /// Spawns a server on `port` (and `tls_port`, whose `--tls-*` arguments are among
+    /// `extra`) in `dir` with `extra` arguments, for the cluster and sentinel harnesses.
+    pub(crate) fn start_in(
+        dir: TempDir,
+        port: u16,
+        tls_port: Option<u16>,
+        extra: &[&str],
+    ) -> RedisServer {
+        let password = extra
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| extra.get(i + 1))
+            .map(|p| (*p).to_owned());
         let mut server = RedisServer {
             port,
+            tls_port,
             dir,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+            password,
             child: None,
             pid: std::sync::OnceLock::new(),
         };
-        server.spawn(extra);
+        server.spawn();
         server
     }
 
-    fn spawn(&mut self, extra: &[&str]) {
+    fn spawn(&mut self) {
         let bin = server_bin();
         if !on_path(&bin) {
             panic!("{bin} not found: {INSTALL_HINT} (or set REDIS_SERVER_BIN)");
         }
         let log = self.log_path();
-        // A shell supervises the server: it kills it (SIGKILL) as soon as its stdin closes,
-        // which happens when this handle is dropped, and also when the test process dies or
-        // exits without running destructors (a server kept in a `static`). So no server
-        // outlives its tests.
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(r#"bin=$1; shift; "$bin" "$@" & pid=$!; read _ignored; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#)
-            .arg("tollgate-redis-supervisor")
-            .arg(&bin)
-            .arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--save")
-            .arg("")
-            .arg("--appendonly")
-            .arg("no")
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(&log)
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin} under sh: {e}"));
-        self.child = Some(child);
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--port".into(),
+            self.port.to_string().into(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--dir".into(),
+            self.dir.path().into(),
+            "--logfile".into(),
+            log.into(),
+        ];
+        args.extend(self.extra.iter().map(Into::into));
+        self.child = Some(supervisor::spawn(&bin, args, self.dir.path()));
         self.pid = std::sync::OnceLock::new();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if command(self.port, &["PING"]).is_ok_and(|reply| reply.starts_with("+PONG")) {
+            if exchange(self.port, self.password.as_deref(), &["PING"])
+                .is_ok_and(|reply| reply.starts_with(b"+PONG"))
+            {
                 return;
+            }
+            if supervisor::exited(self.dir.path()) {
+                self.kill();
+                panic!(
+                    "{bin} on port {} exited at start (arguments {:?})\nlog:\n{}",
+                    self.port,
+                    self.extra,
+                    self.log()
+                );
             }
             if Instant::now() > deadline {
                 self.kill();
@@ -125,15 +175,48 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// The port the server listens on.
+    /// The port the server listens on (plaintext).
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// The server's log so far (for failure messages).
+    /// Whether the server listens TLS too ([`RedisServer::start_tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.tls_port.is_some()
+    }
+
+    /// The port the server listens TLS on.
+    ///
+    /// # Panics
+    /// When the server was started without TLS.
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port.unwrap_or_else(|| {
+            panic!(
+                "redis on port {} was started without TLS: use start_tls",
+                self.port
+            )
+        })
+    }
+
+    /// The TLS connection URL, `rediss://127.0.0.1:<tls_port>/`.
+    ///
+    /// # Panics
+    /// When the server was started without TLS.
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port())
+    }
+
+    /// Whether `port` is one of this server's ports, plaintext or TLS.
+    pub(crate) fn listens_on(&self, port: u16) -> bool {
+        self.port == port || self.tls_port == Some(port)
+    }
+
+    /// The server's log so far, and whatever it printed (a config error), for failure
+    /// messages.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path())
-            .unwrap_or_else(|e| format!("(no log at {}: {e})", self.log_path().display()))
+        let log = std::fs::read_to_string(self.log_path())
+            .unwrap_or_else(|e| format!("(no log at {}: {e})", self.log_path().display()));
+        format!("{log}{}", supervisor::printed(self.dir.path()))
     }
 
     /// The temporary directory the server runs in.
@@ -143,10 +226,8 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL) and waits for it, keeping the port for [`RedisServer::restart`].
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // Closing stdin makes the supervisor SIGKILL the server and wait for it.
-            drop(child.stdin.take());
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            supervisor::stop(child);
         }
     }
 
@@ -238,28 +319,63 @@ impl RedisServer {
         self.child.is_some()
     }
 
-    /// Starts the server again on the same port (after [`RedisServer::kill`]); its data is
-    /// gone, as after a crash without persistence.
+    /// Starts the server again on the same ports with the same arguments (after
+    /// [`RedisServer::kill`]); its data is gone, as after a crash without persistence (a
+    /// cluster node keeps its `nodes.conf`, so it rejoins as itself).
     ///
     /// # Panics
     /// As [`RedisServer::start`].
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn(&[]);
+        self.spawn();
     }
 
-    /// Sends one command and returns the raw RESP reply, panicking with the log on failure.
+    /// Sends one command and returns the raw RESP reply (read whole, nested arrays included),
+    /// panicking with the log on failure.
     ///
     /// # Panics
     /// When the server cannot be reached.
     pub fn cmd(&self, args: &[&str]) -> String {
-        command(self.port, args).unwrap_or_else(|e| {
-            panic!(
+        exchange(self.port, self.password.as_deref(), args)
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+            .unwrap_or_else(|e| self.failed(args, &e))
+    }
+
+    /// Sends one command and returns every string and integer of its reply, nested arrays
+    /// flattened in order (nils skipped): `KEYS`, `ROLE`, `CLUSTER GETKEYSINSLOT`,
+    /// `CONFIG GET`'s name/value pairs.
+    ///
+    /// # Panics
+    /// When the server cannot be reached or answers an error.
+    pub fn array(&self, args: &[&str]) -> Vec<String> {
+        match self.reply(args) {
+            Reply::Error(e) => panic!(
                 "command {args:?} to redis on port {} failed: {e}\nlog:\n{}",
                 self.port,
                 self.log()
-            )
-        })
+            ),
+            reply => reply.strings(),
+        }
+    }
+
+    /// Sends one command and returns its parsed reply.
+    pub(crate) fn reply(&self, args: &[&str]) -> Reply {
+        self.try_reply(args)
+            .unwrap_or_else(|e| self.failed(args, &e))
+    }
+
+    /// Sends one command and returns its parsed reply, or why it could not.
+    pub(crate) fn try_reply(&self, args: &[&str]) -> std::io::Result<Reply> {
+        request(self.port, self.password.as_deref(), args)
+    }
+
+    /// The panic of a command that could not be sent or answered.
+    fn failed(&self, args: &[&str], e: &std::io::Error) -> ! {
+        panic!(
+            "command {args:?} to redis on port {} failed: {e}\nlog:\n{}",
+            self.port,
+            self.log()
+        )
     }
 
     /// Sends one command whose reply is an integer (`PTTL`, `DBSIZE`, …) and returns it.
@@ -290,6 +406,7 @@ impl fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisServer")
             .field("port", &self.port)
+            .field("tls_port", &self.tls_port)
             .field("running", &self.child.is_some())
             .finish_non_exhaustive()
     }
@@ -298,15 +415,6 @@ impl fmt::Debug for RedisServer {
 /// The binary to run: `$REDIS_SERVER_BIN` or `redis-server`.
 pub(crate) fn server_bin() -> String {
     std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
-}
-
-/// Whether `bin` names an executable file (a path, or a name found on `$PATH`).
-fn on_path(bin: &str) -> bool {
-    if bin.contains('/') {
-        return Path::new(bin).is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(bin).is_file()))
 }
 
 /// A port nothing listens on now (never 6379). With `bus`, port + 10000 is free as well (the
@@ -333,44 +441,26 @@ pub(crate) fn free_port(bus: bool) -> u16 {
     panic!("no free port found on 127.0.0.1")
 }
 
-/// Sends one command (RESP array of bulk strings) and reads one reply, as raw text.
-pub(crate) fn command(port: u16, args: &[&str]) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut out = format!("*{}\r\n", args.len());
-    for a in args {
-        out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    stream.write_all(out.as_bytes())?;
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&buf[..n]);
-        if reply_complete(&reply) {
-            break;
+/// A free port (with its bus port, `bus`) that neither it nor its bus port collides with a
+/// port in `taken`; the ports it returns are added to `taken`.
+pub(crate) fn free_port_except(bus: bool, taken: &mut HashSet<u16>) -> u16 {
+    for _ in 0..100 {
+        let port = free_port(bus);
+        let bus_port = bus.then(|| port + 10_000);
+        let clashes = taken.contains(&port) || bus_port.is_some_and(|b| taken.contains(&b));
+        if !clashes {
+            taken.insert(port);
+            taken.extend(bus_port);
+            return port;
         }
     }
-    Ok(String::from_utf8_lossy(&reply).into_owned())
+    panic!("no unclaimed free port found on 127.0.0.1")
 }
 
-/// Whether `r` holds one whole simple reply (status, error, integer or bulk string).
-fn reply_complete(r: &[u8]) -> bool {
-    let Some(line_end) = r.windows(2).position(|w| w == b"\r\n") else {
-        return false;
-    };
-    match r.first() {
-        Some(b'$') => {
-            let len: i64 = std::str::from_utf8(&r[1..line_end])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(-1);
-            len < 0 || r.len() >= line_end + 2 + len as usize + 2
-        }
-        // Arrays are not parsed: callers only use simple replies and bulk strings.
-        _ => true,
-    }
+/// A new temporary directory whose name starts with `prefix`.
+pub(crate) fn temp_dir(prefix: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"))
 }

@@ -39,18 +39,18 @@ pub trait Store: Send + Sync + 'static {
     /// The lease tier's one call (see [`crate::lease`]): gives back `take.give_back` units to
     /// their window if it is still the key's current one, then takes `min(want, available)`
     /// units, or none when fewer than `need` are available (a refusal, writing nothing but
-    /// the give-back), atomically. Stores without leases answer an error (the default), and
-    /// the limit's failure policy applies.
+    /// the give-back), atomically. A store without leases answers an error, and the limit's
+    /// failure policy applies.
+    ///
+    /// No method of this trait has a default: a store that wraps another (a connection not
+    /// made yet, a counting test double) must say what each call does, so that it cannot
+    /// forget to forward one (a lease-mode limit behind a wrapper that kept a default error
+    /// would never reach the store it wraps).
     fn take_lease(
         &self,
         take: &LeaseTake<'_>,
         now: Option<Timestamp>,
-    ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send {
-        let _ = (take, now);
-        std::future::ready(Err(StoreError::Protocol(
-            "this store does not support lease mode".to_owned(),
-        )))
-    }
+    ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send;
 }
 
 impl<S: Store> Store for Arc<S> {

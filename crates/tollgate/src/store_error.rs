@@ -57,6 +57,11 @@ pub enum StoreError {
     /// `NOPERM`).
     #[error("store refused our credentials or permissions")]
     Auth(#[source] BoxError),
+    /// The TLS connection to the store could not be made: its certificate is not trusted
+    /// (unknown CA, expired, another host's), or the store refused ours. Lasts until someone
+    /// changes a certificate or the configuration.
+    #[error("TLS with the store failed")]
+    Tls(#[source] BoxError),
 }
 
 /// The kind of a [`StoreError`], for metrics labels and logs.
@@ -87,11 +92,13 @@ pub enum StoreErrorKind {
     Busy,
     /// [`StoreError::Auth`].
     Auth,
+    /// [`StoreError::Tls`].
+    Tls,
 }
 
 impl StoreErrorKind {
     /// The label used in metrics: `timeout`, `connection`, `cluster`, `script`, `protocol`,
-    /// `full`, `circuit_open`, `oom`, `readonly`, `noscript`, `busy`, `auth`.
+    /// `full`, `circuit_open`, `oom`, `readonly`, `noscript`, `busy`, `auth`, `tls`.
     pub const fn as_str(&self) -> &'static str {
         match self {
             StoreErrorKind::Timeout => "timeout",
@@ -106,6 +113,7 @@ impl StoreErrorKind {
             StoreErrorKind::NoScript => "noscript",
             StoreErrorKind::Busy => "busy",
             StoreErrorKind::Auth => "auth",
+            StoreErrorKind::Tls => "tls",
         }
     }
 }
@@ -126,6 +134,7 @@ impl StoreError {
             StoreError::NoScript(_) => StoreErrorKind::NoScript,
             StoreError::Busy(_) => StoreErrorKind::Busy,
             StoreError::Auth(_) => StoreErrorKind::Auth,
+            StoreError::Tls(_) => StoreErrorKind::Tls,
         }
     }
 

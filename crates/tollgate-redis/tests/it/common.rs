@@ -132,3 +132,73 @@ pub(crate) async fn eventually(within: Duration, mut done: impl FnMut() -> bool)
     }
     true
 }
+
+/// The limit of [`race`]: nothing replenishes within a day.
+pub(crate) const RACE_LIMIT: u64 = 50;
+
+/// GCRA and fixed window limits of [`RACE_LIMIT`] a day, keyed by `user`, refusing when the
+/// store fails: the pair every Redis-topology test races on.
+pub(crate) fn race_limits() -> Vec<Limit> {
+    [Algorithm::Gcra, Algorithm::FixedWindow]
+        .into_iter()
+        .map(|a| {
+            Limit::new(
+                a.name(),
+                a,
+                Quota::new(RACE_LIMIT, Duration::from_secs(86_400)).expect("valid"),
+            )
+            .expect("valid")
+            .keyed_by(["user"])
+            .expect("valid")
+            .on_store_error(OnStoreError::Deny)
+        })
+        .collect()
+}
+
+/// `tasks` concurrent tasks, each checking every [`race_limits`] limit `calls` times for
+/// `user` through one limiter on `store`: how many each limit admitted, in that order. Any
+/// store failure fails the test (these stores are healthy).
+pub(crate) async fn race(
+    store: RedisStore,
+    ns: &Namespace,
+    user: &str,
+    tasks: usize,
+    calls: usize,
+) -> Vec<u64> {
+    let limits = race_limits();
+    let mut builder = tollgate::Limiter::builder(store).namespace(ns.clone());
+    for l in &limits {
+        builder = builder.limit(l.clone());
+    }
+    let limiter = std::sync::Arc::new(builder.build().expect("valid limiter"));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let limiter = std::sync::Arc::clone(&limiter);
+        let names: Vec<String> = limits.iter().map(|l| l.name().to_owned()).collect();
+        let user = user.to_owned();
+        handles.push(tokio::spawn(async move {
+            let mut admitted = vec![0u64; names.len()];
+            for _ in 0..calls {
+                for (i, name) in names.iter().enumerate() {
+                    let verdict = limiter
+                        .check(name, &[("user", user.as_str())])
+                        .await
+                        .expect("a known limit");
+                    match verdict.outcome() {
+                        tollgate::Outcome::Allowed => admitted[i] += 1,
+                        tollgate::Outcome::Limited { .. } => {}
+                        other => panic!("{name}: the store failed: {other:?}"),
+                    }
+                }
+            }
+            admitted
+        }));
+    }
+    let mut total = vec![0u64; limits.len()];
+    for h in handles {
+        for (t, a) in total.iter_mut().zip(h.await.expect("task")) {
+            *t += a;
+        }
+    }
+    total
+}

@@ -2,6 +2,7 @@
 //! Cluster spawned by this binary (one of each, shared by every test; each test uses its own
 //! connection and key namespace).
 
+mod acl;
 mod cluster;
 mod coalesce;
 mod cold_start;
@@ -11,11 +12,14 @@ mod conformance_cluster;
 mod conformance_redis;
 mod differential;
 mod dropped_connection;
+mod failover;
 mod faults;
 mod future_size;
 mod gcra_rounding;
 mod gcra_server_clock;
 mod lease;
 mod resets;
+mod resharding;
 mod server_errors;
 mod server_time;
+mod tls;

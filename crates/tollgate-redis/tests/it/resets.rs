@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Limit, Limiter, Outcome, Quota, Source};
-use tollgate_redis::{RedisStore, listen_for_resets};
+use tollgate_redis::RedisStore;
 
 use crate::common::{TEST_TIMEOUT, server, unique_namespace};
 
@@ -44,7 +44,8 @@ async fn resets_reach_other_instances() {
     );
     let listener = {
         let a = Arc::clone(&a);
-        listen_for_resets(server().url(), ns.prefix(), move |key| {
+        let store = RedisStore::connect(server().url()).await.expect("connect");
+        store.listen_for_resets(ns.prefix(), move |key| {
             a.forget_denial(key);
         })
     };

@@ -44,9 +44,38 @@ pub enum FieldError {
     /// `server.admin_token` is too short to be a secret.
     #[error("must be at least 8 characters")]
     TokenTooShort,
-    /// Both `store.redis` and `store.cluster`.
-    #[error("give either redis or cluster, not both")]
+    /// More than one of `store.redis`, `store.cluster` and `store.sentinel`.
+    #[error("give one of redis, cluster or sentinel, not several")]
     RedisAndCluster,
+    /// A field that needs another (`tls_cert` without `tls_key`, `sentinel` without
+    /// `sentinel_master`).
+    #[error("needs {0} too")]
+    Needs(&'static str),
+    /// Two fields that exclude each other (`password` and `password_file`).
+    #[error("give either this or {0}, not both")]
+    Excludes(&'static str),
+    /// A TLS option for a store reached without TLS.
+    #[error("applies to TLS only: use rediss:// URLs (or sentinels that name TLS nodes)")]
+    NotTls,
+    /// A file that cannot be read.
+    #[error("cannot read {path}: {source}")]
+    File {
+        /// The path as resolved.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file that holds no PEM block of the kind expected.
+    #[error("{path} holds no PEM {what}")]
+    NotPem {
+        /// The path as resolved.
+        path: String,
+        /// `certificate` or `private key`.
+        what: &'static str,
+    },
+    /// An empty value where one is required.
+    #[error("must not be empty")]
+    Empty,
     /// `store.cluster = []`.
     #[error("must list at least one node")]
     NoClusterNodes,

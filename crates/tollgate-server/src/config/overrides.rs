@@ -12,7 +12,9 @@ use super::RedisUrl;
 use super::raw::RawConfig;
 
 /// Environment overrides: `TOLLGATE_HTTP`, `TOLLGATE_GRPC`, `TOLLGATE_REDIS_URL`,
-/// `TOLLGATE_ADMIN_TOKEN`.
+/// `TOLLGATE_ADMIN_TOKEN`, and the Redis credentials `TOLLGATE_REDIS_USERNAME`,
+/// `TOLLGATE_REDIS_PASSWORD`, `TOLLGATE_SENTINEL_PASSWORD` (secrets belong in the
+/// environment or a file, not in a config file kept in a repository).
 #[derive(Clone, Default)]
 pub struct Overrides {
     /// `TOLLGATE_HTTP`: replaces `server.http`.
@@ -23,6 +25,12 @@ pub struct Overrides {
     pub redis_url: Option<String>,
     /// `TOLLGATE_ADMIN_TOKEN`: replaces `server.admin_token`.
     pub admin_token: Option<String>,
+    /// `TOLLGATE_REDIS_USERNAME`: replaces `store.username`.
+    pub redis_username: Option<String>,
+    /// `TOLLGATE_REDIS_PASSWORD`: replaces `store.password` (and any `store.password_file`).
+    pub redis_password: Option<String>,
+    /// `TOLLGATE_SENTINEL_PASSWORD`: replaces `store.sentinel_password`.
+    pub sentinel_password: Option<String>,
 }
 
 /// One variable and the raw field it replaces.
@@ -38,7 +46,7 @@ struct Target {
 }
 
 /// Every override, in one table.
-const TARGETS: [Target; 4] = [
+const TARGETS: [Target; 7] = [
     Target {
         var: "TOLLGATE_HTTP",
         field: "server.http",
@@ -67,6 +75,27 @@ const TARGETS: [Target; 4] = [
         value_mut: |o| &mut o.admin_token,
         slot: |raw| &mut raw.server.admin_token,
     },
+    Target {
+        var: "TOLLGATE_REDIS_USERNAME",
+        field: "store.username",
+        value: |o| &o.redis_username,
+        value_mut: |o| &mut o.redis_username,
+        slot: |raw| &mut raw.store.username,
+    },
+    Target {
+        var: "TOLLGATE_REDIS_PASSWORD",
+        field: "store.password",
+        value: |o| &o.redis_password,
+        value_mut: |o| &mut o.redis_password,
+        slot: |raw| &mut raw.store.password,
+    },
+    Target {
+        var: "TOLLGATE_SENTINEL_PASSWORD",
+        field: "store.sentinel_password",
+        value: |o| &o.sentinel_password,
+        value_mut: |o| &mut o.sentinel_password,
+        slot: |raw| &mut raw.store.sentinel_password,
+    },
 ];
 
 impl Overrides {
@@ -88,9 +117,16 @@ impl Overrides {
                 raw.from_env.push((target.field, target.var));
             }
         }
-        // One Redis from the environment replaces the file's store, a cluster included.
+        // One Redis from the environment replaces the file's store, a cluster or a Sentinel
+        // group included.
         if self.redis_url.is_some() {
             raw.store.cluster = None;
+            raw.store.sentinel = None;
+            raw.store.sentinel_master = None;
+        }
+        // A password from the environment replaces the file's, whichever way it was given.
+        if self.redis_password.is_some() {
+            raw.store.password_file = None;
         }
     }
 }
@@ -102,6 +138,15 @@ impl fmt::Debug for Overrides {
             .field("grpc", &self.grpc)
             .field("redis_url", &self.redis_url.as_deref().map(RedisUrl::parse))
             .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
+            .field("redis_username", &self.redis_username)
+            .field(
+                "redis_password",
+                &self.redis_password.as_ref().map(|_| "***"),
+            )
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }

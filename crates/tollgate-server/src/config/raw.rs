@@ -56,6 +56,14 @@ impl RawConfig {
             .find(|(replaced, _)| *replaced == field)
             .map_or(field, |(_, var)| var)
     }
+
+    /// [`RawConfig::name_of`] for a field name that is not `'static`.
+    pub(super) fn name_of_any<'a>(&self, field: &'a str) -> &'a str {
+        self.from_env
+            .iter()
+            .find(|(replaced, _)| *replaced == field)
+            .map_or(field, |(_, var)| var)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,6 +91,21 @@ pub(super) struct RawStore {
     pub(super) deny_cache_entries: Option<usize>,
     pub(super) coalesce: Option<bool>,
     pub(super) max_batch: Option<usize>,
+    /// A PEM bundle of CAs to trust for `rediss://` (default: the system's roots).
+    pub(super) tls_ca: Option<String>,
+    /// A client certificate (PEM) and its key, for `tls-auth-clients yes`.
+    pub(super) tls_cert: Option<String>,
+    pub(super) tls_key: Option<String>,
+    /// No certificate verification at all: refused unless `true` is written.
+    pub(super) tls_insecure: Option<bool>,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) password_file: Option<String>,
+    /// Redis Sentinel: the sentinels, and the master's name they know.
+    pub(super) sentinel: Option<Vec<String>>,
+    pub(super) sentinel_master: Option<String>,
+    pub(super) sentinel_username: Option<String>,
+    pub(super) sentinel_password: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

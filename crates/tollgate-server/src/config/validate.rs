@@ -21,8 +21,8 @@ use super::raw::{RawConfig, RawLimit};
 use super::{
     Backend, ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HTTP,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TIMEOUT,
-    FieldError, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT, RedisUrl, SERVER_TIMEOUT_RANGE, Secret,
-    ServerConfig, StoreConfig, address,
+    FieldError, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT, RedisConnection, RedisUrl,
+    SERVER_TIMEOUT_RANGE, Secret, ServerConfig, StoreConfig, address,
 };
 use crate::duration;
 
@@ -89,20 +89,62 @@ pub(super) fn store(raw: &RawConfig, origin: &str) -> Result<StoreConfig, Config
     let redis_url = |field: &str, url: &str| {
         RedisUrl::parse(url).map_err(|e| invalid(field, FieldError::from(e)))
     };
-    let backend = match (&store.redis, &store.cluster) {
-        (Some(_), Some(_)) => return Err(invalid("store", FieldError::RedisAndCluster)),
-        (Some(url), None) => Backend::Redis(redis_url(raw.name_of("store.redis"), url)?),
-        (None, Some(urls)) if urls.is_empty() => {
+    let given = [
+        store.redis.is_some(),
+        store.cluster.is_some(),
+        store.sentinel.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(invalid("store", FieldError::RedisAndCluster));
+    }
+    let backend = match (&store.redis, &store.cluster, &store.sentinel) {
+        (Some(url), _, _) => Backend::Redis(redis_url(raw.name_of("store.redis"), url)?),
+        (_, Some(urls), _) if urls.is_empty() => {
             return Err(invalid("store.cluster", FieldError::NoClusterNodes));
         }
-        (None, Some(urls)) => Backend::Cluster(
+        (_, Some(urls), _) => Backend::Cluster(
             urls.iter()
                 .enumerate()
                 .map(|(i, url)| redis_url(&format!("store.cluster[{i}]"), url))
                 .collect::<Result<_, _>>()?,
         ),
-        (None, None) => Backend::Memory,
+        (_, _, Some(urls)) if urls.is_empty() => {
+            return Err(invalid("store.sentinel", FieldError::NoClusterNodes));
+        }
+        (_, _, Some(urls)) => {
+            let master = match store.sentinel_master.as_deref() {
+                None => {
+                    return Err(invalid(
+                        "store.sentinel",
+                        FieldError::Needs("sentinel_master"),
+                    ));
+                }
+                Some("") => return Err(invalid("store.sentinel_master", FieldError::Empty)),
+                Some(m) => m.to_owned(),
+            };
+            Backend::Sentinel {
+                sentinels: urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, url)| redis_url(&format!("store.sentinel[{i}]"), url))
+                    .collect::<Result<_, _>>()?,
+                master,
+            }
+        }
+        (None, None, None) => Backend::Memory,
     };
+    if store.sentinel.is_none() {
+        for (field, set) in [
+            ("store.sentinel_master", store.sentinel_master.is_some()),
+            ("store.sentinel_username", store.sentinel_username.is_some()),
+            ("store.sentinel_password", store.sentinel_password.is_some()),
+        ] {
+            if set {
+                return Err(invalid(field, FieldError::Needs("sentinel")));
+            }
+        }
+    }
+    let connection = redis_connection(raw, origin, &backend)?;
     let timeout = match &store.timeout {
         None => DEFAULT_TIMEOUT,
         Some(t) => {
@@ -148,7 +190,140 @@ pub(super) fn store(raw: &RawConfig, origin: &str) -> Result<StoreConfig, Config
         max_keys,
         deny_cache_entries,
         max_batch: store.coalesce.unwrap_or(true).then_some(max_batch),
+        connection,
     })
+}
+
+/// `[store]`'s TLS and credentials, files read (relative to the config file's directory).
+fn redis_connection(
+    raw: &RawConfig,
+    origin: &str,
+    backend: &Backend,
+) -> Result<RedisConnection, ConfigError> {
+    let invalid =
+        |field: &str, e: FieldError| ConfigError::invalid(origin, raw.name_of_any(field), e);
+    let store = &raw.store;
+    let base = Path::new(origin).parent().unwrap_or(Path::new(""));
+    let read = |field: &str, path: &str| {
+        let path = base.join(path);
+        std::fs::read(&path)
+            .map_err(|source| {
+                invalid(
+                    field,
+                    FieldError::File {
+                        path: path.display().to_string(),
+                        source,
+                    },
+                )
+            })
+            .map(|bytes| (path, bytes))
+    };
+    let pem = |field: &str, path: &str, what: &'static str, marker: &str| {
+        let (path, bytes) = read(field, path)?;
+        if !String::from_utf8_lossy(&bytes).contains(marker) {
+            return Err(invalid(
+                field,
+                FieldError::NotPem {
+                    path: path.display().to_string(),
+                    what,
+                },
+            ));
+        }
+        Ok(bytes)
+    };
+    let tls_ca = store
+        .tls_ca
+        .as_deref()
+        .map(|p| {
+            pem(
+                "store.tls_ca",
+                p,
+                "certificate",
+                "-----BEGIN CERTIFICATE-----",
+            )
+        })
+        .transpose()?;
+    let tls_client = match (&store.tls_cert, &store.tls_key) {
+        (Some(_), None) => return Err(invalid("store.tls_cert", FieldError::Needs("tls_key"))),
+        (None, Some(_)) => return Err(invalid("store.tls_key", FieldError::Needs("tls_cert"))),
+        (Some(cert), Some(key)) => {
+            let cert = pem(
+                "store.tls_cert",
+                cert,
+                "certificate",
+                "-----BEGIN CERTIFICATE-----",
+            )?;
+            let key = pem("store.tls_key", key, "private key", "PRIVATE KEY-----")?;
+            Some((
+                cert,
+                Secret::new(String::from_utf8_lossy(&key).into_owned()),
+            ))
+        }
+        (None, None) => None,
+    };
+    let tls_insecure = store.tls_insecure.unwrap_or(false);
+    let password = match (&store.password, &store.password_file) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "store.password",
+                FieldError::Excludes("password_file"),
+            ));
+        }
+        (Some(p), None) => Some(Secret::new(p.as_str())),
+        (None, Some(path)) => {
+            let (_, bytes) = read("store.password_file", path)?;
+            let text = String::from_utf8_lossy(&bytes);
+            // A file written by `echo` or a secret mount ends in a newline: not the password's.
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.is_empty() {
+                return Err(invalid("store.password_file", FieldError::Empty));
+            }
+            Some(Secret::new(text))
+        }
+        (None, None) => None,
+    };
+    let connection = RedisConnection {
+        tls_ca,
+        tls_client,
+        tls_insecure,
+        username: store.username.clone(),
+        password,
+        sentinel_username: store.sentinel_username.clone(),
+        sentinel_password: store.sentinel_password.as_deref().map(Secret::new),
+    };
+    let tls_field = [
+        ("store.tls_ca", store.tls_ca.is_some()),
+        ("store.tls_cert", store.tls_cert.is_some()),
+        ("store.tls_insecure", store.tls_insecure == Some(true)),
+    ]
+    .into_iter()
+    .find_map(|(field, set)| set.then_some(field));
+    let plain = |urls: &[RedisUrl]| urls.iter().any(|u| !u.expose().starts_with("rediss://"));
+    match backend {
+        Backend::Memory => {
+            let redis_only = [
+                ("store.username", store.username.is_some()),
+                ("store.password", connection.password.is_some()),
+                ("store.tls_ca", store.tls_ca.is_some()),
+                ("store.tls_cert", store.tls_cert.is_some()),
+                ("store.tls_insecure", store.tls_insecure.is_some()),
+            ];
+            if let Some((field, _)) = redis_only.iter().find(|(_, set)| *set) {
+                return Err(invalid(
+                    field,
+                    FieldError::Needs("redis, cluster or sentinel"),
+                ));
+            }
+        }
+        Backend::Redis(url) if tls_field.is_some() && plain(std::slice::from_ref(url)) => {
+            return Err(invalid(tls_field.unwrap_or_default(), FieldError::NotTls));
+        }
+        Backend::Cluster(urls) if tls_field.is_some() && plain(urls) => {
+            return Err(invalid(tls_field.unwrap_or_default(), FieldError::NotTls));
+        }
+        _ => {}
+    }
+    Ok(connection)
 }
 
 /// `[[limits]]`, in file order, names unique.

@@ -380,6 +380,7 @@ fn environment_overrides() {
         grpc: Some("0.0.0.0:9001".into()),
         redis_url: Some("redis://:pw-in-env@cache:6380/1".into()),
         admin_token: Some("from-the-environment".into()),
+        ..Overrides::default()
     };
     let config = Config::parse(text, "cfg.toml", &overrides).expect("valid");
     assert_eq!(config.server.http.to_string(), "0.0.0.0:9000");

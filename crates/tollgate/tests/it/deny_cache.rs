@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::{
-    Algorithm, Decisions, FakeClock, Limit, Limiter, MemoryStore, OnStoreError, Op, Outcome, Quota,
-    Request, Source, Store, StoreError, Timestamp,
+    Algorithm, Decisions, FakeClock, LeaseGrant, LeaseTake, Limit, Limiter, MemoryStore,
+    OnStoreError, Op, Outcome, Quota, Request, Source, Store, StoreError, Timestamp,
 };
 use tollgate_testkit::FailingStore;
 
@@ -31,6 +31,14 @@ impl<S: Store> Store for Counting<S> {
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.inner.reset(request).await
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.inner.take_lease(take, now).await
     }
 }
 

@@ -1,0 +1,201 @@
+//! The least-privilege ACL (`docs/redis.md`, [`least_privilege_acl`]): a store whose Redis
+//! user has exactly it decides with every algorithm, resets, and hears resets, on one node
+//! and on a cluster; a user missing one command is refused at start with that command named.
+
+use std::time::Duration;
+
+use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota, StoreError};
+use tollgate_redis::{RedisStore, least_privilege_acl};
+use tollgate_testkit::RedisServer;
+
+use crate::common::{RACE_LIMIT, TEST_TIMEOUT, cluster, eventually, race, unique_namespace};
+
+/// Creates `user` with password `pw` and `rules` on `server`.
+fn set_user(server: &RedisServer, user: &str, rules: &str) {
+    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
+    args.extend(rules.split_whitespace());
+    let reply = server.cmd(&args);
+    assert!(reply.starts_with("+OK"), "ACL SETUSER {rules}: {reply}");
+}
+
+/// A limit of each algorithm, a day of 10, keyed by `user`.
+fn every_algorithm() -> Vec<Limit> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|a| {
+            Limit::new(
+                a.name(),
+                a,
+                Quota::new(10, Duration::from_secs(86_400)).expect("valid"),
+            )
+            .expect("valid")
+            .keyed_by(["user"])
+            .expect("valid")
+            .on_store_error(OnStoreError::Deny)
+        })
+        .collect()
+}
+
+/// With exactly the documented ACL on a single Redis: every algorithm decides, a reset
+/// deletes and is heard, and the GCRA / fixed window race stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough() {
+    let server = RedisServer::start();
+    let ns = unique_namespace("acl");
+    set_user(
+        &server,
+        "tollgate",
+        &least_privilege_acl(ns.prefix(), false, false),
+    );
+    let store = RedisStore::builder(server.url())
+        .username("tollgate")
+        .password("pw")
+        .check_permissions(ns.prefix())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "connect as the least-privileged user: {e:?}\n{}",
+                server.log()
+            )
+        });
+
+    let heard = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = {
+        let heard = std::sync::Arc::clone(&heard);
+        store.listen_for_resets(ns.prefix(), move |_| {
+            heard.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let mut builder = Limiter::builder(store.clone()).namespace(ns.clone());
+    for l in every_algorithm() {
+        builder = builder.limit(l);
+    }
+    let limiter = builder.build().expect("valid");
+    for a in Algorithm::ALL {
+        for _ in 0..10 {
+            let v = limiter
+                .check(a.name(), &[("user", "u")])
+                .await
+                .expect("known");
+            assert_eq!(v.outcome(), Outcome::Allowed, "{a:?}");
+        }
+        let v = limiter
+            .check(a.name(), &[("user", "u")])
+            .await
+            .expect("known");
+        assert!(
+            matches!(v.outcome(), Outcome::Limited { .. }),
+            "{a:?}: {:?}",
+            v.outcome()
+        );
+    }
+    // Wait until the listener is subscribed, then reset: deleted, and heard.
+    assert!(
+        eventually(Duration::from_secs(5), || server
+            .cmd(&[
+                "PUBSUB",
+                "NUMSUB",
+                &tollgate_redis::reset_channel(ns.prefix())
+            ])
+            .contains(":1"))
+        .await,
+        "the listener subscribed as the least-privileged user"
+    );
+    let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    let request = limiter.prepare(&names, &[("user", "u")], 1).expect("valid");
+    limiter
+        .reset(&request)
+        .await
+        .expect("reset as the least-privileged user");
+    let v = limiter
+        .check("gcra", &[("user", "u")])
+        .await
+        .expect("known");
+    assert_eq!(v.outcome(), Outcome::Allowed, "the reset deleted the key");
+    assert!(
+        eventually(Duration::from_secs(5), || heard
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 5)
+        .await,
+        "the reset was heard"
+    );
+    listener.abort();
+
+    let admitted = race(store, &ns, "racer", 32, 2).await;
+    assert_eq!(admitted, vec![RACE_LIMIT, RACE_LIMIT]);
+}
+
+/// A user that lacks one command of the ACL (here `HSET`, which only the token bucket
+/// sends) is refused at start, with the command named, although most calls would work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_is_named_at_start() {
+    let server = RedisServer::start();
+    let ns = unique_namespace("acl-missing");
+    let rules = least_privilege_acl(ns.prefix(), false, false).replace(" +hset", "");
+    set_user(&server, "short", &rules);
+    let result = RedisStore::builder(server.url())
+        .username("short")
+        .password("pw")
+        .check_permissions(ns.prefix())
+        .build()
+        .await;
+    let error = result.expect_err("refused at start");
+    let text = std::error::Error::source(&error)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(matches!(error, StoreError::Auth(_)), "{error:?}");
+    assert!(text.contains("HSET"), "{text}");
+    assert!(
+        !text.contains("EVALSHA"),
+        "only the missing command is named: {text}"
+    );
+
+    // Keys outside the prefix are refused too: the same user checked for another prefix.
+    let error = RedisStore::builder(server.url())
+        .username("short")
+        .password("pw")
+        .check_permissions("elsewhere")
+        .build()
+        .await
+        .expect_err("refused");
+    let text = std::error::Error::source(&error)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        text.contains("EVALSHA") && text.contains("elsewhere:*"),
+        "{text}"
+    );
+}
+
+/// On a cluster, the documented cluster ACL (which adds `CLUSTER SLOTS` and `ASKING`) on
+/// every node is enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_cluster_acl_is_enough() {
+    let cluster = cluster();
+    let ns = unique_namespace("aclc");
+    let user = format!("tg-{}", ns.prefix());
+    for node in cluster.nodes() {
+        set_user(node, &user, &least_privilege_acl(ns.prefix(), true, false));
+    }
+    let store = RedisStore::cluster_builder(cluster.urls())
+        .username(user.as_str())
+        .password("pw")
+        .check_permissions(ns.prefix())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "connect as the least-privileged user: {e:?}\n{}",
+                cluster.logs()
+            )
+        });
+    for u in ["a", "b", "c"] {
+        assert_eq!(
+            race(store.clone(), &ns, u, 16, 4).await,
+            vec![RACE_LIMIT, RACE_LIMIT]
+        );
+    }
+}
