@@ -45,7 +45,7 @@ pub enum FieldError {
     #[error("must be at least 8 characters")]
     TokenTooShort,
     /// More than one of `store.redis`, `store.cluster` and `store.sentinel`.
-    #[error("give one of redis, cluster or sentinel, not several")]
+    #[error("give one of redis, cluster or sentinel (not both, not several)")]
     RedisAndCluster,
     /// A field that needs another (`tls_cert` without `tls_key`, `sentinel` without
     /// `sentinel_master`).

@@ -456,3 +456,158 @@ fn shipped_example_is_valid() {
     assert!(config.server.grpc.is_some(), "the example serves gRPC");
     assert!(config.envoy.rules.len() >= 2, "the example has Envoy rules");
 }
+
+/// `[store]`'s TLS, credentials and Sentinel fields: each mistake names its field, files are
+/// read relative to the config file, and no password or private key reaches `Debug`.
+#[test]
+fn redis_connection_fields_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = dir.path().join("cfg.toml");
+    let origin = origin.to_str().expect("utf-8 path");
+    std::fs::write(
+        dir.path().join("ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("key.pem"),
+        "-----BEGIN PRIVATE KEY-----\nsecret-key-bytes\n-----END PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("not.pem"), "hello").expect("write");
+    std::fs::write(dir.path().join("pw"), "from-a-file\n").expect("write");
+    std::fs::write(dir.path().join("empty"), "\n").expect("write");
+    let parse = |store: &str| {
+        Config::parse(
+            &format!("[store]\n{store}\n{}", limit(GOOD)),
+            origin,
+            &Overrides::default(),
+        )
+    };
+    let tls = "redis = \"rediss://cache:6380\"\n";
+    let cases: &[(String, &str, &str)] = &[
+        (
+            format!("{tls}tls_cert = \"ca.pem\""),
+            "store.tls_cert",
+            "needs tls_key too",
+        ),
+        (
+            format!("{tls}tls_key = \"key.pem\""),
+            "store.tls_key",
+            "needs tls_cert too",
+        ),
+        (
+            format!("{tls}tls_ca = \"missing.pem\""),
+            "store.tls_ca",
+            "cannot read",
+        ),
+        (
+            format!("{tls}tls_ca = \"not.pem\""),
+            "store.tls_ca",
+            "holds no PEM certificate",
+        ),
+        (
+            format!("{tls}tls_cert = \"ca.pem\"\ntls_key = \"ca.pem\""),
+            "store.tls_key",
+            "holds no PEM private key",
+        ),
+        (
+            "redis = \"redis://cache\"\ntls_ca = \"ca.pem\"".to_owned(),
+            "store.tls_ca",
+            "use rediss://",
+        ),
+        (
+            "redis = \"redis://cache\"\ntls_insecure = true".to_owned(),
+            "store.tls_insecure",
+            "use rediss://",
+        ),
+        (
+            format!("{tls}password = \"x\"\npassword_file = \"pw\""),
+            "store.password",
+            "not both",
+        ),
+        (
+            format!("{tls}password_file = \"empty\""),
+            "store.password_file",
+            "must not be empty",
+        ),
+        (
+            "sentinel = [\"redis://s:26379\"]".to_owned(),
+            "store.sentinel",
+            "needs sentinel_master",
+        ),
+        (
+            "sentinel = []\nsentinel_master = \"m\"".to_owned(),
+            "store.sentinel",
+            "at least one",
+        ),
+        (
+            "redis = \"redis://cache\"\nsentinel_master = \"m\"".to_owned(),
+            "store.sentinel_master",
+            "needs sentinel",
+        ),
+        (
+            "redis = \"redis://c\"\nsentinel = [\"redis://s:26379\"]\nsentinel_master = \"m\""
+                .to_owned(),
+            "store",
+            "not several",
+        ),
+        (
+            "username = \"u\"".to_owned(),
+            "store.username",
+            "needs redis, cluster or sentinel",
+        ),
+    ];
+    for (store, field, reason) in cases {
+        let err = parse(store).expect_err(store);
+        assert_eq!(err.field(), Some(*field), "{store}: {err}");
+        assert!(err.to_string().contains(reason), "{store}: {err}");
+    }
+
+    let config = parse(&format!(
+        "{tls}tls_ca = \"ca.pem\"\ntls_cert = \"ca.pem\"\ntls_key = \"key.pem\"\nusername = \"app\"\npassword_file = \"pw\""
+    ))
+    .expect("valid");
+    let c = &config.store.connection;
+    assert_eq!(
+        c.password.as_ref().map(|p| p.expose()),
+        Some("from-a-file"),
+        "the newline is not the password's"
+    );
+    assert_eq!(c.username.as_deref(), Some("app"));
+    assert!(c.tls_ca.is_some() && c.tls_client.is_some());
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("from-a-file") && !debug.contains("secret-key-bytes"),
+        "{debug}"
+    );
+
+    let config = parse("sentinel = [\"redis://s1:26379\", \"redis://:sentinel-pw@s2:26379\"]\nsentinel_master = \"mymaster\"\nsentinel_password = \"sp\"")
+        .expect("valid");
+    assert!(
+        matches!(&config.store.backend, Backend::Sentinel { master, sentinels } if master == "mymaster" && sentinels.len() == 2)
+    );
+    assert_eq!(config.store.backend.name(), "redis_sentinel");
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("sentinel-pw") && !debug.contains("\"sp\""),
+        "{debug}"
+    );
+
+    // The environment's password replaces the file's, whichever way the file gave it.
+    let overrides = Overrides {
+        redis_password: Some("from-env".into()),
+        ..Overrides::default()
+    };
+    let text = format!("[store]\n{tls}password_file = \"pw\"\n{}", limit(GOOD));
+    let config = Config::parse(&text, origin, &overrides).expect("valid");
+    assert_eq!(
+        config
+            .store
+            .connection
+            .password
+            .as_ref()
+            .map(|p| p.expose()),
+        Some("from-env")
+    );
+}

@@ -14,6 +14,7 @@ mod lease;
 mod prometheus;
 mod redis;
 mod redis_down;
+mod redis_kinds;
 mod reload;
 mod status;
 mod status_page;
