@@ -17,12 +17,18 @@
 //!    alternating rounds (decisions/s, p50/p99, Redis CPU per decision from `/proc` and from
 //!    `INFO commandstats`, mean batch size), against `redis-benchmark` on the same script,
 //!    and the floor of any such batch (`batch_floor.lua`: the two commands an admitted GCRA
-//!    decision needs, per key, and nothing else).
+//!    decision needs, per key, and nothing else);
+//! 6. TLS ÷ plaintext (`tls.rs`): GCRA through the store, coalescing on, 64 and 256 tasks, on
+//!    one `redis-server` listening on both, in alternating rounds (decisions/s, Redis and
+//!    client CPU per decision, each round's ratio and their median).
 //!
 //! `TOLLGATE_BENCH_SECS` sets the seconds per throughput cell (default 2);
 //! `TOLLGATE_BENCH_TASKS` the task counts of section 5 (default `256,64,16,4,1`) and
 //! `TOLLGATE_BENCH_ROUNDS` its rounds (default 3);
-//! `TOLLGATE_BENCH_ONLY=coalesce` runs section 5 alone.
+//! `TOLLGATE_BENCH_TLS_TASKS` those of section 6 (default `64,256`);
+//! `TOLLGATE_BENCH_ONLY=coalesce` runs section 5 alone, `TOLLGATE_BENCH_ONLY=tls` section 6.
+
+mod tls;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -56,6 +62,18 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
     let mut out = String::new();
+    if std::env::var("TOLLGATE_BENCH_ONLY").as_deref() == Ok("tls") {
+        out.push_str(&format!(
+            "## TLS to Redis (issue #26)\n\n\
+             Measured by `TOLLGATE_BENCH_ONLY=tls TOLLGATE_BENCH_SECS={secs} cargo run --release \
+             -p tollgate-redis --example bench` (redis-server {}; 2 cores shared by client and \
+             server, the client on one tokio worker thread; loopback).\n\n",
+            redis_version(&server)
+        ));
+        out.push_str(&tls::tls_section(&rt, Duration::from_secs(secs))?);
+        println!("{out}");
+        return Ok(());
+    }
     if std::env::var("TOLLGATE_BENCH_ONLY").as_deref() == Ok("coalesce") {
         out.push_str(&format!(
             "Measured by `TOLLGATE_BENCH_ONLY=coalesce cargo run --release -p tollgate-redis \
@@ -215,6 +233,8 @@ fn main() -> BenchResult<()> {
         }
     }
     out.push_str(&rt.block_on(coalesce_section(&server, Duration::from_secs(secs)))?);
+    out.push_str("\n### TLS to Redis (issue #26)\n\n");
+    out.push_str(&tls::tls_section(&rt, Duration::from_secs(secs))?);
     println!("{out}");
     Ok(())
 }
@@ -439,15 +459,35 @@ async fn store_run(
         builder = builder.old_gcra_script(load(server, BEFORE_GCRA)?);
     }
     let store = builder.build().await?;
+    // Each path its own keys: the old script's keys keep a second of slack, not 999 ms.
+    let ns = Namespace::new(format!("b{tasks}{path:?}"))?;
+    let result = drive(server, &store, algorithm, tasks, duration, &ns).await?;
+    // The old script never moves an expiry alone (today's does, on keys that exist).
+    let pexpires = server.command_stats("pexpire").calls;
+    if path == Path::Before && pexpires > 0 {
+        return Err(format!("{pexpires} PEXPIREs: the before row ran today's script").into());
+    }
+    Ok(result)
+}
+
+/// Runs `tasks` tasks deciding one-limit checks of `algorithm` on `store` over [`KEYS`] keys
+/// of `ns` for `duration`, and measures them (Redis's statistics reset first; `server` is
+/// the Redis `store` talks to, over whichever port).
+async fn drive(
+    server: &RedisServer,
+    store: &RedisStore,
+    algorithm: Algorithm,
+    tasks: usize,
+    duration: Duration,
+    ns: &Namespace,
+) -> BenchResult<RunResult> {
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let cpu_before = server.cpu_time();
     let client_before = process_cpu_time(std::process::id());
-    // Each path its own keys: the old script's keys keep a second of slack, not 999 ms.
-    let ns = Namespace::new(format!("b{tasks}{path:?}"))?;
     let limit = Arc::new(bench_limit(algorithm));
     let keys: Arc<Vec<Key>> = Arc::new(
         (0..KEYS)
-            .map(|i| Key::new(&ns, &limit, &[("user", i.to_string())]))
+            .map(|i| Key::new(ns, &limit, &[("user", i.to_string())]))
             .collect(),
     );
     let started = Instant::now();
@@ -492,11 +532,6 @@ async fn store_run(
     let cpu = (server.cpu_time() - cpu_before).as_secs_f64() * 1e6;
     let client_cpu = (process_cpu_time(std::process::id()) - client_before).as_secs_f64() * 1e6;
     let stats = server.command_stats("evalsha");
-    // The old script never moves an expiry alone (today's does, on keys that exist).
-    let pexpires = server.command_stats("pexpire").calls;
-    if path == Path::Before && pexpires > 0 {
-        return Err(format!("{pexpires} PEXPIREs: the before row ran today's script").into());
-    }
     let (calls, usec) = (stats.calls as f64, stats.usec as f64);
     if errors > 0 {
         return Err(format!("{errors} store errors during the run").into());
