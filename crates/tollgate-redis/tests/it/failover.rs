@@ -48,8 +48,8 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// machine's starvation rather than the store.
 pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// One check: when it started, and whether the store decided it.
-type Sample = (Instant, bool);
+/// One check: when it started, when it ended, and whether the store decided it.
+type Sample = (Instant, Instant, bool);
 
 /// Checks `user` with every limit from [`TASKS`] tasks until `stop`.
 fn load(
@@ -76,7 +76,7 @@ fn load(
                                 panic!("{name}: refused by a limit no load reaches: {other:?}")
                             }
                         };
-                        samples.push((started, decided));
+                        samples.push((started, Instant::now(), decided));
                     }
                     tokio::time::sleep(PACE).await;
                 }
@@ -137,17 +137,14 @@ async fn measure(
     for h in handles {
         samples.extend(h.await.expect("load task"));
     }
-    samples.sort_by_key(|(at, _)| *at);
+    samples.sort_by_key(|(at, _, _)| *at);
+    // The first check decided after the kill: the earliest end of a decided check that
+    // started after it (a call may also wait for the new master rather than fail).
     let first_decided = samples
         .iter()
-        .find(|(at, ok)| {
-            *at > killed_at
-                && *ok
-                && samples
-                    .iter()
-                    .any(|(f, ok)| !ok && f > &killed_at && f < at)
-        })
-        .map(|(at, _)| *at)
+        .filter(|(at, _, ok)| *at > killed_at && *ok)
+        .map(|(_, end, _)| *end)
+        .min()
         .unwrap_or_else(|| {
             panic!(
                 "no check was decided after the failover ({} checks)",
@@ -156,16 +153,16 @@ async fn measure(
         });
     Measured {
         checks: samples.len(),
-        failed: samples.iter().filter(|(_, ok)| !ok).count(),
+        failed: samples.iter().filter(|(_, _, ok)| !ok).count(),
         kill_to_first_decided: first_decided - killed_at,
         kill_to_promoted: promoted_at - killed_at,
         failed_after_first_decided: samples
             .iter()
-            .filter(|(at, ok)| *at > first_decided && !ok)
+            .filter(|(at, _, ok)| *at > first_decided && !ok)
             .count(),
         failed_after_recovery: samples
             .iter()
-            .filter(|(at, ok)| *at > promoted_at + SETTLE && !ok)
+            .filter(|(at, _, ok)| *at > promoted_at + SETTLE && !ok)
             .count(),
         run: promoted_at + Duration::from_secs(3) - t0,
     }
@@ -193,8 +190,8 @@ fn report(what: &str, m: &Measured) {
 fn assert_goals(what: &str, m: &Measured) {
     report(what, m);
     assert!(
-        m.failed > 0,
-        "{what}: the kill must have failed some checks: {m:?}"
+        m.kill_to_first_decided >= Duration::from_millis(100),
+        "{what}: the kill must have been felt (no check decided within 100 ms of it): {m:?}"
     );
     assert!(
         m.kill_to_first_decided <= m.kill_to_promoted + Duration::from_secs(1),
