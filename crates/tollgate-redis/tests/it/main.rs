@@ -20,6 +20,7 @@ mod gcra_server_clock;
 mod lease;
 mod resets;
 mod resharding;
+mod sentinel;
 mod server_errors;
 mod server_time;
 mod tls;
