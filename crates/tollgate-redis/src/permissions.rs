@@ -278,6 +278,20 @@ mod tests {
         }
     }
 
+    /// docs/redis.md prints the ACL this module generates, for each kind of Redis: the
+    /// documented ACL cannot drift from what the start-up check asks for.
+    #[test]
+    fn the_documented_acl_is_the_generated_one() {
+        let doc = include_str!("../../../docs/redis.md");
+        for (cluster, sentinel) in [(false, false), (false, true), (true, false)] {
+            let line = format!(
+                "ACL SETUSER tollgate on >PASSWORD {}\n",
+                least_privilege_acl("tollgate", cluster, sentinel)
+            );
+            assert!(doc.contains(&line), "docs/redis.md lacks:\n{line}");
+        }
+    }
+
     /// The error names each refused command and why it is needed.
     #[test]
     fn a_refusal_names_the_command() {

@@ -281,15 +281,22 @@ impl RedisStoreBuilder {
                 (Connection::Cluster(conn), subscriber)
             }
             Target::Sentinel { sentinels, master } => {
-                let sentinel_options = NodeOptions {
-                    username: self.sentinel_username.clone(),
-                    password: self.sentinel_password.clone(),
-                    ..node.clone()
-                };
                 let sentinel_tls = sentinels
                     .iter()
                     .filter_map(|u| u.as_str().into_connection_info().ok())
                     .any(|info| is_tls(info.addr()));
+                // Plaintext sentinels in front of TLS data nodes are common: the TLS options
+                // reach the sentinels only when their URLs ask for TLS.
+                let sentinel_options = NodeOptions {
+                    username: self.sentinel_username.clone(),
+                    password: self.sentinel_password.clone(),
+                    tls: if sentinel_tls {
+                        node.tls.clone()
+                    } else {
+                        TlsOptions::default()
+                    },
+                    ..node.clone()
+                };
                 let sentinel = Sentinel::connect(
                     sentinels,
                     sentinel_options,

@@ -8,8 +8,9 @@ use tollgate_testkit::{SentinelGroup, TlsFiles};
 use crate::common::{RACE_LIMIT, TEST_TIMEOUT, race, unique_namespace};
 use crate::failover::HEAVY;
 
-/// Sentinels and data nodes over TLS (`rediss://` sentinels, `tls_ca`): the master the
-/// sentinels name is reached on its TLS port.
+/// Sentinels and data nodes over TLS (`rediss://` sentinels, `tls_ca`), then plaintext
+/// sentinels in front of the same TLS data nodes: the master the sentinels name is reached
+/// on its TLS port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_over_tls() {
     let _alone = HEAVY.lock().await;
@@ -29,6 +30,21 @@ async fn sentinel_over_tls() {
             )
         });
     let admitted = race(store, &unique_namespace("sentinel-tls"), "u", 32, 2).await;
+    assert_eq!(admitted, vec![RACE_LIMIT, RACE_LIMIT]);
+    // Plaintext sentinels in front of TLS data nodes: TLS (tls_ca) for the data nodes only.
+    let ca = std::fs::read(tls.ca()).expect("read the CA");
+    let store = RedisStore::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .tls_ca(ca)
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "plaintext sentinels, TLS data nodes: {e:?}\n{}",
+                group.logs()
+            )
+        });
+    let admitted = race(store, &unique_namespace("sentinel-tls2"), "u", 8, 8).await;
     assert_eq!(admitted, vec![RACE_LIMIT, RACE_LIMIT]);
     assert!(
         group.master().command_stats("evalsha").calls > 0,

@@ -54,6 +54,9 @@ impl RedisUrl {
         {
             return Err(RedisUrlError::Port);
         }
+        if url.contains("#insecure") {
+            return Err(RedisUrlError::InsecureFragment);
+        }
         let mut redacted = url.to_owned();
         if let Some(user) = userinfo
             && let Some((name, _password)) = user.split_once(':')
@@ -108,6 +111,11 @@ pub enum RedisUrlError {
     /// A port that is not a number from 0 to 65535.
     #[error("has an invalid port")]
     Port,
+    /// `#insecure`, which would turn certificate checks off without a word.
+    #[error(
+        "ends in #insecure: set store.tls_insecure = true instead, which is checked and warned about"
+    )]
+    InsecureFragment,
 }
 
 impl fmt::Display for RedisUrl {
@@ -151,6 +159,7 @@ mod tests {
             "redis://",
             "redis://h:port",
             "unix://",
+            "rediss://h:6380/#insecure",
         ] {
             assert!(RedisUrl::parse(url).is_err(), "{url}");
         }
