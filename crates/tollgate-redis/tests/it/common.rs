@@ -139,13 +139,19 @@ pub(crate) const RACE_LIMIT: u64 = 50;
 /// GCRA and fixed window limits of [`RACE_LIMIT`] a day, keyed by `user`, refusing when the
 /// store fails: the pair every Redis-topology test races on.
 pub(crate) fn race_limits() -> Vec<Limit> {
+    day_limits(RACE_LIMIT)
+}
+
+/// GCRA and fixed window limits of `limit` a day, keyed by `user`, refusing when the store
+/// fails (nothing replenishes during a test).
+pub(crate) fn day_limits(limit: u64) -> Vec<Limit> {
     [Algorithm::Gcra, Algorithm::FixedWindow]
         .into_iter()
         .map(|a| {
             Limit::new(
                 a.name(),
                 a,
-                Quota::new(RACE_LIMIT, Duration::from_secs(86_400)).expect("valid"),
+                Quota::new(limit, Duration::from_secs(86_400)).expect("valid"),
             )
             .expect("valid")
             .keyed_by(["user"])

@@ -11,37 +11,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota};
+use tollgate::{Limiter, Outcome};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisCluster;
 
-use crate::common::unique_namespace;
+use crate::common::{day_limits, unique_namespace};
 
 const LIMIT: u64 = 3000;
 const TASKS: usize = 32;
-
-fn limits() -> Vec<Limit> {
-    [Algorithm::Gcra, Algorithm::FixedWindow]
-        .into_iter()
-        .map(|a| {
-            Limit::new(
-                a.name(),
-                a,
-                Quota::new(LIMIT, Duration::from_secs(86_400)).expect("valid"),
-            )
-            .expect("valid")
-            .keyed_by(["user"])
-            .expect("valid")
-            .on_store_error(OnStoreError::Deny)
-        })
-        .collect()
-}
 
 /// Loads `user` on `store` while its slot moves to another master; returns what each
 /// limit admitted.
 async fn move_under_load(cluster: &Arc<RedisCluster>, store: RedisStore, user: &str) -> [u64; 2] {
     let mut builder = Limiter::builder(store).namespace(unique_namespace("reshard"));
-    for l in limits() {
+    for l in day_limits(LIMIT) {
         builder = builder.limit(l);
     }
     let limiter = Arc::new(builder.build().expect("valid"));

@@ -156,6 +156,33 @@ impl Process {
     }
 }
 
+/// Runs `tollgate serve --config <config>`, which must exit by itself within 15 s (a start-up
+/// refusal): its exit status and its stderr.
+pub(crate) fn serve_refused(config: &Path) -> (ExitStatus, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("TOLLGATE_HTTP", "127.0.0.1:0")
+        .env_remove("TOLLGATE_REDIS_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tollgate kept running where it must refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().expect("output");
+    (status, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 /// `text` written to `tollgate.toml` in a new temporary directory (removed on drop).
 pub(crate) fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");

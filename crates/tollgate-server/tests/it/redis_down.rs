@@ -3,13 +3,12 @@
 //! background and `/readyz` turns 200. A wrong password still refuses to start.
 
 use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tollgate_testkit::RedisServer;
 
-use crate::binary::Process;
+use crate::binary::{Process, serve_refused};
 use crate::support::{eventually, request};
 
 fn config(url: &str) -> tempfile::NamedTempFile {
@@ -103,28 +102,7 @@ fn wrong_password_refuses_to_start() {
     );
     let url = format!("redis://:wrong-one@127.0.0.1:{}/", redis.port());
     let file = config(&url);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["serve", "--config"])
-        .arg(file.path())
-        .env("TOLLGATE_HTTP", "127.0.0.1:0")
-        .env_remove("TOLLGATE_REDIS_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("tollgate kept running with a wrong password");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = child.wait_with_output().expect("output");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (status, stderr) = serve_refused(file.path());
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.to_lowercase().contains("wrongpass") || stderr.contains("credentials"),

@@ -3,14 +3,13 @@
 //! start, naming the command, as a user missing one; through Sentinel; and, started while
 //! Redis is down, serving a lease-mode limit from Redis once it comes up.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tollgate_redis::least_privilege_acl;
 use tollgate_testkit::{RedisServer, SentinelGroup, TlsFiles, TlsServer};
 
-use crate::binary::{Process, config_file};
+use crate::binary::{Process, config_file, serve_refused};
 use crate::support::{eventually, request};
 
 const LIMIT: &str = r#"
@@ -108,28 +107,7 @@ fn a_user_missing_a_command_is_refused_at_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = format!("{}{LIMIT}", tls_store(dir.path(), &tls, &redis, "short"));
     std::fs::write(dir.path().join("tollgate.toml"), text).expect("write config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["serve", "--config"])
-        .arg(dir.path().join("tollgate.toml"))
-        .env("TOLLGATE_HTTP", "127.0.0.1:0")
-        .env_remove("TOLLGATE_REDIS_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("tollgate kept running as a user without PEXPIRE");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = child.wait_with_output().expect("output");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (status, stderr) = serve_refused(&dir.path().join("tollgate.toml"));
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("PEXPIRE"), "the command is named: {stderr}");
     assert!(!stderr.contains("pw-of-the-user"), "{stderr}");
