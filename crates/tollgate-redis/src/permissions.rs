@@ -189,24 +189,39 @@ pub(crate) fn refused(lines: &[String], prefix: &str) -> StoreError {
     )
 }
 
-/// Reads the script's reply: the refused lines, or `None` when Redis could not tell (before
-/// Redis 7).
-pub(crate) fn decode(reply: Value) -> Result<Option<Vec<String>>, StoreError> {
+/// The permission check's answer.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// The command lines the user may not run.
+    pub(crate) refused: Vec<String>,
+    /// The command lines Redis could not check (see `lua/permissions.lua`).
+    pub(crate) unchecked: Vec<String>,
+}
+
+/// Reads the script's reply; `None` when Redis could not tell at all (before Redis 7).
+pub(crate) fn decode(reply: Value) -> Result<Option<Checked>, StoreError> {
+    let unexpected =
+        |v: &Value| StoreError::Protocol(format!("permission check: unexpected {v:?}"));
+    let lines = |v: Value| -> Result<Vec<String>, StoreError> {
+        match v {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::BulkString(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+                    other => Err(unexpected(&other)),
+                })
+                .collect(),
+            other => Err(unexpected(&other)),
+        }
+    };
     match reply {
         Value::Int(-1) => Ok(None),
-        Value::Array(items) => items
-            .into_iter()
-            .map(|v| match v {
-                Value::BulkString(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-                other => Err(StoreError::Protocol(format!(
-                    "permission check: unexpected {other:?}"
-                ))),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        other => Err(StoreError::Protocol(format!(
-            "permission check: unexpected {other:?}"
-        ))),
+        Value::Array(mut two) if two.len() == 2 => {
+            let unchecked = lines(two.pop().unwrap_or(Value::Nil))?;
+            let refused = lines(two.pop().unwrap_or(Value::Nil))?;
+            Ok(Some(Checked { refused, unchecked }))
+        }
+        other => Err(unexpected(&other)),
     }
 }
 

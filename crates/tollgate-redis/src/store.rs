@@ -473,10 +473,19 @@ impl RedisStore {
             other => other?,
         };
         match crate::permissions::decode(reply)? {
-            Some(refused) if !refused.is_empty() => {
-                Err(crate::permissions::refused(&refused, prefix))
+            Some(checked) if !checked.refused.is_empty() => {
+                Err(crate::permissions::refused(&checked.refused, prefix))
             }
-            Some(_) => Ok(()),
+            Some(checked) => {
+                if !checked.unchecked.is_empty() {
+                    // Not a refusal: the first call that needs one of these says more.
+                    tracing::warn!(
+                        commands = ?checked.unchecked,
+                        "redis could not check these permissions at start"
+                    );
+                }
+                Ok(())
+            }
             None => {
                 tracing::info!("redis before 7: the user's permissions cannot be checked at start");
                 Ok(())
