@@ -3,7 +3,9 @@
 //! reused from line to line.
 //!
 //! A line that cannot be read (no time, a time that does not parse, a missing field, a broken
-//! JSON object) is a [`Malformed`] with its line number; the replay counts it and goes on.
+//! JSON object) is a [`Malformed`] with its line number; the replay counts it and goes on. Its
+//! reason quotes the line's text only through [`Printable`]: escaped and cut, so that it is
+//! short and safe to print whatever the line holds.
 //!
 //! Logs hold what clients sent, so a line is not trusted either: bytes that are not UTF-8
 //! are read as U+FFFD (the line still counts, its other fields intact), and a line longer
@@ -18,6 +20,7 @@ use serde_json::Value;
 use crate::key_mapping::{KeyMapping, PartSource};
 use crate::log_format::{COMBINED_FIELDS, LogFormat};
 use crate::log_time;
+use crate::printable::Printable;
 use crate::replay_error::ReplayError;
 
 /// The longest line read (64 KiB, newline included); a longer one is a [`Malformed`].
@@ -40,7 +43,8 @@ pub struct Event {
 pub struct Malformed {
     /// Its line number.
     pub line: u64,
-    /// What is wrong with it.
+    /// What is wrong with it: at most a few hundred bytes, its quotes of the line escaped
+    /// ([`Printable`]).
     pub reason: String,
 }
 
@@ -250,7 +254,7 @@ impl<R: BufRead> LogReader<R> {
                     self.line = line;
                     Some(Err(Malformed {
                         line,
-                        reason: e.to_string(),
+                        reason: Printable::message(&e.to_string()).to_string(),
                     }))
                 }
             },
@@ -369,7 +373,7 @@ fn fill_combined(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> 
         return Err("no time field".into());
     };
     event.time_us = log_time::parse_clf(fields[*t])
-        .ok_or_else(|| format!("time {:?} does not parse", fields[*t]))?;
+        .ok_or_else(|| format!("time \"{}\" does not parse", Printable::new(fields[*t])))?;
     for (slot, value) in slots.iter().zip(event.values.iter_mut()) {
         value.clear();
         match slot {
@@ -430,8 +434,8 @@ fn fill_csv(
         return Err("no time column".into());
     };
     let text = column(*t)?;
-    event.time_us =
-        log_time::parse_any(text).ok_or_else(|| format!("time {text:?} does not parse"))?;
+    event.time_us = log_time::parse_any(text)
+        .ok_or_else(|| format!("time \"{}\" does not parse", Printable::new(text)))?;
     for (slot, value) in slots.iter().zip(event.values.iter_mut()) {
         value.clear();
         match slot {

@@ -1,6 +1,10 @@
 //! What stops a replay or a simulation before it produces a report.
+//!
+//! An error is printed to a terminal and may quote the log (the first JSON object's keys):
+//! such text is shown through [`Printable`], escaped and cut.
 
 use crate::log_format::LogFormat;
+use crate::printable::Printable;
 
 /// Why a replay or a simulation could not run. Lines of a log that cannot be read do not stop
 /// a replay: they are counted in the report.
@@ -10,7 +14,11 @@ pub enum ReplayError {
     #[error("reading the log: {0}")]
     Read(#[source] std::io::Error),
     /// `--key` (or the time field) names a field the log does not have.
-    #[error("field {field:?} is not in the log ({format} format; its fields: {})", known.join(", "))]
+    #[error(
+        "field \"{}\" is not in the log ({format} format; its fields: {})",
+        Printable::new(field),
+        Printable::message(&known.join(", "))
+    )]
     UnknownField {
         /// The field asked for.
         field: String,
@@ -30,7 +38,7 @@ pub enum ReplayError {
         part: String,
     },
     /// A `--key` specification is malformed.
-    #[error("{0}")]
+    #[error("{}", Printable::message(.0))]
     Mapping(String),
     /// Nothing to replay: no limit given (or none left after `--limit`).
     #[error("no limit to replay")]
@@ -51,6 +59,6 @@ pub enum ReplayError {
         source: std::io::Error,
     },
     /// A Redis scenario failed against Redis.
-    #[error("redis: {0}")]
+    #[error("redis: {}", Printable::message(.0))]
     Redis(String),
 }

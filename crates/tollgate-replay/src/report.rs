@@ -1,5 +1,10 @@
 //! A replay's or a simulation's results: a terminal summary, and an HTML page with SVG charts
 //! (`--report DIR` writes `DIR/index.html`; the page is one file, no script, nothing fetched).
+//!
+//! The summary goes to a terminal and quotes the log (keys, malformed lines): every text in
+//! it that a log or a config could hold is printed through [`Printable`], escaped and cut, so a
+//! hostile log can neither send the terminal an escape sequence, nor forge a line of the
+//! report, nor make a line of it megabytes long.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -7,6 +12,7 @@ use std::path::Path;
 use crate::chart::{self, Series};
 use crate::limit_stats::{LimitStats, RETRY_BUCKETS};
 use crate::log_reader::Malformed;
+use crate::printable::Printable;
 use crate::replay_error::ReplayError;
 
 /// How many malformed lines a report shows (all are counted).
@@ -52,7 +58,7 @@ impl Report {
     /// The terminal summary.
     pub fn summary(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "{}", self.title);
+        let _ = writeln!(out, "{}", Printable::message(&self.title));
         if let Some((start, end)) = self.span_us {
             let _ = writeln!(
                 out,
@@ -71,7 +77,7 @@ impl Report {
         if self.malformed > 0 {
             let _ = writeln!(out, "{} malformed lines, skipped:", self.malformed);
             for m in &self.malformed_examples {
-                let _ = writeln!(out, "  line {}: {}", m.line, m.reason);
+                let _ = writeln!(out, "  line {}: {}", m.line, Printable::message(&m.reason));
             }
         }
         let _ = writeln!(
@@ -83,7 +89,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<20} {:<15} {:<22} {:>10} {:>10} {:>10} {:>6.1}%{}",
-                l.name,
+                Printable::new(&l.name).to_string(),
                 l.algorithm,
                 l.quota,
                 l.requests,
@@ -97,7 +103,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "\n{}{}:",
-                l.name,
+                Printable::new(&l.name),
                 if l.shadow { " (shadow)" } else { "" }
             );
             let minutes = l.denied_per_minute();
@@ -122,7 +128,13 @@ impl Report {
             let top: Vec<String> = l
                 .top_denied(5)
                 .iter()
-                .map(|(k, n)| format!("{} ({n})", if k.is_empty() { "(no key)" } else { k }))
+                .map(|(k, n)| {
+                    if k.is_empty() {
+                        format!("(no key) ({n})")
+                    } else {
+                        format!("{} ({n})", Printable::new(k))
+                    }
+                })
                 .collect();
             let _ = writeln!(
                 out,
@@ -138,7 +150,7 @@ impl Report {
                     let _ = writeln!(
                         out,
                         "  {:<20} {:>6} ({:.2}× the limit of {})",
-                        l.name,
+                        Printable::new(&l.name).to_string(),
                         max,
                         max as f64 / l.limit as f64,
                         l.limit
@@ -151,12 +163,12 @@ impl Report {
                 out,
                 "\n{} expected: {}\n   measured: {}",
                 if e.met { "✓" } else { "✗" },
-                e.expected,
-                e.measured
+                Printable::message(&e.expected),
+                Printable::message(&e.measured)
             );
         }
         for n in &self.notes {
-            let _ = writeln!(out, "\n{n}");
+            let _ = writeln!(out, "\n{}", Printable::message(n));
         }
         out
     }
@@ -284,7 +296,7 @@ impl Report {
                     if k.is_empty() {
                         "(no key)".to_owned()
                     } else {
-                        (*k).to_owned()
+                        Printable::new(k).to_string()
                     }
                 })
                 .collect();

@@ -5,6 +5,8 @@
 //! halfway). A body that does not arrive within `server.body_timeout` is answered `408`.
 //! Resets are logged at `info` with the limits, a digest of the key and the client's address
 //! (from `ConnectInfo`, set by the connection layer), never the key in clear or the token.
+//! A reset with more than one `Authorization` header is refused (`400`), whatever they hold:
+//! which of two credentials counts is exactly what a proxy and this service could disagree on.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -172,8 +174,16 @@ async fn reset(
     let Some(token) = &state.admin_token else {
         return Err(ApiError::ResetDisabled);
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
+    // Two credentials are ambiguous: a proxy may have added one, and whichever we picked,
+    // another component could pick the other. Refuse rather than guess.
+    let mut given = headers.get_all(header::AUTHORIZATION).iter();
+    let (first, second) = (given.next(), given.next());
+    if second.is_some() {
+        return Err(ApiError::BadRequest(
+            "more than one Authorization header: send exactly one".into(),
+        ));
+    }
+    let given = first
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
         .unwrap_or_default();

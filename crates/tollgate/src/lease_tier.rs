@@ -47,6 +47,10 @@ struct Held {
     window: u64,
     /// Local µs at which the lease ends.
     until: u64,
+    /// Local µs at which the store's window ends (the lease may end sooner, at its duration):
+    /// what a decision reports as `reset_after`, since the quota comes back then, not when
+    /// this instance's lease runs out.
+    window_end: u64,
     /// Units of an expired lease, to give back with the next take.
     expired: u64,
     /// Units the store had left at the last take (for `remaining`).
@@ -196,6 +200,7 @@ impl LeaseTier {
                     units: 0,
                     window: 0,
                     until: 0,
+                    window_end: 0,
                     expired: 0,
                     store_left: 0,
                     taking: false,
@@ -234,7 +239,7 @@ impl LeaseTier {
                 allowed: false,
                 limit: limit.quota().limit(),
                 remaining: h.units + h.store_left,
-                reset_after: wait,
+                reset_after: Duration::from_micros(h.window_end.saturating_sub(now)).max(wait),
                 retry_after: Some(wait),
             });
         }

@@ -2,6 +2,7 @@
 //! hand, the simulator's scenarios on the virtual clock, and its Redis experiments on a
 //! spawned `redis-server`.
 
+mod hostile;
 mod reading;
 mod redis;
 mod replay;

@@ -3,7 +3,8 @@
 //!
 //! Each request gets the client's address (`ConnectInfo<SocketAddr>`), a body bounded by
 //! `body_timeout`, and marks its connection busy while the router answers it (see
-//! [`super::GuardedIo`] for the phases).
+//! [`super::GuardedIo`] for the phases). A request target over [`MAX_URI`] is answered 414
+//! here, never routed.
 //!
 //! Shutdown: the loop stops accepting, then takes what the kernel has already queued (those
 //! clients connected, and may have written their request, before the signal) and closes the
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::response::IntoResponse as _;
 use hyper::body::Incoming;
 use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::TokioIo;
@@ -30,9 +32,17 @@ use tokio::task::JoinSet;
 use super::body::TimeoutBody;
 use super::listener::pause_after;
 use super::{CappedListener, GuardedIo, Lifecycle, Mode, Settings};
+use crate::response::ApiError;
 
 /// The largest request head (request line and headers) read; larger ones are answered 431.
 pub(crate) const MAX_HEAD: usize = 32 * 1024;
+
+/// The longest request target served (8 KiB, as nginx's and Apache's default request line);
+/// a longer one is answered 414 before the router. hyper refuses only a target over 64 KiB,
+/// and a head of up to [`MAX_HEAD`] would otherwise bring a 20 KB URI to the router, to be
+/// answered 404 as if it were a route that merely does not exist. No route of the API comes
+/// near the limit.
+pub(crate) const MAX_URI: usize = 8 * 1024;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then drains (see the module docs).
 ///
@@ -101,6 +111,15 @@ pub(crate) async fn drain(
     }
 }
 
+/// The length of `uri` as the request line carried it (origin form: path and query; absolute
+/// form: scheme and authority too).
+fn uri_len(uri: &hyper::Uri) -> usize {
+    let scheme = uri.scheme_str().map_or(0, |s| s.len() + "://".len());
+    let authority = uri.authority().map_or(0, |a| a.as_str().len());
+    let path = uri.path_and_query().map_or(0, |p| p.as_str().len());
+    scheme + authority + path
+}
+
 /// Serves one connection to its end.
 async fn connection(
     builder: hyper::server::conn::http1::Builder,
@@ -113,11 +132,19 @@ async fn connection(
     let router = TowerToHyperService::new(router);
     let service = service_fn(move |request: hyper::Request<Incoming>| {
         let busy = phase.begin();
-        let mut request = request.map(|body| TimeoutBody::new(body, body_timeout));
-        request.extensions_mut().insert(ConnectInfo(peer));
-        let answer = router.call(request);
+        let answer = if uri_len(request.uri()) > MAX_URI {
+            None
+        } else {
+            let mut request = request.map(|body| TimeoutBody::new(body, body_timeout));
+            request.extensions_mut().insert(ConnectInfo(peer));
+            Some(router.call(request))
+        };
         async move {
-            let response = answer.await;
+            let response = match answer {
+                Some(answer) => answer.await,
+                // With `connection: close`: the body (if any) is left unread.
+                None => Ok(ApiError::UriTooLong.into_response()),
+            };
             drop(busy);
             response
         }

@@ -20,7 +20,8 @@
 //! - `auto_error`: hyper answers a malformed head (400, 414, 431) itself, with an empty body
 //!   and no hook; those answers are rewritten, on their way to the socket, into the API's JSON
 //!   error body;
-//! - [`http1::serve`]: the HTTP API's accept loop and graceful drain; [`grpc_incoming`]: the
+//! - [`http1::serve`]: the HTTP API's accept loop and graceful drain, and its answer (414) to
+//!   a request target over `http1::MAX_URI`, which hyper would route; [`grpc_incoming`]: the
 //!   connections handed to tonic for the Envoy service (which keeps its own HTTP/2 loop).
 //!
 //! Why not hyper's `header_read_timeout`: it also runs between keep-alive requests, so an idle

@@ -18,8 +18,10 @@ pub(super) fn apply(
         Some(lease) => duration_us(lease.lease_ttl()),
         None => 0,
     };
-    let valid = duration_us(grant.valid_for).min(cap);
+    let window_rest = duration_us(grant.valid_for);
+    let valid = window_rest.min(cap);
     h.store_left = grant.remaining;
+    h.window_end = sent.saturating_add(window_rest);
     if grant.granted < refill.need || grant.granted == 0 {
         let dry = grant.retry_after.map_or(valid, duration_us).min(cap);
         h.dry_until = sent.saturating_add(dry);
@@ -63,12 +65,15 @@ pub(super) fn rate_units(lease: &crate::Lease, limit: &Limit, h: &mut Held, now:
     lease.units_for(limit.quota().limit(), rate)
 }
 
+/// An admission from `h`'s lease: `reset_after` is the time to the end of the store's
+/// window (when the quota is back), not to the end of the lease, which only says how long
+/// this instance may hand its units out.
 pub(super) fn allowed(limit: &Limit, h: &Held, now: u64) -> Decision {
     Decision {
         allowed: true,
         limit: limit.quota().limit(),
         remaining: h.units + h.store_left,
-        reset_after: Duration::from_micros(h.until.saturating_sub(now)),
+        reset_after: Duration::from_micros(h.window_end.saturating_sub(now)),
         retry_after: None,
     }
 }
