@@ -9,6 +9,8 @@
 //! response_headers = true          # draft RateLimit / RateLimit-Policy headers for Envoy to add
 //! limit_response_headers = false   # the reference's RateLimit-Limit / -Remaining / -Reset
 //! shadow = false                   # global shadow mode: every answer OK, still counting
+//! max_descriptors = 256            # most descriptors per call, 1..=4096 (default 256)
+//! max_entries = 32                 # most entries per descriptor, 1..=256 (default 32)
 //!
 //! [[envoy.rules]]
 //! domain = "edge"                  # RateLimitRequest.domain
@@ -71,6 +73,16 @@ pub struct EnvoyRules {
     /// The reset header's name (`LIMIT_RESET_HEADER`); default `RateLimit-Reset`.
     #[serde(default)]
     pub limit_reset_header: Option<String>,
+    /// Most descriptors one call may carry (`caps.rs`); default
+    /// [`crate::DEFAULT_MAX_DESCRIPTORS`], at most [`crate::CEILING_DESCRIPTORS`]. A call with
+    /// more is `INVALID_ARGUMENT`, charged nothing.
+    #[serde(default)]
+    pub max_descriptors: Option<usize>,
+    /// Most entries one descriptor may carry; default [`crate::DEFAULT_MAX_ENTRIES`], at most
+    /// [`crate::CEILING_ENTRIES`]. A call with a longer descriptor is `INVALID_ARGUMENT`, and a
+    /// rule with a longer descriptor (which could never match) is refused.
+    #[serde(default)]
+    pub max_entries: Option<usize>,
     /// The descriptor trees loaded from `config_dir` (not a config field).
     #[serde(skip)]
     pub imported: Imported,

@@ -28,7 +28,10 @@
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
 //! - descriptors that match no rule are `OK` and charge nothing;
 //! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's;
-//! - a descriptor's `limit` override decides it, on a counter of its own (`overrides.rs`).
+//! - a descriptor's `limit` override decides it, on a counter of its own (`overrides.rs`);
+//! - one call's work is bounded: at most `[envoy] max_descriptors` descriptors of at most
+//!   `max_entries` entries each, else `INVALID_ARGUMENT` before anything is decided
+//!   (`caps.rs`), and every step over the descriptors is linear in their number.
 //!
 //! For a migration from the reference it also counts the reference's per-rule statistics
 //! under its Prometheus names (`reference_metrics.rs`), can add its limit headers
@@ -69,6 +72,7 @@
 //! # }
 //! ```
 
+mod caps;
 mod config;
 mod decide;
 mod deferred_write;
@@ -90,6 +94,9 @@ mod tree;
 mod unit;
 mod yaml;
 
+pub use caps::{
+    CEILING_DESCRIPTORS, CEILING_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_ENTRIES,
+};
 pub use config::{EntryConfig, EnvoyRules, RuleConfig};
 pub use deferred_write::DeferredWrite;
 pub use deferred_write_io::DeferredWriteIo;

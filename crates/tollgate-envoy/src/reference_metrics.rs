@@ -143,11 +143,12 @@ pub(crate) fn record(
             continue;
         };
         let cost = crate::decide::descriptor_cost(d, default_cost);
+        // `fixed` is in slot order: a binary search keeps a call's count linear-logarithmic.
         let fixed = answer
             .fixed
-            .iter()
-            .find(|(s, _)| *s == slot)
-            .map(|&(_, f)| f);
+            .binary_search_by_key(&slot, |&(s, _)| s)
+            .ok()
+            .map(|i| answer.fixed[i].1);
         let hits = match (fixed, answer.outcomes.get(slot).and_then(Option::as_ref)) {
             (Some(Fixed::Unlimited), _) => continue,
             (Some(Fixed::Blocked { shadow, .. }), _) => Hits::refused(cost, shadow),

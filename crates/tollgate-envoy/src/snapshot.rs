@@ -20,6 +20,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Store, validate_name};
 use tonic::Status;
 
+use crate::caps::DescriptorCaps;
 use crate::limit_headers::LimitHeaders;
 use crate::overrides::{Override, Overrides};
 use crate::reference_metrics::{Counted, Stat, StatKey, level};
@@ -39,6 +40,7 @@ pub struct Snapshot<St> {
     limit_headers: Option<LimitHeaders>,
     overrides: Overrides,
     shadow: bool,
+    caps: DescriptorCaps,
 }
 
 /// What a descriptor matched.
@@ -110,8 +112,10 @@ impl<St: Store> Snapshot<St> {
     /// # Errors
     /// [`RulesError`] naming the field (`envoy.rules[i]…`) when a rule has an empty domain or
     /// descriptor, names an unknown limit, gives a key part twice or one the limit is not keyed
-    /// by, or leaves one of the limit's key parts without an entry.
+    /// by, leaves one of the limit's key parts without an entry, or has more entries than
+    /// `envoy.max_entries`; or when `envoy.max_descriptors` or `max_entries` is out of range.
     pub fn new(config: &EnvoyRules, limiter: Arc<Limiter<St>>) -> Result<Snapshot<St>, RulesError> {
+        let caps = DescriptorCaps::from_config(config)?;
         let mut domains: HashMap<Box<str>, Vec<Rule>> = HashMap::new();
         for (i, rule) in config.rules.iter().enumerate() {
             let at = format!("envoy.rules[{i}]");
@@ -122,6 +126,16 @@ impl<St: Store> Snapshot<St> {
                 return Err(RulesError::new(
                     format!("{at}.descriptor"),
                     "must have at least one entry",
+                ));
+            }
+            if rule.descriptor.len() > caps.entries() {
+                return Err(RulesError::new(
+                    format!("{at}.descriptor"),
+                    format!(
+                        "has {} entries, more than envoy.max_entries ({}): it could never match",
+                        rule.descriptor.len(),
+                        caps.entries()
+                    ),
                 ));
             }
             let limit = limiter.get(&rule.limit).ok_or_else(|| {
@@ -191,6 +205,7 @@ impl<St: Store> Snapshot<St> {
                 config.shadow,
             ),
             shadow: config.shadow,
+            caps,
         })
     }
 }
@@ -209,6 +224,11 @@ impl<St> Snapshot<St> {
     /// The reference's `x-ratelimit` style headers, when enabled.
     pub(crate) fn limit_headers(&self) -> Option<&LimitHeaders> {
         self.limit_headers.as_ref()
+    }
+
+    /// How many descriptors a call may carry, and entries a descriptor.
+    pub(crate) fn caps(&self) -> DescriptorCaps {
+        self.caps
     }
 
     /// Whether global shadow mode is on.
@@ -394,6 +414,7 @@ impl<St> fmt::Debug for Snapshot<St> {
             .field("limit_headers", &self.limit_headers)
             .field("overrides", &self.overrides)
             .field("shadow", &self.shadow)
+            .field("caps", &self.caps)
             .finish()
     }
 }

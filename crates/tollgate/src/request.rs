@@ -11,9 +11,15 @@
 //! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision
 //! (one store call). Most requests have one cost for every entry ([`Request::new`]).
 
+use std::collections::HashSet;
+
 use smallvec::SmallVec;
 
+use crate::key::BuildKeyHasher;
 use crate::{CheckError, Key, Limit};
+
+/// Up to this many entries, duplicates are found by comparing pairs; past it, through a set.
+const PAIRWISE_UP_TO: usize = 16;
 
 /// One limit and the key it counts.
 #[derive(Debug, Clone)]
@@ -99,11 +105,26 @@ impl<'a> Request<'a> {
         if entries.is_empty() {
             return Err(CheckError::NoLimits);
         }
+        // A few entries (every real request) are compared pairwise, cheapest when small; a
+        // request of many (a library caller's, or a hostile descriptor list) through a set,
+        // so that its cost stays linear.
+        let mut seen: Option<HashSet<&Key, BuildKeyHasher>> = None;
         for (i, e) in entries.iter().enumerate() {
             if e.cost == 0 {
                 return Err(CheckError::ZeroCost);
             }
-            if entries[..i].iter().any(|p| p.key == e.key) {
+            let duplicate = match &mut seen {
+                None if i < PAIRWISE_UP_TO => entries[..i].iter().any(|p| p.key == e.key),
+                None => {
+                    let mut set: HashSet<&Key, BuildKeyHasher> =
+                        entries[..i].iter().map(|p| &p.key).collect();
+                    let duplicate = !set.insert(&e.key);
+                    seen = Some(set);
+                    duplicate
+                }
+                Some(set) => !set.insert(&e.key),
+            };
+            if duplicate {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
             fits(e.limit, e.cost)?;
@@ -144,4 +165,49 @@ pub(crate) fn fits(limit: &Limit, cost: u64) -> Result<(), CheckError> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Entry, Namespace, Quota};
+
+    fn limit() -> Limit {
+        Limit::new("l", Algorithm::Gcra, Quota::per_second(10).expect("valid"))
+            .and_then(|l| l.keyed_by(["u"]))
+            .expect("valid")
+    }
+
+    fn entries(limit: &Limit, users: impl IntoIterator<Item = u64>) -> Vec<Entry<'_>> {
+        let ns = Namespace::default();
+        users
+            .into_iter()
+            .map(|u| Entry::new(limit, Key::new(&ns, limit, &[("u", u.to_string())])))
+            .collect()
+    }
+
+    /// A duplicate key is found in a short request (pairwise) and in a long one (through a
+    /// set), wherever it stands; distinct keys pass.
+    #[test]
+    fn duplicates_are_found_at_every_size() {
+        let l = limit();
+        for n in [2, PAIRWISE_UP_TO, PAIRWISE_UP_TO + 1, 1000] {
+            let n = n as u64;
+            assert!(Request::new(entries(&l, 0..n), 1).is_ok(), "{n} distinct");
+            for (first, second) in [(0, n - 1), (n - 2, n - 1), (0, 1)] {
+                let mut users: Vec<u64> = (0..n).collect();
+                users[second as usize] = users[first as usize];
+                let err = Request::new(entries(&l, users), 1).expect_err("a duplicate");
+                assert!(matches!(err, CheckError::DuplicateLimit(_)), "{n}: {err:?}");
+            }
+        }
+    }
+
+    /// A request of 100 000 distinct keys is validated (pairwise, that was 5·10⁹ comparisons).
+    #[test]
+    fn a_huge_request_is_validated_in_linear_time() {
+        let l = limit();
+        let request = Request::new(entries(&l, 0..100_000), 1).expect("distinct keys");
+        assert_eq!(request.entries().len(), 100_000);
+    }
 }

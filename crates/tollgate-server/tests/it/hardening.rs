@@ -1,7 +1,9 @@
 //! What a hostile client can hold, against the real binary over raw TCP: a half-sent head,
 //! a body that never comes, an idle keep-alive connection, more connections than the cap,
-//! a malformed head, a slow client at SIGTERM; and what a drain must answer. Timeouts are
-//! configured short and waited for by bounded polling, never slept out.
+//! a malformed head, a slow client at SIGTERM; and what a drain must answer. Also what one
+//! Envoy call may ask (`[envoy] max_descriptors`, `max_entries`): a flood of oversized calls
+//! is refused at once and stalls nothing. Timeouts are configured short and waited for by
+//! bounded polling, never slept out.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,7 +11,11 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry as DescriptorEntry;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_envoy::tonic;
 use tollgate_envoy::tonic::transport::Endpoint;
 use tollgate_server::config::{Config, Overrides};
 use tollgate_server::server::Server;
@@ -503,4 +509,191 @@ async fn grpc_drain_is_bounded_by_shutdown_timeout() {
     );
     let closed = tokio::time::timeout(Duration::from_secs(5), connection).await;
     assert!(closed.is_ok(), "the slow gRPC connection is still open");
+}
+
+/// An in-process server with `[envoy]` lines `envoy_lines`, a limit `per_user` (1000 an hour)
+/// and its Envoy rule (`user` → part `user`), serving gRPC on its own listener; with the
+/// runtime's threads, a call that held one would show in the other requests.
+async fn envoy_server(envoy_lines: &str) -> (TestServer, Client) {
+    let text = format!(
+        "[server]\n{}\n[envoy]\n{envoy_lines}\n{}",
+        one_limit("per_user", "fixed_window", 1000, "1h", r#""user""#, "deny"),
+        user_rule("per_user")
+    );
+    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let grpc = listener.local_addr().expect("addr");
+    let server = TestServer::start_with(Server::new(config).grpc_listener(listener)).await;
+    let client = crate::grpc::connect(grpc).await;
+    (server, client)
+}
+
+/// A `ShouldRateLimit` request of domain `edge` with one descriptor per user of `users`,
+/// each of `entries` entries (`user`, then `extra-1` …).
+fn users_request(users: impl IntoIterator<Item = String>, entries: usize) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: users
+            .into_iter()
+            .map(|user| RateLimitDescriptor {
+                entries: std::iter::once(("user".to_owned(), user))
+                    .chain((1..entries).map(|i| (format!("extra-{i}"), "x".to_owned())))
+                    .map(|(key, value)| DescriptorEntry { key, value })
+                    .collect(),
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+/// `[envoy] max_descriptors` and `max_entries`: one descriptor or one entry past the cap is
+/// `INVALID_ARGUMENT` naming the cap, the count and the setting, and charges nothing; a call
+/// at the caps is decided. `POST /json` shares the caps (400 with the same message).
+#[tokio::test]
+async fn envoy_calls_past_the_descriptor_caps_are_refused() {
+    let (server, mut client) = envoy_server("max_descriptors = 4\nmax_entries = 2").await;
+    let users = |n: usize| (0..n).map(|i| format!("u{i}"));
+
+    let over = client
+        .should_rate_limit(users_request(users(5), 1))
+        .await
+        .expect_err("5 descriptors over a cap of 4");
+    assert_eq!(over.code(), tonic::Code::InvalidArgument, "{over:?}");
+    assert!(
+        over.message().contains("5 descriptors")
+            && over.message().contains("at most 4")
+            && over.message().contains("envoy.max_descriptors"),
+        "{over:?}"
+    );
+    let long = client
+        .should_rate_limit(users_request(users(1), 3))
+        .await
+        .expect_err("3 entries over a cap of 2");
+    assert_eq!(long.code(), tonic::Code::InvalidArgument, "{long:?}");
+    assert!(
+        long.message().contains("descriptors[0]")
+            && long.message().contains("3 entries")
+            && long.message().contains("at most 2")
+            && long.message().contains("envoy.max_entries"),
+        "{long:?}"
+    );
+    for i in 0..5 {
+        let key = format!(r#"{{"user":"u{i}"}}"#);
+        assert_eq!(
+            server.remaining("per_user", &key).await,
+            1000,
+            "u{i} charged"
+        );
+    }
+
+    let json = |n: usize| {
+        let descriptors: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"entries":[{{"key":"user","value":"j{i}"}}]}}"#))
+            .collect();
+        format!(
+            r#"{{"domain":"edge","descriptors":[{}]}}"#,
+            descriptors.join(",")
+        )
+    };
+    let refused = server.post("/json", &json(5)).await;
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert!(
+        refused.error().contains("envoy.max_descriptors"),
+        "{refused:?}"
+    );
+    assert_eq!(server.remaining("per_user", r#"{"user":"j0"}"#).await, 1000);
+
+    let at_cap = client
+        .should_rate_limit(users_request(users(4), 2))
+        .await
+        .expect("4 descriptors of 2 entries, at the caps")
+        .into_inner();
+    // The rule's descriptor has one entry: two-entry descriptors match nothing, and are OK.
+    assert_eq!(code(&at_cap), Code::Ok);
+    let decided = client
+        .should_rate_limit(users_request(users(4), 1))
+        .await
+        .expect("4 descriptors, at the cap")
+        .into_inner();
+    assert_eq!(code(&decided), Code::Ok);
+    assert_eq!(decided.statuses.len(), 4);
+    for i in 0..4 {
+        let key = format!(r#"{{"user":"u{i}"}}"#);
+        assert_eq!(server.remaining("per_user", &key).await, 999, "u{i}");
+    }
+}
+
+/// A flood of oversized calls (20,000 distinct descriptors each, far past the default cap)
+/// is refused at once: `/healthz` answers promptly all along, and every call is answered
+/// `INVALID_ARGUMENT` naming the default cap. Before the cap, one such call held a runtime
+/// thread for seconds (the duplicate-key merge compared each descriptor with every earlier
+/// one), and a few of them stalled every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_oversized_envoy_calls_does_not_stall_the_service() {
+    let (server, client) = envoy_server("").await;
+    let request = users_request((0..20_000).map(|i| format!("user-{i}")), 1);
+    let flood: Vec<_> = (0..4)
+        .map(|_| {
+            let mut client = client.clone();
+            let request = request.clone();
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for _ in 0..3 {
+                    let answer = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        client.should_rate_limit(request.clone()),
+                    )
+                    .await;
+                    answers.push(answer.map(|r| r.map(|_| ())));
+                }
+                answers
+            })
+        })
+        .collect();
+
+    let addr = server.addr;
+    let started = Instant::now();
+    let mut probes = 0;
+    while !flood.iter().all(tokio::task::JoinHandle::is_finished) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the flood of 12 calls is not over"
+        );
+        let probe = tokio::time::timeout(
+            Duration::from_secs(2),
+            crate::support::request(addr, "GET", "/healthz", bytes::Bytes::new(), &[]),
+        )
+        .await;
+        let probe = probe.unwrap_or_else(|_| {
+            panic!(
+                "/healthz not answered within 2 s, {:?} into the flood",
+                started.elapsed()
+            )
+        });
+        assert_eq!(probe.status, 200, "{probe:?}");
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(probes > 0);
+    for task in flood {
+        for answer in task.await.expect("flood task") {
+            let status = answer
+                .expect("answered within 20 s")
+                .expect_err("20,000 descriptors are refused");
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            assert!(
+                status.message().contains("20000 descriptors")
+                    && status.message().contains(&format!(
+                        "at most {}",
+                        tollgate_envoy::DEFAULT_MAX_DESCRIPTORS
+                    )),
+                "{status:?}"
+            );
+        }
+    }
+    assert_eq!(
+        server.remaining("per_user", r#"{"user":"user-0"}"#).await,
+        1000
+    );
 }
