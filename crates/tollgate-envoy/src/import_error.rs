@@ -28,7 +28,7 @@ pub enum ImportError {
         source: serde_yaml_ng::Error,
     },
     /// A file is YAML but not a valid descriptor tree.
-    #[error("{}: {path}: {reason}", file.display())]
+    #[error("{}: {}{reason}", file.display(), if path.is_empty() { String::new() } else { format!("{path}: ") })]
     Invalid {
         /// The file.
         file: PathBuf,

@@ -115,4 +115,4 @@ pub use service::{RateLimitService, should_rate_limit};
 pub use snapshot::{KeyParts, Snapshot};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
-pub use yaml::{dir_contents, load_dir, parse_file};
+pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, dir_contents, load_dir, parse_file};

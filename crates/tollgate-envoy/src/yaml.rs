@@ -22,6 +22,16 @@ use crate::ImportError;
 use crate::imported::{Descriptor, Domain, Imported, RateLimit, Unit};
 use crate::limit_names::name_limits;
 
+/// The largest YAML file read: the reference's configs are a few KiB, and a careless 100 MB
+/// file in the directory (a log, a dump) once took gigabytes and minutes to load. A larger
+/// file is refused unread, naming it and its size.
+pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The deepest nesting accepted (flow collections `[`/`{`, and compact `- - -` sequences on
+/// one line), checked by a linear scan before parsing: the parser takes seconds on a
+/// 100 000-deep `[` before refusing it. Descriptor trees nest a few levels.
+pub const MAX_DEPTH: usize = 64;
+
 /// Reads every YAML file of `dir`.
 ///
 /// # Errors
@@ -31,10 +41,10 @@ pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
         path: path.to_owned(),
         source,
     };
-    let files = yaml_files(dir).map_err(|e| read(dir, e))?;
+    let files = yaml_files(dir)?;
     let mut imported = Imported::default();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|e| read(&file, e))?;
+        let text = read_capped(&file).map_err(|e| read(&file, e))?;
         let domain = parse_file(&text, &file)?;
         if let Some(first) = imported.domains.iter().find(|d| d.name == domain.name) {
             return Err(invalid(
@@ -53,19 +63,91 @@ pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
     Ok(imported)
 }
 
-/// The files of `dir` that [`load_dir`] reads, in the order it reads them.
-fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// The files of `dir` that [`load_dir`] reads, in the order it reads them. A symbolic link
+/// is followed only when its target lies inside `dir` (a Kubernetes ConfigMap's `..data`
+/// links do); one that leads out of it is refused, naming it, rather than followed silently.
+fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ImportError> {
+    let read = |path: &Path, source| ImportError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let root = dir.canonicalize().map_err(|e| read(dir, e))?;
     let mut files: Vec<PathBuf> = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for entry in std::fs::read_dir(dir).map_err(|e| read(dir, e))? {
+        let path = entry.map_err(|e| read(dir, e))?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
-        if yaml && !name.starts_with('.') && path.is_file() {
+        if !yaml || name.starts_with('.') {
+            continue;
+        }
+        let link = path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
+        if link {
+            let target = path.canonicalize().map_err(|e| read(&path, e))?;
+            if !target.starts_with(&root) {
+                return Err(invalid(
+                    &path,
+                    "",
+                    format!(
+                        "is a link to {}, outside envoy.config_dir: not followed",
+                        target.display()
+                    ),
+                ));
+            }
+        }
+        if path.is_file() {
             files.push(path);
         }
     }
     files.sort();
     Ok(files)
+}
+
+/// `path`'s text, unless it is larger than [`MAX_FILE_BYTES`] (then an error saying so,
+/// without reading it).
+fn read_capped(path: &Path) -> std::io::Result<String> {
+    let len = std::fs::metadata(path)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{len} bytes, larger than the {} KiB a config file may be",
+            MAX_FILE_BYTES / 1024
+        )));
+    }
+    std::fs::read_to_string(path)
+}
+
+/// Refuses `text` nested deeper than [`MAX_DEPTH`], in one pass (quoted strings and comments
+/// skipped).
+fn nesting_within_bounds(text: &str, file: &Path) -> Result<(), ImportError> {
+    let mut flow = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let mut compact = 0usize;
+        let mut leading = true;
+        let mut quote: Option<char> = None;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') => break,
+                (None, '[' | '{') => flow += 1,
+                (None, ']' | '}') => flow = flow.saturating_sub(1),
+                (None, '-') if leading && chars.peek() == Some(&' ') => compact += 1,
+                (None, ' ') => {}
+                _ => leading = false,
+            }
+            if flow > MAX_DEPTH || compact > MAX_DEPTH {
+                return Err(invalid(
+                    file,
+                    "",
+                    format!("line {}: nested deeper than {MAX_DEPTH} levels", n + 1),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What [`load_dir`] would read in `dir`, as one string (each file's name and content; or
@@ -80,9 +162,19 @@ pub fn dir_contents(dir: &Path) -> String {
     for file in files {
         out.push_str(&file.display().to_string());
         out.push('\0');
-        match std::fs::read_to_string(&file) {
-            Ok(text) => out.push_str(&text),
-            Err(e) => out.push_str(&format!("unreadable: {e}")),
+        // An oversized file is not read every poll: its size and time say when it changes.
+        match std::fs::metadata(&file) {
+            Ok(m) if m.len() > MAX_FILE_BYTES => {
+                out.push_str(&format!(
+                    "too large: {} bytes, modified {:?}",
+                    m.len(),
+                    m.modified().ok()
+                ));
+            }
+            _ => match std::fs::read_to_string(&file) {
+                Ok(text) => out.push_str(&text),
+                Err(e) => out.push_str(&format!("unreadable: {e}")),
+            },
         }
         out.push('\0');
     }
@@ -94,6 +186,7 @@ pub fn dir_contents(dir: &Path) -> String {
 /// # Errors
 /// [`ImportError::Syntax`] or [`ImportError::Invalid`].
 pub fn parse_file(text: &str, file: &Path) -> Result<Domain, ImportError> {
+    nesting_within_bounds(text, file)?;
     let value: Value = serde_yaml_ng::from_str(text).map_err(|source| ImportError::Syntax {
         file: file.to_owned(),
         source,

@@ -143,8 +143,15 @@ impl Sentinel {
         let addr = looker.ask().await?;
         let current = self.current();
         if addr == current.addr {
-            // Still the master they name: in use again once it answers as one.
-            return is_master(&mut current.manager.clone(), &addr).await;
+            // Still the master they name: in use again once it answers as one. Briefly: a
+            // dead master's connection manager retries its reconnection for a while, and the
+            // look must not wait for it while the sentinels may be naming a new one.
+            let mut manager = current.manager.clone();
+            let answered = tokio::time::timeout(MAX_LOOK_INTERVAL, is_master(&mut manager, &addr));
+            return match answered.await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout(MAX_LOOK_INTERVAL)),
+            };
         }
         let next = looker.connect_master(addr).await?;
         tracing::warn!(

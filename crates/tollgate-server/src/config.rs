@@ -44,6 +44,19 @@ pub use redis_connection::RedisConnection;
 pub use redis_url::{RedisUrl, RedisUrlError};
 pub use secret::Secret;
 
+/// The largest config file read (a limits file is a few KiB); a larger one is refused unread,
+/// at start and on reload, as `envoy.config_dir`'s YAML files are
+/// ([`tollgate_envoy::MAX_FILE_BYTES`]).
+pub const MAX_FILE_BYTES: u64 = tollgate_envoy::MAX_FILE_BYTES;
+
+/// The error for a config file of `len` bytes, over [`MAX_FILE_BYTES`].
+pub(crate) fn too_large(len: u64) -> std::io::Error {
+    std::io::Error::other(format!(
+        "{len} bytes, larger than the {} KiB a config file may be",
+        MAX_FILE_BYTES / 1024
+    ))
+}
+
 /// The default HTTP listen address.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 /// The default store call timeout.
@@ -194,7 +207,14 @@ impl Config {
     /// [`ConfigError`] naming the file and the field.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read = || {
+            let len = std::fs::metadata(path)?.len();
+            if len > MAX_FILE_BYTES {
+                return Err(too_large(len));
+            }
+            std::fs::read_to_string(path)
+        };
+        let text = read().map_err(|source| ConfigError::Read {
             origin: origin.clone(),
             source,
         })?;

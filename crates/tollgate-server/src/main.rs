@@ -21,15 +21,29 @@ use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, shutdown_signal};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(run(Cli::parse())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", report(&e));
             ExitCode::FAILURE
         }
-    }
+    };
+    // Dropping a runtime waits for every blocking task to end: a config reload still parsing
+    // (on the blocking pool) would hold the exit past `shutdown_timeout`. The drain is over
+    // when `run` returns; whatever is left is abandoned.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
 }
 
 /// The error and its causes on one line; a [`ConfigError`]'s message already includes its

@@ -40,6 +40,28 @@ use crate::server::SharedClock;
 /// compares (a NUL: never in a TOML file that parsed).
 const DIR_MARK: &str = "\0envoy.config_dir\0";
 
+/// The file's `text`, followed by what `dir` (the running config's `envoy.config_dir`) holds:
+/// the YAML files are watched like the file, so an edit there reloads too (one to two
+/// intervals later, once it has settled), as the reference service reloads on a write in its
+/// runtime directory.
+fn with_rules_dir(mut text: String, dir: Option<&std::path::Path>) -> String {
+    if let Some(dir) = dir {
+        text.push_str(DIR_MARK);
+        text.push_str(&tollgate_envoy::dir_contents(dir));
+    }
+    text
+}
+
+/// The config file's text, unless it is larger than [`crate::config::MAX_FILE_BYTES`] (an
+/// error saying so, without reading it).
+async fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
+    let len = tokio::fs::metadata(path).await?.len();
+    if len > crate::config::MAX_FILE_BYTES {
+        return Err(crate::config::too_large(len));
+    }
+    tokio::fs::read_to_string(path).await
+}
+
 /// Everything a reload needs.
 #[derive(Debug)]
 pub(crate) struct Reloader {
@@ -82,7 +104,7 @@ impl Reloader {
     /// Reloads if the file's content changed and then stayed the same for one interval (or
     /// at once, when `force`d by SIGHUP).
     async fn poll(&mut self, force: bool) {
-        let text = match tokio::fs::read_to_string(&self.path).await {
+        let text = match read_capped(&self.path).await {
             Ok(text) => text,
             Err(e) => {
                 if force || !self.read_failed {
@@ -98,7 +120,19 @@ impl Reloader {
             }
         };
         self.read_failed = false;
-        let text = self.with_rules_dir(text);
+        // Reading the rules directory and parsing happen on the blocking pool: however large
+        // or slow they are, the runtime's threads keep serving (and a SIGTERM keeps its
+        // deadline).
+        let dir = self.rules_dir();
+        let text = match tokio::task::spawn_blocking(move || with_rules_dir(text, dir.as_deref()))
+            .await
+        {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::error!(cause = %e, "reading envoy.config_dir failed; keeping the current limits");
+                return;
+            }
+        };
         if !force {
             // Act only on content that has not changed for one interval: a file being
             // written (truncated, then filled) is never read half-way.
@@ -114,8 +148,23 @@ impl Reloader {
         let origin = self.path.display().to_string();
         let file = text
             .split_once(DIR_MARK)
-            .map_or(text.as_str(), |(file, _)| file);
-        match Config::parse(file, &origin, &self.overrides) {
+            .map_or(text.as_str(), |(file, _)| file)
+            .to_owned();
+        let overrides = self.overrides.clone();
+        let parsed =
+            tokio::task::spawn_blocking(move || Config::parse(&file, &origin, &overrides)).await;
+        let parsed = match parsed {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                tracing::error!(cause = %e, "config reload failed; keeping the current limits");
+                metrics::config_reload(false);
+                self.state
+                    .reloads
+                    .record(Some(format!("the reload failed: {e}")));
+                return;
+            }
+        };
+        match parsed {
             Ok(config) => self.apply(config),
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
@@ -125,17 +174,14 @@ impl Reloader {
         }
     }
 
-    /// The file's `text`, followed by what `envoy.config_dir` holds when the running config
-    /// has one: the YAML files are watched like the file, so an edit there reloads too (one
-    /// to two intervals later, once it has settled), as the reference service reloads on a
-    /// write in its runtime directory.
-    fn with_rules_dir(&self, mut text: String) -> String {
-        if let Some(dir) = &self.running.envoy.config_dir {
-            let base = self.path.parent().unwrap_or(std::path::Path::new(""));
-            text.push_str(DIR_MARK);
-            text.push_str(&tollgate_envoy::dir_contents(&base.join(dir)));
-        }
-        text
+    /// The running config's `envoy.config_dir`, from the config file's directory.
+    fn rules_dir(&self) -> Option<PathBuf> {
+        let base = self.path.parent().unwrap_or(std::path::Path::new(""));
+        self.running
+            .envoy
+            .config_dir
+            .as_ref()
+            .map(|dir| base.join(dir))
     }
 
     fn apply(&mut self, config: Config) {

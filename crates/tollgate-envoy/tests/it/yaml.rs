@@ -267,3 +267,76 @@ descriptors:
         (Algorithm::Gcra, OnStoreError::Deny)
     );
 }
+
+/// A careless large file in the directory is refused unread, naming it and its size; the
+/// directory's watcher does not read it either.
+#[test]
+fn an_oversized_file_is_refused_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("dump.yaml");
+    let file = std::fs::File::create(&big).expect("create");
+    // Sparse: the size is what counts, nothing is written.
+    file.set_len(100 * 1024 * 1024).expect("set_len");
+    let err = tollgate_envoy::load_dir(dir.path()).expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("dump.yaml") && text.contains("104857600 bytes"),
+        "{text}"
+    );
+    assert!(text.contains("larger than the 2048 KiB"), "{text}");
+    let seen = tollgate_envoy::dir_contents(dir.path());
+    assert!(seen.len() < 1024, "the watcher read {} bytes", seen.len());
+    assert!(seen.contains("too large: 104857600 bytes"), "{seen}");
+}
+
+/// Nesting past the bound is refused by a linear scan, naming the line, before the parser
+/// sees it; brackets inside quoted strings and comments do not count.
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let file = std::path::Path::new("deep.yaml");
+    for text in [
+        format!("domain: d\ndescriptors: {}", "[".repeat(100_000)),
+        format!("domain: d\ndescriptors:\n  {}key: k\n", "- ".repeat(1_000)),
+    ] {
+        let err = tollgate_envoy::parse_file(&text, file).expect_err("refused");
+        assert!(
+            err.to_string().contains("nested deeper than 64 levels"),
+            "{err}"
+        );
+    }
+    let quoted = format!(
+        "domain: d # {{{{{{{{\ndescriptors:\n  - key: \"{}\"\n    value: '{}'\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n",
+        "[".repeat(200),
+        "{".repeat(200)
+    );
+    tollgate_envoy::parse_file(&quoted, file).expect("brackets in strings and comments are text");
+}
+
+/// A symbolic link out of the directory is refused, naming it; one inside it (a Kubernetes
+/// ConfigMap's `..data` layout) is followed.
+#[cfg(unix)]
+#[test]
+fn links_out_of_the_directory_are_not_followed() {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n";
+    std::fs::write(outside.path().join("secret.yaml"), yaml).expect("write");
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.yaml"),
+        dir.path().join("a.yaml"),
+    )
+    .expect("symlink");
+    let err = tollgate_envoy::load_dir(dir.path()).expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("a.yaml") && text.contains("outside envoy.config_dir"),
+        "{text}"
+    );
+
+    let inside = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(inside.path().join("..data")).expect("mkdir");
+    std::fs::write(inside.path().join("..data").join("d.yaml"), yaml).expect("write");
+    std::os::unix::fs::symlink("..data/d.yaml", inside.path().join("d.yaml")).expect("symlink");
+    let imported = tollgate_envoy::load_dir(inside.path()).expect("a link inside is followed");
+    assert_eq!(imported.domains.len(), 1);
+}

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
+use bytes::Bytes;
+
 use crate::binary::Process;
 use crate::grpc::{call, code, connect, limit_name};
-use crate::support::eventually;
+use crate::support::{eventually, request};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
@@ -257,4 +259,42 @@ fn envoy_options_and_name_clashes() {
     )
     .expect_err("unknown algorithm");
     assert!(e.to_string().contains("envoy.algorithm"), "{e}");
+}
+
+/// A careless 30 MB file dropped into the directory: the reload refuses it unread (its size
+/// named), the service keeps answering meanwhile, and SIGTERM still ends it promptly. (Before
+/// the size cap, parsing such a file took a core for minutes and held the shutdown.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_file_in_the_directory_is_refused_and_shutdown_keeps_its_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = layout(dir.path(), None, MESSAGING);
+    let mut process = Process::serve(&path);
+    let mut big = String::from("domain: dump\ndescriptors:\n");
+    let mut i = 0;
+    while big.len() < 30 * 1024 * 1024 {
+        big.push_str(&format!(
+            "  - key: k{i}\n    value: v\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"
+        ));
+        i += 1;
+    }
+    std::fs::write(dir.path().join("ratelimit/config/dump.yaml"), big).expect("write");
+    let refused = eventually(Duration::from_secs(10), || async {
+        process.log().contains("larger than the 2048 KiB")
+    })
+    .await;
+    assert!(
+        refused,
+        "the reload was not refused in time; log:\n{}",
+        process.log()
+    );
+    assert!(process.log().contains("dump.yaml"), "{}", process.log());
+    let started = std::time::Instant::now();
+    let health = request(process.addr, "GET", "/healthz", Bytes::new(), &[]).await;
+    assert_eq!(health.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    process.terminate();
 }
