@@ -16,8 +16,9 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -28,6 +29,7 @@ use tollgate_envoy::DeferredWrite;
 
 use super::Settings;
 use super::auto_error;
+use super::listener::Slot;
 use crate::response::ApiError;
 
 /// Where a listener is in its life: connections follow it.
@@ -66,11 +68,24 @@ enum State {
     Idle(Instant),
 }
 
-/// A connection's phase, shared by its socket and its service.
+/// A connection's phase, shared by its socket, its service and its listener's [`Shed`].
 #[derive(Debug)]
 pub(crate) struct Phase {
     state: Mutex<State>,
     mode: Mode,
+    /// Shed by the listener to make room: the next read fails.
+    shed: AtomicBool,
+    /// The task waiting on the socket, woken when the connection is shed.
+    parked: Mutex<Option<Waker>>,
+}
+
+/// What a connection that may be shed is doing, in the order they are shed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Sheddable {
+    /// No whole request head yet (HTTP/2: nothing read at all).
+    NoRequest,
+    /// HTTP/1, idle between requests.
+    Idle,
 }
 
 /// A request in the service; its drop (the response is ready) makes the connection idle.
@@ -91,7 +106,61 @@ impl Phase {
         Arc::new(Phase {
             state: Mutex::new(State::Fresh(Instant::now())),
             mode,
+            shed: AtomicBool::new(false),
+            parked: Mutex::new(None),
         })
+    }
+
+    /// Whether this connection may be shed, and since when it has been so.
+    pub(crate) fn sheddable(&self) -> Option<(Sheddable, Instant)> {
+        if self.shed.load(Ordering::Acquire) {
+            return None;
+        }
+        match (self.mode, self.get()?) {
+            (_, State::Fresh(since)) | (Mode::Http1, State::Head(since)) => {
+                Some((Sheddable::NoRequest, since))
+            }
+            (Mode::Http1, State::Idle(since)) => Some((Sheddable::Idle, since)),
+            _ => None,
+        }
+    }
+
+    /// Sheds the connection: its next read fails, and a read waiting now is woken for it.
+    pub(crate) fn shed(&self) {
+        self.shed.store(true, Ordering::Release);
+        let parked = self.parked.lock().ok().and_then(|mut p| p.take());
+        if let Some(waker) = parked {
+            waker.wake();
+        }
+    }
+
+    fn is_shed(&self) -> bool {
+        self.shed.load(Ordering::Acquire)
+    }
+
+    /// A connection chosen to be shed whose client has in fact sent bytes (they wait in the
+    /// kernel, not yet seen by this task on a loaded process) is kept: the shed is taken back
+    /// and the listener chooses again. Otherwise the shed stands, and is counted.
+    fn keep_if_speaking(&self, stream: &TcpStream) -> bool {
+        if bytes_waiting(stream) {
+            self.shed.store(false, Ordering::Release);
+            return true;
+        }
+        let listener = match self.mode {
+            Mode::Http1 => "http",
+            Mode::Quiet => "grpc",
+        };
+        metrics::counter!("tollgate_connections_shed_total", "listener" => listener).increment(1);
+        false
+    }
+
+    /// Remembers the task waiting on the socket (see [`Phase::shed`]).
+    fn park(&self, waker: &Waker) {
+        if let Ok(mut parked) = self.parked.lock()
+            && !parked.as_ref().is_some_and(|w| w.will_wake(waker))
+        {
+            *parked = Some(waker.clone());
+        }
     }
 
     fn update(&self, f: impl FnOnce(State) -> State) {
@@ -142,6 +211,13 @@ pub(crate) struct GuardedIo {
     _permit: OwnedSemaphorePermit,
 }
 
+fn shed_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "connection shed: the listener was full and it had sent no request",
+    )
+}
+
 impl std::fmt::Debug for GuardedIo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GuardedIo")
@@ -154,14 +230,19 @@ impl std::fmt::Debug for GuardedIo {
 impl GuardedIo {
     pub(crate) fn new(
         inner: TcpStream,
-        permit: OwnedSemaphorePermit,
+        slot: impl Into<Slot>,
         mode: Mode,
         settings: Settings,
         lifecycle: watch::Receiver<Lifecycle>,
     ) -> GuardedIo {
+        let (permit, shed) = slot.into().into_parts();
+        let phase = Phase::new(mode);
+        if let Some(shed) = shed {
+            shed.register(&phase);
+        }
         GuardedIo {
             inner,
-            phase: Phase::new(mode),
+            phase,
             settings,
             lifecycle: Watch::new(lifecycle),
             sleep: Box::pin(tokio::time::sleep(settings.header_timeout)),
@@ -239,12 +320,21 @@ impl AsyncRead for GuardedIo {
         if lifecycle == Lifecycle::Closing {
             return Poll::Ready(Err(closing()));
         }
+        if this.phase.is_shed() && !this.phase.keep_if_speaking(&this.inner) {
+            return Poll::Ready(Err(shed_error()));
+        }
         let before = buf.filled().len();
         if let Poll::Ready(result) = Pin::new(&mut this.inner).poll_read(cx, buf) {
             if buf.filled().len() > before {
                 this.phase.read();
             }
             return Poll::Ready(result);
+        }
+        // Waiting on the socket: a shed wakes this task (checked again after parking, so a
+        // shed between the check above and the park is not missed).
+        this.phase.park(cx.waker());
+        if this.phase.is_shed() && !this.phase.keep_if_speaking(&this.inner) {
+            return Poll::Ready(Err(shed_error()));
         }
         let Some(state) = this.phase.get() else {
             return Poll::Pending;

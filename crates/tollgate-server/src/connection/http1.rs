@@ -26,11 +26,11 @@ use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::body::TimeoutBody;
-use super::listener::pause_after;
+use super::listener::{Slot, pause_after};
 use super::{CappedListener, GuardedIo, Lifecycle, Mode, Settings};
 use crate::response::ApiError;
 
@@ -79,7 +79,7 @@ pub(crate) async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    let queued: Vec<(TcpStream, SocketAddr, OwnedSemaphorePermit)> = listener.backlog();
+    let queued: Vec<(TcpStream, SocketAddr, Slot)> = listener.backlog();
     for accepted in queued {
         spawn(&mut connections, accepted);
     }

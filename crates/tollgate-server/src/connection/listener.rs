@@ -1,9 +1,12 @@
 //! [`CappedListener`]: a TCP listener that holds at most `max_connections` connections open.
 //!
-//! The permit is taken before `accept()`: while the cap is reached, new connections stay in
+//! The permit is taken before `accept()` while there is one: then new connections stay in
 //! the kernel's accept queue (the listen backlog), costing us no file descriptor and no
 //! memory, and are accepted in order as connections close. Refusing them instead would turn a
-//! short burst into errors.
+//! short burst into errors. When the cap is reached, the next connection is accepted anyway
+//! (one file descriptor over the cap, at most) and room is made for it by shedding the
+//! connection that has waited longest without a request ([`Shed`]); only when every
+//! connection is busy with a request does it wait for one to close.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,33 +15,92 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::shed::Shed;
+
 /// A listener with a cap on open connections.
 #[derive(Debug)]
 pub(crate) struct CappedListener {
     listener: TcpListener,
     permits: Arc<Semaphore>,
+    shed: Arc<Shed>,
+}
+
+/// A connection's place under the cap: its permit (freed when the connection closes) and
+/// the listener's [`Shed`], which the connection registers with.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    permit: OwnedSemaphorePermit,
+    shed: Option<Arc<Shed>>,
+}
+
+impl Slot {
+    pub(crate) fn into_parts(self) -> (OwnedSemaphorePermit, Option<Arc<Shed>>) {
+        (self.permit, self.shed)
+    }
+}
+
+/// A permit alone: a connection no listener may shed (tests).
+impl From<OwnedSemaphorePermit> for Slot {
+    fn from(permit: OwnedSemaphorePermit) -> Slot {
+        Slot { permit, shed: None }
+    }
 }
 
 impl CappedListener {
+    /// `listener` capped at `max_connections`.
     pub(crate) fn new(listener: TcpListener, max_connections: usize) -> CappedListener {
         CappedListener {
             listener,
             permits: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
+            shed: Shed::new(),
         }
     }
 
-    /// The next connection, once one of the `max_connections` permits is free; the permit is
-    /// held by the connection and freed when it closes.
-    pub(crate) async fn accept(
-        &self,
-    ) -> std::io::Result<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
-        let permit = Arc::clone(&self.permits)
-            .acquire_owned()
-            .await
-            .map_err(std::io::Error::other)?;
+    /// The next connection, with its slot under the cap (see the module docs for a full
+    /// listener).
+    pub(crate) async fn accept(&self) -> std::io::Result<(TcpStream, SocketAddr, Slot)> {
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // Full: wait for a permit, or for a new client, whichever comes first; a new
+                // client gets the slot of the connection shed for it.
+                let (stream, peer) = tokio::select! {
+                    permit = Arc::clone(&self.permits).acquire_owned() => {
+                        let permit = permit.map_err(std::io::Error::other)?;
+                        let (stream, peer) = self.listener.accept().await?;
+                        no_delay(&stream, peer);
+                        return Ok((stream, peer, self.slot(permit)));
+                    }
+                    accepted = self.listener.accept() => accepted?,
+                };
+                no_delay(&stream, peer);
+                // Shed one connection for it; until a slot frees, choose again every grace
+                // period (none could be shed: all busy or too young; or the one chosen had
+                // in fact sent its request, and took the shed back).
+                self.shed.evict_one();
+                let permit = loop {
+                    tokio::select! {
+                        permit = Arc::clone(&self.permits).acquire_owned() => {
+                            break permit.map_err(std::io::Error::other)?;
+                        }
+                        () = tokio::time::sleep(super::shed::GRACE) => {
+                            self.shed.evict_one();
+                        }
+                    }
+                };
+                return Ok((stream, peer, self.slot(permit)));
+            }
+        };
         let (stream, peer) = self.listener.accept().await?;
         no_delay(&stream, peer);
-        Ok((stream, peer, permit))
+        Ok((stream, peer, self.slot(permit)))
+    }
+
+    fn slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            permit,
+            shed: Some(Arc::clone(&self.shed)),
+        }
     }
 
     /// The connections the kernel has already queued, taken without waiting, as far as
@@ -49,7 +111,7 @@ impl CappedListener {
     /// `poll_accept`: the latter trusts tokio's cached readiness, which can still say "not
     /// ready" for connections the kernel queued a moment ago (their event not yet seen by the
     /// driver), and those clients would be reset with their request unanswered.
-    pub(crate) fn backlog(self) -> Vec<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+    pub(crate) fn backlog(self) -> Vec<(TcpStream, SocketAddr, Slot)> {
         let mut queued = Vec::new();
         let listener = match self.listener.into_std() {
             Ok(listener) => listener,
@@ -85,7 +147,7 @@ impl CappedListener {
             match stream {
                 Ok(stream) => {
                     no_delay(&stream, peer);
-                    queued.push((stream, peer, permit));
+                    queued.push((stream, peer, permit.into()));
                 }
                 Err(e) => tracing::debug!(cause = %e, "queued connection dropped on shutdown"),
             }

@@ -7,7 +7,9 @@
 //!
 //! - [`CappedListener`]: at most `max_connections` open connections per listener; a permit is
 //!   taken *before* `accept()`, so the excess waits in the kernel's accept queue, not in our
-//!   file descriptors;
+//!   file descriptors; when full, a new client gets the slot of the connection that has waited
+//!   longest without a request, shed for it (`shed`), so a flood of silent sockets cannot
+//!   lock new clients out;
 //! - [`GuardedIo`]: the socket of one connection, which knows its [`Phase`] (a new connection
 //!   or a head being read: `header_timeout`; between requests: `idle_timeout`; a request in
 //!   the service: no clock, the body and store timeouts apply) and fails its reads once the
@@ -32,6 +34,7 @@ mod body;
 mod guard;
 pub(crate) mod http1;
 mod listener;
+mod shed;
 
 use std::time::Duration;
 

@@ -187,30 +187,32 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
 
-/// With `max_connections = 3`, three held connections leave the next ones unserved (queued
-/// by the kernel, not accepted: the fd count stays put) until one closes.
+/// With `max_connections = 3` and three connections busy with a request (a body still
+/// arriving), the next ones are not served (queued by the kernel, at most one accepted and
+/// waiting: the fd count stays put) until one closes: busy connections are never shed.
 #[tokio::test]
-async fn connections_beyond_the_cap_wait_in_the_kernel() {
+async fn connections_beyond_the_cap_wait_while_every_slot_is_busy() {
     let (_dir, path) = config_file(&config(
-        "max_connections = 3\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"",
+        "max_connections = 3\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
     ));
     let process = Process::serve(&path);
     let baseline = open_fds(process.pid());
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut stream = TcpStream::connect(process.addr).await.expect("connect");
+        // A whole head, then one byte of a 100-byte body: in the service, waiting for it.
         stream
-            .write_all(check_request("").as_bytes())
+            .write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
             .await
             .expect("write");
-        let answer = read_response(&mut stream, Duration::from_secs(5)).await;
-        assert!(
-            answer.is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
-            "{}",
-            process.log()
-        );
         held.push(stream);
     }
+    // Let the three reach the service before the next ones arrive.
+    let busy = eventually(Duration::from_secs(5), || async {
+        open_fds(process.pid()) >= baseline + 3
+    })
+    .await;
+    assert!(busy, "the three connections were not accepted");
     let mut waiting = TcpStream::connect(process.addr)
         .await
         .expect("connect (kernel queue)");
@@ -231,7 +233,7 @@ async fn connections_beyond_the_cap_wait_in_the_kernel() {
     let fds = open_fds(process.pid());
     assert!(
         fds <= baseline + 5,
-        "fds {fds}, {baseline} before the 54 connections (3 served, room for the config file)"
+        "fds {fds}, {baseline} before the 54 connections (3 busy, one accepted and waiting, room for the config file)"
     );
 
     drop(held.pop());
@@ -242,6 +244,76 @@ async fn connections_beyond_the_cap_wait_in_the_kernel() {
             .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
         "{answer:?}; log:\n{}",
         process.log()
+    );
+}
+
+/// A flood of silent sockets, re-opened as fast as they are closed, against a listener whose
+/// cap they exceed: new clients are still served at once, each taking the slot of the
+/// connection that waited longest without a request. (Before, they waited for
+/// `header_timeout` to free a slot: 7–20 s under a 6 000-socket flood.) Bounded: 400
+/// sockets against a cap of 64, for at most 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_sockets_does_not_lock_new_clients_out() {
+    let (_dir, path) = config_file(&config(
+        "max_connections = 64\nheader_timeout = \"30s\"\nidle_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let addr = process.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = std::sync::Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut sockets: Vec<TcpStream> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                // Keep 400 open, replacing those the server closed.
+                sockets.retain(|s| {
+                    let mut byte = [0u8; 1];
+                    match s.try_read(&mut byte) {
+                        Ok(n) => n > 0,
+                        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+                    }
+                });
+                while sockets.len() < 400 {
+                    match TcpStream::connect(addr).await {
+                        Ok(s) => sockets.push(s),
+                        Err(_) => break,
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            sockets.len()
+        })
+    };
+    // Let the flood fill the listener.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut slowest = Duration::ZERO;
+    for i in 0..30 {
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(check_request("").as_bytes())
+            .await
+            .expect("write");
+        let answer = read_response(&mut stream, Duration::from_secs(3)).await;
+        assert!(
+            answer
+                .as_deref()
+                .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+            "client {i} not served within 3 s under the flood: {answer:?}; log:\n{}",
+            process.log()
+        );
+        slowest = slowest.max(started.elapsed());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let held = flood.await.expect("flood");
+    eprintln!("flood of {held} silent sockets, cap 64: slowest of 30 new clients {slowest:?}");
+    let metrics = crate::support::request(addr, "GET", "/metrics", bytes::Bytes::new(), &[]).await;
+    assert!(
+        metrics
+            .text
+            .contains("tollgate_connections_shed_total{listener=\"http\"}"),
+        "shed connections are counted"
     );
 }
 

@@ -1,0 +1,102 @@
+//! [`Shed`]: room for a new client when a listener is full, made by closing the connection
+//! that has waited longest without a request.
+//!
+//! The cap (`max_connections`) bounds file descriptors, but by itself it lets an attacker who
+//! keeps thousands of sockets open, sending nothing, hold every slot: new clients then wait in
+//! the kernel's queue behind the attacker's next sockets until `header_timeout` frees a slot
+//! (measured: 7–20 s for a new client under a 6 000-socket flood, or a timeout). So when the
+//! listener is full, it accepts the next connection anyway and sheds one that is doing
+//! nothing useful, oldest first:
+//!
+//! 1. a connection that has not yet sent a whole request head (HTTP/1: accepted and silent,
+//!    or a head still arriving; HTTP/2: nothing at all read) — what a slowloris holds;
+//! 2. else, on the HTTP API, a keep-alive connection idle between requests (its client
+//!    reconnects when it has something to send).
+//!
+//! A connection with a request in the service, an HTTP/2 connection that has spoken, or one
+//! accepted less than 50 ms ago is never shed: the new connection then waits for a slot as
+//! before. A client that sends its request at once (every real client) moves out of reach
+//! within those 50 ms. Shed connections are counted in `tollgate_connections_shed_total{listener}`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+
+use super::guard::{Phase, Sheddable};
+
+/// How long a connection must have gone without a whole request before it may be shed: a
+/// client that connected a moment ago and sent its request at once must get the moment its
+/// task needs to read it (a just-accepted connection is "without a request" until then).
+pub(crate) const GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The connections of one listener that may be shed.
+#[derive(Debug)]
+pub(crate) struct Shed {
+    phases: Mutex<VecDeque<Weak<Phase>>>,
+}
+
+impl Shed {
+    pub(crate) fn new() -> Arc<Shed> {
+        Arc::new(Shed {
+            phases: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Follows `phase` (a new connection).
+    pub(crate) fn register(&self, phase: &Arc<Phase>) {
+        let mut phases = self
+            .phases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Closed connections are dropped from the list now and then, so it stays about as
+        // long as the cap.
+        if phases.len() >= 64 && phases.len().is_power_of_two() {
+            phases.retain(|p| p.strong_count() > 0);
+        }
+        phases.push_back(Arc::downgrade(phase));
+    }
+
+    /// Sheds the connection that has waited longest without a request (see the module
+    /// docs); `false` when none may be shed now.
+    ///
+    /// Cheap under a flood, where it runs for every accept: the list is in accept order, and a
+    /// connection without a request has been so since its accept, so the first such entry is
+    /// the oldest (and when it is too young, so are all after it). Only when there is none are
+    /// the idle connections scanned.
+    pub(crate) fn evict_one(&self) -> bool {
+        let mut phases = self
+            .phases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while phases.front().is_some_and(|p| p.strong_count() == 0) {
+            phases.pop_front();
+        }
+        let mut no_request = None;
+        for phase in phases.iter().filter_map(Weak::upgrade) {
+            if let Some((Sheddable::NoRequest, since)) = phase.sheddable() {
+                if since.elapsed() >= GRACE {
+                    no_request = Some(phase);
+                }
+                break;
+            }
+        }
+        let victim = no_request.or_else(|| {
+            phases
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter_map(|p| match p.sheddable() {
+                    Some((Sheddable::Idle, since)) => Some((since, p)),
+                    _ => None,
+                })
+                .min_by_key(|(since, _)| *since)
+                .map(|(_, p)| p)
+        });
+        drop(phases);
+        match victim {
+            Some(phase) => {
+                phase.shed();
+                true
+            }
+            None => false,
+        }
+    }
+}
