@@ -312,19 +312,24 @@ impl Walk<'_> {
     fn descriptors(&self, map: &Mapping, at: &str) -> Result<Vec<Descriptor>, ImportError> {
         let (list, list_at) = self.list(map, at, "descriptors")?;
         let mut out: Vec<Descriptor> = Vec::with_capacity(list.len());
+        // (key, value) → index in `out`: a level of tens of thousands of entries is checked
+        // in linear time (compared pairwise, 40 000 took seconds).
+        let mut seen: std::collections::HashMap<(String, Option<String>), usize> =
+            std::collections::HashMap::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
             let here = format!("{list_at}[{i}]");
             let d = self.descriptor(item, &here)?;
-            if let Some(first) = out.iter().find(|o| o.key == d.key && o.value == d.value) {
+            if let Some(&first) = seen.get(&(d.key.clone(), d.value.clone())) {
                 let what = match &d.value {
                     Some(v) => format!("{}_{v}", d.key),
                     None => d.key.clone(),
                 };
                 return Err(self.err(
                     here,
-                    format!("duplicate key {what:?} (already at {})", first.path),
+                    format!("duplicate key {what:?} (already at {})", out[first].path),
                 ));
             }
+            seen.insert((d.key.clone(), d.value.clone()), out.len());
             out.push(d);
         }
         Ok(out)

@@ -340,3 +340,22 @@ fn links_out_of_the_directory_are_not_followed() {
     let imported = tollgate_envoy::load_dir(inside.path()).expect("a link inside is followed");
     assert_eq!(imported.domains.len(), 1);
 }
+
+/// A level of 30 000 descriptors (under the size cap) loads, its duplicates still found: the
+/// per-level duplicate check is linear (pairwise, 40 000 took seconds).
+#[test]
+fn a_wide_level_loads_and_its_duplicates_are_found() {
+    let mut text = String::from("domain: wide\ndescriptors:\n");
+    for i in 0..30_000 {
+        text.push_str(&format!(
+            "  - {{key: k{i}, rate_limit: {{unit: second, requests_per_unit: 1}}}}\n"
+        ));
+    }
+    assert!((text.len() as u64) < tollgate_envoy::MAX_FILE_BYTES);
+    let domain = parse(&text).expect("valid");
+    assert_eq!(domain.descriptors.len(), 30_000);
+    text.push_str("  - {key: k17, rate_limit: {unit: second, requests_per_unit: 1}}\n");
+    let (path, reason) = refusal(&text);
+    assert_eq!(path, "descriptors[30000]");
+    assert!(reason.contains("duplicate key \"k17\" (already at descriptors[17])"), "{reason}");
+}

@@ -439,12 +439,19 @@ pub(super) fn imported_limits(
         .map_err(|e| {
             ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(Box::new(e)))
         })?;
+    // Names → index, so that tens of thousands of imported limits are checked in linear time.
+    let mut names: HashMap<String, usize> = limits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.limit.name().to_owned(), i))
+        .collect();
     for limit in generated {
-        if let Some(first) = limits.iter().position(|l| l.limit.name() == limit.name()) {
+        if let Some(&first) = names.get(limit.name()) {
             let name = limit.name().to_owned();
             let e = FieldError::DuplicateName { name, first };
             return Err(ConfigError::invalid(origin, "envoy.config_dir", e));
         }
+        names.insert(limit.name().to_owned(), limits.len());
         limits.push(LimitConfig {
             limit,
             shadow: false,
