@@ -357,5 +357,8 @@ fn a_wide_level_loads_and_its_duplicates_are_found() {
     text.push_str("  - {key: k17, rate_limit: {unit: second, requests_per_unit: 1}}\n");
     let (path, reason) = refusal(&text);
     assert_eq!(path, "descriptors[30000]");
-    assert!(reason.contains("duplicate key \"k17\" (already at descriptors[17])"), "{reason}");
+    assert!(
+        reason.contains("duplicate key \"k17\" (already at descriptors[17])"),
+        "{reason}"
+    );
 }
