@@ -40,13 +40,7 @@ pub(crate) const MAX_LOOK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A Sentinel group's master, followed.
 pub(crate) struct Sentinel {
-    /// The sentinels, with their own credentials and TLS applied.
-    sentinels: Vec<ConnectionInfo>,
-    sentinel_options: NodeOptions,
-    master_name: String,
-    /// How to reach a data node, and whether over TLS.
-    node_options: NodeOptions,
-    node_tls: bool,
+    looker: Looker,
     current: RwLock<Current>,
     wake: Arc<Notify>,
     /// The store's breaker, closed when a new master is found.
@@ -84,22 +78,18 @@ impl Sentinel {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let looker = Looker {
-            sentinels: &sentinels,
-            sentinel_options: &sentinel_options,
-            master_name: &master_name,
-            node_options: &node_options,
-            node_tls,
-        };
-        let addr = looker.ask().await?;
-        let current = looker.connect_master(addr).await?;
-        tracing::info!(master = %master_name, addr = %describe(&current.addr), "sentinel: using the master");
-        let wake = Arc::new(Notify::new());
-        let sentinel = Arc::new(Sentinel {
             sentinels,
             sentinel_options,
             master_name,
             node_options,
             node_tls,
+        };
+        let addr = looker.ask().await?;
+        let current = looker.connect_master(addr).await?;
+        tracing::info!(master = %looker.master_name, addr = %describe(&current.addr), "sentinel: using the master");
+        let wake = Arc::new(Notify::new());
+        let sentinel = Arc::new(Sentinel {
+            looker,
             current: RwLock::new(current),
             wake: Arc::clone(&wake),
             breaker,
@@ -133,14 +123,7 @@ impl Sentinel {
 
     /// One look: the master the sentinels name, used if it answers as one.
     async fn look(&self) -> Result<(), StoreError> {
-        let looker = Looker {
-            sentinels: &self.sentinels,
-            sentinel_options: &self.sentinel_options,
-            master_name: &self.master_name,
-            node_options: &self.node_options,
-            node_tls: self.node_tls,
-        };
-        let addr = looker.ask().await?;
+        let addr = self.looker.ask().await?;
         let current = self.current();
         if addr == current.addr {
             // Still the master they name: in use again once it answers as one. Briefly: a
@@ -153,9 +136,9 @@ impl Sentinel {
                 Err(_) => Err(StoreError::Timeout(MAX_LOOK_INTERVAL)),
             };
         }
-        let next = looker.connect_master(addr).await?;
+        let next = self.looker.connect_master(addr).await?;
         tracing::warn!(
-            master = %self.master_name,
+            master = %self.looker.master_name,
             from = %describe(&current.addr),
             to = %describe(&next.addr),
             "sentinel: the master moved; following it"
@@ -178,20 +161,22 @@ impl Drop for Sentinel {
     }
 }
 
-/// What asking and connecting need, borrowed.
-struct Looker<'a> {
-    sentinels: &'a [ConnectionInfo],
-    sentinel_options: &'a NodeOptions,
-    master_name: &'a str,
-    node_options: &'a NodeOptions,
+/// How to find the master and reach it.
+struct Looker {
+    /// The sentinels, with their own credentials and TLS applied.
+    sentinels: Vec<ConnectionInfo>,
+    sentinel_options: NodeOptions,
+    master_name: String,
+    /// How to reach a data node, and whether over TLS.
+    node_options: NodeOptions,
     node_tls: bool,
 }
 
-impl Looker<'_> {
+impl Looker {
     /// The master's address, from the first sentinel that knows it.
     async fn ask(&self) -> Result<(String, u16), StoreError> {
         let mut last = None;
-        for info in self.sentinels {
+        for info in &self.sentinels {
             let asked = async {
                 let client = self.sentinel_options.client(info.clone())?;
                 let mut conn = client
@@ -200,7 +185,7 @@ impl Looker<'_> {
                     .map_err(classify)?;
                 let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
-                    .arg(self.master_name)
+                    .arg(&self.master_name)
                     .query_async(&mut conn)
                     .await
                     .map_err(classify)?;
@@ -301,7 +286,7 @@ fn describe(addr: &(String, u16)) -> String {
 impl fmt::Debug for Sentinel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sentinel")
-            .field("master_name", &self.master_name)
+            .field("master_name", &self.looker.master_name)
             .field("master", &describe(&self.current().addr))
             .finish_non_exhaustive()
     }

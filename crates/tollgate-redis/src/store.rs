@@ -409,7 +409,7 @@ impl RedisStore {
                 }
                 Err(e) if moving < MAX_SLOT_MOVE_RETRIES && slot_moving(&e) => {
                     let wait =
-                        Duration::from_millis(10 << moving.min(3)).min(Duration::from_millis(100));
+                        Duration::from_millis(10 << moving.min(4)).min(Duration::from_millis(100));
                     moving += 1;
                     tracing::debug!(cause = %e, "slot being moved; sending the script again");
                     Box::pin(tokio::time::sleep(wait)).await;

@@ -41,8 +41,10 @@ pub(crate) enum Target {
     },
 }
 
-/// Configures a [`RedisStore`]; made by [`RedisStore::builder`] or
-/// [`RedisStore::cluster_builder`].
+/// Configures a [`RedisStore`]; made by [`RedisStore::builder`],
+/// [`RedisStore::cluster_builder`] or [`RedisStore::sentinel_builder`]. Cloned, it configures
+/// another store the same way (the service keeps one to connect again later).
+#[derive(Clone)]
 pub struct RedisStoreBuilder {
     target: Target,
     timeout: Duration,

@@ -57,8 +57,8 @@ impl AnyStore {
                 }
             }
         };
-        let (store, kind) = match &config.backend {
-            Backend::Memory => {
+        let (store, kind) = match redis_builder(&config.backend) {
+            None => {
                 let builder = MemoryStore::builder().max_keys(config.max_keys);
                 let memory = match clock {
                     Some(clock) => builder
@@ -69,19 +69,16 @@ impl AnyStore {
                 };
                 (BoxStore::new(memory), "memory")
             }
-            redis => {
-                let (timeout, batch) = (config.timeout, config.max_batch);
-                let connection = config.connection.clone();
-                let prefix = config.namespace.prefix().to_owned();
-                let target = redis.clone();
-                let builder = move || {
-                    let builder = redis_builder(&target);
-                    connection
-                        .apply(coalescing(builder, batch))
-                        .timeout(timeout)
-                        .check_permissions(prefix.clone())
-                };
-                (connect(builder, on_connected).await?, redis.name())
+            Some(builder) => {
+                let builder = config
+                    .connection
+                    .apply(coalescing(builder, config.max_batch))
+                    .timeout(config.timeout)
+                    .check_permissions(config.namespace.prefix());
+                (
+                    connect(move || builder.clone(), on_connected).await?,
+                    config.backend.name(),
+                )
             }
         };
         Ok(AnyStore {
@@ -292,19 +289,18 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// A Redis store's builder for `backend` (a memory backend never comes here: it is opened
-/// before any Redis is considered, and is answered as a single node only to stay total).
-fn redis_builder(backend: &Backend) -> RedisStoreBuilder {
+/// A Redis store's builder for `backend`; `None` for the memory store.
+fn redis_builder(backend: &Backend) -> Option<RedisStoreBuilder> {
     match backend {
-        Backend::Cluster(urls) => {
-            RedisStore::cluster_builder(urls.iter().map(|u| u.expose().to_owned()))
-        }
-        Backend::Sentinel { sentinels, master } => RedisStore::sentinel_builder(
+        Backend::Memory => None,
+        Backend::Redis(url) => Some(RedisStore::builder(url.expose())),
+        Backend::Cluster(urls) => Some(RedisStore::cluster_builder(
+            urls.iter().map(|u| u.expose().to_owned()),
+        )),
+        Backend::Sentinel { sentinels, master } => Some(RedisStore::sentinel_builder(
             sentinels.iter().map(|u| u.expose().to_owned()),
             master.clone(),
-        ),
-        Backend::Redis(url) => RedisStore::builder(url.expose()),
-        Backend::Memory => RedisStore::builder(""),
+        )),
     }
 }
 
