@@ -10,19 +10,30 @@
 --
 -- KEYS        every request's keys, request after request; all in one hash slot on a cluster
 -- ARGV        request after request, each: a header h = op + 4 × c + 8 × n (op as in
---             check.lua; n its number of entries; c = 1 when the clock follows as the next
---             argument, as in check.lua, else the server's, whose TIME is read once per
---             batch), then its entries (tag and arguments, see request.lua)
+--             check.lua, or 3: a check whose deadline follows; n its number of entries;
+--             c = 1 when the clock follows as the next argument, as in check.lua, else the
+--             server's, whose TIME is read once per batch), then its clock if c, its
+--             deadline if op is 3 (µs on the server's clock, see `late` in prelude.lua), then
+--             its entries (tag and arguments, see request.lua)
 -- returns     request after request, each: { now, then each entry's answer } as check.lua
 --             answers, concatenated into one array; a request whose deciding
 --             raised an error (a key of another type, say) is instead one string, the error,
 --             and its neighbours are still decided (what it wrote before failing stays, as
---             for check.lua)
+--             for check.lua); a request whose deadline had passed when the batch started is
+--             the one string 'late <now>', and charged nothing
 
 local reply = {}
 local server_now
 local k, a, last = 0, 1, #ARGV
 local floor = math.floor
+-- Skips the n entries whose arguments start at ARGV[a]: each is its tag and three or four
+-- arguments.
+local function skip(a, n)
+  for _ = 1, n do
+    if ARGV[a] == 'gcra' then a = a + 4 else a = a + 5 end
+  end
+  return a
+end
 while a <= last do
   local h = tonumber(ARGV[a])
   local op, n = h % 4, floor(h / 8)
@@ -36,19 +47,28 @@ while a <= last do
     now, server = server_now, true
   end
   local base = #reply
-  reply[base + 1] = now
-  local ok, next_a = pcall(decide, k, a, n, op, now, server, reply)
-  if not ok then
-    for j = #reply, base + 1, -1 do reply[j] = nil end
-    local err = next_a
-    if type(err) == 'table' then err = err.err end
-    reply[base + 1] = 'tollgate: ' .. tostring(err)
-    -- Skip its entries: each is its tag and three or four arguments.
-    for _ = 1, n do
-      if ARGV[a] == 'gcra' then a = a + 4 else a = a + 5 end
-    end
+  local too_late
+  if op == 3 then
+    op = 1
+    if not server_now then server_now = clock('') end
+    if server_now > tonumber(ARGV[a]) then too_late = 'late ' .. fmt(server_now) end
+    a = a + 1
+  end
+  if too_late then
+    reply[base + 1] = too_late
+    a = skip(a, n)
   else
-    a = next_a
+    reply[base + 1] = now
+    local ok, next_a = pcall(decide, k, a, n, op, now, server, reply)
+    if not ok then
+      for j = #reply, base + 1, -1 do reply[j] = nil end
+      local err = next_a
+      if type(err) == 'table' then err = err.err end
+      reply[base + 1] = 'tollgate: ' .. tostring(err)
+      a = skip(a, n)
+    else
+      a = next_a
+    end
   end
   k = k + n
 end

@@ -10,7 +10,10 @@
 -- the body and its one or two commands (docs/benchmarks.md, "Coalesced calls").
 --
 -- KEYS     one key per request
--- ARGV[1]  the clock: '' = the server's; 'c' = the caller's (each request then has its own now)
+-- ARGV[1]  the clock: '' = the server's; 'c' = the caller's (each request then has its own now);
+--          either followed by the batch's deadline, the earliest of its requests' (µs on the
+--          server's clock; see `late` in prelude.lua): a batch that starts after it decides
+--          nothing and answers 'late <now>' for every request
 -- ARGV...  the requests, in KEYS order, in runs of requests that ask alike (one limit, one
 --          cost: a coalesced batch is mostly one run): per run `n`, inc = cost × T (µs),
 --          tau = T × burst (µs) and whole ('1' when T is a whole number of ms, see gcra.lua),
@@ -19,7 +22,7 @@
 --          (docs/benchmarks.md).
 -- returns  one value per request: GCRA's one integer as lua/gcra.lua answers it, or the
 --          string 'tollgate: <error>' when deciding that request raised (its key holds
---          another type, say): its neighbours are still decided
+--          another type, say): its neighbours are still decided; or 'late <now>' for all
 --
 -- Two things this file does only for Redis's CPU (measured with bench/callgrind.sh, a batch of
 -- 11: 5 % of Redis's instructions per decision together):
@@ -37,7 +40,18 @@
 --   does.
 
 local reply = KEYS
-local caller = ARGV[1] == 'c'
+local caller = string.byte(ARGV[1], 1) == 99 -- 'c'
+local deadline
+if caller then deadline = tonumber(string.sub(ARGV[1], 2)) else deadline = tonumber(ARGV[1]) end
+if deadline then
+  local t = redis.call('TIME')
+  local now = t[1] * 1000000 + t[2]
+  if now > deadline then
+    local too_late = 'late ' .. string.format('%d', now)
+    for j = 1, #KEYS do reply[j] = too_late end
+    return reply
+  end
+end
 local a, i = 2, 1
 while i <= #KEYS do
   local n, inc, tau = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])

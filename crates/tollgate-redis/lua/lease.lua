@@ -13,12 +13,20 @@
 --          key's current window (units of an ended window are worthless, and must not be
 --          added to the next one)
 -- ARGV[7]  the clock: '' or absent = the server's, '<µs>' = the caller's (prelude.lua)
+-- ARGV[8]  the deadline (µs on the server's clock, see `late` in prelude.lua); absent = none
 -- returns  { now, granted, window start (µs), remaining (units), valid_for (µs, until the
---            window ends), retry_after (µs, -1 unless refused) }
+--            window ends), retry_after (µs, -1 unless refused) }, or 'late <now>' when the
+--            deadline had passed: then nothing is written, the give-back included (the
+--            caller sends it again with its next take, or counts it lost)
 --
 -- Exactness: the count never exceeds the limit (granted = min(want, limit − count)); a
 -- refusal writes nothing but the give-back. Expiry: the window's end (+ slack), set with
 -- every grant; a give-back alone keeps the key's TTL.
+local deadline = tonumber(ARGV[8])
+if deadline then
+  local too_late = late(deadline)
+  if too_late then return too_late end
+end
 local now = clock(ARGV[7] or '')
 local limit, period = tonumber(ARGV[1]), tonumber(ARGV[2])
 local want, need = tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -10,11 +10,18 @@
 -- KEYS[1]   the entry's key
 -- ARGV[1]   cost, units
 -- ARGV[2..4] the algorithm's three parameters (as in check.lua, after the tag and cost)
--- ARGV[5]   op: 0 = peek, 1 = check, 2 = give back (see check.lua); absent = 1, check
+-- ARGV[5]   op: 0 = peek, 1 = check, 2 = give back (see check.lua); absent = 1, check; above
+--           2, a check with that deadline (check.lua)
 -- ARGV[6]   the clock: '' or absent = the server's, 's<µs>' or '<µs>' = at that instant
 --           (prelude.lua)
 -- returns   { now, verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
---             retry_after (µs, -1 when admitted) }
+--             retry_after (µs, -1 when admitted) }, or 'late <now>' (check.lua)
+local op = tonumber(ARGV[5]) or 1
+if op > 2 then
+  local too_late = late(op)
+  if too_late then return too_late end
+  op = 1
+end
 local now, server = clock(ARGV[6] or '')
 return { now, algorithm(KEYS[1], now, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-  tonumber(ARGV[4]), tonumber(ARGV[5]) or 1, server) }
+  tonumber(ARGV[4]), op, server) }

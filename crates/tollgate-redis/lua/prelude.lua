@@ -37,3 +37,16 @@ local function clock(arg)
   end
   return now, true
 end
+
+-- A check's deadline (src/deadline.rs): the instant, in µs on this server's clock, after which
+-- its caller has stopped waiting for the answer (its store timeout ran out while Redis was
+-- frozen, busy or cut off). A script that starts after it must change nothing: the caller
+-- already answered by its failure policy, and a refused or unanswered request must not be
+-- charged. Returns the marker 'late <now>' then (now: this server's clock, from which the
+-- caller sets the deadline of its next try), else nil.
+local function late(deadline)
+  local t = redis.call('TIME')
+  local now = t[1] * 1000000 + t[2]
+  if now > deadline then return 'late ' .. fmt(now) end
+  return nil
+end

@@ -67,6 +67,7 @@ use tollgate::StoreError;
 use crate::error::shared;
 use crate::script::{Part, batch_invocation, invocation, split_batch};
 use crate::store::RedisStore;
+use crate::unanswered::{Charges, settle};
 
 /// The default cap on the requests of one batch call.
 pub const DEFAULT_MAX_BATCH: usize = 64;
@@ -213,7 +214,7 @@ impl Coalescer {
                     queue,
                     batch: false,
                 };
-                store.eval(&invocation(part)).await
+                store.eval_settled(part).await
             }
             Some(waiting) => waiting.await.unwrap_or_else(|_| {
                 Err(StoreError::Protocol(
@@ -264,14 +265,25 @@ async fn send(store: RedisStore, jobs: Vec<Job>) {
         let Some(job) = jobs.into_iter().next() else {
             return;
         };
-        let reply = store.eval_timed(&invocation(&job.part)).await;
-        let _ = job.answer.send(reply);
+        let reply = store
+            .eval_timed(invocation(&job.part), Charges::One(&job.part))
+            .await;
+        answer(&store, job, reply);
         return;
     }
     let parts: Vec<&Part> = jobs.iter().map(|j| &j.part).collect();
     let answers = batch(&store, &parts).await;
-    for (job, answer) in jobs.into_iter().zip(answers) {
-        let _ = job.answer.send(answer);
+    for (job, reply) in jobs.into_iter().zip(answers) {
+        answer(&store, job, reply);
+    }
+}
+
+/// Hands `job` its reply; if its caller stopped waiting meanwhile, what it charged is given
+/// back (`unanswered.rs`).
+fn answer(store: &RedisStore, job: Job, reply: Result<Value, StoreError>) {
+    if let Err(Ok(reply)) = job.answer.send(reply) {
+        let (store, part) = (store.clone(), job.part);
+        tokio::spawn(async move { settle(&store, &part, &reply).await });
     }
 }
 
@@ -285,7 +297,7 @@ pub(crate) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Val
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.batched.fetch_add(parts.len() as u64, Ordering::Relaxed);
     }
-    let answers = match store.eval_timed(&cmd).await {
+    let answers = match store.eval_timed(cmd, Charges::Batch(parts)).await {
         Ok(reply) => split_batch(reply, parts),
         Err(e) => Err(e),
     };

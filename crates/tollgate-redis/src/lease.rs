@@ -17,23 +17,72 @@ const LEASE: &str = include_str!("../lua/lease.lua");
 pub(crate) static LEASE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}\n{LEASE}")));
 
-/// The `EVALSHA` of `take` at `now` (the server's clock when `None`).
-pub(crate) fn invocation(take: &LeaseTake<'_>, now: Option<Timestamp>) -> Cmd {
-    let quota = take.limit.quota();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(LEASE_SCRIPT.get_hash())
-        .arg(1)
-        .arg(take.key.as_str())
-        .arg(quota.limit())
-        .arg(quota.period_micros())
-        .arg(take.want)
-        .arg(take.need)
-        .arg(take.give_back)
-        .arg(take.give_back_window);
-    if let Some(now) = now {
-        cmd.arg(now.as_micros());
+/// One lease call's arguments, owned: a take (and give-back) on one key.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseCall {
+    key: String,
+    limit: u64,
+    period: u64,
+    want: u64,
+    need: u64,
+    give_back: u64,
+    give_back_window: u64,
+    /// The caller's clock; `None`: the server's.
+    now: Option<u64>,
+}
+
+impl LeaseCall {
+    /// `take` at `now` (the server's clock when `None`).
+    pub(crate) fn new(take: &LeaseTake<'_>, now: Option<Timestamp>) -> LeaseCall {
+        let quota = take.limit.quota();
+        LeaseCall {
+            key: take.key.as_str().to_owned(),
+            limit: quota.limit(),
+            period: quota.period_micros(),
+            want: take.want,
+            need: take.need,
+            give_back: take.give_back,
+            give_back_window: take.give_back_window,
+            now: now.map(Timestamp::as_micros),
+        }
     }
-    cmd
+
+    /// The `EVALSHA` of this call with its `deadline` (µs on the server's clock,
+    /// `deadline.rs`) if any.
+    pub(crate) fn invocation(&self, deadline: Option<u64>) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(LEASE_SCRIPT.get_hash())
+            .arg(1)
+            .arg(&self.key)
+            .arg(self.limit)
+            .arg(self.period)
+            .arg(self.want)
+            .arg(self.need)
+            .arg(self.give_back)
+            .arg(self.give_back_window);
+        match (self.now, deadline) {
+            (Some(now), _) => cmd.arg(now),
+            (None, Some(_)) => cmd.arg(""),
+            (None, None) => &mut cmd,
+        };
+        if let Some(deadline) = deadline {
+            cmd.arg(deadline);
+        }
+        cmd
+    }
+
+    /// The call that gives back `units` granted in `window` and takes nothing: a grant whose
+    /// caller was gone when it arrived (`unanswered.rs`).
+    pub(crate) fn give_back_only(&self, units: u64, window: u64) -> Cmd {
+        LeaseCall {
+            want: 0,
+            need: 0,
+            give_back: units,
+            give_back_window: window,
+            ..self.clone()
+        }
+        .invocation(None)
+    }
 }
 
 /// Reads the script's reply.

@@ -61,6 +61,7 @@
 
 mod breaker;
 mod coalesce;
+mod deadline;
 mod error;
 mod lease;
 mod node_options;
@@ -73,6 +74,7 @@ mod slot;
 mod store;
 mod store_builder;
 mod tls;
+mod unanswered;
 
 pub use coalesce::DEFAULT_MAX_BATCH;
 pub use patience::longest_wait;

@@ -325,7 +325,9 @@ impl TimeSource {
 }
 
 /// The `EVALSHA` of one request's share `part` (all in one slot on a cluster): its
-/// algorithm's single-entry script for one entry, else the general script. Built here rather
+/// algorithm's single-entry script for one entry, else the general script. A check with a
+/// deadline (`deadline.rs`) sends the deadline where the op goes (a number above 2 is a
+/// check with that deadline, `lua/check.lua`). Built here rather
 /// than by `redis::Script::invoke_async`, which loads the script again on every `NOSCRIPT`: 64
 /// calls in flight on a Redis that lost its scripts would send 64 loads. The store loads them
 /// once per connection, and once per loss (`store.rs`).
@@ -337,8 +339,17 @@ pub(crate) fn invocation(part: &Part) -> Cmd {
         for a in (row.single_args)(one.cost, one.params) {
             cmd.arg(a);
         }
-        if part.op != Op::Check || part.at != TimeSource::Server {
-            cmd.arg(part.op as u8).arg(part.at.arg());
+        match (part.deadline, part.at) {
+            (Some(deadline), TimeSource::Server) => {
+                cmd.arg(deadline);
+            }
+            (Some(deadline), at) => {
+                cmd.arg(deadline).arg(at.arg());
+            }
+            (None, TimeSource::Server) if part.op == Op::Check => {}
+            (None, at) => {
+                cmd.arg(part.op as u8).arg(at.arg());
+            }
         }
         return cmd;
     }
@@ -346,20 +357,28 @@ pub(crate) fn invocation(part: &Part) -> Cmd {
     for k in &part.keys {
         cmd.arg(k.as_str());
     }
-    cmd.arg(part.op as u8).arg(part.at.arg());
+    match part.deadline {
+        Some(deadline) => cmd.arg(deadline),
+        None => cmd.arg(part.op as u8),
+    };
+    cmd.arg(part.at.arg());
     part.entry_args(&mut cmd);
     cmd
 }
 
 /// `part` as the single-entry GCRA script before the local tier took it (`sha`: key, inc,
 /// tau; see `RedisStoreBuilder::old_gcra_script`), when `part` is one GCRA check on the
-/// server's clock; `None` otherwise.
+/// server's clock without a deadline (that script knows none); `None` otherwise.
 pub(crate) fn old_gcra_invocation(part: &Part, sha: &str) -> Option<Cmd> {
     let ([key], [one]) = (&part.keys[..], &part.entries[..]) else {
         return None;
     };
     let row = &PORTS[usize::from(one.port)];
-    if row.reply != Reply::GcraUsed || part.op != Op::Check || part.at != TimeSource::Server {
+    if row.reply != Reply::GcraUsed
+        || part.op != Op::Check
+        || part.at != TimeSource::Server
+        || part.deadline.is_some()
+    {
         return None;
     }
     let args = (row.single_args)(one.cost, one.params);
@@ -390,6 +409,8 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
 pub(crate) struct Part {
     op: Op,
     at: TimeSource,
+    /// A check's deadline, µs on the server's clock (`deadline.rs`).
+    deadline: Option<u64>,
     keys: SmallVec<[Key; 2]>,
     entries: SmallVec<[PartEntry; 2]>,
 }
@@ -407,6 +428,7 @@ impl Part {
         Part {
             op,
             at,
+            deadline: None,
             keys: entries.iter().map(|e| e.key.clone()).collect(),
             entries: entries
                 .iter()
@@ -421,6 +443,58 @@ impl Part {
 
     fn len(&self) -> usize {
         self.keys.len()
+    }
+
+    /// The give-back that undoes this check, when `reply` (its own call's reply, or its share
+    /// of a batch's) says it charged: every entry admitted. `None` for a peek, a give-back, a
+    /// refusal, a late answer (`deadline.rs`: nothing charged) or a reply of another shape.
+    /// Its clock is the instant the check decided at, as for a cross-slot undo.
+    pub(crate) fn undo_of(&self, reply: &Value) -> Option<Part> {
+        if self.op != Op::Check {
+            return None;
+        }
+        let (now, answers): (Option<i64>, &[Value]) = match reply {
+            Value::Int(_) if self.entries.len() == 1 => (None, std::slice::from_ref(reply)),
+            Value::Array(items) => match items.split_first() {
+                Some((Value::Int(now), rest)) => (Some(*now), rest),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let mut rest = answers;
+        for e in &self.entries {
+            let row = &PORTS[usize::from(e.port)];
+            let width = reply_width(row.reply);
+            if rest.len() < width {
+                return None;
+            }
+            let admitted = match (row.reply, &rest[0]) {
+                (Reply::GcraUsed, Value::Int(v)) => *v >= 0,
+                (Reply::Decision, Value::Int(v)) => *v == 1,
+                _ => return None,
+            };
+            if !admitted {
+                return None;
+            }
+            rest = &rest[width..];
+        }
+        let at = match (self.at, now) {
+            (TimeSource::Caller(t), _) => TimeSource::Caller(t),
+            (_, Some(t)) => TimeSource::ServerInstant(u64::try_from(t).ok()?),
+            (at, None) => at,
+        };
+        Some(Part {
+            op: Op::GiveBack,
+            at,
+            deadline: None,
+            keys: self.keys.clone(),
+            entries: self.entries.clone(),
+        })
+    }
+
+    /// Sets the deadline of a check (`deadline.rs`); a peek or a give-back takes none.
+    pub(crate) fn set_deadline(&mut self, deadline: Option<u64>) {
+        self.deadline = deadline.filter(|_| self.op == Op::Check);
     }
 
     /// Each entry's tag and arguments, as `lua/request.lua` reads them: the row's
@@ -454,8 +528,8 @@ fn reply_width(reply: Reply) -> usize {
 
 /// The `EVALSHA` of the batch script for `parts`: the lone-check batch script of their
 /// algorithm when [`lone_batch`] finds one, else `lua/batch.lua` with every part's keys, then
-/// per part a header (op, whether a clock follows, entry count), the clock unless it is the
-/// server's, and its entries.
+/// per part a header (op, or 3 for a check with a deadline; whether a clock follows; entry
+/// count), the clock unless it is the server's, the deadline if any, and its entries.
 pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
     if let Some((row, script, caller)) = lone_batch(parts) {
         return lone_batch_invocation(row, script, caller, parts);
@@ -470,9 +544,17 @@ pub(crate) fn batch_invocation(parts: &[&Part]) -> Cmd {
     }
     for p in parts {
         let clock = p.at != TimeSource::Server;
-        cmd.arg(p.op as usize + 4 * usize::from(clock) + 8 * p.len());
+        let op = if p.deadline.is_some() {
+            3
+        } else {
+            p.op as usize
+        };
+        cmd.arg(op + 4 * usize::from(clock) + 8 * p.len());
         if clock {
             cmd.arg(p.at.arg());
+        }
+        if let Some(deadline) = p.deadline {
+            cmd.arg(deadline);
         }
         p.entry_args(&mut cmd);
     }
@@ -508,7 +590,8 @@ fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, &'static Script, bool)>
 }
 
 /// The `EVALSHA` of `row`'s lone-check batch script (`lua/batch_gcra.lua`): each part's key,
-/// then the clock (`''` the server's, `'c'` the caller's), then the parts in runs of
+/// then the clock (`''` the server's, `'c'` the caller's, followed by the earliest deadline of
+/// the parts, if any), then the parts in runs of
 /// consecutive parts with the same single-entry arguments (one limit, one cost): per run its
 /// length and those arguments once, followed on the caller's clock by each part's instant.
 fn lone_batch_invocation(row: &Port, script: &Script, caller: bool, parts: &[&Part]) -> Cmd {
@@ -517,7 +600,12 @@ fn lone_batch_invocation(row: &Port, script: &Script, caller: bool, parts: &[&Pa
     for p in parts {
         cmd.arg(p.keys[0].as_str());
     }
-    cmd.arg(if caller { "c" } else { "" });
+    // The batch's deadline: the earliest of its parts' (`lua/batch_gcra.lua`).
+    let clock = if caller { "c" } else { "" };
+    match parts.iter().filter_map(|p| p.deadline).min() {
+        Some(deadline) => cmd.arg(format!("{clock}{deadline}")),
+        None => cmd.arg(clock),
+    };
     let args = |p: &Part| {
         let e = &p.entries[0];
         (row.single_args)(e.cost, e.params)
@@ -570,6 +658,7 @@ pub(crate) fn split_batch(
     let mut out = Vec::with_capacity(parts.len());
     for (i, p) in parts.iter().enumerate() {
         match items.next().map(own_failure) {
+            Some(Ok(late)) if crate::deadline::is_late(&late) => out.push(Ok(late)),
             Some(Err(failed)) => out.push(Err(failed)),
             Some(Ok(now)) => {
                 let len = p.reply_len();
@@ -590,10 +679,12 @@ pub(crate) fn split_batch(
     Ok(out)
 }
 
-/// A batch script's value for one request: a string is that request's own failure (the
-/// script caught it, `lua/batch.lua`, `lua/batch_gcra.lua`); anything else is its answer.
+/// A batch script's value for one request: the late marker is its answer (`deadline.rs`);
+/// another string is that request's own failure (the script caught it, `lua/batch.lua`,
+/// `lua/batch_gcra.lua`); anything else is its answer.
 fn own_failure(value: Value) -> Result<Value, StoreError> {
     match value {
+        late if crate::deadline::is_late(&late) => Ok(late),
         Value::BulkString(message) => Err(crate::error::in_batch(
             String::from_utf8_lossy(&message).into_owned(),
         )),
@@ -750,9 +841,9 @@ mod tests {
         for a in Algorithm::ALL {
             let call = ScriptCall::check(&limit(a, 3), 1);
             let defined = call.source.matches("local function ").count();
-            // fmt, ttl_ms and clock from the prelude, and the algorithm's own function; GCRA's:
-            // the arguments bound, then the body, no function at all.
-            let expected = if a == Algorithm::Gcra { 0 } else { 4 };
+            // fmt, ttl_ms, clock and late from the prelude, and the algorithm's own function;
+            // GCRA's: the arguments bound, then the body, no function at all.
+            let expected = if a == Algorithm::Gcra { 0 } else { 5 };
             assert_eq!(defined, expected, "{a}: {defined} functions");
             assert_eq!(call.sha.len(), 40);
             assert_ne!(call.sha, SCRIPT.get_hash());
@@ -903,6 +994,67 @@ mod tests {
         ] {
             assert!(old_gcra_invocation(&other, "abc").is_none(), "{other:?}");
         }
+    }
+
+    /// A check's deadline goes where the op goes (a number above 2), in every call shape;
+    /// the give-back of an unanswered check (`unanswered.rs`) is built only from a reply
+    /// that charged every entry, on the clock it charged at.
+    #[test]
+    fn deadlines_and_undoes() {
+        let gcra: &'static Limit = Box::leak(Box::new(limit(Algorithm::Gcra, 4)));
+        let fw: &'static Limit = Box::leak(Box::new(limit(Algorithm::FixedWindow, 4)));
+        let ns = Namespace::default();
+        let g = Entry::new(gcra, Key::new(&ns, gcra, &[("u", "1")]));
+        let f = Entry::new(fw, Key::new(&ns, fw, &[("u", "1")]));
+        let mut one = Part::new(Op::Check, &[&g], TimeSource::Server);
+        one.set_deadline(Some(99_000_000));
+        let args = cmd_args(&invocation(&one));
+        assert_eq!(
+            args.last().map(String::as_str),
+            Some("99000000"),
+            "{args:?}"
+        );
+        let mut two = Part::new(Op::Check, &[&g, &f], TimeSource::Caller(7));
+        two.set_deadline(Some(99_000_000));
+        let args = cmd_args(&invocation(&two));
+        assert_eq!(&args[5..7], ["99000000", "7"], "{args:?}");
+        let batch = cmd_args(&batch_invocation(&[&one, &two]));
+        // The general batch: the second part's header says op 3 (+ 4: a clock follows).
+        assert!(batch.contains(&(3 + 4 + 8 * 2).to_string()), "{batch:?}");
+        let lone = cmd_args(&batch_invocation(&[&one, &one]));
+        assert_eq!(lone[5], "99000000", "{lone:?}");
+        let mut peek = Part::new(Op::Peek, &[&g], TimeSource::Server);
+        peek.set_deadline(Some(99_000_000));
+        assert!(peek.deadline.is_none());
+
+        let int = Value::Int;
+        // GCRA alone, admitted: undone on the server's clock (its give-back needs no instant).
+        let undo = one.undo_of(&int(5)).expect("charged");
+        assert_eq!(
+            (undo.op, undo.at, undo.deadline),
+            (Op::GiveBack, TimeSource::Server, None)
+        );
+        assert!(one.undo_of(&int(-3)).is_none(), "a refusal charged nothing");
+        let late = Value::BulkString(b"late 123".to_vec());
+        assert!(
+            one.undo_of(&late).is_none(),
+            "a late script charged nothing"
+        );
+        // Two entries: both admitted, undone at the caller's instant; one refused: nothing.
+        let both = Value::Array(vec![int(7), int(0), int(1), int(3), int(10), int(-1)]);
+        assert_eq!(
+            two.undo_of(&both).map(|u| u.at),
+            Some(TimeSource::Caller(7))
+        );
+        let refused = Value::Array(vec![int(7), int(0), int(-1), int(0), int(10), int(4)]);
+        assert!(two.undo_of(&refused).is_none());
+        assert!(peek.undo_of(&int(5)).is_none(), "a peek charges nothing");
+        let server = Part::new(Op::Check, &[&f], TimeSource::Server);
+        let fw_reply = Value::Array(vec![int(42), int(1), int(3), int(10), int(-1)]);
+        assert_eq!(
+            server.undo_of(&fw_reply).map(|u| u.at),
+            Some(TimeSource::ServerInstant(42))
+        );
     }
 
     /// A reply of the wrong shape is a protocol error, never a panic or a wrong decision.

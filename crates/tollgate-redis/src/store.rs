@@ -31,12 +31,14 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use smallvec::SmallVec;
+use tokio::time::Instant;
 use tollgate::{
     Decision, Decisions, Entry, Key, LeaseGrant, LeaseTake, Request, Store, StoreError, Timestamp,
 };
 
 use crate::breaker::Breaker;
 use crate::coalesce::Coalescer;
+use crate::deadline::{ServerClock, deadline, earliest_time, late, time_cmd};
 use crate::error::classify;
 use crate::patience::{GaveUp, Patience};
 use crate::resets::reset_channel;
@@ -44,6 +46,7 @@ use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation, old_g
 use crate::sentinel::Sentinel;
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
+use crate::unanswered::{Charges, Unanswered};
 
 /// Rate-limit state in Redis or Redis Cluster. Cheap to clone: clones share the connection
 /// and the circuit breaker.
@@ -77,6 +80,8 @@ struct Inner {
     scripts: Scripts,
     timeout: Duration,
     patience: Patience,
+    /// The server's clock, for deadlines (`deadline.rs`).
+    clock: ServerClock,
     breaker: Arc<Breaker>,
     target: String,
     /// [`RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
@@ -240,6 +245,7 @@ impl RedisStore {
                 scripts: Scripts::default(),
                 timeout,
                 patience: Patience::default(),
+                clock: ServerClock::default(),
                 breaker,
                 target,
                 old_gcra_sha,
@@ -349,6 +355,60 @@ impl RedisStore {
         self.inner.coalescer.as_ref()
     }
 
+    /// The deadline of a call that starts at local instant `start` (`deadline.rs`); `None`
+    /// until the server's clock was sampled once.
+    fn deadline_from(&self, start: Instant) -> Option<u64> {
+        let server_start = self.inner.clock.server_at(start)?;
+        Some(deadline(server_start, self.inner.timeout))
+    }
+
+    /// A script ran after its deadline, at `server_now` on its node's clock, and charged
+    /// nothing: counted, and the deadline of the call's next try (a timeout after that
+    /// instant, by which the caller still waits: it heard Redis answer).
+    fn too_late(&self, server_now: u64) -> u64 {
+        metrics::counter!("tollgate_redis_late_scripts_total").increment(1);
+        tracing::debug!(
+            target_redis = %self.inner.target,
+            "a script ran after its caller's deadline and charged nothing; sending it again"
+        );
+        deadline(server_now, self.inner.timeout)
+    }
+
+    /// Reads the server's clock once (`TIME`, every primary's on a cluster, bounded by a
+    /// second); a failure keeps the last reading.
+    pub(crate) async fn sample_clock(&self) {
+        let cmd = time_cmd();
+        let call = async {
+            match &self.inner.connection {
+                Connection::Cluster(c) => {
+                    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                    let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                    c.clone().route_command(cmd, all).await
+                }
+                other => other.query::<Value>(&cmd).await,
+            }
+        };
+        let reply = tokio::time::timeout(Duration::from_secs(1), call).await;
+        let received = Instant::now();
+        match reply {
+            Ok(Ok(reply)) => match earliest_time(&reply) {
+                Some(server_now) => self.inner.clock.observe(server_now, received),
+                None => tracing::warn!(?reply, "unexpected reply to TIME"),
+            },
+            Ok(Err(cause)) => tracing::debug!(%cause, "could not read the server's clock"),
+            Err(_) => tracing::debug!("no answer to TIME within a second"),
+        }
+    }
+
+    /// Reads the server's clock now and then every second while the store lives.
+    pub(crate) async fn keep_clock(&self) {
+        self.sample_clock().await;
+        let weak = Arc::downgrade(&self.inner);
+        crate::deadline::keep_sampling(weak, |inner| async move {
+            RedisStore { inner }.sample_clock().await;
+        });
+    }
+
     /// Runs `call` under the breaker and the timeout.
     async fn guarded<T, F>(&self, call: F) -> Result<T, StoreError>
     where
@@ -419,11 +479,23 @@ impl RedisStore {
         }
     }
 
+    /// [`RedisStore::eval`] of `part`'s own call, given back if its caller stops waiting
+    /// before the reply and the reply says it charged (`unanswered.rs`).
+    pub(crate) async fn eval_settled(&self, part: &Part) -> Result<Value, StoreError> {
+        Unanswered::new(self, invocation(part), Charges::One(part)).await
+    }
+
     /// [`RedisStore::eval`] within the store's timeout, measured as every call's is (Redis's
     /// silence, see [`Patience`]): a coalesced call, which no caller's own timeout bounds
     /// (`coalesce.rs`).
-    pub(crate) async fn eval_timed(&self, cmd: &Cmd) -> Result<Value, StoreError> {
-        let call = std::pin::pin!(self.eval(cmd));
+    /// A call given up on goes on in the background and is settled as `charges` says
+    /// (`unanswered.rs`).
+    pub(crate) async fn eval_timed(
+        &self,
+        cmd: Cmd,
+        charges: Charges<'_>,
+    ) -> Result<Value, StoreError> {
+        let call = std::pin::pin!(Unanswered::new(self, cmd, charges));
         let result = match self.inner.patience.wait(self.inner.timeout, call).await {
             Ok(r) => r,
             Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
@@ -518,15 +590,17 @@ impl RedisStore {
         op: Op,
         entries: &[&Entry<'_>],
         at: TimeSource,
+        deadline: Option<u64>,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let inv = Part::new(op, entries, at);
-        let mut decided = match self.run_once(&inv, entries, at).await {
+        let mut inv = Part::new(op, entries, at);
+        inv.set_deadline(deadline);
+        let mut decided = match self.run_once(&mut inv, entries, at).await {
             // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
             // check's script may have run and charged before its reply was lost, so only a
             // peek, which writes nothing, is sent again (once, on the reconnected connection).
             Err(StoreError::Connection(cause)) if op == Op::Peek => {
                 tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                Box::pin(self.run_once(&inv, entries, at)).await?
+                Box::pin(self.run_once(&mut inv, entries, at)).await?
             }
             other => other?,
         };
@@ -535,7 +609,7 @@ impl RedisStore {
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             decided = Box::pin(async {
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                self.run_once(&inv, entries, at).await
+                self.run_once(&mut inv, entries, at).await
             })
             .await?;
         }
@@ -543,25 +617,34 @@ impl RedisStore {
     }
 
     /// One call of `inv`: its own, or through the coalescer (sent at once when no call of its
-    /// queue is in flight, else as part of the next batch).
+    /// queue is in flight, else as part of the next batch). A check that Redis ran after its
+    /// deadline (nothing charged) is sent again with a deadline on that answer's clock: the
+    /// caller is still waiting (`deadline.rs`).
     async fn run_once(
         &self,
-        inv: &Part,
+        inv: &mut Part,
         entries: &[&Entry<'_>],
         at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let reply = match self.coalescer() {
-            None => {
-                let old = self.inner.old_gcra_sha.as_deref();
-                let cmd = old.and_then(|sha| old_gcra_invocation(inv, sha));
-                self.eval(&cmd.unwrap_or_else(|| invocation(inv))).await?
-            }
-            Some(c) => {
-                let queue = match (&self.inner.connection, entries.first()) {
-                    (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
-                    _ => 0,
-                };
-                c.call(self, queue, inv).await?
+        let reply = loop {
+            let reply = match self.coalescer() {
+                None => match self.inner.old_gcra_sha.as_deref() {
+                    Some(sha) if let Some(cmd) = old_gcra_invocation(inv, sha) => {
+                        self.eval(&cmd).await?
+                    }
+                    _ => self.eval_settled(inv).await?,
+                },
+                Some(c) => {
+                    let queue = match (&self.inner.connection, entries.first()) {
+                        (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
+                        _ => 0,
+                    };
+                    c.call(self, queue, inv).await?
+                }
+            };
+            match late(&reply) {
+                Some(server_now) => inv.set_deadline(Some(self.too_late(server_now))),
+                None => break reply,
             }
         };
         let (now, decisions) = decode(reply, entries)?;
@@ -578,6 +661,7 @@ impl RedisStore {
         request: &Request<'_>,
         now: Option<Timestamp>,
         op: Op,
+        deadline: Option<u64>,
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
         let at = match now {
@@ -590,11 +674,12 @@ impl RedisStore {
             if groups.len() > 1 {
                 // Boxed: only a cluster's cross-slot requests come here, and inline this
                 // path's give-backs would make every call's state larger.
-                return Box::pin(self.decide_across_slots(entries, &groups, op, at)).await;
+                return Box::pin(self.decide_across_slots(entries, &groups, op, at, deadline))
+                    .await;
             }
         }
         let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-        let (_, decisions) = self.run_group(op, &group, at).await?;
+        let (_, decisions) = self.run_group(op, &group, at, deadline).await?;
         Ok(decisions.into_iter().collect())
     }
 
@@ -606,13 +691,14 @@ impl RedisStore {
         groups: &[Group],
         op: Op,
         at: TimeSource,
+        deadline: Option<u64>,
     ) -> Result<Decisions, StoreError> {
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
         let mut charged: SmallVec<[(&Group, TimeSource); 4]> = SmallVec::new();
         let mut denied_at = None;
         for (g, group) in groups.iter().enumerate() {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            let (undo_at, decisions) = match self.run_group(op, &members, at).await {
+            let (undo_at, decisions) = match self.run_group(op, &members, at, deadline).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.give_back(entries, &charged).await;
@@ -640,7 +726,7 @@ impl RedisStore {
             for group in &groups[g + 1..] {
                 let members: SmallVec<[&Entry<'_>; 2]> =
                     group.iter().map(|&i| &entries[i]).collect();
-                let (_, decisions) = self.run_group(Op::Peek, &members, at).await?;
+                let (_, decisions) = self.run_group(Op::Peek, &members, at, None).await?;
                 for (&i, d) in group.iter().zip(decisions) {
                     out[i] = Some(d);
                 }
@@ -665,7 +751,7 @@ impl RedisStore {
         }
         for &(group, at) in charged {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            match self.run_group(Op::GiveBack, &members, at).await {
+            match self.run_group(Op::GiveBack, &members, at, None).await {
                 Ok((_, decisions)) => out.extend(group.iter().copied().zip(decisions)),
                 Err(e) => tracing::warn!(
                     cause = %e,
@@ -835,7 +921,8 @@ impl Store for RedisStore {
         // value keeps its own copy of it (the argument, then the awaited local), and this one
         // is the whole decision's state, so passed by value it was copied three times per
         // decision (docs/benchmarks.md, "Smaller futures").
-        let call = std::pin::pin!(self.decide(request, now, Op::from(op)));
+        let deadline = self.deadline_from(Instant::now());
+        let call = std::pin::pin!(self.decide(request, now, Op::from(op), deadline));
         self.guarded(call).await
     }
 
@@ -855,9 +942,20 @@ impl Store for RedisStore {
         take: &LeaseTake<'_>,
         now: Option<Timestamp>,
     ) -> Result<LeaseGrant, StoreError> {
-        let cmd = crate::lease::invocation(take, now);
-        self.guarded(async { crate::lease::decode(self.eval(&cmd).await?) })
-            .await
+        let mut deadline = self.deadline_from(Instant::now());
+        let call = crate::lease::LeaseCall::new(take, now);
+        self.guarded(async {
+            loop {
+                let cmd = call.invocation(deadline);
+                let reply = Unanswered::new(self, cmd, Charges::Lease(&call)).await?;
+                match late(&reply) {
+                    // Nothing was taken nor given back: the same take again, still awaited.
+                    Some(server_now) => deadline = Some(self.too_late(server_now)),
+                    None => return crate::lease::decode(reply),
+                }
+            }
+        })
+        .await
     }
 }
 

@@ -329,6 +329,8 @@ impl RedisStoreBuilder {
         if let Some(prefix) = &self.permissions_for {
             store.check_permissions(prefix).await?;
         }
+        // The server's clock, for every check's deadline (`deadline.rs`).
+        store.keep_clock().await;
         Ok(store)
     }
 }

@@ -10,6 +10,7 @@ mod common;
 mod concurrency;
 mod conformance_cluster;
 mod conformance_redis;
+mod deadlines;
 mod differential;
 mod dropped_connection;
 mod failover;

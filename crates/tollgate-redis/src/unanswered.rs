@@ -1,0 +1,162 @@
+//! [`Unanswered`]: a call whose caller stopped waiting runs to its end anyway, and what it
+//! charged is given back.
+//!
+//! Deadlines (`deadline.rs`) keep a script that *starts* after its caller gave up from
+//! charging. One window is left that no deadline can close: Redis ran the script in time and
+//! charged, but its reply reached this process after the caller gave up — Redis frozen
+//! between running a command and writing its reply (it writes the replies of a whole event
+//! loop's commands at once, so a `SIGSTOP` there holds a dozen of them; measured: 13 of 97
+//! timed-out checks in one run), a reply stuck in a congested network, a caller whose client
+//! went away. The caller answered by its failure policy (or not at all), so the charge is a
+//! refused request counted against its key.
+//!
+//! So a call is not dropped with its caller: [`Unanswered`] holds it, boxed, and when its
+//! caller drops it unfinished, the call goes on in a task of its own, for at most
+//! [`SETTLE_WITHIN`]. If its reply says it charged (every entry admitted), the same entries
+//! are given back, on the clock they were charged at (the give-back of a cross-slot undo,
+//! `lua/check.lua` op 2). A late answer charged nothing and gives nothing back. Counted in
+//! `tollgate_redis_unanswered_give_backs_total`; a give-back that fails is logged, and its
+//! units stay taken until they replenish (an under-admission, never an overshoot).
+//!
+//! Lease takes are settled the same way: a grant that arrives after its caller gave up is
+//! given back whole (`give_back` = the units granted, to the window they were taken in).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+use tollgate::StoreError;
+
+use crate::lease::LeaseCall;
+use crate::script::{Part, invocation, split_batch};
+use crate::store::RedisStore;
+
+/// How long a call whose caller is gone is waited for before its settling is given up.
+const SETTLE_WITHIN: Duration = Duration::from_secs(30);
+
+/// A boxed store call, `'static`: it may outlive its caller.
+type Call = Pin<Box<dyn Future<Output = Result<Value, StoreError>> + Send>>;
+
+/// What a call decided, to undo if its caller is gone when its reply comes.
+#[derive(Clone, Copy)]
+pub(crate) enum Charges<'a> {
+    /// One request's call (its own script).
+    One(&'a Part),
+    /// A batch call: each part's share of the reply.
+    Batch(&'a [&'a Part]),
+    /// A lease take: a grant is given back whole.
+    Lease(&'a LeaseCall),
+}
+
+/// Owned [`Charges`], for the task that settles.
+enum Owned {
+    One(Part),
+    Batch(Vec<Part>),
+    Lease(LeaseCall),
+}
+
+/// A call that, dropped before it ends, is finished and settled in the background.
+pub(crate) struct Unanswered<'a> {
+    store: &'a RedisStore,
+    call: Option<Call>,
+    charges: Charges<'a>,
+}
+
+impl<'a> Unanswered<'a> {
+    /// `cmd` on `store` (its `eval`: script reloads and slot moves included), undone as
+    /// `charges` says if its caller is gone when it ends.
+    pub(crate) fn new(store: &'a RedisStore, cmd: Cmd, charges: Charges<'a>) -> Unanswered<'a> {
+        let owned = store.clone();
+        Unanswered {
+            store,
+            call: Some(Box::pin(async move { owned.eval(&cmd).await })),
+            charges,
+        }
+    }
+}
+
+impl Future for Unanswered<'_> {
+    type Output = Result<Value, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(call) = self.call.as_mut() else {
+            return Poll::Ready(Err(StoreError::Protocol(
+                "a store call was polled after it ended".into(),
+            )));
+        };
+        let out = std::task::ready!(call.as_mut().poll(cx));
+        self.call = None;
+        Poll::Ready(out)
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let owned = match self.charges {
+            Charges::One(part) => Owned::One(part.clone()),
+            Charges::Batch(parts) => Owned::Batch(parts.iter().map(|&p| p.clone()).collect()),
+            Charges::Lease(take) => Owned::Lease(take.clone()),
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            let Ok(Ok(reply)) = tokio::time::timeout(SETTLE_WITHIN, call).await else {
+                return;
+            };
+            match owned {
+                Owned::One(part) => settle(&store, &part, &reply).await,
+                Owned::Batch(parts) => {
+                    let refs: Vec<&Part> = parts.iter().collect();
+                    if let Ok(answers) = split_batch(reply, &refs) {
+                        for (part, answer) in parts.iter().zip(answers) {
+                            if let Ok(answer) = answer {
+                                settle(&store, part, &answer).await;
+                            }
+                        }
+                    }
+                }
+                Owned::Lease(take) => settle_lease(&store, &take, reply).await,
+            }
+        });
+    }
+}
+
+/// Gives back what `part` charged, if `reply` (its answer) says it did: its caller is gone.
+pub(crate) async fn settle(store: &RedisStore, part: &Part, reply: &Value) {
+    let Some(undo) = part.undo_of(reply) else {
+        return;
+    };
+    give_back(store, &invocation(&undo)).await;
+}
+
+/// Gives back a lease grant whose caller is gone (`take`: the call, `reply`: its answer).
+async fn settle_lease(store: &RedisStore, take: &LeaseCall, reply: Value) {
+    let Ok(grant) = crate::lease::decode(reply) else {
+        return;
+    };
+    if grant.granted == 0 {
+        return;
+    }
+    give_back(store, &take.give_back_only(grant.granted, grant.window)).await;
+}
+
+async fn give_back(store: &RedisStore, cmd: &Cmd) {
+    metrics::counter!("tollgate_redis_unanswered_give_backs_total").increment(1);
+    match tokio::time::timeout(SETTLE_WITHIN, store.eval(cmd)).await {
+        Ok(Ok(_)) => tracing::debug!("gave back a check whose caller stopped waiting"),
+        Ok(Err(cause)) => tracing::warn!(
+            %cause,
+            "could not give back a check whose caller stopped waiting; its units stay taken until they replenish"
+        ),
+        Err(_) => tracing::warn!(
+            "no answer to the give-back of a check whose caller stopped waiting; its units stay taken until they replenish"
+        ),
+    }
+}
