@@ -19,13 +19,8 @@
 --               (verdict first, negative = refused, padded with 0), see request.lua }, or
 --             the string 'late <now>' when the deadline had passed (nothing written)
 
-local op = tonumber(ARGV[1])
-if op > 2 then
-  local too_late = late(op)
-  if too_late then return too_late end
-  op = 1
-end
-local now, server = clock(ARGV[2])
+local too_late, now, server, op = start(ARGV[2], ARGV[1])
+if too_late then return too_late end
 local reply = { now }
 decide(0, 3, #KEYS, op, now, server, reply)
 return reply

@@ -22,12 +22,8 @@
 -- Exactness: the count never exceeds the limit (granted = min(want, limit − count)); a
 -- refusal writes nothing but the give-back. Expiry: the window's end (+ slack), set with
 -- every grant; a give-back alone keeps the key's TTL.
-local deadline = tonumber(ARGV[8])
-if deadline then
-  local too_late = late(deadline)
-  if too_late then return too_late end
-end
-local now = clock(ARGV[7] or '')
+local too_late, now = start(ARGV[7] or '', ARGV[8])
+if too_late then return too_late end
 local limit, period = tonumber(ARGV[1]), tonumber(ARGV[2])
 local want, need = tonumber(ARGV[3]), tonumber(ARGV[4])
 local back, back_window = tonumber(ARGV[5]), tonumber(ARGV[6])

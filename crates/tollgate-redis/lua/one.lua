@@ -16,12 +16,7 @@
 --           (prelude.lua)
 -- returns   { now, verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
 --             retry_after (µs, -1 when admitted) }, or 'late <now>' (check.lua)
-local op = tonumber(ARGV[5]) or 1
-if op > 2 then
-  local too_late = late(op)
-  if too_late then return too_late end
-  op = 1
-end
-local now, server = clock(ARGV[6] or '')
+local too_late, now, server, op = start(ARGV[6] or '', ARGV[5])
+if too_late then return too_late end
 return { now, algorithm(KEYS[1], now, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
   tonumber(ARGV[4]), op, server) }

@@ -43,10 +43,26 @@ end
 -- frozen, busy or cut off). A script that starts after it must change nothing: the caller
 -- already answered by its failure policy, and a refused or unanswered request must not be
 -- charged. Returns the marker 'late <now>' then (now: this server's clock, from which the
--- caller sets the deadline of its next try), else nil.
+-- caller sets the deadline of its next try), else nil; and the server's clock it read, which
+-- a script on the server's clock decides at (one TIME, not two).
 local function late(deadline)
   local t = redis.call('TIME')
   local now = t[1] * 1000000 + t[2]
-  if now > deadline then return 'late ' .. fmt(now) end
-  return nil
+  if now > deadline then return 'late ' .. fmt(now), now end
+  return nil, now
+end
+
+-- The instant to decide at for clock argument `arg` (see `clock`) and op argument `op`: a
+-- number above 2 is a check with that deadline. Returns the marker of a late script (its
+-- caller does nothing more), or nil, then now, whether it is the server's clock, and the op.
+local function start(arg, op)
+  op = tonumber(op) or 1
+  if op > 2 then
+    local too_late, real = late(op)
+    if too_late then return too_late end
+    if arg == '' then return nil, real, true, 1 end
+    op = 1
+  end
+  local now, server = clock(arg)
+  return nil, now, server, op
 end

@@ -53,7 +53,9 @@
 //!   the whole call before anything was charged: `lua/batch_gcra.lua`.) Each caller's own
 //!   timeout and circuit breaker apply as before
 //!   (`store.rs`): a caller that gives up leaves its request in the batch, like a call that
-//!   timed out on the wire.
+//!   timed out on the wire; its deadline keeps a batch sent too late from charging it
+//!   (`deadline.rs`), and a charge whose answer finds its caller gone is given back
+//!   (`unanswered.rs`).
 //! - **The batch runs in its own task**, not in a waiting caller's future, so that a caller
 //!   giving up (timeout, dropped future) never strands the others' answers.
 

@@ -8,11 +8,22 @@
 //! 2000/min window left nothing admitted for the rest of the minute; and the Redis count
 //! minus the admitted requests equalled the timeouts, 1 203 = 1 203).
 //!
-//! So every charging call carries a **deadline on the server's clock**: the instant after
-//! which its caller may have stopped waiting. A script that starts after it writes nothing
-//! and answers `late <now>` (`lua/prelude.lua`). The caller that is still waiting (Redis
+//! So a charging call carries a **deadline on the server's clock**: the instant after which
+//! its caller may have stopped waiting. A script that starts after it writes nothing and
+//! answers `late <now>` (`lua/prelude.lua`). The caller that is still waiting (Redis
 //! answered, so the call goes on, see `patience.rs`) sends it again with a deadline a timeout
 //! after that `now`; one that gave up was charged nothing.
+//!
+//! **Only calls sent after Redis answered nothing for a millisecond carry one** ([`QUIET_US`]):
+//! checking a deadline costs a script a `TIME`, and GCRA's single-entry script reads no clock
+//! otherwise — with a deadline it cost Redis 3.9 µs a call instead of 2.9 (0.78× the
+//! `EVALSHA`/s, docs/benchmarks.md). While replies keep coming, a call has every chance of
+//! being answered; when Redis stops (a freeze), every call sent after its first millisecond
+//! of silence carries a deadline — the calls that pile up for the rest of the freeze, which
+//! are the ones Redis runs after their callers gave up. The few sent in that first
+//! millisecond are settled by `unanswered.rs`, like any charge whose reply came too late.
+//! (Scripts that read the server's clock anyway, every algorithm but GCRA's single-entry
+//! one, pay nothing more for a deadline: they read `TIME` once.)
 //!
 //! How the deadline is chosen, and why it holds:
 //! - A call gives up only after Redis was silent for a whole timeout from its start
@@ -33,7 +44,8 @@
 //! (its client went away) may still be charged; a primary whose clock is behind the sampled
 //! one by more than the margin can charge a call that started after its caller gave up (clocks
 //! kept by NTP are within a few ms); until the first sample (the store connects with one, so
-//! only after a start without Redis) calls carry no deadline. Give-backs and peeks carry none:
+//! only after a start without Redis) calls carry no deadline; nor do calls sent while Redis
+//! answers (above), should their process die before their late reply. Give-backs and peeks carry none:
 //! an undo must land whenever it runs, and a peek writes nothing.
 
 use std::sync::Arc;
@@ -50,12 +62,17 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// No offset known yet.
 const UNKNOWN: i64 = i64::MIN;
 
+/// How long Redis must have answered nothing before a call carries a deadline, in µs.
+const QUIET_US: i64 = 1_000;
+
 /// This process's estimate of Redis's clock: `server µs − local µs` (local: µs since
 /// `epoch`), a lower bound (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ServerClock {
     epoch: Instant,
     offset: AtomicI64,
+    /// Local µs of the last reply heard from Redis.
+    heard: AtomicI64,
 }
 
 impl Default for ServerClock {
@@ -63,6 +80,7 @@ impl Default for ServerClock {
         ServerClock {
             epoch: Instant::now(),
             offset: AtomicI64::new(UNKNOWN),
+            heard: AtomicI64::new(0),
         }
     }
 }
@@ -77,6 +95,19 @@ impl ServerClock {
         let server = i64::try_from(server_us).unwrap_or(i64::MAX);
         self.offset
             .store(server - self.local(received), Ordering::Relaxed);
+    }
+
+    /// Records that Redis answered a call just now.
+    #[inline]
+    pub(crate) fn heard(&self) {
+        self.heard
+            .store(self.local(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// Whether a call starting at `at` needs a deadline: Redis has answered nothing for
+    /// [`QUIET`] (see the module docs).
+    pub(crate) fn quiet_at(&self, at: Instant) -> bool {
+        self.local(at) - self.heard.load(Ordering::Relaxed) >= QUIET_US
     }
 
     /// The server's clock at local instant `at`, at the latest (a lower bound); `None` before

@@ -55,8 +55,13 @@
 //! repeated transient failures ([`tollgate::StoreError::CircuitOpen`]), then lets one probe
 //! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors
 //! (`tollgate_store_errors_total{kind}`); this crate adds only what the limiter cannot see:
-//! `tollgate_store_circuit_open` (gauge, 1 while open), `tollgate_store_circuit_opened_total`
-//! and `tollgate_redis_cross_slot_give_backs_total`. Reconnection is the `redis` crate's
+//! `tollgate_store_circuit_open` (gauge, 1 while open), `tollgate_store_circuit_opened_total`,
+//! `tollgate_redis_cross_slot_give_backs_total`, `tollgate_redis_late_scripts_total` and
+//! `tollgate_redis_unanswered_give_backs_total`.
+//!
+//! A call that timed out costs nothing: each check carries a deadline on the server's clock,
+//! and a script that starts after it writes nothing (`src/deadline.rs`); a call whose caller
+//! stopped waiting runs to its end and gives back what it charged (`src/unanswered.rs`). Reconnection is the `redis` crate's
 //! `ConnectionManager` (single) or cluster client's: one multiplexed connection, no pool.
 
 mod breaker;

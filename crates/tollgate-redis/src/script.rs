@@ -841,9 +841,9 @@ mod tests {
         for a in Algorithm::ALL {
             let call = ScriptCall::check(&limit(a, 3), 1);
             let defined = call.source.matches("local function ").count();
-            // fmt, ttl_ms, clock and late from the prelude, and the algorithm's own function;
-            // GCRA's: the arguments bound, then the body, no function at all.
-            let expected = if a == Algorithm::Gcra { 0 } else { 5 };
+            // fmt, ttl_ms, clock, late and start from the prelude, and the algorithm's own
+            // function; GCRA's: the arguments bound, then the body, no function at all.
+            let expected = if a == Algorithm::Gcra { 0 } else { 6 };
             assert_eq!(defined, expected, "{a}: {defined} functions");
             assert_eq!(call.sha.len(), 40);
             assert_ne!(call.sha, SCRIPT.get_hash());

@@ -82,6 +82,9 @@ struct Inner {
     patience: Patience,
     /// The server's clock, for deadlines (`deadline.rs`).
     clock: ServerClock,
+    /// Scripts that answered late, and give-backs of unanswered charges (tests).
+    late: std::sync::atomic::AtomicU64,
+    unanswered: std::sync::atomic::AtomicU64,
     breaker: Arc<Breaker>,
     target: String,
     /// [`RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
@@ -246,6 +249,8 @@ impl RedisStore {
                 timeout,
                 patience: Patience::default(),
                 clock: ServerClock::default(),
+                late: std::sync::atomic::AtomicU64::new(0),
+                unanswered: std::sync::atomic::AtomicU64::new(0),
                 breaker,
                 target,
                 old_gcra_sha,
@@ -343,6 +348,34 @@ impl RedisStore {
         matches!(self.inner.connection, Connection::Cluster(_))
     }
 
+    /// Scripts that ran after their deadline and charged nothing, and charges given back
+    /// because their caller had stopped waiting (`tollgate_redis_late_scripts_total`,
+    /// `tollgate_redis_unanswered_give_backs_total`, for this store): for the tests.
+    #[doc(hidden)]
+    pub fn late_and_unanswered(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.late.load(Relaxed),
+            self.inner.unanswered.load(Relaxed),
+        )
+    }
+
+    /// Counts a script that ran after its deadline.
+    pub(crate) fn count_late(&self) {
+        metrics::counter!("tollgate_redis_late_scripts_total").increment(1);
+        self.inner
+            .late
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a give-back of an unanswered charge (`unanswered.rs`).
+    pub(crate) fn gave_back_unanswered(&self) {
+        metrics::counter!("tollgate_redis_unanswered_give_backs_total").increment(1);
+        self.inner
+            .unanswered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether the circuit breaker is open: enough consecutive failures were counted that
     /// calls are refused at once (or only the probe is let through) until one succeeds.
     /// For status pages and gauges; a call never needs to ask.
@@ -356,8 +389,12 @@ impl RedisStore {
     }
 
     /// The deadline of a call that starts at local instant `start` (`deadline.rs`); `None`
-    /// until the server's clock was sampled once.
+    /// while Redis keeps answering (no reply for a millisecond before the call: it carries
+    /// one), and until the server's clock was sampled once.
     fn deadline_from(&self, start: Instant) -> Option<u64> {
+        if !self.inner.clock.quiet_at(start) {
+            return None;
+        }
         let server_start = self.inner.clock.server_at(start)?;
         Some(deadline(server_start, self.inner.timeout))
     }
@@ -366,7 +403,7 @@ impl RedisStore {
     /// nothing: counted, and the deadline of the call's next try (a timeout after that
     /// instant, by which the caller still waits: it heard Redis answer).
     fn too_late(&self, server_now: u64) -> u64 {
-        metrics::counter!("tollgate_redis_late_scripts_total").increment(1);
+        self.count_late();
         tracing::debug!(
             target_redis = %self.inner.target,
             "a script ran after its caller's deadline and charged nothing; sending it again"
@@ -829,6 +866,7 @@ impl RedisStore {
         };
         if answered {
             self.inner.patience.heard();
+            self.inner.clock.heard();
         }
     }
 }

@@ -130,6 +130,10 @@ impl Drop for Unanswered<'_> {
 
 /// Gives back what `part` charged, if `reply` (its answer) says it did: its caller is gone.
 pub(crate) async fn settle(store: &RedisStore, part: &Part, reply: &Value) {
+    if crate::deadline::is_late(reply) {
+        store.count_late();
+        return;
+    }
     let Some(undo) = part.undo_of(reply) else {
         return;
     };
@@ -138,6 +142,10 @@ pub(crate) async fn settle(store: &RedisStore, part: &Part, reply: &Value) {
 
 /// Gives back a lease grant whose caller is gone (`take`: the call, `reply`: its answer).
 async fn settle_lease(store: &RedisStore, take: &LeaseCall, reply: Value) {
+    if crate::deadline::is_late(&reply) {
+        store.count_late();
+        return;
+    }
     let Ok(grant) = crate::lease::decode(reply) else {
         return;
     };
@@ -148,7 +156,7 @@ async fn settle_lease(store: &RedisStore, take: &LeaseCall, reply: Value) {
 }
 
 async fn give_back(store: &RedisStore, cmd: &Cmd) {
-    metrics::counter!("tollgate_redis_unanswered_give_backs_total").increment(1);
+    store.gave_back_unanswered();
     match tokio::time::timeout(SETTLE_WITHIN, store.eval(cmd)).await {
         Ok(Ok(_)) => tracing::debug!("gave back a check whose caller stopped waiting"),
         Ok(Err(cause)) => tracing::warn!(

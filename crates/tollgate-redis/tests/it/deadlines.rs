@@ -33,7 +33,7 @@ struct Tally {
 
 /// `TASKS` tasks check one key of `limit` until the limit refuses them; Redis is frozen for
 /// [`FREEZE`] once `freeze_after` requests were admitted.
-async fn run(redis: &RedisServer, limit: Limit, freeze_after: u64) -> Arc<Tally> {
+async fn run(redis: &RedisServer, limit: Limit, freeze_after: u64) -> (Arc<Tally>, (u64, u64)) {
     let name = limit.name().to_owned();
     let store = RedisStore::builder(redis.url())
         .timeout(Duration::from_millis(50))
@@ -43,7 +43,7 @@ async fn run(redis: &RedisServer, limit: Limit, freeze_after: u64) -> Arc<Tally>
         .await
         .expect("connect");
     let limiter = Arc::new(
-        Limiter::builder(store)
+        Limiter::builder(store.clone())
             .namespace(unique_namespace("deadline"))
             .limit(limit.on_store_error(OnStoreError::Deny))
             .build()
@@ -94,7 +94,7 @@ async fn run(redis: &RedisServer, limit: Limit, freeze_after: u64) -> Arc<Tally>
     for t in tasks {
         t.await.expect("task");
     }
-    tally
+    (tally, store.late_and_unanswered())
 }
 
 /// Exact mode, every algorithm: the calls that timed out during the freeze were run by Redis
@@ -113,10 +113,15 @@ async fn checks_redis_runs_after_their_callers_gave_up_charge_nothing() {
         .expect("valid")
         .keyed_by(["user"])
         .expect("valid");
-        let tally = run(&redis, limit, 100).await;
+        let (tally, (late, given_back)) = run(&redis, limit, 100).await;
         assert!(
             tally.timed_out.load(Ordering::Relaxed) > 0,
             "{algorithm}: nothing timed out, the freeze tested nothing: {tally:?}"
+        );
+        // The calls that piled up during the freeze carried deadlines and ran late.
+        assert!(
+            late > 0,
+            "{algorithm}: no script ran late ({given_back} given back): {tally:?}"
         );
         assert_eq!(
             tally.admitted.load(Ordering::Relaxed),
@@ -142,7 +147,8 @@ async fn lease_takes_redis_runs_after_their_callers_gave_up_take_nothing() {
     .and_then(|l| l.keyed_by(["user"]))
     .and_then(|l| l.lease(Lease::new().units(50)))
     .expect("valid");
-    let tally = run(&redis, limit, 0).await;
+    let (tally, (late, _)) = run(&redis, limit, 0).await;
+    assert!(late > 0, "no lease take ran late");
     assert!(
         tally.timed_out.load(Ordering::Relaxed) > 0,
         "nothing timed out, the freeze tested nothing: {tally:?}"
