@@ -15,6 +15,7 @@ mod lease_reset;
 mod prometheus;
 mod redis;
 mod redis_down;
+mod redis_frozen;
 mod redis_kinds;
 mod reload;
 mod status;
