@@ -368,17 +368,13 @@ pub(crate) fn invocation(part: &Part) -> Cmd {
 
 /// `part` as the single-entry GCRA script before the local tier took it (`sha`: key, inc,
 /// tau; see `RedisStoreBuilder::old_gcra_script`), when `part` is one GCRA check on the
-/// server's clock without a deadline (that script knows none); `None` otherwise.
+/// server's clock (a deadline is dropped: that script knows none); `None` otherwise.
 pub(crate) fn old_gcra_invocation(part: &Part, sha: &str) -> Option<Cmd> {
     let ([key], [one]) = (&part.keys[..], &part.entries[..]) else {
         return None;
     };
     let row = &PORTS[usize::from(one.port)];
-    if row.reply != Reply::GcraUsed
-        || part.op != Op::Check
-        || part.at != TimeSource::Server
-        || part.deadline.is_some()
-    {
+    if row.reply != Reply::GcraUsed || part.op != Op::Check || part.at != TimeSource::Server {
         return None;
     }
     let args = (row.single_args)(one.cost, one.params);
