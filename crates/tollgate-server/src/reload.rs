@@ -196,7 +196,11 @@ impl Reloader {
             );
         }
         if config.limits == self.running.limits && config.envoy == self.running.envoy {
-            tracing::debug!("config file read; limits and envoy rules unchanged");
+            // A valid file that says what runs: a success (the file put back after a refused
+            // edit clears the alarm, `tollgate_config_last_reload_successful` and the page).
+            tracing::info!("config file read; limits and envoy rules unchanged");
+            metrics::config_reload(true);
+            self.state.reloads.record(None);
             return;
         }
         let limits = Limits::build(

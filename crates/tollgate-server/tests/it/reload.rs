@@ -74,6 +74,47 @@ async fn file_changes_swap_limits_and_bad_files_are_refused() {
     server.stop().await;
 }
 
+/// A refused edit raises the alarm (`tollgate_config_last_reload_successful` 0, the error on
+/// `/v1/status`); putting the running file back clears it, although no limit changes.
+#[tokio::test]
+async fn putting_the_running_file_back_clears_a_refused_reload() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    let good = one_limit("revert", "gcra", 3, "1h", r#""user""#, "deny");
+    std::fs::write(&path, &good).expect("write");
+    let config = Config::load(&path, &Overrides::default()).expect("valid");
+    let server = TestServer::start_with(Server::new(config).watch(
+        &path,
+        Overrides::default(),
+        Duration::from_millis(20),
+    ))
+    .await;
+    let successful = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("tollgate_config_last_reload_successful"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    std::fs::write(&path, "[[limits]]\nname = \"broken\"\n").expect("write");
+    let refused = eventually(Duration::from_secs(10), || async {
+        successful(&server.get("/metrics").await.text).as_deref() == Some("0")
+    })
+    .await;
+    assert!(refused, "the invalid file was never refused");
+    std::fs::write(&path, &good).expect("write");
+    let cleared = eventually(Duration::from_secs(10), || async {
+        successful(&server.get("/metrics").await.text).as_deref() == Some("1")
+    })
+    .await;
+    assert!(cleared, "the running file put back left the alarm raised");
+    let status = server.get("/v1/status").await;
+    assert!(
+        !status.text.contains("broken") && !status.text.contains("missing field"),
+        "the old error is still shown: {status:?}"
+    );
+    server.stop().await;
+}
+
 /// Requests keep being answered while the limits are swapped again and again: every answer
 /// is a decision (200 or 429), none is an error or a dropped connection.
 #[tokio::test]
