@@ -315,9 +315,7 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
     }
     let limits = state.limits.load();
     for limit in limits.configs() {
-        if let Some(ratio) = limits.deny_ratio(limit.limit.name()) {
-            metrics::deny_ratio(limit.limit.name(), ratio);
-        }
+        metrics::deny_ratio(limit.limit.name(), limits.deny_ratio(limit.limit.name()));
     }
     metrics::deny_cache_entries(limits.deny_cache_len());
     metrics::store_up(state.probe.recent(&state.store).await.error.is_none());

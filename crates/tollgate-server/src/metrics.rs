@@ -75,7 +75,8 @@ fn describe() {
     metrics::describe_gauge!(KEYS, "Keys held by the memory store, by limit");
     metrics::describe_gauge!(
         DENY_RATIO,
-        "Share of checks refused by the quota over the last minute, by limit"
+        "Share of checks refused by the quota over the last minute, by limit; NaN when the \
+         limit had no check in that minute"
     );
     metrics::describe_gauge!(DENY_CACHE_ENTRIES, "Refusals held by the exact deny cache");
     metrics::describe_gauge!(
@@ -151,6 +152,45 @@ fn describe() {
     ] {
         metrics::describe_counter!(name, help);
     }
+    for (name, help) in [
+        (
+            "tollgate_store_full_total",
+            "Memory store at its key cap: new keys that evicted another or were refused, by \
+             limit and result (evicted, refused)",
+        ),
+        (
+            "tollgate_store_circuit_opened_total",
+            "Times the Redis store's circuit breaker opened",
+        ),
+        (
+            "tollgate_redis_script_loads_total",
+            "Times the Redis store loaded its scripts (at connect, and after Redis lost them)",
+        ),
+        (
+            "tollgate_redis_cross_slot_give_backs_total",
+            "Redis Cluster: cross-slot checks whose charged slots were given back after a later \
+             slot refused",
+        ),
+        (
+            "tollgate_redis_sentinel_switches_total",
+            "Redis behind Sentinel: times the store followed the master to another node",
+        ),
+        (
+            "tollgate_redis_late_scripts_total",
+            "Redis store: checks and lease takes Redis ran after their deadline, which charged \
+             nothing",
+        ),
+        (
+            "tollgate_redis_unanswered_give_backs_total",
+            "Redis store: charges given back because their caller had stopped waiting",
+        ),
+        (
+            "tollgate_connections_shed_total",
+            "Connections closed to make room for a new client on a full listener, by listener",
+        ),
+    ] {
+        metrics::describe_counter!(name, help);
+    }
     metrics::describe_counter!(
         "tollgate_redis_batches_total",
         "Coalesced Redis calls (one EVALSHA of the batch script for requests that queued)"
@@ -213,9 +253,10 @@ pub fn leased_units(units: u64) {
     metrics::gauge!(LEASED_UNITS).set(units as f64);
 }
 
-/// Records `limit`'s refusal ratio.
-pub fn deny_ratio(limit: &str, ratio: f64) {
-    metrics::gauge!(DENY_RATIO, "limit" => limit.to_owned()).set(ratio);
+/// Records `limit`'s refusal ratio; `None` (no check in the last minute) is NaN, so that an
+/// idle limit does not keep exporting the ratio of its last busy minute.
+pub fn deny_ratio(limit: &str, ratio: Option<f64>) {
+    metrics::gauge!(DENY_RATIO, "limit" => limit.to_owned()).set(ratio.unwrap_or(f64::NAN));
 }
 
 /// Records the deny cache's size.
@@ -236,4 +277,46 @@ pub fn keys(limit: &str, count: u64) {
     // A gauge is an f64; key counts are far below 2^53.
     #[allow(clippy::cast_precision_loss)]
     metrics::gauge!(KEYS, "limit" => limit.to_owned()).set(count as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every metric the workspace records under a literal name has HELP text here: a scrape
+    /// shows what each series means. (Names held in constants are described by name above.)
+    #[test]
+    fn every_metric_is_described() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let described = include_str!("metrics.rs");
+        let mut missing = Vec::new();
+        let mut seen = 0;
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    if !matches!(name, "target" | "tests" | "benches" | "examples" | "bench") {
+                        dirs.push(path);
+                    }
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).expect("read source");
+                    for macro_name in ["counter!(", "gauge!(", "histogram!("] {
+                        for (at, _) in text.match_indices(macro_name) {
+                            let rest = text[at + macro_name.len()..].trim_start();
+                            let Some(rest) = rest.strip_prefix('"') else {
+                                continue;
+                            };
+                            let name: String = rest.chars().take_while(|c| *c != '"').collect();
+                            seen += 1;
+                            if !described.contains(&format!("\"{name}\"")) {
+                                missing.push(format!("{name} ({})", path.display()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen > 10, "found only {seen} metrics: the scan is broken");
+        assert!(missing.is_empty(), "metrics without HELP text: {missing:?}");
+    }
 }

@@ -233,3 +233,37 @@ async fn status_holds_no_secret() {
         assert!(!reply.text.contains(password), "{path}: {}", reply.text);
     }
 }
+
+/// `tollgate_deny_ratio` follows `/v1/status`: a limit idle for over a minute exports NaN (no
+/// ratio), not the ratio of its last busy minute forever.
+#[tokio::test]
+async fn an_idle_limits_deny_ratio_is_nan_not_its_last_value() {
+    let server = crate::support::TestServer::start(&crate::support::one_limit(
+        "idle_ratio",
+        "fixed_window",
+        1,
+        "1h",
+        r#""user""#,
+        "deny",
+    ))
+    .await;
+    let body = r#"{"limit": "idle_ratio", "key": {"user": "1"}}"#;
+    for _ in 0..4 {
+        server.post("/v1/check", body).await;
+    }
+    let ratio = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with(r#"tollgate_deny_ratio{limit="idle_ratio"}"#))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        ratio(&server.get("/metrics").await.text).as_deref(),
+        Some("0.75")
+    );
+    server.clock.advance(std::time::Duration::from_secs(180));
+    let status = server.get("/v1/status").await;
+    let text = server.get("/metrics").await.text;
+    assert_eq!(ratio(&text).as_deref(), Some("NaN"), "{status:?}");
+    server.stop().await;
+}
