@@ -113,3 +113,53 @@ fn wrong_password_refuses_to_start() {
         "the password is not logged: {stderr}"
     );
 }
+
+/// The sum of every sample of `name` (all label sets) in a scrape.
+fn sum_of(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Redis killed: once the breaker opens, its instant refusals are not store calls. The store
+/// latency histogram counts only the calls that went to Redis (and failed after their
+/// timeout), so an outage does not show as a store answering in a microsecond; the refusals
+/// are `tollgate_store_errors_total{kind="circuit_open"}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_refusals_are_not_store_latency() {
+    let mut redis = RedisServer::start();
+    let file = config(&redis.url());
+    let process = Process::serve(file.path());
+    let closed = r#"{"limit": "down_closed", "key": {"user": "1"}}"#;
+    assert_eq!(process.post("/v1/check", closed).await.status, 200);
+    redis.kill();
+    let scrape = |p: &Process| {
+        let addr = p.addr;
+        async move {
+            request(addr, "GET", "/metrics", Bytes::new(), &[])
+                .await
+                .text
+        }
+    };
+    let before = scrape(&process).await;
+    let calls = 40;
+    for _ in 0..calls {
+        assert_eq!(process.post("/v1/check", closed).await.status, 503);
+    }
+    let after = scrape(&process).await;
+    let open = r#"tollgate_store_errors_total{kind="circuit_open"}"#;
+    let refused = sum_of(&after, open) - sum_of(&before, open);
+    assert!(refused > 0.0, "the breaker never opened:\n{after}");
+    let timed = sum_of(&after, "tollgate_store_latency_seconds_count")
+        - sum_of(&before, "tollgate_store_latency_seconds_count");
+    assert_eq!(
+        timed + refused,
+        f64::from(calls),
+        "{timed} timed calls + {refused} breaker refusals for {calls} checks"
+    );
+}

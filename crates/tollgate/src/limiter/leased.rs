@@ -165,7 +165,7 @@ impl<S: Store> Limiter<S> {
         };
         let started = std::time::Instant::now();
         let result = self.store.take_lease(&take, now).await;
-        metrics::histogram!("tollgate_store_latency_seconds").record(started.elapsed());
+        super::store_latency(started, result.as_ref().err());
         guard.armed = false;
         let outcome = match &result {
             Ok(g) if g.granted >= refill.need && g.granted > 0 => "granted",
