@@ -101,6 +101,16 @@ pub(crate) fn classify(err: RedisError) -> StoreError {
         Some("NOSCRIPT") => return StoreError::NoScript(Box::new(err)),
         Some("BUSY") => return StoreError::Busy(Box::new(err)),
         Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return StoreError::Auth(Box::new(err)),
+        // A command a script may not run under the user's ACL: inside a script Redis 7
+        // answers a plain `ERR` ("The user executing the script can't run this command"),
+        // not `NOPERM`. A permission taken away is the operator's to fix, not a script bug.
+        Some("ERR")
+            if err
+                .detail()
+                .is_some_and(|d| d.contains("user executing the script can't run")) =>
+        {
+            return StoreError::Auth(Box::new(err));
+        }
         _ => {}
     }
     if err.is_cluster_error() {
@@ -126,6 +136,21 @@ pub(crate) fn classify(err: RedisError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A permission taken away, met inside a script (Redis 7 answers `ERR`, not `NOPERM`),
+    /// is an auth failure, not a script error.
+    #[test]
+    fn a_script_without_permission_is_auth() {
+        let denied = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "ERR",
+            "The user executing the script can't run this command or subcommand script: \
+             bd6f, on @user_script:1."
+                .to_owned(),
+        ));
+        let e = classify(denied);
+        assert!(matches!(e, StoreError::Auth(_)), "{e:?}");
+    }
 
     /// Each kind of Redis failure lands in the kind the failure policies expect.
     #[test]

@@ -47,6 +47,10 @@ function quota(l) {
   return q;
 }
 
+function fmtAge(ms) {
+  return (ms / 1000).toFixed(1) + " s ago";
+}
+
 function keyText(key) {
   return Object.keys(key).map((k) => k + "=" + key[k]).join(",");
 }
@@ -54,8 +58,8 @@ function keyText(key) {
 function renderStore(s) {
   set("store-kind", s.kind);
   if (!s.connected) set("store-health", "not connected (connecting in the background)", "bad");
-  else if (s.up) set("store-health", "up (probe " + fmtMs(s.probe_ms) + ")", "ok");
-  else set("store-health", "down: " + s.error, "bad");
+  else if (s.up) set("store-health", "up (probe " + fmtMs(s.probe_ms) + ", " + fmtAge(s.probe_age_ms) + ")", "ok");
+  else set("store-health", "down: " + s.error + " (probe " + fmtAge(s.probe_age_ms) + ")", "bad");
   if (s.circuit_open === null) set("store-breaker", "–");
   else if (s.circuit_open) set("store-breaker", "open", "bad");
   else set("store-breaker", "closed", "ok");

@@ -318,7 +318,8 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
         metrics::deny_ratio(limit.limit.name(), limits.deny_ratio(limit.limit.name()));
     }
     metrics::deny_cache_entries(limits.deny_cache_len());
-    metrics::store_up(state.probe.recent(&state.store).await.error.is_none());
+    let probed = state.probe.recent(&state.store).await;
+    metrics::store_up(probed.error.is_none() && state.store.circuit_open() != Some(true));
     if let Some(open) = state.store.circuit_open() {
         metrics::circuit_open(open);
     }
@@ -368,7 +369,7 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
-/// Ready when the store answers a peek (which writes nothing) on a probe key.
+/// Ready when the store answers the probe (`store_probe.rs`: a write on Redis).
 async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
     state
         .probe

@@ -44,12 +44,15 @@ pub struct StoreStatus {
     pub kind: &'static str,
     /// Connected (Redis started while down: not until the first connection).
     pub connected: bool,
-    /// The health probe (a peek, at most a second old) answered.
+    /// The health probe (a write on Redis, a peek on the memory store; at most a second old)
+    /// answered, and the circuit breaker is not open.
     pub up: bool,
     /// The probe's error kind, when it failed.
     pub error: Option<&'static str>,
     /// How long the probe took, ms.
     pub probe_ms: f64,
+    /// How long ago the probe ended, ms (results are reused for up to a second).
+    pub probe_age_ms: f64,
     /// The Redis circuit breaker is open (`null`: memory store, or not connected).
     pub circuit_open: Option<bool>,
     /// `store.timeout`, ms.
@@ -205,9 +208,13 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
         store: StoreStatus {
             kind: state.store.kind(),
             connected: state.store.connected(),
-            up: probed.error.is_none(),
-            error: probed.error,
+            // Never "up" beside an open breaker: checks are then refused without a call.
+            up: probed.error.is_none() && state.store.circuit_open() != Some(true),
+            error: probed
+                .error
+                .or_else(|| (state.store.circuit_open() == Some(true)).then_some("circuit_open")),
             probe_ms: millis(probed.took),
+            probe_age_ms: millis(probed.at.elapsed()),
             circuit_open: state.store.circuit_open(),
             timeout_ms: millis(state.store_timeout),
             latency: observed.store_latency_percentiles().map(LatencyBody::new),

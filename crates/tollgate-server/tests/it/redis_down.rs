@@ -81,8 +81,8 @@ async fn starts_and_serves_by_policy_while_redis_is_down() {
     assert_eq!(reply.status, 200, "{reply:?}");
     assert_eq!(reply.json["remaining"], 4, "decided by Redis: {reply:?}");
     assert_eq!(
-        redis.cmd(&["DBSIZE"]).trim(),
-        ":1",
+        crate::support::checked_keys(&redis).len(),
+        1,
         "the check wrote its key to Redis"
     );
     assert!(
@@ -162,4 +162,105 @@ async fn breaker_refusals_are_not_store_latency() {
         f64::from(calls),
         "{timed} timed calls + {refused} breaker refusals for {calls} checks"
     );
+}
+
+/// A Redis that answers but refuses writes is not "up": out of memory (`maxmemory` with
+/// `noeviction`), a read-only replica, a user whose write permission was taken away. Each
+/// turns `/readyz` 503 with its kind, `tollgate_store_up` 0, and is counted by kind in
+/// `tollgate_store_errors_total`; each clears when Redis is put right. (The probe used to be
+/// a read, which all three answer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refusing_writes_is_down_by_kind() {
+    let redis = RedisServer::start();
+    assert!(
+        redis
+            .cmd(&["ACL", "SETUSER", "tg", "on", ">tg-pw", "~*", "&*", "+@all"])
+            .starts_with("+OK")
+    );
+    assert!(
+        redis
+            .cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+            .starts_with("+OK")
+    );
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    write!(
+        file,
+        r#"
+[store]
+redis = "{url}"
+username = "tg"
+password = "tg-pw"
+timeout = "500ms"
+
+[[limits]]
+name = "writes"
+algorithm = "fixed_window"
+limit = 1000
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+"#,
+        url = redis.url()
+    )
+    .expect("write config");
+    let process = Process::serve(file.path());
+    let get = |path: &'static str| request(process.addr, "GET", path, Bytes::new(), &[]);
+    let check = r#"{"limit": "writes", "key": {"user": "1"}}"#;
+    let up = |scrape: &str| {
+        scrape
+            .lines()
+            .find(|l| l.starts_with("tollgate_store_up"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(get("/readyz").await.status, 200);
+    assert_eq!(process.post("/v1/check", check).await.status, 200);
+
+    let cases: [(&[&str], &str, &[&str]); 3] = [
+        (
+            &["CONFIG", "SET", "maxmemory", "1"],
+            "oom",
+            &["CONFIG", "SET", "maxmemory", "0"],
+        ),
+        (
+            &["REPLICAOF", "127.0.0.1", "1"],
+            "readonly",
+            &["REPLICAOF", "NO", "ONE"],
+        ),
+        (
+            &["ACL", "SETUSER", "tg", "-set"],
+            "auth",
+            &["ACL", "SETUSER", "tg", "+set"],
+        ),
+    ];
+    for (break_it, kind, mend) in cases {
+        assert!(redis.cmd(break_it).starts_with("+OK"), "{break_it:?}");
+        let ready = get("/readyz").await;
+        assert_eq!(ready.status, 503, "{kind}: {ready:?}");
+        assert!(
+            ready.error().contains(kind) || ready.error().contains("circuit_open"),
+            "{kind}: {ready:?}"
+        );
+        let reply = process.post("/v1/check", check).await;
+        assert_eq!(reply.status, 503, "{kind}: deny policy: {reply:?}");
+        // The scrape's probe result is at most a second old: poll (bounded).
+        let down = eventually(Duration::from_secs(5), || async {
+            up(&get("/metrics").await.text).as_deref() == Some("0")
+        })
+        .await;
+        assert!(down, "{kind}: tollgate_store_up stayed 1");
+        let scrape = get("/metrics").await.text;
+        let counted = format!(r#"tollgate_store_errors_total{{kind="{kind}"}}"#);
+        assert!(
+            scrape.lines().any(|l| l.starts_with(&counted)),
+            "{kind}: not counted by kind:\n{scrape}"
+        );
+        assert!(redis.cmd(mend).starts_with("+OK"), "{mend:?}");
+        let mended = eventually(Duration::from_secs(20), || async {
+            get("/readyz").await.status == 200
+        })
+        .await;
+        assert!(mended, "{kind}: never ready again; log:\n{}", process.log());
+        assert_eq!(process.post("/v1/check", check).await.status, 200, "{kind}");
+    }
 }

@@ -263,3 +263,13 @@ pub(crate) fn output_within(
         }
     }
 }
+
+/// The keys on `redis` that checks wrote: every key but the health probe's (`/readyz` and the
+/// scrape write one, `<prefix>:readyz:{probe=readyz}:fw`).
+pub(crate) fn checked_keys(redis: &tollgate_testkit::RedisServer) -> Vec<String> {
+    redis
+        .array(&["KEYS", "*"])
+        .into_iter()
+        .filter(|k| !k.contains(":readyz:"))
+        .collect()
+}
