@@ -34,7 +34,13 @@ pub(crate) struct Breaker {
     open_until: AtomicU64,
     probing: AtomicBool,
     origin: Instant,
+    /// The last counted failure (its kind and message): why the breaker is open, for the
+    /// status page. Written only when a failure is counted (rare), read on demand.
+    cause: std::sync::Mutex<Option<String>>,
 }
+
+/// The longest cause kept, in bytes.
+const CAUSE_MAX: usize = 200;
 
 /// How a call was let through, and when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +70,20 @@ impl Breaker {
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
             origin: Instant::now(),
+            cause: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Why the breaker is open: the kind and message of the last failure it counted; `None`
+    /// while closed.
+    pub(crate) fn cause(&self) -> Option<String> {
+        if !self.is_open() {
+            return None;
+        }
+        self.cause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn now(&self) -> u64 {
@@ -124,6 +143,21 @@ impl Breaker {
         {
             // In flight when an earlier failure was counted: the same event.
         } else {
+            if let Err(e) = result {
+                let mut text = format!("{}: {e}", e.kind().as_str());
+                if text.len() > CAUSE_MAX {
+                    let mut end = CAUSE_MAX;
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    text.truncate(end);
+                    text.push('…');
+                }
+                *self
+                    .cause
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(text);
+            }
             let failures = self
                 .failures
                 .fetch_add(1, Ordering::AcqRel)
@@ -172,8 +206,13 @@ mod tests {
         assert_eq!(probe.kind, PermitKind::Probe);
         assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
         assert!(b.is_open());
+        assert_eq!(
+            b.cause().as_deref(),
+            Some("timeout: store call timed out after 1ms")
+        );
         b.record(probe, &Ok(()));
         assert!(!b.is_open());
+        assert_eq!(b.cause(), None, "closed: no cause");
         assert_eq!(b.admit().expect("closed again").kind, PermitKind::Closed);
     }
 

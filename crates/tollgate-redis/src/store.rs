@@ -348,6 +348,12 @@ impl RedisStore {
         matches!(self.inner.connection, Connection::Cluster(_))
     }
 
+    /// Why the circuit breaker is open (the kind and message of the last failure it
+    /// counted); `None` while closed. For status pages: the error shows no URL or password.
+    pub fn circuit_cause(&self) -> Option<String> {
+        self.inner.breaker.cause()
+    }
+
     /// Scripts that ran after their deadline and charged nothing, and charges given back
     /// because their caller had stopped waiting (`tollgate_redis_late_scripts_total`,
     /// `tollgate_redis_unanswered_give_backs_total`, for this store): for the tests.

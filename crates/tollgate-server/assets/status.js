@@ -61,7 +61,7 @@ function renderStore(s) {
   else if (s.up) set("store-health", "up (probe " + fmtMs(s.probe_ms) + ", " + fmtAge(s.probe_age_ms) + ")", "ok");
   else set("store-health", "down: " + s.error + " (probe " + fmtAge(s.probe_age_ms) + ")", "bad");
   if (s.circuit_open === null) set("store-breaker", "–");
-  else if (s.circuit_open) set("store-breaker", "open", "bad");
+  else if (s.circuit_open) set("store-breaker", s.circuit_cause ? "open: " + s.circuit_cause : "open", "bad");
   else set("store-breaker", "closed", "ok");
   if (s.latency) {
     const l = s.latency;

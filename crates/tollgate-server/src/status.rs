@@ -55,6 +55,8 @@ pub struct StoreStatus {
     pub probe_age_ms: f64,
     /// The Redis circuit breaker is open (`null`: memory store, or not connected).
     pub circuit_open: Option<bool>,
+    /// While it is open, why: the kind and message of the last failure it counted.
+    pub circuit_cause: Option<String>,
     /// `store.timeout`, ms.
     pub timeout_ms: f64,
     /// Store call latencies of the last minute (`null`: no call).
@@ -216,6 +218,7 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
             probe_ms: millis(probed.took),
             probe_age_ms: millis(probed.at.elapsed()),
             circuit_open: state.store.circuit_open(),
+            circuit_cause: state.store.circuit_cause(),
             timeout_ms: millis(state.store_timeout),
             latency: observed.store_latency_percentiles().map(LatencyBody::new),
             deny_cache: DenyCacheBody {

@@ -136,6 +136,16 @@ impl AnyStore {
         redis.map(RedisStore::circuit_open)
     }
 
+    /// Why the Redis store's circuit breaker is open (`None`: closed, the memory store, or
+    /// not connected yet).
+    pub fn circuit_cause(&self) -> Option<String> {
+        let redis = match self.store.downcast_ref::<Arc<Connecting>>() {
+            Some(connecting) => connecting.redis.get(),
+            None => self.store.downcast_ref::<RedisStore>(),
+        };
+        redis.and_then(RedisStore::circuit_cause)
+    }
+
     /// `memory`, `redis` or `redis_cluster`, for logs and `/v1/limits`.
     pub fn kind(&self) -> &'static str {
         self.kind

@@ -162,6 +162,16 @@ async fn breaker_refusals_are_not_store_latency() {
         f64::from(calls),
         "{timed} timed calls + {refused} breaker refusals for {calls} checks"
     );
+    // The status says why the breaker is open, not only that it is.
+    let status = request(process.addr, "GET", "/v1/status", Bytes::new(), &[]).await;
+    let store = &status.json["store"];
+    assert_eq!(store["circuit_open"], true, "{status:?}");
+    assert_eq!(
+        store["up"], false,
+        "never up beside an open breaker: {status:?}"
+    );
+    let cause = store["circuit_cause"].as_str().unwrap_or_default();
+    assert!(cause.starts_with("connection: "), "{status:?}");
 }
 
 /// A Redis that answers but refuses writes is not "up": out of memory (`maxmemory` with
