@@ -5,9 +5,11 @@
 //! - every value is escaped: bytes outside `A-Z a-z 0-9 _ - . / @` become `%XX`, so no value can
 //!   forge `:`, `,`, `=`, a brace, a newline or another limit's namespace, and non-UTF-8 bytes
 //!   are written safely;
-//! - an escaped value longer than 64 bytes becomes `#` and 128 bits of its SHA-256 (a `#`
-//!   in a value is always escaped, so a digest cannot be forged either): a 1 MB header makes a
-//!   short key, and Redis memory per key stays bounded;
+//! - an escaped value longer than 64 bytes becomes its first 24 escaped bytes (whole escapes
+//!   only), `#` and 128 bits of its SHA-256 of the whole value (a `#` in a value is always
+//!   escaped, so a digest cannot be forged either): a 1 MB header makes a short key, Redis
+//!   memory per key stays bounded, and an operator reading `/v1/top` can still tell which
+//!   client it is (`ua=Mozilla/5.0%20%28X11%3B%20L#3f1a…`, not `ua=#3f1a…`);
 //! - the braces are the Redis Cluster hash tag: every key of one (limit, key parts) is in
 //!   one slot, and limits keyed by the same parts share a slot, so checking them together is
 //!   one atomic script even on a cluster;
@@ -24,8 +26,11 @@ use sha2::{Digest, Sha256};
 
 use crate::{Limit, Namespace};
 
-/// Escaped values longer than this are replaced by a digest.
+/// Escaped values longer than this are replaced by a readable prefix and a digest.
 pub const MAX_ESCAPED_PART: usize = 64;
+
+/// The most escaped bytes of a long value kept before its digest.
+const READABLE_PREFIX: usize = 24;
 
 /// The longest key part value a check accepts, in bytes, whichever face it comes from (HTTP
 /// JSON, a header, an Envoy descriptor): a longer one is refused before its digest is
@@ -120,10 +125,22 @@ impl Key {
     }
 }
 
-/// Appends `raw` escaped, or its digest when the escaped form would be too long.
+/// Appends `raw` escaped, or, when the escaped form would be too long, the escaped start of
+/// it (at most [`READABLE_PREFIX`] bytes, whole escapes only), `#` and its digest.
 fn push_part(out: &mut String, raw: &[u8]) {
-    let escaped_len: usize = raw.iter().map(|&b| if is_plain(b) { 1 } else { 3 }).sum();
+    let width = |b: u8| if is_plain(b) { 1 } else { 3 };
+    let escaped_len: usize = raw.iter().map(|&b| width(b)).sum();
     if escaped_len > MAX_ESCAPED_PART {
+        let mut kept = 0;
+        let mut shown = 0;
+        for &b in raw {
+            if shown + width(b) > READABLE_PREFIX {
+                break;
+            }
+            shown += width(b);
+            kept += 1;
+        }
+        push_escaped(out, &raw[..kept]);
         let digest = Sha256::digest(raw);
         out.push('#');
         for b in &digest[..16] {
@@ -131,6 +148,11 @@ fn push_part(out: &mut String, raw: &[u8]) {
         }
         return;
     }
+    push_escaped(out, raw);
+}
+
+/// Appends `raw`, every byte outside the plain set as `%XX`.
+fn push_escaped(out: &mut String, raw: &[u8]) {
     for &b in raw {
         if is_plain(b) {
             out.push(char::from(b));
@@ -249,7 +271,21 @@ mod tests {
             assert_confined(&Key::new(&ns, &l, &[("user", v)]), "api");
         }
         let long = Key::new(&ns, &l, &[("user", &big[..])]);
-        assert!(long.as_str().contains("user=#"), "{long}");
+        assert!(
+            long.as_str().contains(&format!("user={}#", "a".repeat(24))),
+            "{long}"
+        );
+        // The readable start keeps whole escapes, and the digest covers the whole value.
+        let agent = b"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)";
+        let key = Key::new(&ns, &l, &[("ua", &agent[..])]);
+        assert!(
+            key.as_str().contains("ua=Mozilla/5.0%20%28X11%3B#"),
+            "{key}"
+        );
+        let mut other = agent.to_vec();
+        other.push(b'!');
+        assert_ne!(key, Key::new(&ns, &l, &[("ua", &other[..])]));
+        assert_confined(&key, "api");
     }
 
     /// A value cannot pose as another part list or another limit.
