@@ -105,7 +105,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(observe_http))
         .with_state(state)
+}
+
+/// Counts every request by route and status, and times it
+/// (`tollgate_http_requests_total`, `tollgate_http_request_duration_seconds`).
+async fn observe_http(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let route = metrics::route_label(request.uri().path());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    metrics::http_request(route, response.status(), started.elapsed());
+    response
 }
 
 /// The body's bytes, or the API's error for an unreadable, oversized or late body.
@@ -324,11 +335,9 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
         metrics::circuit_open(open);
     }
     state.metrics.run_upkeep();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
-        .into_response()
+    let mut text = state.metrics.render();
+    text.push_str(&crate::process_metrics::render());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// The reference Envoy rate limit service's `POST /json`: a `RateLimitRequest` in protobuf's

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod metrics;
 pub mod observed;
 mod page;
+mod process_metrics;
 pub mod rate_history;
 mod reload;
 pub mod reload_status;

@@ -58,6 +58,7 @@ pub fn handle() -> PrometheusHandle {
                 tracing::warn!("another metrics recorder is installed; /metrics will be empty");
             }
             describe();
+            build_info();
             handle
         })
         .clone()
@@ -73,6 +74,13 @@ fn describe() {
     metrics::describe_counter!(SHADOW_DENIED, "Requests a shadow limit would have denied");
     metrics::describe_counter!(CONFIG_RELOAD, "Config reloads by result (ok, error)");
     metrics::describe_gauge!(KEYS, "Keys held by the memory store, by limit");
+    metrics::describe_counter!(HTTP_REQUESTS, "HTTP API requests by route and status");
+    metrics::describe_histogram!(
+        HTTP_DURATION,
+        metrics::Unit::Seconds,
+        "HTTP API request latency by route (request head to response head)"
+    );
+    metrics::describe_gauge!(BUILD_INFO, "1, labelled with the running version");
     metrics::describe_gauge!(
         DENY_RATIO,
         "Share of checks refused by the quota over the last minute, by limit; NaN when the \
@@ -199,6 +207,63 @@ fn describe() {
         "tollgate_redis_batched_requests_total",
         "Requests carried by coalesced Redis calls (÷ batches = mean batch size)"
     );
+}
+
+/// HTTP requests by route and status.
+pub const HTTP_REQUESTS: &str = "tollgate_http_requests_total";
+/// HTTP request latency by route, from the request's head to the response's head.
+pub const HTTP_DURATION: &str = "tollgate_http_request_duration_seconds";
+/// The version, as a label of a gauge at 1.
+pub const BUILD_INFO: &str = "tollgate_build_info";
+
+/// The route label of a request path: the API's own routes by name, anything else `other`
+/// (a label per path would let a client grow the metrics without bound).
+pub fn route_label(path: &str) -> &'static str {
+    match path {
+        "/v1/check" => "/v1/check",
+        "/v1/peek" => "/v1/peek",
+        "/v1/reset" => "/v1/reset",
+        "/v1/limits" => "/v1/limits",
+        "/v1/top" => "/v1/top",
+        "/v1/status" => "/v1/status",
+        "/metrics" => "/metrics",
+        "/healthz" => "/healthz",
+        "/readyz" => "/readyz",
+        "/json" => "/json",
+        "/" => "/",
+        "/status.js" | "/status.css" | "/favicon.svg" | "/favicon.ico" => "page asset",
+        _ => "other",
+    }
+}
+
+/// Counts a request and records its latency.
+pub fn http_request(route: &'static str, status: axum::http::StatusCode, took: Duration) {
+    let status: &'static str = match status.as_u16() {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        408 => "408",
+        413 => "413",
+        415 => "415",
+        429 => "429",
+        500 => "500",
+        503 => "503",
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    metrics::counter!(HTTP_REQUESTS, "route" => route, "status" => status).increment(1);
+    metrics::histogram!(HTTP_DURATION, "route" => route).record(took);
+}
+
+/// Sets `tollgate_build_info{version}` to 1 (at start).
+pub fn build_info() {
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
 
 /// Whether the store answered the health probe (set at each scrape).

@@ -35,7 +35,21 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/status.css",
             get(|| async { asset(STYLE, "text/css; charset=utf-8") }),
         )
+        // The page links /favicon.svg; a browser asks /favicon.ico of any page it shows.
+        .route(
+            "/favicon.svg",
+            get(|| async { asset(ICON, "image/svg+xml") }),
+        )
+        .route(
+            "/favicon.ico",
+            get(|| async { asset(ICON, "image/svg+xml") }),
+        )
 }
+
+/// A gate, in the page's colours.
+const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#1f6feb\"/>\
+<path d=\"M4 4v9M12 4v9M4 7h8M4 10h8\" stroke=\"#fff\" stroke-width=\"1.6\"/></svg>";
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
     let mut response = body.into_response();

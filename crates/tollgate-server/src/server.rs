@@ -250,6 +250,8 @@ async fn build_state(
     config: &Config,
     clock: Option<SharedClock>,
 ) -> Result<Arc<AppState>, ServeError> {
+    // The recorder first: what connecting counts (the scripts loaded) is counted.
+    let _ = crate::metrics::handle();
     let store = AnyStore::open(&config.store, clock.clone())
         .await
         .map_err(|source| ServeError::Store {

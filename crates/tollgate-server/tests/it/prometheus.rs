@@ -44,7 +44,7 @@ fn promtool(args: &[&str]) -> String {
 fn promtool_checks_the_alert_rules() {
     let rules = deploy("prometheus/alerts.yml");
     let text = promtool(&["check", "rules", rules.to_str().expect("utf-8 path")]);
-    assert!(text.contains("SUCCESS: 5 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
 }
 
 /// Each alert fires in the situation it names, from synthetic series (and not in the
@@ -198,7 +198,7 @@ fn rules_for_the_live_test() -> String {
         })
         .collect();
     let rules = rules.join("\n");
-    assert_eq!(rules.matches("for: 2s").count(), 5, "{rules}");
+    assert_eq!(rules.matches("for: 2s").count(), 7, "{rules}");
     rules
 }
 
@@ -226,6 +226,25 @@ limit = 3
 period = "1h"
 key = ["user"]
 on_store_error = "deny"
+
+[[limits]]
+name = "prom_leased"
+algorithm = "fixed_window"
+limit = 1000
+period = "1h"
+key = ["user"]
+mode = "lease"
+lease = 10
+on_store_error = "deny"
+
+[[limits]]
+name = "prom_shadow"
+algorithm = "fixed_window"
+limit = 1
+period = "1h"
+key = ["user"]
+shadow = true
+on_store_error = "allow"
 "#,
         redis.url()
     );
@@ -256,6 +275,14 @@ on_store_error = "deny"
                 r#"{"limit": "prom_sms", "key": {"user": "abuser"}}"#,
             )
             .await;
+    }
+    for limit in ["prom_leased", "prom_shadow", "prom_shadow"] {
+        let body = format!(r#"{{"limit": "{limit}", "key": {{"user": "1"}}}}"#);
+        assert_eq!(
+            on_redis.post("/v1/check", &body).await.status,
+            200,
+            "{limit}"
+        );
     }
     for user in 0..300 {
         let body = format!(r#"{{"limit": "prom_keys", "key": {{"user": "u{user}"}}}}"#);

@@ -267,3 +267,45 @@ async fn an_idle_limits_deny_ratio_is_nan_not_its_last_value() {
     assert_eq!(ratio(&text).as_deref(), Some("NaN"), "{status:?}");
     server.stop().await;
 }
+
+/// The scrape carries the version, the process's own metrics under Prometheus's standard
+/// names, and the HTTP API's requests by route and status; the page's icon is served (a
+/// browser asks `/favicon.ico` of every page).
+#[tokio::test]
+async fn scrape_has_build_process_and_http_metrics_and_the_icon_is_served() {
+    let server = crate::support::TestServer::start(&crate::support::one_limit(
+        "http_metrics",
+        "gcra",
+        1,
+        "1h",
+        r#""user""#,
+        "deny",
+    ))
+    .await;
+    let body = r#"{"limit": "http_metrics", "key": {"user": "1"}}"#;
+    assert_eq!(server.post("/v1/check", body).await.status, 200);
+    assert_eq!(server.post("/v1/check", body).await.status, 429);
+    assert_eq!(server.get("/no/such/path").await.status, 404);
+    let icon = server.get("/favicon.ico").await;
+    assert_eq!(icon.status, 200);
+    assert_eq!(icon.header("content-type"), Some("image/svg+xml"));
+    assert!(icon.text.starts_with("<svg"), "{icon:?}");
+    let text = server.get("/metrics").await.text;
+    for needle in [
+        "tollgate_build_info{version=\"",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "# TYPE process_cpu_seconds_total counter",
+        r#"tollgate_http_requests_total{route="/v1/check",status="200"}"#,
+        r#"tollgate_http_requests_total{route="/v1/check",status="429"}"#,
+        r#"tollgate_http_requests_total{route="other",status="404"}"#,
+        r#"tollgate_http_request_duration_seconds_bucket{route="/v1/check","#,
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    assert!(
+        !text.contains("no/such"),
+        "a request path must not become a label"
+    );
+    server.stop().await;
+}
