@@ -251,11 +251,13 @@ pub fn http_request(route: &'static str, status: axum::http::StatusCode, took: D
         429 => "429",
         500 => "500",
         503 => "503",
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
+        other => match other / 100 {
+            1 => "1xx",
+            2 => "2xx",
+            3 => "3xx",
+            4 => "4xx",
+            _ => "5xx",
+        },
     };
     metrics::counter!(HTTP_REQUESTS, "route" => route, "status" => status).increment(1);
     metrics::histogram!(HTTP_DURATION, "route" => route).record(took);
