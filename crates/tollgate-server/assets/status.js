@@ -5,7 +5,12 @@
 "use strict";
 
 const POLL_MS = 1000;
+// The hour of history is sampled every server.history_interval (10 s by default): fetched
+// every few seconds, not at every poll.
+const HISTORY_MS = 5000;
+const SVG = "http://www.w3.org/2000/svg";
 let polls = 0;
+let history = null;
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -49,6 +54,94 @@ function quota(l) {
 
 function fmtAge(ms) {
   return (ms / 1000).toFixed(1) + " s ago";
+}
+
+function svgEl(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const k of Object.keys(attrs)) e.setAttribute(k, String(attrs[k]));
+  return e;
+}
+
+// A line of `values` (nulls are gaps), scaled to its maximum, in a 100 × 24 box.
+function sparkline(values, cls, label) {
+  const svg = svgEl("svg", { viewBox: "0 0 100 24", preserveAspectRatio: "none", role: "img" });
+  const present = values.filter((v) => v !== null && v !== undefined);
+  const max = present.length ? Math.max(...present) : 0;
+  svg.setAttribute("aria-label", label + ", max " + max);
+  svg.dataset.max = String(max);
+  svg.dataset.points = String(values.length);
+  const n = values.length;
+  let d = "";
+  let pen = false;
+  values.forEach((v, i) => {
+    if (v === null || v === undefined) { pen = false; return; }
+    const x = n > 1 ? (i * 100) / (n - 1) : 50;
+    const y = 23 - (max > 0 ? (v * 22) / max : 0);
+    d += (pen ? "L" : "M") + x.toFixed(2) + " " + y.toFixed(2);
+    pen = true;
+  });
+  if (d) svg.appendChild(svgEl("path", { d, class: "line " + (cls || "") }));
+  return svg;
+}
+
+// One cell per point: green when the store answered, red when not.
+function upStrip(points) {
+  const svg = svgEl("svg", { viewBox: "0 0 100 24", preserveAspectRatio: "none", role: "img" });
+  const n = points.length;
+  svg.setAttribute("aria-label", "store up, " + points.filter((p) => !p.up).length + " points down");
+  svg.dataset.down = String(points.filter((p) => !p.up).length);
+  points.forEach((p, i) => {
+    svg.appendChild(svgEl("rect", {
+      x: ((i * 100) / Math.max(n, 1)).toFixed(2), y: 4, width: (100 / Math.max(n, 1)).toFixed(2), height: 16,
+      class: p.up ? "up" : "down",
+    }));
+  });
+  return svg;
+}
+
+function clock(ms) {
+  return new Date(ms).toISOString().slice(11, 19) + " UTC";
+}
+
+function renderOutage(outage, nowMs) {
+  if (!outage) { set("store-outage", "none since the start", "ok"); return; }
+  if (outage.to_ms === null) {
+    set("store-outage", "down since " + clock(outage.from_ms) + " (" + fmtDuration(nowMs - outage.from_ms) +
+      ", " + outage.error + ")", "bad");
+  } else {
+    set("store-outage", "last outage " + clock(outage.from_ms) + " – " + clock(outage.to_ms) + " (" +
+      fmtDuration(outage.to_ms - outage.from_ms) + ", " + outage.error + "); recovered " +
+      fmtDuration(nowMs - outage.to_ms) + " ago", "warn");
+  }
+}
+
+function renderHistory(h) {
+  const pts = h.points;
+  const put = (id, svg) => document.getElementById(id).replaceChildren(svg);
+  put("history-decisions", sparkline(pts.map((p) => p.decisions), "", "decisions"));
+  put("history-refused", sparkline(pts.map((p) => p.refused), "refused", "refused"));
+  put("history-errors", sparkline(pts.map((p) => p.store_errors), "errors", "store errors"));
+  put("history-p99", sparkline(pts.map((p) => p.p99_ms), "", "p99 ms"));
+  put("history-up", upStrip(pts));
+  document.getElementById("history").dataset.points = String(pts.length);
+  const span = pts.length ? fmtDuration(pts.length * h.interval_s * 1000) : "nothing yet";
+  set("history-note", "one point every " + h.interval_s + " s; " + span + " kept (an hour at most). " +
+    "Per-limit lines for at most 64 limits.");
+  renderOutage(h.outage, h.now_ms);
+}
+
+async function pollHistory() {
+  try {
+    const response = await fetch("/v1/history", { cache: "no-store" });
+    if (response.ok) {
+      history = await response.json();
+      renderHistory(history);
+    }
+  } catch (e) {
+    // The status poll reports an unreachable service.
+  } finally {
+    setTimeout(pollHistory, HISTORY_MS);
+  }
 }
 
 function keyText(key) {
@@ -114,6 +207,13 @@ function renderLimits(status) {
     cell(d.denied, "denied", "num");
     const errors = d.store_error_allowed + d.store_error_denied;
     cell(errors, "store_errors", "num" + (errors > 0 ? " bad" : ""));
+    const spark = cell(null, "history", "spark");
+    const series = history && history.limits[l.name];
+    if (series) {
+      spark.appendChild(sparkline(series.decisions, "", l.name + " decisions"));
+    } else {
+      spark.textContent = "–";
+    }
     const keys = cell(null, "top");
     const ul = el("ul", null, "keys");
     for (const k of l.top_denied) {
@@ -126,7 +226,7 @@ function renderLimits(status) {
   if (!rows.length) {
     const tr = el("tr");
     const td = el("td", "no limits configured");
-    td.colSpan = 11;
+    td.colSpan = 12;
     tr.appendChild(td);
     rows.push(tr);
   }
@@ -140,6 +240,7 @@ async function poll() {
     const status = await response.json();
     set("version", "v" + status.version);
     renderStore(status.store);
+    if (!history) renderOutage(status.store.outage, status.now_ms);
     renderReload(status.reload, status.uptime_ms);
     renderLimits(status);
     polls += 1;
@@ -157,3 +258,4 @@ async function poll() {
 }
 
 poll();
+pollHistory();

@@ -75,6 +75,13 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default `server.shutdown_timeout`: on SIGTERM, requests in flight get this long to be
 /// answered before every connection is closed (below Kubernetes' 30 s grace period).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The default `server.history_interval`: 360 points in the status page's hour.
+pub const DEFAULT_HISTORY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// `server.history_interval`'s range: a second (tests, a close look) to ten minutes.
+pub const HISTORY_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(600));
 /// The default `server.max_connections`, per listener (HTTP, gRPC): well below common file
 /// descriptor limits, so that the store, the config file and the other listener keep theirs.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -116,6 +123,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// On shutdown, how long requests in flight get before every connection is closed.
     pub shutdown_timeout: Duration,
+    /// How often the status page's hour of history is sampled (`crate::history`).
+    pub history_interval: Duration,
 }
 
 /// `[store]`: where counters live.

@@ -63,6 +63,8 @@ pub struct AppState {
     pub(crate) probe: StoreProbe,
     /// Decision counts over time, for rates.
     pub(crate) rates: RateHistory,
+    /// The last hour, and the store's outages, for the status page.
+    pub(crate) history: crate::history::History,
 }
 
 impl AppState {
@@ -84,6 +86,7 @@ impl AppState {
             max_keys: matches!(config.backend, Backend::Memory).then_some(config.max_keys),
             probe: StoreProbe::new(&config.namespace),
             rates: RateHistory::default(),
+            history: crate::history::History::new(crate::config::DEFAULT_HISTORY_INTERVAL),
         }
     }
 }
@@ -98,6 +101,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/top", get(top_denied))
         .route("/metrics", get(render_metrics))
         .route("/v1/status", get(status))
+        .route("/v1/history", get(history))
         .route("/healthz", get(healthz))
         .merge(page::routes())
         .route("/readyz", get(readyz))
@@ -329,7 +333,7 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
         metrics::deny_ratio(limit.limit.name(), limits.deny_ratio(limit.limit.name()));
     }
     metrics::deny_cache_entries(limits.deny_cache_len());
-    let probed = state.probe.recent(&state.store).await;
+    let probed = status::probed(&state).await;
     metrics::store_up(probed.error.is_none() && state.store.circuit_open() != Some(true));
     if let Some(open) = state.store.circuit_open() {
         metrics::circuit_open(open);
@@ -380,14 +384,19 @@ async fn healthz() -> Json<serde_json::Value> {
 
 /// Ready when the store answers the probe (`store_probe.rs`: a write on Redis).
 async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
-    state
-        .probe
-        .probe(&state.store)
-        .await
-        .map_err(ApiError::StoreUnavailable)?;
+    let result = state.probe.probe(&state.store).await;
+    let error = result.as_ref().err().map(|e| e.kind().as_str());
+    state.history.probed(std::time::SystemTime::now(), error);
+    result.map_err(ApiError::StoreUnavailable)?;
     Ok(Reply::json(
         serde_json::json!({ "status": "ready", "store": state.store.kind() }),
     ))
+}
+
+/// `GET /v1/history`: the last hour, for the status page's charts.
+async fn history(State(state): State<Arc<AppState>>) -> Response {
+    let body = status::history(&state);
+    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
 }
 
 /// `GET /v1/status`: what the status page shows.

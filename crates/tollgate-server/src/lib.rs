@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 mod connection;
 pub mod duration;
+pub mod history;
 pub mod http;
 pub mod latency_window;
 pub mod limits;

@@ -226,6 +226,7 @@ pub fn route_label(path: &str) -> &'static str {
         "/v1/limits" => "/v1/limits",
         "/v1/top" => "/v1/top",
         "/v1/status" => "/v1/status",
+        "/v1/history" => "/v1/history",
         "/metrics" => "/metrics",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",

@@ -172,9 +172,11 @@ impl Server {
             spawn_grpc(listener, &state, settings, call_timeout, &stop)
         });
         let leases = spawn_lease_sweep(&state, &stop);
+        let history = spawn_history(&state, &stop);
         let served = serve_http(listener, Arc::clone(&state), settings, shutdown, &stop).await;
         let grpc_served = wind_down(&stop, grpc_task, reloader).await;
         let _ = leases.await;
+        let _ = history.await;
         // Every request has been answered: what the leases hold goes back to the store.
         state.limits.load().return_leases("shutdown").await;
         served?;
@@ -200,6 +202,26 @@ fn spawn_lease_sweep(state: &Arc<AppState>, stop: &Stop) -> JoinHandle<()> {
                     limits.return_expired_leases().await;
                     crate::metrics::leased_units(limits.leased_units());
                 }
+                () = &mut stopped => return,
+            }
+        }
+    })
+}
+
+/// Every `server.history_interval`, samples the status page's hour of history (and probes
+/// the store, so that an outage is seen with no one looking), until `stop`.
+fn spawn_history(state: &Arc<AppState>, stop: &Stop) -> JoinHandle<()> {
+    let state = Arc::clone(state);
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(state.history.interval());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once: the baseline of the first interval's increases.
+        let stopped = stop.stopped();
+        tokio::pin!(stopped);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => crate::status::sample_history(&state).await,
                 () = &mut stopped => return,
             }
         }
@@ -266,12 +288,13 @@ async fn build_state(
         config.store.namespace.clone(),
         clock,
     )?;
-    let state = AppState::new(
+    let mut state = AppState::new(
         limits,
         store,
         &config.store,
         config.server.admin_token.clone(),
     );
+    state.history = crate::history::History::new(config.server.history_interval);
     // After the state, which installs the recorder.
     metrics::store_settings(
         config.store.timeout,

@@ -53,6 +53,9 @@ pub struct StoreStatus {
     pub probe_ms: f64,
     /// How long ago the probe ended, ms (results are reused for up to a second).
     pub probe_age_ms: f64,
+    /// The current outage (`to_ms` null: down since `from_ms`) or the last one (when it
+    /// ended); null: none since the start.
+    pub outage: Option<crate::history::Outage>,
     /// The Redis circuit breaker is open (`null`: memory store, or not connected).
     pub circuit_open: Option<bool>,
     /// While it is open, why: the kind and message of the last failure it counted.
@@ -158,9 +161,66 @@ impl LatencyBody {
     }
 }
 
+/// The store's health as of now (a probe at most a second old, `store_probe.rs`), recorded
+/// in the outage history.
+pub(crate) async fn probed(state: &AppState) -> crate::store_probe::Probed {
+    let probed = state.probe.recent(&state.store).await;
+    let error = probed
+        .error
+        .or_else(|| (state.store.circuit_open() == Some(true)).then_some("circuit_open"));
+    state.history.probed(SystemTime::now(), error);
+    probed
+}
+
+/// One sample of the hour of history: every limit's counts, the store's health and p99.
+pub(crate) async fn sample_history(state: &AppState) {
+    let probed = probed(state).await;
+    let observed = observed();
+    let limits = state.limits.load();
+    let counts: Vec<(&str, crate::history::Totals)> = limits
+        .configs()
+        .iter()
+        .map(|c| {
+            let d = observed.decisions(c.limit.name());
+            (
+                c.limit.name(),
+                [
+                    d.allowed + d.denied + d.store_error_allowed + d.store_error_denied,
+                    d.denied + d.store_error_denied,
+                    d.store_error_allowed + d.store_error_denied,
+                ],
+            )
+        })
+        .collect();
+    let up = probed.error.is_none() && state.store.circuit_open() != Some(true);
+    let p99 = observed.store_latency_percentiles().map(|p| millis(p.p99));
+    state.history.sample(SystemTime::now(), &counts, up, p99);
+}
+
+/// `GET /v1/history`: the last hour and the store's current or last outage.
+#[derive(Debug, Serialize)]
+pub struct HistoryReply {
+    /// The samples.
+    #[serde(flatten)]
+    pub history: crate::history::HistoryBody,
+    /// The store's current outage (`to_ms` null) or its last one; null: none since start.
+    pub outage: Option<crate::history::Outage>,
+    /// Now, ms since the epoch (the page's clock for "… ago").
+    pub now_ms: u64,
+}
+
+/// The history as of now.
+pub(crate) fn history(state: &AppState) -> HistoryReply {
+    HistoryReply {
+        history: state.history.body(),
+        outage: state.history.outage(),
+        now_ms: epoch_ms(SystemTime::now()),
+    }
+}
+
 /// The status as of now.
 pub(crate) async fn status(state: &AppState) -> StatusBody {
-    let probed = state.probe.recent(&state.store).await;
+    let probed = probed(state).await;
     let limits = state.limits.load();
     let memory_keys = state.store.memory_keys();
     let observed = observed();
@@ -217,6 +277,7 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
                 .or_else(|| (state.store.circuit_open() == Some(true)).then_some("circuit_open")),
             probe_ms: millis(probed.took),
             probe_age_ms: millis(probed.at.elapsed()),
+            outage: state.history.outage(),
             circuit_open: state.store.circuit_open(),
             circuit_cause: state.store.circuit_cause(),
             timeout_ms: millis(state.store_timeout),

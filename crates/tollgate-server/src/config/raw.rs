@@ -77,6 +77,7 @@ pub(super) struct RawServer {
     pub(super) idle_timeout: Option<String>,
     pub(super) max_connections: Option<usize>,
     pub(super) shutdown_timeout: Option<String>,
+    pub(super) history_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

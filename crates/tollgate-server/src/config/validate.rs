@@ -19,10 +19,10 @@ use tollgate_redis::DEFAULT_MAX_BATCH;
 
 use super::raw::{RawConfig, RawLimit};
 use super::{
-    Backend, ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HTTP,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TIMEOUT,
-    FieldError, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT, RedisConnection, RedisUrl,
-    SERVER_TIMEOUT_RANGE, Secret, ServerConfig, StoreConfig, address,
+    Backend, ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HISTORY_INTERVAL,
+    DEFAULT_HTTP, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_TIMEOUT, FieldError, HISTORY_INTERVAL_RANGE, LimitConfig, MAX_MAX_BATCH, MAX_TIMEOUT,
+    RedisConnection, RedisUrl, SERVER_TIMEOUT_RANGE, Secret, ServerConfig, StoreConfig, address,
 };
 use crate::duration;
 
@@ -79,6 +79,18 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
             &s.shutdown_timeout,
             DEFAULT_SHUTDOWN_TIMEOUT,
         )?,
+        history_interval: match &s.history_interval {
+            None => DEFAULT_HISTORY_INTERVAL,
+            Some(text) => {
+                let field = "server.history_interval";
+                let t = duration::parse(text).map_err(|e| invalid(field, e.into()))?;
+                let (min, max) = HISTORY_INTERVAL_RANGE;
+                if t < min || t > max {
+                    return Err(invalid(field, FieldError::DurationOutOfRange { min, max }));
+                }
+                t
+            }
+        },
     })
 }
 

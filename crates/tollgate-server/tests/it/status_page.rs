@@ -189,3 +189,114 @@ on_store_error = "allow"
     );
     assert_eq!(cell(&dom, "page_api", "total"), "1", "{dom}");
 }
+
+/// The page's last hour: the traffic drawn as lines, the store's health as a strip, and a
+/// Redis outage told as it happened ("last outage … – …, recovered … ago"), with
+/// `server.history_interval = "1s"` so that a few seconds make several points.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_draws_the_last_hour_and_the_outage() {
+    let mut redis = tollgate_testkit::RedisServer::start();
+    let (_dir, path) = config_file(&format!(
+        r#"
+[server]
+history_interval = "1s"
+
+[store]
+redis = "{}"
+timeout = "200ms"
+
+[[limits]]
+name = "hist_sms"
+algorithm = "fixed_window"
+limit = 5
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+"#,
+        redis.url()
+    ));
+    let process = Process::serve(&path);
+    let history = || async {
+        crate::support::request(process.addr, "GET", "/v1/history", bytes::Bytes::new(), &[])
+            .await
+            .json
+    };
+    let check = r#"{"limit": "hist_sms", "key": {"user": "a"}}"#;
+    for _ in 0..9 {
+        process.post("/v1/check", check).await;
+    }
+    // Down for a few samples, then back.
+    redis.kill();
+    let down = eventually(Duration::from_secs(10), || async {
+        history().await["outage"]["to_ms"].is_null() && !history().await["outage"].is_null()
+    })
+    .await;
+    assert!(down, "no outage recorded: {}", history().await);
+    // Another key: "a" is refused from the deny cache without a store call.
+    let other = r#"{"limit": "hist_sms", "key": {"user": "b"}}"#;
+    for _ in 0..3 {
+        assert_eq!(process.post("/v1/check", other).await.status, 503);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.restart();
+    let recovered = eventually(Duration::from_secs(20), || async {
+        history().await["outage"]["to_ms"].is_u64()
+    })
+    .await;
+    assert!(recovered, "the outage never ended: {}", history().await);
+    let h = history().await;
+    // Killed: its connection is refused, or the first probe waits out its timeout.
+    let error = h["outage"]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error == "connection" || error == "timeout", "{h}");
+    let points = h["points"].as_array().expect("points");
+    let sum = |field: &str| {
+        points
+            .iter()
+            .map(|p| p[field].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert_eq!(sum("decisions"), 12, "{h}");
+    assert_eq!(
+        sum("refused"),
+        7,
+        "4 over the limit, 3 by the deny policy: {h}"
+    );
+    assert_eq!(sum("store_errors"), 3, "{h}");
+    assert!(points.iter().any(|p| p["up"] == false), "{h}");
+    assert_eq!(
+        h["limits"]["hist_sms"]["decisions"]
+            .as_array()
+            .map(Vec::len),
+        Some(points.len()),
+        "the limit's series is aligned with the points: {h}"
+    );
+
+    let url = format!("http://{}/", process.addr);
+    let (dom, console) = tokio::task::spawn_blocking(move || load(&url, 4000))
+        .await
+        .expect("chromium");
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let drawn: u32 = dom
+        .split(r#"id="history" data-points=""#)
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(drawn >= 3, "history points drawn: {drawn}; {dom}");
+    assert!(
+        dom.contains(r#"class="line errors""#),
+        "the store errors line is drawn: {dom}"
+    );
+    assert!(dom.contains(r#"class="down""#), "the down strip: {dom}");
+    let outage = by_id(&dom, "store-outage");
+    assert!(
+        outage.starts_with("last outage ")
+            && outage.contains(&error)
+            && outage.contains("recovered"),
+        "{outage}"
+    );
+    assert!(
+        dom.contains(r#"aria-label="hist_sms decisions"#),
+        "the limit's line: {dom}"
+    );
+}
