@@ -216,13 +216,7 @@ on_store_error = "deny"
     let process = Process::serve(file.path());
     let get = |path: &'static str| request(process.addr, "GET", path, Bytes::new(), &[]);
     let check = r#"{"limit": "writes", "key": {"user": "1"}}"#;
-    let up = |scrape: &str| {
-        scrape
-            .lines()
-            .find(|l| l.starts_with("tollgate_store_up"))
-            .and_then(|l| l.rsplit(' ').next())
-            .map(str::to_owned)
-    };
+    let up = |scrape: &str| crate::support::sample(scrape, "tollgate_store_up");
     assert_eq!(get("/readyz").await.status, 200);
     assert_eq!(process.post("/v1/check", check).await.status, 200);
 

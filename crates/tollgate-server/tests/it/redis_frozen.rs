@@ -93,40 +93,38 @@ async fn run(redis: &RedisServer, process: Arc<Process>, freeze_after: u64) -> A
     tally
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checks_answered_503_during_a_freeze_are_not_charged() {
-    const LIMIT: u64 = 400;
+/// A service on its own Redis with one fixed window of `limit` (`extra`: more of its fields),
+/// frozen once `freeze_after` checks were admitted: some checks are answered 503, and the
+/// key still admits exactly `limit`.
+async fn freeze_admits_the_whole_limit(limit: u64, extra: &str, freeze_after: u64, what: &str) {
     let redis = RedisServer::start();
-    let file = config(&redis.url(), LIMIT, "");
+    let file = config(&redis.url(), limit, extra);
     let process = Arc::new(Process::serve(file.path()));
-    let tally = run(&redis, Arc::clone(&process), 50).await;
+    let tally = run(&redis, Arc::clone(&process), freeze_after).await;
     assert!(
         tally.unavailable.load(Ordering::Relaxed) > 0,
         "no 503: the freeze tested nothing: {tally:?}"
     );
     assert_eq!(
         tally.ok.load(Ordering::Relaxed),
-        LIMIT,
-        "checks answered 503 were charged: {tally:?}\n{}",
+        limit,
+        "{what}: {tally:?}\n{}",
         process.log()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_answered_503_during_a_freeze_are_not_charged() {
+    freeze_admits_the_whole_limit(400, "", 50, "checks answered 503 were charged").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_takes_that_timed_out_keep_no_units() {
-    const LIMIT: u64 = 1_000;
-    let redis = RedisServer::start();
-    let file = config(&redis.url(), LIMIT, "mode = \"lease\"\nlease = 50");
-    let process = Arc::new(Process::serve(file.path()));
-    let tally = run(&redis, Arc::clone(&process), 0).await;
-    assert!(
-        tally.unavailable.load(Ordering::Relaxed) > 0,
-        "no 503: the freeze tested nothing: {tally:?}"
-    );
-    assert_eq!(
-        tally.ok.load(Ordering::Relaxed),
-        LIMIT,
-        "lease takes that timed out kept units: {tally:?}\n{}",
-        process.log()
-    );
+    freeze_admits_the_whole_limit(
+        1_000,
+        "mode = \"lease\"\nlease = 50",
+        0,
+        "lease takes that timed out kept units",
+    )
+    .await;
 }

@@ -89,12 +89,8 @@ async fn putting_the_running_file_back_clears_a_refused_reload() {
         Duration::from_millis(20),
     ))
     .await;
-    let successful = |text: &str| {
-        text.lines()
-            .find(|l| l.starts_with("tollgate_config_last_reload_successful"))
-            .and_then(|l| l.rsplit(' ').next())
-            .map(str::to_owned)
-    };
+    let successful =
+        |text: &str| crate::support::sample(text, "tollgate_config_last_reload_successful");
     std::fs::write(&path, "[[limits]]\nname = \"broken\"\n").expect("write");
     let refused = eventually(Duration::from_secs(10), || async {
         successful(&server.get("/metrics").await.text).as_deref() == Some("0")

@@ -251,12 +251,8 @@ async fn an_idle_limits_deny_ratio_is_nan_not_its_last_value() {
     for _ in 0..4 {
         server.post("/v1/check", body).await;
     }
-    let ratio = |text: &str| {
-        text.lines()
-            .find(|l| l.starts_with(r#"tollgate_deny_ratio{limit="idle_ratio"}"#))
-            .and_then(|l| l.rsplit(' ').next())
-            .map(str::to_owned)
-    };
+    let ratio =
+        |text: &str| crate::support::sample(text, r#"tollgate_deny_ratio{limit="idle_ratio"}"#);
     assert_eq!(
         ratio(&server.get("/metrics").await.text).as_deref(),
         Some("0.75")

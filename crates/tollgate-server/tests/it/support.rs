@@ -273,3 +273,16 @@ pub(crate) fn checked_keys(redis: &tollgate_testkit::RedisServer) -> Vec<String>
         .filter(|k| !k.contains(":readyz:"))
         .collect()
 }
+
+/// The value of the first sample in a Prometheus scrape whose line starts with `series` (a
+/// name, or a name and its labels), as written (`0`, `0.75`, `NaN`).
+pub(crate) fn sample(scrape: &str, series: &str) -> Option<String> {
+    scrape
+        .lines()
+        .find(|l| {
+            l.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_owned)
+}
