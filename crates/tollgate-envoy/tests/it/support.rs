@@ -84,7 +84,9 @@ impl Rls {
                 .build(),
         );
         let limiter = limiter(&store, &clock, limits);
-        let snapshot = Snapshot::new(&envoy, limiter).expect("rules fit the limits");
+        let snapshot = Snapshot::new(&envoy, limiter)
+            .expect("rules fit the limits")
+            .with_clock(clock.clone());
         let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
@@ -114,7 +116,9 @@ impl Rls {
     /// Swaps in new limits (same store and clock) and rules.
     pub(crate) fn swap(&self, limits: Vec<Limit>, rules_toml: &str) {
         let limiter = limiter(&self.store, &self.clock, limits);
-        let snapshot = Snapshot::new(&rules(rules_toml), limiter).expect("rules fit the limits");
+        let snapshot = Snapshot::new(&rules(rules_toml), limiter)
+            .expect("rules fit the limits")
+            .with_clock(self.clock.clone());
         self.snapshots.store(Arc::new(snapshot));
     }
 
@@ -184,22 +188,44 @@ pub(crate) fn metrics() -> &'static Snapshotter {
     })
 }
 
+/// A series' labels, as (key, value).
+pub(crate) type Labels = Vec<(String, String)>;
+
+/// Every counter's total so far, as `(name, labels)`. A snapshot of the debugging recorder
+/// drains its counters, and tests running in parallel take snapshots: each snapshot's values
+/// are added here, so that no test loses another's counts.
+pub(crate) fn counters() -> Vec<(String, Labels, u64)> {
+    type Totals = std::collections::HashMap<(String, Labels), u64>;
+    static TOTALS: OnceLock<std::sync::Mutex<Totals>> = OnceLock::new();
+    let mut totals = TOTALS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (key, .., value) in metrics().snapshot().into_vec() {
+        if let metrics_util::debugging::DebugValue::Counter(n) = value {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            *totals
+                .entry((key.key().name().to_owned(), labels))
+                .or_default() += n;
+        }
+    }
+    totals
+        .iter()
+        .map(|((name, labels), n)| (name.clone(), labels.clone(), *n))
+        .collect()
+}
+
 /// The value of counter `name` with label `limit` = `limit` (0 when never incremented).
 pub(crate) fn counter(name: &str, limit: &str) -> u64 {
-    metrics()
-        .snapshot()
-        .into_vec()
+    counters()
         .into_iter()
-        .filter(|(key, ..)| {
-            key.key().name() == name
-                && key
-                    .key()
-                    .labels()
-                    .any(|l| l.key() == "limit" && l.value() == limit)
+        .filter(|(n, labels, _)| {
+            n == name && labels.iter().any(|(k, v)| k == "limit" && v == limit)
         })
-        .map(|(.., value)| match value {
-            metrics_util::debugging::DebugValue::Counter(n) => n,
-            _ => 0,
-        })
+        .map(|(.., value)| value)
         .sum()
 }
