@@ -83,6 +83,11 @@ pub struct EnvoyRules {
     /// rule with a longer descriptor (which could never match) is refused.
     #[serde(default)]
     pub max_entries: Option<usize>,
+    /// The reference's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: the health checks (`GET
+    /// /healthcheck`, the gRPC health service) report unhealthy while no domain is loaded
+    /// (no YAML file of `config_dir`, no `[[envoy.rules]]`). Default `false`: healthy.
+    #[serde(default)]
+    pub healthy_with_at_least_one_config_loaded: bool,
     /// What `current_limit.name` shows: `rule` (default, the reference's: an imported limit's
     /// YAML `rate_limit.name`, empty where it has none) or `limit` (tollgate's limit names:
     /// the generated `<domain>.<key>…`, `envoy.override.<unit>`).

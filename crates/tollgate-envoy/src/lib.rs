@@ -111,7 +111,7 @@ pub use reference_metrics::{
     OVER_LIMIT, SHADOW_MODE, TOTAL_HITS, WITHIN_LIMIT,
 };
 pub use rules_error::RulesError;
-pub use serve::{GrpcOptions, serve, serve_with};
+pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
 pub use snapshot::{KeyParts, Snapshot};
 pub use tonic;

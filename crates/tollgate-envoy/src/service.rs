@@ -55,6 +55,12 @@ impl<St: Store> RateLimitService<St> {
         }
     }
 
+    /// Whether the current snapshot is healthy ([`Snapshot::healthy`]): what the gRPC health
+    /// service reports.
+    pub fn healthy(&self) -> bool {
+        (self.source)().healthy()
+    }
+
     /// The tonic server wrapping this service, to add to a `tonic::transport::Server`.
     pub fn into_server(self) -> RateLimitServiceServer<RateLimitService<St>> {
         RateLimitServiceServer::new(self)

@@ -44,6 +44,7 @@ pub struct Snapshot<St> {
     shadow: bool,
     caps: DescriptorCaps,
     clock: Arc<dyn Clock>,
+    needs_domain: bool,
 }
 
 /// What a descriptor matched.
@@ -225,6 +226,7 @@ impl<St: Store> Snapshot<St> {
             shadow: config.shadow,
             caps,
             clock: Arc::new(SystemClock),
+            needs_domain: config.healthy_with_at_least_one_config_loaded,
         })
     }
 
@@ -312,6 +314,13 @@ impl<St> Snapshot<St> {
             )),
             Found::Unlimited | Found::Blocked { .. } => None,
         }
+    }
+
+    /// Whether the service is healthy by this config: always, unless `[envoy]
+    /// healthy_with_at_least_one_config_loaded` asks for at least one domain (a YAML file of
+    /// `config_dir`, or a `[[envoy.rules]]` rule) and there is none.
+    pub fn healthy(&self) -> bool {
+        !self.needs_domain || !self.domains.is_empty() || !self.trees.is_empty()
     }
 
     /// The domains with rules or an imported tree, sorted.
@@ -467,6 +476,7 @@ impl<St> fmt::Debug for Snapshot<St> {
             .field("shadow", &self.shadow)
             .field("caps", &self.caps)
             .field("clock", &self.clock)
+            .field("needs_domain", &self.needs_domain)
             .finish()
     }
 }

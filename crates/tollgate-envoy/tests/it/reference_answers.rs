@@ -334,3 +334,63 @@ async fn global_shadow_counts_shadow_mode_only_for_shadow_rules() {
     );
     rls.stop().await;
 }
+
+/// The gRPC health status of each name the service answers for.
+async fn health(rls: &Rls) -> Vec<i32> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", rls.addr))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = HealthClient::new(channel);
+    let mut statuses = Vec::new();
+    for service in [
+        "",
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "ratelimit",
+    ] {
+        let status = client
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("health answers")
+            .into_inner()
+            .status;
+        statuses.push(status);
+    }
+    statuses
+}
+
+/// `[envoy] healthy_with_at_least_one_config_loaded` (the reference's
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`): the gRPC health service reports NOT_SERVING
+/// while no domain is loaded, SERVING once one is (duplicate_domain.yaml, a domain with no
+/// descriptors, counts, as in the reference), and NOT_SERVING again when it goes; without
+/// the option, an empty directory is healthy.
+#[tokio::test]
+async fn health_waits_for_a_domain_when_asked() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+
+    const DUPLICATE: &str = include_str!("../reference/duplicate_domain.yaml");
+    let serving = vec![ServingStatus::Serving as i32; 3];
+    let not_serving = vec![ServingStatus::NotServing as i32; 3];
+    let option = "[envoy]\nhealthy_with_at_least_one_config_loaded = true\n";
+    let settle = tollgate_envoy::HEALTH_INTERVAL * 3;
+
+    let rls = Rls::start_imported(&[], "[envoy]\n").await;
+    assert_eq!(health(&rls).await, serving, "no option: healthy");
+    rls.stop().await;
+
+    let rls = Rls::start_imported(&[], option).await;
+    assert_eq!(health(&rls).await, not_serving, "no domain yet");
+    rls.swap_imported(&[("duplicate_domain.yaml", DUPLICATE)], option);
+    tokio::time::sleep(settle).await;
+    assert_eq!(health(&rls).await, serving, "a domain loaded");
+    rls.swap_imported(&[], option);
+    tokio::time::sleep(settle).await;
+    assert_eq!(health(&rls).await, not_serving, "the last domain removed");
+    rls.stop().await;
+}

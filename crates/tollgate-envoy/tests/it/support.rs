@@ -56,22 +56,19 @@ impl Rls {
     /// Starts the service with the reference's YAML files `files` (name, text) as
     /// `config_dir`, the limits generated for them and the `[envoy]` options `rules_toml`.
     pub(crate) async fn start_imported(files: &[(&str, &str)], rules_toml: &str) -> Rls {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in files {
-            std::fs::write(dir.path().join(name), text).expect("write yaml");
-        }
-        let mut envoy = rules(rules_toml);
-        envoy.imported = tollgate_envoy::load_dir(dir.path()).expect("valid yaml files");
-        let limits = envoy
-            .imported
-            .limits(
-                envoy.algorithm.unwrap_or(tollgate::Algorithm::FixedWindow),
-                envoy
-                    .on_store_error
-                    .unwrap_or(tollgate::OnStoreError::Allow),
-            )
-            .expect("generated limits");
+        let (limits, envoy) = imported(files, rules_toml);
         Rls::start_with(limits, envoy).await
+    }
+
+    /// Swaps in the YAML files `files` and the `[envoy]` options `rules_toml` (same store and
+    /// clock), as a reload does.
+    pub(crate) fn swap_imported(&self, files: &[(&str, &str)], rules_toml: &str) {
+        let (limits, envoy) = imported(files, rules_toml);
+        let limiter = limiter(&self.store, &self.clock, limits);
+        let snapshot = Snapshot::new(&envoy, limiter)
+            .expect("rules fit the limits")
+            .with_clock(self.clock.clone());
+        self.snapshots.store(Arc::new(snapshot));
     }
 
     /// Starts the service with `limits` and the `[envoy]` section `envoy`.
@@ -140,6 +137,27 @@ impl Rls {
             server.await.expect("server task ends cleanly");
         }
     }
+}
+
+/// The `[envoy]` section `rules_toml` with the YAML files `files` (name, text) as its
+/// `config_dir`, and the limits generated for them.
+fn imported(files: &[(&str, &str)], rules_toml: &str) -> (Vec<Limit>, EnvoyRules) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write yaml");
+    }
+    let mut envoy = rules(rules_toml);
+    envoy.imported = tollgate_envoy::load_dir(dir.path()).expect("valid yaml files");
+    let limits = envoy
+        .imported
+        .limits(
+            envoy.algorithm.unwrap_or(tollgate::Algorithm::FixedWindow),
+            envoy
+                .on_store_error
+                .unwrap_or(tollgate::OnStoreError::Allow),
+        )
+        .expect("generated limits");
+    (limits, envoy)
 }
 
 fn limiter(store: &St, clock: &FakeClock, limits: Vec<Limit>) -> Arc<Limiter<St>> {
