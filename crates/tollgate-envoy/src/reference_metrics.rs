@@ -155,16 +155,22 @@ pub(crate) fn record(
             .map(|i| &answer.fixed[i].1);
         let outcome = answer.outcomes.get(slot).and_then(Option::as_ref);
         let shown = answer.shown.get(slot).and_then(Option::as_ref);
-        let hits = match (fixed, outcome) {
+        // The `shadow_mode` series counts rules in shadow mode of their own, as the
+        // reference's: not those that only `[envoy] shadow` makes shadow.
+        let (hits, own_shadow) = match (fixed, outcome) {
             (Some(Fixed::Unlimited), _) => continue,
-            (Some(Fixed::Blocked { own_shadow, .. }), _) => Hits::refused(cost, *own_shadow),
-            // The `shadow_mode` series counts rules in shadow mode of their own, as the
-            // reference's: not those that only `[envoy] shadow` makes shadow.
-            (None, Some(o)) => Hits::of(o, cost, o.shadow && shown.is_some_and(|s| s.own_shadow)),
+            (Some(Fixed::Blocked { own_shadow, .. }), _) => {
+                (Hits::refused(cost, *own_shadow), *own_shadow)
+            }
+            (None, Some(o)) => {
+                let own = o.shadow && shown.is_some_and(|s| s.own_shadow);
+                (Hits::of(o, cost, own), own)
+            }
             (None, None) => continue, // replaced: not decided
         };
-        // A check-only descriptor (`hits_addend` 0) refuses with 0 hits.
-        would_refuse |= hits.refused;
+        // What global shadow mode turned to OK: a refusal that a rule's own shadow mode did
+        // not already answer OK (a check-only descriptor refuses with 0 hits).
+        would_refuse |= hits.refused && !own_shadow;
         if let Counted::Rule(StatKey::Fixed(stat, counters)) = how {
             counters.get_or_init(|| RuleCounters::new(stat)).add(&hits);
         } else {

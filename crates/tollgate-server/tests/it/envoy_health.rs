@@ -101,6 +101,10 @@ async fn a_directory_without_counted_limits_serves() {
                 "{r:?}"
             );
         }
+        // An HTTP answer first: the server installs its SIGTERM handler when its HTTP loop
+        // starts, which may come after the gRPC service answers.
+        let health = request(process.addr, "GET", "/healthz", Bytes::new(), &[]).await;
+        assert_eq!(health.status, 200);
         process.terminate();
     }
 }
