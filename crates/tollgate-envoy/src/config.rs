@@ -83,9 +83,33 @@ pub struct EnvoyRules {
     /// rule with a longer descriptor (which could never match) is refused.
     #[serde(default)]
     pub max_entries: Option<usize>,
+    /// The reference's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: the health checks (`GET
+    /// /healthcheck`, the gRPC health service) report unhealthy while no domain is loaded
+    /// (no YAML file of `config_dir`, no `[[envoy.rules]]`). Default `false`: healthy.
+    #[serde(default)]
+    pub healthy_with_at_least_one_config_loaded: bool,
+    /// What `current_limit.name` shows: `rule` (default, the reference's: an imported limit's
+    /// YAML `rate_limit.name`, empty where it has none) or `limit` (tollgate's limit names:
+    /// the generated `<domain>.<key>…`, `envoy.override.<unit>`).
+    #[serde(default)]
+    pub current_limit_name: CurrentLimitName,
     /// The descriptor trees loaded from `config_dir` (not a config field).
     #[serde(skip)]
     pub imported: Imported,
+}
+
+/// What a descriptor's `current_limit.name` shows (`[envoy] current_limit_name`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CurrentLimitName {
+    /// The reference's: the YAML rule's `rate_limit.name`, empty when it has none (and for a
+    /// limit override); a `[[envoy.rules]]` rule shows its limit's name.
+    #[default]
+    Rule,
+    /// tollgate's limit names: `<domain>.<key>[_<value>]…` for an imported limit,
+    /// `envoy.override.<unit>` for an override. With `enable_x_ratelimit_headers`, Envoy shows
+    /// them to clients (`X-RateLimit-Limit: …;name="…"`).
+    Limit,
 }
 
 /// One `[[envoy.rules]]` entry: a descriptor shape and the limit it goes to.

@@ -13,17 +13,28 @@
 //! was quadratic, and 30,000 descriptors held a runtime thread for 8 s. A call's size is
 //! capped before anything else (`caps.rs`), and every step here is linear in it.
 //!
+//! A descriptor whose own `hits_addend` is 0 is **check only**, as in the reference: it asks
+//! whether its key has a unit left and charges nothing. Such descriptors are peeked (at one
+//! unit, so a key with nothing left answers `OVER_LIMIT` and `limit_remaining` is the key's
+//! current remaining) in a store call of their own, before the charging one; an enforced one
+//! that is over makes the request over limit, and then, all or nothing, nothing is charged.
+//! The two calls are not one atomic step, which costs nothing: the check-only entries write
+//! nothing, so at worst they see the state of a moment earlier.
+//!
 //! A descriptor whose cost exceeds its limit's capacity can never pass: when its rule is
 //! enforced, the request is over limit and nothing is charged; a shadow one is reported as
 //! refusing and charged nothing.
 //!
 //! Imported (YAML) entries follow the reference: an `unlimited` entry is OK and never counted;
-//! an entry of 0 requests per unit is over limit like a too costly one (nothing charged); when
-//! a matched limit `replaces` another matched one by name, the replaced descriptor is not
+//! an entry of 0 requests per unit is over limit like a too costly one (nothing charged),
+//! with the time to the end of its unit-aligned window as `duration_until_reset`; when a
+//! matched limit `replaces` another matched one by name, the replaced descriptor is not
 //! decided (it is answered as unmatched).
 
 use std::collections::HashSet;
 use std::collections::hash_map::{self, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::{LimitDecision, Limiter, Op, Outcome, Store, Verdict};
@@ -39,16 +50,29 @@ pub(crate) struct Answer {
     pub(crate) allowed: bool,
     /// One per descriptor, in order; `None` where no rule matched.
     pub(crate) outcomes: Vec<Option<LimitDecision>>,
-    /// The YAML unit of the imported limit that decided each descriptor, shown as is in
-    /// `current_limit` (a 30-day `month` has no exact equivalent in [`crate::rate_unit`]).
-    pub(crate) units: Vec<Option<Unit>>,
+    /// What the rule that decided each descriptor shows and how it counts (`None` where no
+    /// rule matched).
+    pub(crate) shown: Vec<Option<Shown>>,
     /// Descriptors answered without a limiter decision (imported `unlimited` or 0 per unit),
     /// in slot order.
     pub(crate) fixed: Vec<(usize, Fixed)>,
 }
 
+/// What a decided descriptor's status shows of its rule, and how its statistics count.
+#[derive(Debug, Clone)]
+pub(crate) struct Shown {
+    /// `current_limit.name` (`[envoy] current_limit_name`).
+    pub(crate) name: Arc<str>,
+    /// The YAML unit of an imported limit, shown as is in `current_limit` (a 30-day `month`
+    /// has no exact equivalent in [`crate::rate_unit`]).
+    pub(crate) unit: Option<Unit>,
+    /// Whether the rule is in shadow mode of its own (`shadow_mode: true`, a shadow rule or
+    /// limit), not only by `[envoy] shadow`: only those count `shadow_mode` statistics.
+    pub(crate) own_shadow: bool,
+}
+
 /// An answer that needs no counter.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Fixed {
     /// OK, with `limit_remaining` at its maximum.
     Unlimited,
@@ -56,8 +80,14 @@ pub(crate) enum Fixed {
     Blocked {
         /// The unit.
         unit: Unit,
-        /// Shadow mode.
+        /// Shadow mode (its own or global).
         shadow: bool,
+        /// Shadow mode of its own (`shadow_mode: true`).
+        own_shadow: bool,
+        /// `current_limit.name`: the YAML `rate_limit.name`, empty when none.
+        name: Arc<str>,
+        /// Until the end of the unit-aligned window, as the reference answers.
+        reset: Duration,
     },
 }
 
@@ -69,6 +99,7 @@ struct Item<'a> {
     slots: Vec<usize>,
     rule: &'a Rule,
     parts: Vec<(&'a str, &'a str)>,
+    /// The hits to charge; 0 for a check-only descriptor (`hits_addend` 0).
     cost: u64,
 }
 
@@ -93,6 +124,7 @@ pub(crate) async fn decide<St: Store>(
     // Per-request limit overrides (overrides.rs), validated before anything is decided.
     let overrides = snapshot.overrides(request)?;
     let default_cost = u64::from(request.hits_addend.max(1));
+    let now = snapshot.now();
     let mut fixed = Vec::new();
     let mut found: Vec<Item<'_>> = Vec::new();
     for (slot, d) in request.descriptors.iter().enumerate() {
@@ -102,8 +134,23 @@ pub(crate) async fn decide<St: Store>(
         match snapshot.find_for(&request.domain, d, overrides[slot].as_deref()) {
             None => {}
             Some(Found::Unlimited) => fixed.push((slot, Fixed::Unlimited)),
-            Some(Found::Blocked { unit, shadow }) => {
-                fixed.push((slot, Fixed::Blocked { unit, shadow }));
+            Some(Found::Blocked {
+                unit,
+                shadow,
+                own_shadow,
+                name,
+            }) => {
+                let reset = window_reset(unit, now);
+                fixed.push((
+                    slot,
+                    Fixed::Blocked {
+                        unit,
+                        shadow,
+                        own_shadow,
+                        name: name.clone(),
+                        reset,
+                    },
+                ));
             }
             Some(Found::Limited(rule, parts)) => {
                 let cost = descriptor_cost(d, default_cost);
@@ -116,7 +163,12 @@ pub(crate) async fn decide<St: Store>(
             }
         }
     }
-    let items = merge_same_key(drop_replaced(found));
+    // Check-only descriptors are decided apart: merged among themselves (same key: one peek),
+    // never with a charging descriptor of the same key.
+    let (check_only, charged): (Vec<Item<'_>>, Vec<Item<'_>>) =
+        drop_replaced(found).into_iter().partition(|i| i.cost == 0);
+    let check_only = merge_same_key(check_only);
+    let charged = merge_same_key(charged);
     let limiter = snapshot.limiter();
     let blocked = fixed
         .iter()
@@ -124,15 +176,16 @@ pub(crate) async fn decide<St: Store>(
     let mut answer = Answer {
         allowed: true,
         outcomes: vec![None; request.descriptors.len()],
-        units: vec![None; request.descriptors.len()],
+        shown: vec![None; request.descriptors.len()],
         fixed,
     };
     let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
-        items.iter().partition(|i| i.cost <= i.rule.capacity);
+        charged.iter().partition(|i| i.cost <= i.rule.capacity);
+    let peeked: Vec<&Item<'_>> = check_only.iter().collect();
     if blocked || too_costly.iter().any(|i| !i.rule.shadow) {
         // Can never pass: charge nothing, report each limit's current state.
         answer.allowed = false;
-        let all: Vec<&Item<'_>> = items.iter().collect();
+        let all: Vec<&Item<'_>> = charged.iter().chain(&check_only).collect();
         if !all.is_empty() {
             let verdict = run(limiter, &all, Op::Peek).await?;
             answer.fill(&all, &verdict);
@@ -142,11 +195,19 @@ pub(crate) async fn decide<St: Store>(
             let verdict = run(limiter, &too_costly, Op::Peek).await?;
             answer.fill(&too_costly, &verdict);
         }
-        if !fits.is_empty() {
-            // Every descriptor that can pass, each at its own cost: one atomic store call.
-            let verdict = run(limiter, &fits, Op::Check).await?;
-            answer.fill(&fits, &verdict);
+        if !peeked.is_empty() {
+            // Check only: whether a unit is left, charging nothing.
+            let verdict = run(limiter, &peeked, Op::Peek).await?;
+            answer.fill(&peeked, &verdict);
             answer.allowed = verdict.outcome() == Outcome::Allowed;
+        }
+        if !fits.is_empty() {
+            // Every descriptor that can pass, each at its own cost: one atomic store call
+            // (a peek when a check-only descriptor already refused: all or nothing).
+            let op = if answer.allowed { Op::Check } else { Op::Peek };
+            let verdict = run(limiter, &fits, op).await?;
+            answer.fill(&fits, &verdict);
+            answer.allowed &= verdict.outcome() == Outcome::Allowed;
         }
     }
     for item in too_costly {
@@ -159,12 +220,24 @@ pub(crate) async fn decide<St: Store>(
     Ok(answer)
 }
 
+/// The time from `now` to the end of `unit`'s window, windows aligned to the epoch in whole
+/// seconds: what the reference answers for every limit (`unit - now % unit`, 1..=unit).
+pub(crate) fn window_reset(unit: Unit, now: tollgate::Timestamp) -> Duration {
+    let period = unit.period().as_secs().max(1);
+    let secs = now.as_micros() / 1_000_000;
+    Duration::from_secs(period - secs % period)
+}
+
 impl Answer {
     fn fill(&mut self, batch: &[&Item<'_>], verdict: &Verdict) {
         for (item, d) in batch.iter().zip(verdict.decisions()) {
             for &slot in &item.slots {
                 self.outcomes[slot] = Some(d.clone());
-                self.units[slot] = item.rule.unit;
+                self.shown[slot] = Some(Shown {
+                    name: item.rule.shown.clone(),
+                    unit: item.rule.unit,
+                    own_shadow: item.rule.own_shadow,
+                });
             }
         }
     }
@@ -233,23 +306,20 @@ fn same_key<'a>(item: &Item<'a>) -> SameKey<'a> {
     (&*item.rule.limit, item.rule.shadow, parts)
 }
 
-/// What descriptor `d` costs: its own `hits_addend` when set and positive, else the
-/// request's (`default_cost`, at least 1).
+/// What descriptor `d` costs: its own `hits_addend` when set, 0 included (check only: the
+/// reference's "do not increment"), else the request's (`default_cost`, at least 1).
 pub(crate) fn descriptor_cost(
     d: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
     default_cost: u64,
 ) -> u64 {
-    d.hits_addend
-        .as_ref()
-        .map(|v| v.value)
-        .filter(|&v| v > 0)
-        .unwrap_or(default_cost)
+    d.hits_addend.as_ref().map_or(default_cost, |v| v.value)
 }
 
-/// The cost an item is decided at: its own, or its limit's capacity for a too costly item
-/// (peeked only, to report the limit's state).
+/// The cost an item is decided at: its own, one unit for a check-only item (peeked: is a
+/// unit left?), or its limit's capacity for a too costly item (peeked only, to report the
+/// limit's state).
 fn cost(item: &Item<'_>) -> u64 {
-    item.cost.min(item.rule.capacity)
+    item.cost.clamp(1, item.rule.capacity.max(1))
 }
 
 /// Prepares `batch` (each item with its own key and cost, shadow rules as shadow entries) and

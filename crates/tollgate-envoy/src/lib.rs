@@ -27,7 +27,8 @@
 //!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
 //! - descriptors that match no rule are `OK` and charge nothing;
-//! - `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides the request's;
+//! - a request's `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides it, and
+//!   0 there means check only (peeked, charged nothing), as in the reference;
 //! - a descriptor's `limit` override decides it, on a counter of its own (`overrides.rs`);
 //! - one call's work is bounded: at most `[envoy] max_descriptors` descriptors of at most
 //!   `max_entries` entries each, else `INVALID_ARGUMENT` before anything is decided
@@ -97,7 +98,7 @@ mod yaml;
 pub use caps::{
     CEILING_DESCRIPTORS, CEILING_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_ENTRIES,
 };
-pub use config::{EntryConfig, EnvoyRules, RuleConfig};
+pub use config::{CurrentLimitName, EntryConfig, EnvoyRules, RuleConfig};
 pub use deferred_write::DeferredWrite;
 pub use deferred_write_io::DeferredWriteIo;
 pub use envoy_types;
@@ -110,7 +111,7 @@ pub use reference_metrics::{
     OVER_LIMIT, SHADOW_MODE, TOTAL_HITS, WITHIN_LIMIT,
 };
 pub use rules_error::RulesError;
-pub use serve::{GrpcOptions, serve, serve_with};
+pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
 pub use snapshot::{KeyParts, Snapshot};
 pub use tonic;

@@ -31,8 +31,8 @@ use tollgate::{Algorithm, CheckError, Entry, Key, Limit, Limiter, OnStoreError, 
 use tollgate::{MAX_KEY_VALUE, Store};
 use tonic::Status;
 
-use crate::Unit;
 use crate::snapshot::Rule;
+use crate::{CurrentLimitName, Unit};
 
 /// Most override rates whose rule is kept between calls.
 pub const MAX_CACHED: usize = 1024;
@@ -75,17 +75,25 @@ pub(crate) struct Overrides {
     algorithm: Algorithm,
     policy: OnStoreError,
     shadow: bool,
+    names: CurrentLimitName,
     cached: Mutex<HashMap<(u32, Unit), Arc<Override>>>,
 }
 
 impl Overrides {
     /// Overrides decided with `algorithm`, failing by `policy`, all in shadow mode when
-    /// `shadow` (the global switch).
-    pub(crate) fn new(algorithm: Algorithm, policy: OnStoreError, shadow: bool) -> Overrides {
+    /// `shadow` (the global switch), their `current_limit.name` as `names` says (the
+    /// reference's: empty).
+    pub(crate) fn new(
+        algorithm: Algorithm,
+        policy: OnStoreError,
+        shadow: bool,
+        names: CurrentLimitName,
+    ) -> Overrides {
         Overrides {
             algorithm,
             policy,
             shadow,
+            names,
             cached: Mutex::new(HashMap::new()),
         }
     }
@@ -143,7 +151,12 @@ impl Overrides {
         let quota = Quota::new(u64::from(per_unit), unit.period())?;
         let limit =
             Limit::new(limit_name(unit), self.algorithm, quota)?.on_store_error(self.policy);
-        let mut rule = Rule::for_limit(&limit, self.shadow);
+        // Never in shadow mode of its own, as in the reference.
+        let mut rule = Rule::for_limit(&limit, false);
+        rule.shadow = self.shadow;
+        if self.names == CurrentLimitName::Rule {
+            rule.shown = "".into();
+        }
         rule.unit = Some(unit);
         rule.own = Some(Arc::new(limit));
         let made = Arc::new(Override {
@@ -229,7 +242,12 @@ mod tests {
     /// Rates past the bound are built for their call and not kept.
     #[test]
     fn the_cache_is_bounded() {
-        let overrides = Overrides::new(Algorithm::FixedWindow, OnStoreError::Allow, false);
+        let overrides = Overrides::new(
+            Algorithm::FixedWindow,
+            OnStoreError::Allow,
+            false,
+            CurrentLimitName::Rule,
+        );
         for per_unit in 1..=u32::try_from(MAX_CACHED).expect("small") + 10 {
             let o = overrides.get(per_unit, Unit::Minute).expect("valid");
             assert_eq!(o.rule.capacity, u64::from(per_unit));

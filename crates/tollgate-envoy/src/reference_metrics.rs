@@ -124,6 +124,10 @@ pub(crate) fn level(key: &str, value: Option<&str>) -> String {
 pub(crate) enum Counted<'a> {
     /// By a rule (borrowed from the config's snapshot: nothing cloned per call).
     Rule(&'a StatKey),
+    /// By a `detailed_metric` rule of an imported tree (its own key the fallback), each
+    /// level labelled `key_<value>` with these values: the request's, or the pattern of a
+    /// `share_threshold` wildcard, so that values sharing one counter share one label set.
+    Detailed(&'a Stat, Vec<&'a str>),
     /// By a limit override (the request's entries, keys only beyond the bound).
     Override,
 }
@@ -148,14 +152,25 @@ pub(crate) fn record(
             .fixed
             .binary_search_by_key(&slot, |&(s, _)| s)
             .ok()
-            .map(|i| answer.fixed[i].1);
-        let hits = match (fixed, answer.outcomes.get(slot).and_then(Option::as_ref)) {
+            .map(|i| &answer.fixed[i].1);
+        let outcome = answer.outcomes.get(slot).and_then(Option::as_ref);
+        let shown = answer.shown.get(slot).and_then(Option::as_ref);
+        // The `shadow_mode` series counts rules in shadow mode of their own, as the
+        // reference's: not those that only `[envoy] shadow` makes shadow.
+        let (hits, own_shadow) = match (fixed, outcome) {
             (Some(Fixed::Unlimited), _) => continue,
-            (Some(Fixed::Blocked { shadow, .. }), _) => Hits::refused(cost, shadow),
-            (None, Some(o)) => Hits::of(o, cost),
+            (Some(Fixed::Blocked { own_shadow, .. }), _) => {
+                (Hits::refused(cost, *own_shadow), *own_shadow)
+            }
+            (None, Some(o)) => {
+                let own = o.shadow && shown.is_some_and(|s| s.own_shadow);
+                (Hits::of(o, cost, own), own)
+            }
             (None, None) => continue, // replaced: not decided
         };
-        would_refuse |= hits.over > 0;
+        // What global shadow mode turned to OK: a refusal that a rule's own shadow mode did
+        // not already answer OK (a check-only descriptor refuses with 0 hits).
+        would_refuse |= hits.refused && !own_shadow;
         if let Counted::Rule(StatKey::Fixed(stat, counters)) = how {
             counters.get_or_init(|| RuleCounters::new(stat)).add(&hits);
         } else {
@@ -175,21 +190,25 @@ pub(crate) struct Hits {
     near: u64,
     over: u64,
     shadow: u64,
+    /// Whether the descriptor was refused (its hits may be 0: check only).
+    refused: bool,
 }
 
 impl Hits {
-    fn refused(cost: u64, shadow: bool) -> Hits {
+    /// A refusal of `cost` hits, counted as `shadow_mode` too when `own_shadow`.
+    fn refused(cost: u64, own_shadow: bool) -> Hits {
         Hits {
             total: cost,
             over: cost,
-            shadow: if shadow { cost } else { 0 },
+            shadow: if own_shadow { cost } else { 0 },
+            refused: true,
             ..Hits::default()
         }
     }
 
-    fn of(o: &LimitDecision, cost: u64) -> Hits {
+    fn of(o: &LimitDecision, cost: u64, own_shadow: bool) -> Hits {
         if !o.decision.allowed {
-            return Hits::refused(cost, o.shadow);
+            return Hits::refused(cost, own_shadow);
         }
         let limit = o.quota.limit();
         // Units in use after this hit, and before it.
@@ -232,22 +251,33 @@ impl Hits {
 /// The statistics key of descriptor `d`, counted as `how`.
 fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted<'_>) -> Stat {
     // Past the cap of label sets: a rule's own base key, an override's `_other`.
-    let base = match how {
+    let (base, levels): (Option<&Stat>, Vec<String>) = match how {
         Counted::Rule(StatKey::Fixed(stat, _)) => return stat.clone(),
-        Counted::Rule(StatKey::Detailed(base)) => Some(base),
-        Counted::Override => None,
+        Counted::Detailed(base, values) => (
+            Some(base),
+            d.entries
+                .iter()
+                .zip(values)
+                .map(|(e, v)| level(&e.key, Some(v)))
+                .collect(),
+        ),
+        Counted::Rule(StatKey::Detailed(base)) => (Some(base), request_levels(d)),
+        Counted::Override => (None, request_levels(d)),
     };
-    let levels: Vec<String> = d
-        .entries
-        .iter()
-        .map(|e| level(&e.key, Some(&e.value)))
-        .collect();
     let stat = Stat::new(domain, &levels);
     if admit(&stat) {
         stat
     } else {
         base.map_or_else(|| Stat::new(domain, &["_other".to_owned()]), Stat::clone)
     }
+}
+
+/// `key_value` of each of `d`'s entries (`key` where the value is empty).
+fn request_levels(d: &RateLimitDescriptor) -> Vec<String> {
+    d.entries
+        .iter()
+        .map(|e| level(&e.key, Some(&e.value)))
+        .collect()
 }
 
 /// Whether `stat`, made from descriptor values, may be a label set: already one, or one of

@@ -2,8 +2,12 @@
 //!
 //! The shape of mini-redis's `run(listener, shutdown)`: the caller binds (so tests can bind
 //! `127.0.0.1:0` and read the port) and says when to stop. `grpc.health.v1.Health` reports
-//! `SERVING` for the whole server (`""`) and for `envoy.service.ratelimit.v3.RateLimitService`
-//! while the server runs, so that Envoy's gRPC health checks and load balancers can probe it.
+//! `SERVING` for the whole server (`""`), for `envoy.service.ratelimit.v3.RateLimitService` and
+//! for `ratelimit` (the name the reference service registers, which Envoy deployments probe)
+//! while the server runs and the current snapshot is healthy ([`crate::Snapshot::healthy`]:
+//! with `[envoy] healthy_with_at_least_one_config_loaded`, `NOT_SERVING` while no domain is
+//! loaded). The snapshot is looked at every [`HEALTH_INTERVAL`], so a reload that loads the
+//! first domain (or removes the last) shows within that time.
 //!
 //! [`serve_with`] takes the connections from the caller (so `tollgate serve` can cap and guard
 //! them) and the HTTP/2 limits ([`GrpcOptions`]): keep-alive pings that find dead peers,
@@ -21,6 +25,12 @@ use tollgate::Store;
 use tonic::transport::server::Connected;
 
 use crate::RateLimitService;
+
+/// How often the gRPC health service looks at the current snapshot's health.
+pub const HEALTH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The service names the health service answers for, beside the whole server's `""`.
+const HEALTH_NAMES: [&str; 2] = ["envoy.service.ratelimit.v3.RateLimitService", "ratelimit"];
 
 /// The HTTP/2 limits of the gRPC server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,10 +95,25 @@ where
     IE: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<RateLimitServiceServer<RateLimitService<St>>>()
-        .await;
-    tonic::transport::Server::builder()
+    debug_assert_eq!(
+        <RateLimitServiceServer<RateLimitService<St>> as tonic::server::NamedService>::NAME,
+        HEALTH_NAMES[0]
+    );
+    let mut healthy = service.healthy();
+    report(&reporter, healthy).await;
+    let probe = service.clone();
+    let watcher = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(HEALTH_INTERVAL).await;
+            let now = probe.healthy();
+            if now != healthy {
+                tracing::info!(healthy = now, "envoy rate limit service health changed");
+                report(&reporter, now).await;
+                healthy = now;
+            }
+        }
+    });
+    let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .max_concurrent_streams(options.max_concurrent_streams)
@@ -96,5 +121,19 @@ where
         .add_service(health)
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .await;
+    watcher.abort();
+    served
+}
+
+/// Sets every name's status (the whole server's too) to `healthy`.
+async fn report(reporter: &tonic_health::server::HealthReporter, healthy: bool) {
+    let status = if healthy {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    for name in std::iter::once("").chain(HEALTH_NAMES) {
+        reporter.set_service_status(name, status).await;
+    }
 }

@@ -22,7 +22,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
-use crate::decide::{Answer, Fixed, decide};
+use crate::decide::{Answer, Fixed, Shown, decide};
 use crate::headers::response_headers;
 use crate::{Snapshot, rate_unit, reference_metrics};
 
@@ -53,6 +53,12 @@ impl<St: Store> RateLimitService<St> {
         RateLimitService {
             source: Arc::new(current),
         }
+    }
+
+    /// Whether the current snapshot is healthy ([`Snapshot::healthy`]): what the gRPC health
+    /// service reports.
+    pub fn healthy(&self) -> bool {
+        (self.source)().healthy()
     }
 
     /// The tonic server wrapping this service, to add to a `tonic::transport::Server`.
@@ -108,10 +114,14 @@ fn response<St>(answer: &Answer, snapshot: &Snapshot<St>) -> RateLimitResponse {
             let mut statuses: Vec<DescriptorStatus> = answer
                 .outcomes
                 .iter()
-                .zip(&answer.units)
-                .map(|(o, &unit)| o.as_ref().map_or_else(unmatched, |o| status(o, unit)))
+                .zip(&answer.shown)
+                .map(|(o, shown)| match (o, shown) {
+                    (Some(o), Some(shown)) => status(o, shown),
+                    _ => unmatched(),
+                })
                 .collect();
-            for &(slot, fixed) in &answer.fixed {
+            for (slot, fixed) in &answer.fixed {
+                let (slot, fixed) = (*slot, fixed.clone());
                 if let Some(s) = statuses.get_mut(slot) {
                     *s = fixed_status(fixed);
                 }
@@ -140,7 +150,8 @@ fn unmatched() -> DescriptorStatus {
 }
 
 /// An imported `unlimited` entry (OK, remaining at its maximum, as the reference answers) or
-/// one of 0 per unit (over limit unless shadow).
+/// one of 0 per unit (over limit unless shadow, until the end of its window, as the reference
+/// answers).
 fn fixed_status(fixed: Fixed) -> DescriptorStatus {
     match fixed {
         Fixed::Unlimited => DescriptorStatus {
@@ -148,13 +159,20 @@ fn fixed_status(fixed: Fixed) -> DescriptorStatus {
             limit_remaining: u32::MAX,
             ..DescriptorStatus::default()
         },
-        Fixed::Blocked { unit, shadow } => DescriptorStatus {
+        Fixed::Blocked {
+            unit,
+            shadow,
+            name,
+            reset,
+            ..
+        } => DescriptorStatus {
             code: if shadow { Code::Ok } else { Code::OverLimit } as i32,
             current_limit: Some(RateLimit {
-                name: String::new(),
+                name: name.to_string(),
                 requests_per_unit: 0,
                 unit: envoy_unit(unit) as i32,
             }),
+            duration_until_reset: Some(pb_duration(reset)),
             ..DescriptorStatus::default()
         },
     }
@@ -172,11 +190,11 @@ fn envoy_unit(unit: crate::Unit) -> Unit {
     }
 }
 
-/// A decided descriptor's status; `unit` is an imported limit's own unit, shown with its
-/// `requests_per_unit` instead of the rate computed from the quota.
-fn status(o: &LimitDecision, unit: Option<crate::Unit>) -> DescriptorStatus {
+/// A decided descriptor's status; `shown.unit` is an imported limit's own unit, shown with
+/// its `requests_per_unit` instead of the rate computed from the quota.
+fn status(o: &LimitDecision, shown: &Shown) -> DescriptorStatus {
     let d = &o.decision;
-    let rate = match unit {
+    let rate = match shown.unit {
         Some(unit) => crate::RateUnit {
             unit: envoy_unit(unit),
             requests_per_unit: u32::try_from(o.quota.limit()).unwrap_or(u32::MAX),
@@ -194,7 +212,7 @@ fn status(o: &LimitDecision, unit: Option<crate::Unit>) -> DescriptorStatus {
             Code::OverLimit
         } as i32,
         current_limit: Some(RateLimit {
-            name: o.limit.to_string(),
+            name: shown.name.to_string(),
             requests_per_unit: rate.requests_per_unit,
             unit: rate.unit as i32,
         }),

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Store, validate_name};
+use tollgate::{
+    Algorithm, Clock, Limit, Limiter, OnStoreError, Store, SystemClock, Timestamp, validate_name,
+};
 use tonic::Status;
 
 use crate::caps::DescriptorCaps;
@@ -41,6 +43,8 @@ pub struct Snapshot<St> {
     overrides: Overrides,
     shadow: bool,
     caps: DescriptorCaps,
+    clock: Arc<dyn Clock>,
+    needs_domain: bool,
 }
 
 /// What a descriptor matched.
@@ -54,8 +58,12 @@ pub(crate) enum Found<'a> {
     Blocked {
         /// Its unit.
         unit: Unit,
-        /// Whether it is in shadow mode.
+        /// Whether it is in shadow mode (its own or global).
         shadow: bool,
+        /// Whether it is in shadow mode of its own (`shadow_mode: true`).
+        own_shadow: bool,
+        /// Its `current_limit.name`.
+        name: &'a Arc<str>,
     },
 }
 
@@ -64,7 +72,13 @@ pub(crate) enum Found<'a> {
 pub(crate) struct Rule {
     pub(crate) entries: Box<[RuleEntry]>,
     pub(crate) limit: Arc<str>,
+    /// Whether its descriptors are shadow entries (its own shadow mode, or global).
     pub(crate) shadow: bool,
+    /// Whether it is in shadow mode of its own (a shadow rule or limit, `shadow_mode: true`),
+    /// not only by `[envoy] shadow`.
+    pub(crate) own_shadow: bool,
+    /// What `current_limit.name` shows.
+    pub(crate) shown: Arc<str>,
     /// The largest cost the limit can ever admit.
     pub(crate) capacity: u64,
     /// Whether the limit takes every key part it is given (no fixed key shape).
@@ -82,12 +96,15 @@ pub(crate) struct Rule {
 }
 
 impl Rule {
-    /// A rule deciding with `limit` (entries are the caller's).
+    /// A rule deciding with `limit`, in shadow mode of its own when `shadow` or the limit is
+    /// (entries are the caller's; `current_limit.name` shows the limit's name).
     pub(crate) fn for_limit(limit: &Limit, shadow: bool) -> Rule {
         Rule {
             entries: Box::new([]),
             limit: limit.name_arc().clone(),
-            shadow,
+            shadow: shadow || limit.is_shadow(),
+            own_shadow: shadow || limit.is_shadow(),
+            shown: limit.name_arc().clone(),
             capacity: limit.capacity(),
             open_key: limit.key_parts().is_none(),
             name: None,
@@ -185,12 +202,13 @@ impl<St: Store> Snapshot<St> {
                             .map(|e| level(&e.key, e.value.as_deref()))
                             .collect::<Vec<_>>(),
                     ))),
-                    ..Rule::for_limit(limit, rule.shadow || config.shadow)
+                    shadow: rule.shadow || limit.is_shadow() || config.shadow,
+                    ..Rule::for_limit(limit, rule.shadow)
                 });
         }
         let mut trees = HashMap::new();
         for domain in &config.imported.domains {
-            let tree = Level::compile(domain, &limiter, config.shadow)?;
+            let tree = Level::compile(domain, &limiter, config.shadow, config.current_limit_name)?;
             trees.insert(domain.name.as_str().into(), tree);
         }
         Ok(Snapshot {
@@ -203,10 +221,21 @@ impl<St: Store> Snapshot<St> {
                 config.algorithm.unwrap_or(Algorithm::FixedWindow),
                 config.on_store_error.unwrap_or(OnStoreError::Allow),
                 config.shadow,
+                config.current_limit_name,
             ),
             shadow: config.shadow,
             caps,
+            clock: Arc::new(SystemClock),
+            needs_domain: config.healthy_with_at_least_one_config_loaded,
         })
+    }
+
+    /// The same snapshot reading `clock` for the times it computes itself (the window reset
+    /// of a 0-per-unit entry, which has no counter to ask); the system clock by default.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Snapshot<St> {
+        self.clock = Arc::new(clock);
+        self
     }
 }
 
@@ -229,6 +258,11 @@ impl<St> Snapshot<St> {
     /// How many descriptors a call may carry, and entries a descriptor.
     pub(crate) fn caps(&self) -> DescriptorCaps {
         self.caps
+    }
+
+    /// The snapshot's clock's time.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     /// Whether global shadow mode is on.
@@ -280,6 +314,13 @@ impl<St> Snapshot<St> {
             )),
             Found::Unlimited | Found::Blocked { .. } => None,
         }
+    }
+
+    /// Whether the service is healthy by this config: always, unless `[envoy]
+    /// healthy_with_at_least_one_config_loaded` asks for at least one domain (a YAML file of
+    /// `config_dir`, or a `[[envoy.rules]]` rule) and there is none.
+    pub fn healthy(&self) -> bool {
+        !self.needs_domain || !self.domains.is_empty() || !self.trees.is_empty()
     }
 
     /// The domains with rules or an imported tree, sorted.
@@ -334,12 +375,20 @@ impl<St> Snapshot<St> {
                 {
                     return rule.stat.as_ref().map(Counted::Rule);
                 }
-                let (target, _) = self.trees.get(request.domain.as_str())?.find(&d.entries)?;
-                match target {
-                    Target::Limited(rule) => rule.stat.as_ref().map(Counted::Rule),
-                    Target::Blocked { stat, .. } => Some(Counted::Rule(stat)),
-                    Target::Unlimited | Target::Nothing => None,
-                }
+                let (target, parts) = self.trees.get(request.domain.as_str())?.find(&d.entries)?;
+                let stat = match target {
+                    Target::Limited(rule) => rule.stat.as_ref()?,
+                    Target::Blocked { stat, .. } => stat,
+                    Target::Unlimited | Target::Nothing => return None,
+                };
+                Some(match stat {
+                    // Each level labelled by the value its key takes: the request's, or the
+                    // pattern of a `share_threshold` wildcard (as the reference labels it).
+                    StatKey::Detailed(base) => {
+                        Counted::Detailed(base, parts.into_iter().map(|(_, v)| v).collect())
+                    }
+                    StatKey::Fixed(..) => Counted::Rule(stat),
+                })
             })
             .collect()
     }
@@ -358,7 +407,18 @@ impl<St> Snapshot<St> {
         Some(match target {
             Target::Limited(rule) => Found::Limited(rule, parts),
             Target::Unlimited => Found::Unlimited,
-            &Target::Blocked { unit, shadow, .. } => Found::Blocked { unit, shadow },
+            Target::Blocked {
+                unit,
+                shadow,
+                own_shadow,
+                name,
+                ..
+            } => Found::Blocked {
+                unit: *unit,
+                shadow: *shadow,
+                own_shadow: *own_shadow,
+                name,
+            },
             Target::Nothing => return None,
         })
     }
@@ -415,6 +475,8 @@ impl<St> fmt::Debug for Snapshot<St> {
             .field("overrides", &self.overrides)
             .field("shadow", &self.shadow)
             .field("caps", &self.caps)
+            .field("clock", &self.clock)
+            .field("needs_domain", &self.needs_domain)
             .finish()
     }
 }

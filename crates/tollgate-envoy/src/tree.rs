@@ -20,7 +20,7 @@ use tollgate::{Limiter, Store};
 use crate::imported::{Descriptor, Domain, part_name};
 use crate::reference_metrics::{Stat, StatKey, level as stat_level};
 use crate::snapshot::Rule;
-use crate::{RulesError, Unit};
+use crate::{CurrentLimitName, RulesError, Unit};
 
 /// One level of a tree.
 #[derive(Debug, Default)]
@@ -61,8 +61,12 @@ pub(crate) enum Target {
     Blocked {
         /// The limit's unit, for the answer.
         unit: Unit,
-        /// `shadow_mode`.
+        /// `shadow_mode`, or global shadow mode.
         shadow: bool,
+        /// `shadow_mode`.
+        own_shadow: bool,
+        /// `current_limit.name`: `rate_limit.name`, empty when none.
+        name: Arc<str>,
         /// Its statistics key.
         stat: StatKey,
     },
@@ -74,21 +78,34 @@ impl Level {
         domain: &Domain,
         limiter: &Limiter<St>,
         global_shadow: bool,
+        names: CurrentLimitName,
     ) -> Result<Level, RulesError> {
-        Level::build(domain, &domain.descriptors, &[], limiter, global_shadow)
+        let how = How {
+            limiter,
+            global_shadow,
+            names,
+        };
+        Level::build(domain, &domain.descriptors, &[], &how)
     }
 
     fn build<St: Store>(
         domain: &Domain,
         list: &[Descriptor],
         above: &[String],
-        limiter: &Limiter<St>,
-        global_shadow: bool,
+        how: &How<'_, St>,
     ) -> Result<Level, RulesError> {
+        let limiter = how.limiter;
         let depth = above.len();
         let mut level = Level::default();
         for d in list {
-            let shadow = d.shadow_mode || global_shadow;
+            let shadow = d.shadow_mode || how.global_shadow;
+            // `current_limit.name`: the YAML name, as the reference sends it.
+            let yaml_name: Arc<str> = d
+                .rate_limit
+                .as_ref()
+                .and_then(|rl| rl.name.as_deref())
+                .unwrap_or("")
+                .into();
             // The reference's statistics key: `key` or `key_value` of every level down here.
             let mut levels = above.to_vec();
             levels.push(stat_level(&d.key, d.value.as_deref()));
@@ -109,14 +126,24 @@ impl Level {
                                 format!("generated limit {name:?} is not loaded"),
                             )
                         })?;
-                        let mut rule = Rule::for_limit(limit, shadow);
+                        let mut rule = Rule::for_limit(limit, d.shadow_mode);
+                        rule.shadow = shadow;
+                        if how.names == CurrentLimitName::Rule {
+                            rule.shown = yaml_name;
+                        }
                         rule.name = rl.name.as_deref().map(Arc::from);
                         rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
                         rule.unit = rl.unit;
                         rule.stat = Some(stat);
                         Target::Limited(rule)
                     }
-                    (None, Some(unit)) => Target::Blocked { unit, shadow, stat },
+                    (None, Some(unit)) => Target::Blocked {
+                        unit,
+                        shadow,
+                        own_shadow: d.shadow_mode,
+                        name: yaml_name,
+                        stat,
+                    },
                     (None, None) => Target::Nothing,
                 },
             };
@@ -125,7 +152,7 @@ impl Level {
                 part: part_name(depth).into(),
                 shared: wildcard.filter(|_| d.share_threshold).map(Into::into),
                 target,
-                children: Level::build(domain, &d.descriptors, &levels, limiter, global_shadow)?,
+                children: Level::build(domain, &d.descriptors, &levels, how)?,
             };
             let key: Box<str> = d.key.as_str().into();
             match (&d.value, wildcard) {
@@ -180,6 +207,13 @@ impl Level {
             })
             .or_else(|| self.default.get(entry.key.as_str()))
     }
+}
+
+/// What a tree is compiled with.
+struct How<'a, St> {
+    limiter: &'a Limiter<St>,
+    global_shadow: bool,
+    names: CurrentLimitName,
 }
 
 /// Whether `value` matches the pattern split at its `*`s.

@@ -249,7 +249,8 @@ impl Config {
     ///
     /// # Errors
     /// [`ConfigError`] naming `origin` and the field; a file without `[[limits]]` is refused
-    /// ([`ConfigError::NoLimits`]), since it would answer every check `unknown limit`.
+    /// ([`ConfigError::NoLimits`]), since it would answer every check `unknown limit`, unless
+    /// it has an `[envoy] config_dir` (whose files may hold no counted limit at all).
     ///
     /// A relative `envoy.config_dir` is taken from the directory of `origin` (the file's path,
     /// as the reload passes it), and the YAML files are read on every call, so a reload sees
@@ -259,7 +260,10 @@ impl Config {
         let mut raw = RawConfig::parse(text, origin)?;
         validate::import_envoy(&mut raw.envoy, base, origin)?;
         let config = Config::from_raw(raw, origin, overrides)?;
-        if config.limits.is_empty() {
+        // An Envoy directory is a config of its own, as the reference loads it: even with no
+        // counted limit (only unlimited, whitelisted or 0-per-unit entries, a domain with no
+        // descriptors) or no file yet; what its calls match decides them.
+        if config.limits.is_empty() && config.envoy.config_dir.is_none() {
             return Err(ConfigError::NoLimits {
                 origin: origin.to_owned(),
             });

@@ -103,6 +103,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/history", get(history))
         .route("/healthz", get(healthz))
+        .route("/healthcheck", get(healthcheck))
         .merge(page::routes())
         .route("/readyz", get(readyz))
         .route("/json", post(envoy_json))
@@ -380,6 +381,17 @@ async fn envoy_json(
 
 async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// The reference Envoy rate limit service's health check, where Envoy deployments probe it:
+/// `200 OK` (text), or `500` with no body while the Envoy rules are unhealthy (`[envoy]
+/// healthy_with_at_least_one_config_loaded` and no domain loaded), as the reference answers.
+async fn healthcheck(State(state): State<Arc<AppState>>) -> Response {
+    if state.limits.load().envoy().healthy() {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+    }
 }
 
 /// Ready when the store answers the probe (`store_probe.rs`: a write on Redis).

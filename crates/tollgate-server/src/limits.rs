@@ -73,17 +73,23 @@ impl Limits {
         rules: &EnvoyRules,
         store: AnyStore,
         namespace: Namespace,
-        clock: Option<impl Clock>,
+        clock: Option<impl Clock + Clone>,
     ) -> Result<Limits, LimitsError> {
         let mut builder = Limiter::builder(store.boxed().clone())
             .namespace(namespace)
             .deny_cache(store.deny_cache_entries())
             .limits(configs.iter().map(|c| c.limit.clone().shadow(c.shadow)));
-        if let Some(clock) = clock {
-            builder = builder.clock(clock);
+        if let Some(clock) = &clock {
+            builder = builder.clock(clock.clone());
         }
         let limiter = Arc::new(builder.build()?);
-        let envoy = Arc::new(Snapshot::new(rules, Arc::clone(&limiter))?);
+        let mut envoy = Snapshot::new(rules, Arc::clone(&limiter))?;
+        // The times the Envoy service computes itself (a block list's window reset) on the
+        // limiter's clock when it has one.
+        if let Some(clock) = clock {
+            envoy = envoy.with_clock(clock);
+        }
+        let envoy = Arc::new(envoy);
         store.hear_resets_for(&limiter);
         Ok(Limits {
             limiter,

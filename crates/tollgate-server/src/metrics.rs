@@ -229,6 +229,7 @@ pub fn route_label(path: &str) -> &'static str {
         "/v1/history" => "/v1/history",
         "/metrics" => "/metrics",
         "/healthz" => "/healthz",
+        "/healthcheck" => "/healthcheck",
         "/readyz" => "/readyz",
         "/json" => "/json",
         "/" => "/",

@@ -5,6 +5,7 @@ mod config;
 mod overrides;
 mod python;
 mod readme_examples;
+mod reference_answers;
 mod rls;
 mod support;
 mod yaml;

@@ -56,22 +56,19 @@ impl Rls {
     /// Starts the service with the reference's YAML files `files` (name, text) as
     /// `config_dir`, the limits generated for them and the `[envoy]` options `rules_toml`.
     pub(crate) async fn start_imported(files: &[(&str, &str)], rules_toml: &str) -> Rls {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in files {
-            std::fs::write(dir.path().join(name), text).expect("write yaml");
-        }
-        let mut envoy = rules(rules_toml);
-        envoy.imported = tollgate_envoy::load_dir(dir.path()).expect("valid yaml files");
-        let limits = envoy
-            .imported
-            .limits(
-                envoy.algorithm.unwrap_or(tollgate::Algorithm::FixedWindow),
-                envoy
-                    .on_store_error
-                    .unwrap_or(tollgate::OnStoreError::Allow),
-            )
-            .expect("generated limits");
+        let (limits, envoy) = imported(files, rules_toml);
         Rls::start_with(limits, envoy).await
+    }
+
+    /// Swaps in the YAML files `files` and the `[envoy]` options `rules_toml` (same store and
+    /// clock), as a reload does.
+    pub(crate) fn swap_imported(&self, files: &[(&str, &str)], rules_toml: &str) {
+        let (limits, envoy) = imported(files, rules_toml);
+        let limiter = limiter(&self.store, &self.clock, limits);
+        let snapshot = Snapshot::new(&envoy, limiter)
+            .expect("rules fit the limits")
+            .with_clock(self.clock.clone());
+        self.snapshots.store(Arc::new(snapshot));
     }
 
     /// Starts the service with `limits` and the `[envoy]` section `envoy`.
@@ -84,7 +81,9 @@ impl Rls {
                 .build(),
         );
         let limiter = limiter(&store, &clock, limits);
-        let snapshot = Snapshot::new(&envoy, limiter).expect("rules fit the limits");
+        let snapshot = Snapshot::new(&envoy, limiter)
+            .expect("rules fit the limits")
+            .with_clock(clock.clone());
         let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
@@ -114,7 +113,9 @@ impl Rls {
     /// Swaps in new limits (same store and clock) and rules.
     pub(crate) fn swap(&self, limits: Vec<Limit>, rules_toml: &str) {
         let limiter = limiter(&self.store, &self.clock, limits);
-        let snapshot = Snapshot::new(&rules(rules_toml), limiter).expect("rules fit the limits");
+        let snapshot = Snapshot::new(&rules(rules_toml), limiter)
+            .expect("rules fit the limits")
+            .with_clock(self.clock.clone());
         self.snapshots.store(Arc::new(snapshot));
     }
 
@@ -136,6 +137,27 @@ impl Rls {
             server.await.expect("server task ends cleanly");
         }
     }
+}
+
+/// The `[envoy]` section `rules_toml` with the YAML files `files` (name, text) as its
+/// `config_dir`, and the limits generated for them.
+fn imported(files: &[(&str, &str)], rules_toml: &str) -> (Vec<Limit>, EnvoyRules) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write yaml");
+    }
+    let mut envoy = rules(rules_toml);
+    envoy.imported = tollgate_envoy::load_dir(dir.path()).expect("valid yaml files");
+    let limits = envoy
+        .imported
+        .limits(
+            envoy.algorithm.unwrap_or(tollgate::Algorithm::FixedWindow),
+            envoy
+                .on_store_error
+                .unwrap_or(tollgate::OnStoreError::Allow),
+        )
+        .expect("generated limits");
+    (limits, envoy)
 }
 
 fn limiter(store: &St, clock: &FakeClock, limits: Vec<Limit>) -> Arc<Limiter<St>> {
@@ -184,22 +206,44 @@ pub(crate) fn metrics() -> &'static Snapshotter {
     })
 }
 
+/// A series' labels, as (key, value).
+pub(crate) type Labels = Vec<(String, String)>;
+
+/// Every counter's total so far, as `(name, labels)`. A snapshot of the debugging recorder
+/// drains its counters, and tests running in parallel take snapshots: each snapshot's values
+/// are added here, so that no test loses another's counts.
+pub(crate) fn counters() -> Vec<(String, Labels, u64)> {
+    type Totals = std::collections::HashMap<(String, Labels), u64>;
+    static TOTALS: OnceLock<std::sync::Mutex<Totals>> = OnceLock::new();
+    let mut totals = TOTALS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (key, .., value) in metrics().snapshot().into_vec() {
+        if let metrics_util::debugging::DebugValue::Counter(n) = value {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            *totals
+                .entry((key.key().name().to_owned(), labels))
+                .or_default() += n;
+        }
+    }
+    totals
+        .iter()
+        .map(|((name, labels), n)| (name.clone(), labels.clone(), *n))
+        .collect()
+}
+
 /// The value of counter `name` with label `limit` = `limit` (0 when never incremented).
 pub(crate) fn counter(name: &str, limit: &str) -> u64 {
-    metrics()
-        .snapshot()
-        .into_vec()
+    counters()
         .into_iter()
-        .filter(|(key, ..)| {
-            key.key().name() == name
-                && key
-                    .key()
-                    .labels()
-                    .any(|l| l.key() == "limit" && l.value() == limit)
+        .filter(|(n, labels, _)| {
+            n == name && labels.iter().any(|(k, v)| k == "limit" && v == limit)
         })
-        .map(|(.., value)| match value {
-            metrics_util::debugging::DebugValue::Counter(n) => n,
-            _ => 0,
-        })
+        .map(|(.., value)| value)
         .sum()
 }

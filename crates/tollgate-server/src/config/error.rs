@@ -36,8 +36,9 @@ pub enum ConfigError {
         #[source]
         source: FieldError,
     },
-    /// The file defines no `[[limits]]`: a service without limits answers every check
-    /// `unknown limit`, so an empty (e.g. truncated) file is refused rather than served.
+    /// The file defines no `[[limits]]` and no `[envoy] config_dir`: a service without limits
+    /// answers every check `unknown limit`, so an empty (e.g. truncated) file is refused rather
+    /// than served.
     #[error("{origin}: limits: no [[limits]] defined; a config file needs at least one limit")]
     NoLimits {
         /// The file.

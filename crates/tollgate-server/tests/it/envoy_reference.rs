@@ -118,10 +118,11 @@ const HOUR: i32 = Unit::Hour as i32;
 /// An override is decided by its own rate, on a counter of its own (per rate), never the
 /// configured limit's; a bad unit or 0 per unit is INVALID_ARGUMENT naming the field and
 /// charges nothing (the other descriptor of that call included); a domain the config does
-/// not know ignores overrides, as the reference does.
+/// not know ignores overrides, as the reference does. (`current_limit_name = "limit"`: the
+/// names say which limit decided.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_overrides_have_their_own_counters_and_are_validated() {
-    let (_dir, process) = serve("");
+    let (_dir, process) = serve("current_limit_name = \"limit\"");
     let mut client = connect(process.grpc.expect("grpc address")).await;
     let t1 = [("tenant", "t1")];
     let over = |n, unit| req("shop", vec![descriptor(&t1, Some((n, unit)))]);
@@ -412,10 +413,17 @@ async fn global_shadow_mode_answers_ok_and_keeps_counting() {
         2.0,
         "{text}"
     );
+    // The per-rule `shadow_mode` series counts rules in shadow mode of their own (none
+    // here), as the reference's: global shadow mode counts `over_limit`.
     let edge = r#"domain="edge",key1="user""#;
     assert_eq!(
+        series(&text, "ratelimit_service_rate_limit_over_limit", edge),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
         series(&text, "ratelimit_service_rate_limit_shadow_mode", edge),
-        2.0
+        0.0
     );
 }
 

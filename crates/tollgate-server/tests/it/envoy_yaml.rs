@@ -53,7 +53,9 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
     for _ in 0..2 {
         let r = call(&mut client, "messaging", &marketing).await;
         assert_eq!(code(&r), Code::Ok, "{r:?}");
-        assert_eq!(limit_name(&r), "messaging.message_type_marketing.to_number");
+        let limit = r.statuses[0].current_limit.as_ref().expect("a limit");
+        // The nested entry's 2 per day; no YAML `name`, so an empty one (as the reference).
+        assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("", 2));
     }
     let r = call(&mut client, "messaging", &marketing).await;
     assert_eq!(code(&r), Code::OverLimit, "{r:?}");

@@ -6,6 +6,7 @@ mod api;
 mod bad_input;
 mod binary;
 mod config;
+mod envoy_health;
 mod envoy_reference;
 mod envoy_yaml;
 mod grpc;
