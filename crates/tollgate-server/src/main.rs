@@ -7,10 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use tokio::net::TcpListener;
 use tollgate_server::cli::{self, Cli, Command};
 use tollgate_server::config::{Config, ConfigError, Overrides};
-use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, shutdown_signal};
+use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, listen, shutdown_signal};
 
 /// mimalloc rather than the system's allocator. The service allocates and frees a few small
 /// buffers per request, often on another worker thread than the one that allocated them, and
@@ -90,8 +89,7 @@ async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()
         Some(path) => Config::load(path, &overrides)?,
         None => Config::without_file(&overrides)?,
     };
-    let listener = TcpListener::bind(config.server.http)
-        .await
+    let listener = listen(config.server.http)
         .with_context(|| format!("cannot listen on {}", config.server.http))?;
     let mut server = Server::new(config);
     if let Some(path) = path {

@@ -3,9 +3,10 @@
 //! second one, until the shutdown future resolves; and (when told the config file's path)
 //! reloads limits and Envoy rules when the file changes or on SIGHUP.
 //!
-//! The shape is mini-redis's `run(listener, shutdown)`: the caller binds (tests bind
-//! `127.0.0.1:0`; [`Server::grpc_listener`] for the gRPC side, else `run` binds
-//! `server.grpc` itself) and decides what "shutdown" means (`main`: SIGINT or SIGTERM).
+//! The shape is mini-redis's `run(listener, shutdown)`: the caller binds (`main` with
+//! [`listen`], whose accept queue a flood does not fill; tests bind `127.0.0.1:0`;
+//! [`Server::grpc_listener`] for the gRPC side, else `run` binds `server.grpc` itself, with
+//! [`listen`]) and decides what "shutdown" means (`main`: SIGINT or SIGTERM).
 //! Shutdown is graceful and reaches both servers at once: the listeners stop accepting,
 //! requests and calls in flight are answered, within `server.shutdown_timeout` whatever the
 //! clients do (then every connection is closed). If either server fails, the other is shut
@@ -36,6 +37,36 @@ use crate::store::AnyStore;
 
 /// How often the config file is looked at, by default.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The accept queue asked of the kernel for each listener ([`listen`]), which caps it at
+/// `net.core.somaxconn` (4096 by default since Linux 5.4).
+///
+/// Deep enough that a flood of sockets over `max_connections` does not fill it: once it is
+/// full, the kernel drops new clients' SYNs, and a client whose SYN is dropped tries again only
+/// after 1 s (then 3 s). With 128 (the standard library's, which tokio's `bind` uses too), a
+/// 6 000-socket flood against the default cap of 4096 filled it in bursts: a new client now
+/// and then waited a second or more. Queued connections cost the process nothing until they
+/// are accepted.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` with an accept queue of [`LISTEN_BACKLOG`] (what `main` binds,
+/// and `run` for `server.grpc`).
+///
+/// # Errors
+/// When the address cannot be bound (taken, not local, not permitted).
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As the standard library's `bind` does: a restarted service rebinds at once, even with
+    // its previous connections still in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -259,8 +290,7 @@ async fn bind_grpc(
 ) -> Result<Option<TcpListener>, ServeError> {
     match (given, addr) {
         (Some(listener), _) => Ok(Some(listener)),
-        (None, Some(addr)) => TcpListener::bind(addr)
-            .await
+        (None, Some(addr)) => listen(addr)
             .map(Some)
             .map_err(|source| ServeError::GrpcBind { addr, source }),
         (None, None) => Ok(None),
