@@ -212,7 +212,23 @@ fn single_pair_path_equals_the_general_one() {
         )
     };
     assert!(check(&a).expect("room").allowed);
-    assert!(matches!(check(&b), Err(StoreError::Full { max_keys: 1 })));
+    // At the cap, a second key is refused (`full`) or evicts the first, depending on whether
+    // the hasher's seed puts both in one shard: the general path must do the same.
+    let twin = MemoryStore::builder()
+        .sweep_interval(None)
+        .max_keys(1)
+        .build();
+    let general = |k: &Key| {
+        let request = Request::new([Entry::new(&l, k.clone())], 1).expect("valid");
+        twin.decide_at(&request, Op::Check, now)
+    };
+    assert!(general(&a).expect("room")[0].allowed);
+    match (check(&b), general(&b)) {
+        (Err(StoreError::Full { max_keys: 1 }), Err(StoreError::Full { max_keys: 1 })) => {}
+        (Ok(single), Ok(general)) => assert_eq!(single, general[0]),
+        other => panic!("the paths differ at the cap: {other:?}"),
+    }
+    assert_eq!(capped.len(), twin.len());
 }
 
 /// A single-pair request is validated like a general one.
