@@ -13,18 +13,39 @@
 //! sketches, merged when asked: a key's count is the sum of its counts where held, and its
 //! error adds, for each minute where it is not held, that minute's smallest count).
 //!
+//! Watching must cost nothing (issue #33): every refusal counts here, so the refusal path
+//! shares no lock between cores. A limit's counts are split into shards, one per core: a
+//! thread counts in its home shard (its refusal ratio with atomics, its sketches under the
+//! shard's own mutex, taken with `try_lock`; when another thread holds it, the next free
+//! shard, which becomes the thread's home). A shard's sketches allocate nothing once full (the
+//! minutes are a ring of reused sketches) and take a new key in O(log capacity)
+//! (`top_denied/sketch.rs`). Reading merges every shard's sketches as it merges minutes, by the same
+//! rule: a key absent from a sketch takes that sketch's floor in its count and its error. The
+//! bound is kept: each sketch's floor is at most its own refusals ÷ `CAPACITY`, so the error
+//! of a merged count stays within `n / CAPACITY` of all `n` refusals merged, and a key refused
+//! more than that is held in at least one shard, so listed. Memory: shards × six sketches ×
+//! `CAPACITY` counters per limit, at most.
+//!
 //! Time comes from the limiter's clock (minutes since the epoch), never read here.
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
-use crate::Key;
+use crate::{BuildKeyHasher, Key};
+
+mod sketch;
+
+use sketch::Sketch;
 
 /// Counters per sketch.
 pub const TOP_CAPACITY: usize = 64;
 /// One-minute sketches in the recent span.
 const MINUTES: usize = 5;
+/// Most shards per limit, whatever the number of cores.
+const MAX_SHARDS: usize = 16;
 
 /// A key among the most refused, with its count and how much that count may overstate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,31 +67,106 @@ pub enum Span {
     SinceStart,
 }
 
-/// One limit's sketches and counts.
-#[derive(Debug, Default)]
+/// One limit's sketches and counts, in shards: see the module docs.
+#[derive(Debug)]
 pub(crate) struct LimitActivity {
-    /// Taken for refusals only.
-    inner: Mutex<Activity>,
+    shards: Box<[Shard]>,
+}
+
+impl Default for LimitActivity {
+    fn default() -> Self {
+        LimitActivity::with_shards(shard_count())
+    }
+}
+
+/// One shard: its own counts and sketches, on cache lines of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
     /// Lock-free, as every check counts here.
     ratio: Ratio,
+    /// Taken for refusals only, by the threads whose home this shard is (and, when it is
+    /// free, by a thread whose own shard is taken), and by readers.
+    sketches: Mutex<Sketches>,
 }
 
 #[derive(Debug, Default)]
-struct Activity {
+struct Sketches {
     since_start: Sketch,
-    /// `(minute, sketch)`, the current minute last.
-    minutes: Vec<(u64, Sketch)>,
+    /// A ring of one-minute sketches: minute `m` in place `m % MINUTES`, reused (cleared, its
+    /// memory kept) when a later minute comes to the same place.
+    minutes: [MinuteSketch; MINUTES],
+}
+
+#[derive(Debug, Default)]
+struct MinuteSketch {
+    minute: u64,
+    sketch: Sketch,
+}
+
+impl Sketches {
+    fn add(&mut self, key: &Key, minute: u64) {
+        self.since_start.add(key);
+        // In range: the remainder is below `MINUTES`.
+        #[allow(clippy::cast_possible_truncation)]
+        let place = &mut self.minutes[(minute % MINUTES as u64) as usize];
+        if place.minute != minute {
+            if place.minute > minute {
+                // A check that raced past five minutes of others: out of the recent span.
+                return;
+            }
+            place.minute = minute;
+            place.sketch.clear();
+        }
+        place.sketch.add(key);
+    }
+}
+
+/// Shards per limit: one per core, at most [`MAX_SHARDS`].
+fn shard_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, NonZeroUsize::get)
+            .clamp(1, MAX_SHARDS)
+    })
+}
+
+/// Homes handed out to threads, in turn.
+static NEXT_HOME: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's home shard (modulo a limit's shards); `usize::MAX` until first used.
+    static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The calling thread's home shard, one of `0..shards`.
+fn home(shards: usize) -> usize {
+    HOME.with(|home| {
+        let mut h = home.get();
+        if h == usize::MAX {
+            h = NEXT_HOME.fetch_add(1, Ordering::Relaxed);
+            home.set(h);
+        }
+        h % shards
+    })
 }
 
 /// Decisions and refusals of the current and the previous minute. A check racing a change of
 /// minute may be counted in the wrong one: it is a ratio for people, not a quota.
+///
+/// Each count is one word, decisions in its low half and refusals in its high half, so that a
+/// check costs one atomic add (a shard would need 2^32 decisions in a minute, 70 million a
+/// second on one core, to carry into the refusals).
 #[derive(Debug, Default)]
 struct Ratio {
     minute: AtomicU64,
-    /// `[decisions, refusals]`.
-    current: [AtomicU64; 2],
-    previous: [AtomicU64; 2],
+    current: AtomicU64,
+    previous: AtomicU64,
 }
+
+/// One refusal, in a [`Ratio`] word.
+const REFUSAL: u64 = 1 << 32;
 
 impl Ratio {
     fn record(&self, refused: bool, minute: u64) {
@@ -81,73 +177,101 @@ impl Ratio {
                 .compare_exchange(seen, minute, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            for i in 0..2 {
-                let moved = self.current[i].swap(0, Ordering::Relaxed);
-                let kept = if seen + 1 == minute { moved } else { 0 };
-                self.previous[i].store(kept, Ordering::Relaxed);
-            }
+            let moved = self.current.swap(0, Ordering::Relaxed);
+            let kept = if seen + 1 == minute { moved } else { 0 };
+            self.previous.store(kept, Ordering::Relaxed);
         }
-        self.current[0].fetch_add(1, Ordering::Relaxed);
-        if refused {
-            self.current[1].fetch_add(1, Ordering::Relaxed);
-        }
+        self.current
+            .fetch_add(1 + u64::from(refused) * REFUSAL, Ordering::Relaxed);
     }
 
-    /// The ratio over minute `q` and the one before it.
-    fn at(&self, q: u64) -> Option<f64> {
+    /// `(decisions, refusals)` over minute `q` and the one before it.
+    fn counts(&self, q: u64) -> (u64, u64) {
+        let unpack = |word: u64| (word & (REFUSAL - 1), word >> 32);
         let m = self.minute.load(Ordering::Relaxed);
         let (mut total, mut refused) = (0, 0);
         if m == q || m + 1 == q {
-            total += self.current[0].load(Ordering::Relaxed);
-            refused += self.current[1].load(Ordering::Relaxed);
+            let (t, r) = unpack(self.current.load(Ordering::Relaxed));
+            total += t;
+            refused += r;
         }
         if m == q {
             // Moved there when minute `q` began: the minute before, or zeros.
-            total += self.previous[0].load(Ordering::Relaxed);
-            refused += self.previous[1].load(Ordering::Relaxed);
+            let (t, r) = unpack(self.previous.load(Ordering::Relaxed));
+            total += t;
+            refused += r;
         }
-        // Counts far below 2^53: exact as f64.
-        #[allow(clippy::cast_precision_loss)]
-        (total > 0).then(|| refused as f64 / total as f64)
+        (total, refused)
     }
 }
 
 impl LimitActivity {
+    fn with_shards(shards: usize) -> Self {
+        LimitActivity {
+            shards: (0..shards.max(1)).map(|_| Shard::default()).collect(),
+        }
+    }
+
     /// Counts one decision of a check at `minute` (µs / 60 s), refused or not.
     pub(crate) fn record(&self, key: &Key, refused: bool, minute: u64) {
-        self.ratio.record(refused, minute);
-        if !refused {
-            return;
+        self.record_from(home(self.shards.len()), key, refused, minute);
+    }
+
+    /// [`LimitActivity::record`] by a thread whose home is shard `home`.
+    fn record_from(&self, home: usize, key: &Key, refused: bool, minute: u64) {
+        self.shards[home].ratio.record(refused, minute);
+        if refused {
+            self.lock_near(home).add(key, minute);
         }
-        let mut a = self
-            .inner
+    }
+
+    /// The sketches of shard `home` if free, else of the next free one (which becomes the
+    /// calling thread's home, so that threads sharing a home part), else of `home`, waiting.
+    fn lock_near(&self, home: usize) -> MutexGuard<'_, Sketches> {
+        let n = self.shards.len();
+        let mut s = home;
+        for _ in 0..n {
+            match self.shards[s].sketches.try_lock() {
+                Ok(guard) => {
+                    if s != home {
+                        HOME.with(|h| h.set(s));
+                    }
+                    return guard;
+                }
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            s += 1;
+            if s == n {
+                s = 0;
+            }
+        }
+        self.shards[home]
+            .sketches
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.since_start.add(key);
-        if a.minutes.last().is_none_or(|(m, _)| *m != minute) {
-            a.minutes.push((minute, Sketch::default()));
-        }
-        a.minutes.retain(|(m, _)| m + MINUTES as u64 > minute);
-        if let Some((_, sketch)) = a.minutes.last_mut() {
-            sketch.add(key);
-        }
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The `k` most refused keys over `span`, most refused first, as of `minute`.
     pub(crate) fn top(&self, k: usize, span: Span, minute: u64) -> Vec<TopKey> {
-        let a = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out: Vec<TopKey> = match span {
-            Span::SinceStart => a.since_start.entries(),
-            Span::Recent => merge(
-                a.minutes
-                    .iter()
-                    .filter(|(m, _)| m + MINUTES as u64 > minute)
-                    .map(|(_, s)| s),
-            ),
-        };
+        let mut merged = Merge::default();
+        for shard in &self.shards {
+            let sketches = shard
+                .sketches
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match span {
+                Span::SinceStart => merged.add(&sketches.since_start),
+                Span::Recent => {
+                    for m in &sketches.minutes {
+                        if m.minute + MINUTES as u64 > minute {
+                            merged.add(&m.sketch);
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = merged.finish();
         out.sort_by(|x, y| {
             y.count
                 .cmp(&x.count)
@@ -160,96 +284,65 @@ impl LimitActivity {
     /// Refusals ÷ decisions over the previous and the current minute, as of `minute`
     /// (`None` without a decision in that time).
     pub(crate) fn deny_ratio(&self, minute: u64) -> Option<f64> {
-        self.ratio.at(minute)
+        let (total, refused) = self
+            .shards
+            .iter()
+            .map(|s| s.ratio.counts(minute))
+            .fold((0, 0), |(t, r), (dt, dr)| (t + dt, r + dr));
+        // Counts far below 2^53: exact as f64.
+        #[allow(clippy::cast_precision_loss)]
+        (total > 0).then(|| refused as f64 / total as f64)
     }
 }
 
-/// A space-saving sketch of at most [`TOP_CAPACITY`] counters.
-#[derive(Debug, Default)]
-struct Sketch {
-    counters: HashMap<Key, (u64, u64)>,
+/// Sums sketches (shards, minutes): a key's count where held, plus each other sketch's
+/// floor, counted in both its count and its error, so that the count still only overstates
+/// (true count in [count − error, count]). The error stays within `n / TOP_CAPACITY` for `n`
+/// refusals counted by the sketches summed, as each floor is within its own sketch's share.
+#[derive(Default)]
+struct Merge {
+    /// Every summed sketch's floor.
+    floors: u64,
+    /// Per key: the counts and errors where held, and the floors of the sketches holding it.
+    held: HashMap<Key, (u64, u64, u64), BuildKeyHasher>,
 }
 
-impl Sketch {
-    fn add(&mut self, key: &Key) {
-        if let Some((count, _)) = self.counters.get_mut(key) {
-            *count += 1;
-            return;
-        }
-        if self.counters.len() < TOP_CAPACITY {
-            self.counters.insert(key.clone(), (1, 0));
-            return;
-        }
-        let smallest = self
-            .counters
-            .iter()
-            .min_by_key(|(_, (count, _))| *count)
-            .map(|(k, (count, _))| (k.clone(), *count));
-        if let Some((evicted, min)) = smallest {
-            self.counters.remove(&evicted);
-            self.counters.insert(key.clone(), (min + 1, min));
+impl Merge {
+    fn add(&mut self, sketch: &Sketch) {
+        let floor = sketch.floor();
+        self.floors += floor;
+        for (key, count, error) in sketch.entries() {
+            let held = self.held.entry(key.clone()).or_default();
+            held.0 += count;
+            held.1 += error;
+            held.2 += floor;
         }
     }
 
-    /// The smallest count held when full (what an absent key may have had), else 0.
-    fn floor(&self) -> u64 {
-        if self.counters.len() < TOP_CAPACITY {
-            return 0;
-        }
-        self.counters.values().map(|(c, _)| *c).min().unwrap_or(0)
-    }
-
-    fn entries(&self) -> Vec<TopKey> {
-        self.counters
-            .iter()
-            .map(|(key, &(count, error))| TopKey {
-                key: key.clone(),
-                count,
-                error,
+    fn finish(self) -> Vec<TopKey> {
+        let floors = self.floors;
+        self.held
+            .into_iter()
+            .map(|(key, (count, error, own_floors))| {
+                // Not held in a sketch: it may have had up to that sketch's floor there.
+                let elsewhere = floors - own_floors;
+                TopKey {
+                    key,
+                    count: count + elsewhere,
+                    error: error + elsewhere,
+                }
             })
             .collect()
     }
 }
 
-/// Sums sketches: a key's count where held, plus each other sketch's floor, counted in both
-/// its count and its error.
-fn merge<'a>(sketches: impl Iterator<Item = &'a Sketch> + Clone) -> Vec<TopKey> {
-    let mut keys: HashMap<&Key, ()> = HashMap::new();
-    for s in sketches.clone() {
-        for k in s.counters.keys() {
-            keys.insert(k, ());
-        }
-    }
-    keys.into_keys()
-        .map(|key| {
-            let (mut count, mut error) = (0, 0);
-            for s in sketches.clone() {
-                match s.counters.get(key) {
-                    Some(&(c, e)) => {
-                        count += c;
-                        error += e;
-                    }
-                    // Not held that minute: it may have had up to the floor there. Both
-                    // count and error take it, so that the count still only overstates
-                    // (true count in [count − error, count]).
-                    None => {
-                        let floor = s.floor();
-                        count += floor;
-                        error += floor;
-                    }
-                }
-            }
-            TopKey {
-                key: key.clone(),
-                count,
-                error,
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::Barrier;
+
+    use proptest::prelude::*;
+
     use super::*;
     use crate::{Algorithm, Limit, Namespace, Quota};
 
@@ -279,8 +372,10 @@ mod tests {
                 "{top:?}"
             );
         }
-        let a = activity.inner.lock().expect("lock");
-        assert!(a.since_start.counters.len() <= TOP_CAPACITY);
+        for shard in &activity.shards {
+            let sketches = shard.sketches.lock().expect("lock");
+            assert!(sketches.since_start.len() <= TOP_CAPACITY);
+        }
     }
 
     /// The recent span forgets what is older than five minutes; since-start does not.
@@ -345,5 +440,139 @@ mod tests {
         }
         assert_eq!(activity.deny_ratio(11), Some(0.25));
         assert_eq!(activity.deny_ratio(13), None, "nothing in the last minute");
+    }
+
+    /// Checks every listed key of `top` against the exact counts `truth` (of `n` refusals in
+    /// the span): true count in [count − error, count], error within n / capacity; and every
+    /// key refused more than n / capacity times is listed.
+    fn assert_within_bound(top: &[TopKey], truth: &HashMap<Key, u64>, n: u64, what: &str) {
+        for t in top {
+            let exact = truth.get(&t.key).copied().unwrap_or(0);
+            assert!(
+                t.count >= exact && t.count - t.error <= exact,
+                "{what}: true count {exact}: {t:?}"
+            );
+            assert!(
+                t.error * TOP_CAPACITY as u64 <= n,
+                "{what}: error of {n}: {t:?}"
+            );
+        }
+        for (key, &exact) in truth {
+            if exact * TOP_CAPACITY as u64 > n {
+                assert!(
+                    top.iter().any(|t| t.key == *key),
+                    "{what}: {key:?} refused {exact} of {n} times is not listed"
+                );
+            }
+        }
+    }
+
+    /// Several threads refusing at once, each in its home shard or the next free one: the
+    /// merged counts of both spans never undercount and stay within the bound, the heavy
+    /// hitters come first, and a shard holds at most the capacity.
+    #[test]
+    fn concurrent_shards_never_undercount() {
+        const THREADS: usize = 4;
+        const PER_THREAD: u64 = 20_000;
+        let activity = LimitActivity::with_shards(THREADS);
+        let keys: Vec<Key> = ["hot-a", "hot-b"]
+            .iter()
+            .map(|k| key(k))
+            .chain((0..THREADS * 8_000).map(|i| key(&format!("bot-{i}"))))
+            .collect();
+        // Thread `t`'s i-th refusal: (key, minute); the same function replays it below.
+        let step = |t: usize, i: u64| -> (usize, u64) {
+            let k = if i.is_multiple_of(4) {
+                0
+            } else if i % 10 == 1 {
+                1
+            } else {
+                2 + t * 8_000 + usize::try_from(i / 3).expect("small") % 8_000
+            };
+            (k, 40 + u64::from(i >= PER_THREAD / 2))
+        };
+        let start = Barrier::new(THREADS);
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (activity, keys, start) = (&activity, &keys, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    for i in 0..PER_THREAD {
+                        let (k, minute) = step(t, i);
+                        activity.record(&keys[k], true, minute);
+                        if i.is_multiple_of(5) {
+                            activity.record(&keys[k], false, minute);
+                        }
+                    }
+                });
+            }
+        });
+        let mut truth: HashMap<Key, u64> = HashMap::new();
+        for t in 0..THREADS {
+            for i in 0..PER_THREAD {
+                *truth.entry(keys[step(t, i).0].clone()).or_default() += 1;
+            }
+        }
+        let n = THREADS as u64 * PER_THREAD;
+        for span in [Span::Recent, Span::SinceStart] {
+            let top = activity.top(usize::MAX, span, 41);
+            assert_within_bound(&top, &truth, n, &format!("{span:?}"));
+            assert_eq!((&top[0].key, &top[1].key), (&keys[0], &keys[1]), "{top:?}");
+        }
+        for shard in &activity.shards {
+            let sketches = shard.sketches.lock().expect("lock");
+            assert!(sketches.since_start.len() <= TOP_CAPACITY);
+        }
+        let ratio = activity.deny_ratio(41).expect("checks counted");
+        assert!(
+            ratio > 0.8 && ratio < 0.9,
+            "5 refusals in 6 decisions: {ratio}"
+        );
+    }
+
+    /// Every shard's decisions count in the ratio.
+    #[test]
+    fn deny_ratio_sums_the_shards() {
+        let activity = LimitActivity::with_shards(3);
+        for i in 0..12 {
+            activity.record_from(i % 3, &key("a"), i < 3, 10);
+        }
+        assert_eq!(activity.deny_ratio(10), Some(0.25));
+        activity.record_from(1, &key("a"), true, 11);
+        assert_eq!(activity.deny_ratio(11), Some(4.0 / 13.0));
+    }
+
+    proptest! {
+        /// Any stream of refusals spread over any shards and minutes, against exact counts:
+        /// both spans' merged counts are within their error of the truth, the error within
+        /// n / capacity, and every key refused more than that is listed.
+        #[test]
+        fn sharded_merge_keeps_the_bound(
+            stream in proptest::collection::vec((0usize..440, 0usize..4, 0u16..1_000), 1..4_000)
+        ) {
+            let activity = LimitActivity::with_shards(4);
+            let keys: Vec<Key> = (0..400).map(|i| key(&format!("k{i}"))).collect();
+            let mut minute = 1_000;
+            let mut log = Vec::with_capacity(stream.len());
+            for &(k, shard, tick) in &stream {
+                // A tenth of the refusals on four heavy hitters, the rest spread thin.
+                let k = if k < 40 { k % 4 } else { k - 40 };
+                // Now and then the next minute, or one after a gap.
+                minute += match tick { 0 => 1, 1 => 3, _ => 0 };
+                activity.record_from(shard, &keys[k], true, minute);
+                log.push((k, minute));
+            }
+            let (mut recent, mut since_start) = (HashMap::new(), HashMap::new());
+            for &(k, m) in &log {
+                *since_start.entry(keys[k].clone()).or_default() += 1;
+                if m + MINUTES as u64 > minute {
+                    *recent.entry(keys[k].clone()).or_default() += 1;
+                }
+            }
+            for (span, truth) in [(Span::Recent, recent), (Span::SinceStart, since_start)] {
+                let top = activity.top(usize::MAX, span, minute);
+                assert_within_bound(&top, &truth, truth.values().sum(), &format!("{span:?}"));
+            }
+        }
     }
 }
