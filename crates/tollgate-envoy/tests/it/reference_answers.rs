@@ -336,6 +336,19 @@ async fn global_shadow_counts_shadow_mode_only_for_shadow_rules() {
 }
 
 /// The gRPC health status of each name the service answers for.
+/// The health statuses once they are `want`, or as they are after 20 × HEALTH_INTERVAL (the
+/// service re-reads them every HEALTH_INTERVAL): bounded polling.
+async fn health_becomes(rls: &Rls, want: &[i32]) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + tollgate_envoy::HEALTH_INTERVAL * 20;
+    loop {
+        let got = health(rls).await;
+        if got == want || std::time::Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(tollgate_envoy::HEALTH_INTERVAL / 5).await;
+    }
+}
+
 async fn health(rls: &Rls) -> Vec<i32> {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_client::HealthClient;
@@ -378,7 +391,6 @@ async fn health_waits_for_a_domain_when_asked() {
     let serving = vec![ServingStatus::Serving as i32; 3];
     let not_serving = vec![ServingStatus::NotServing as i32; 3];
     let option = "[envoy]\nhealthy_with_at_least_one_config_loaded = true\n";
-    let settle = tollgate_envoy::HEALTH_INTERVAL * 3;
 
     let rls = Rls::start_imported(&[], "[envoy]\n").await;
     assert_eq!(health(&rls).await, serving, "no option: healthy");
@@ -387,10 +399,16 @@ async fn health_waits_for_a_domain_when_asked() {
     let rls = Rls::start_imported(&[], option).await;
     assert_eq!(health(&rls).await, not_serving, "no domain yet");
     rls.swap_imported(&[("duplicate_domain.yaml", DUPLICATE)], option);
-    tokio::time::sleep(settle).await;
-    assert_eq!(health(&rls).await, serving, "a domain loaded");
+    assert_eq!(
+        health_becomes(&rls, &serving).await,
+        serving,
+        "a domain loaded"
+    );
     rls.swap_imported(&[], option);
-    tokio::time::sleep(settle).await;
-    assert_eq!(health(&rls).await, not_serving, "the last domain removed");
+    assert_eq!(
+        health_becomes(&rls, &not_serving).await,
+        not_serving,
+        "the last domain removed"
+    );
     rls.stop().await;
 }
