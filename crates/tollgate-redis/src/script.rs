@@ -488,6 +488,11 @@ impl Part {
         })
     }
 
+    /// Whether this call may charge (a check): a peek or a give-back has nothing to undo.
+    pub(crate) fn charges(&self) -> bool {
+        self.op == Op::Check
+    }
+
     /// Sets the deadline of a check (`deadline.rs`); a peek or a give-back takes none.
     pub(crate) fn set_deadline(&mut self, deadline: Option<u64>) {
         self.deadline = deadline.filter(|_| self.op == Op::Check);

@@ -97,6 +97,12 @@ impl Drop for Unanswered<'_> {
         let Some(call) = self.call.take() else {
             return;
         };
+        // A peek or a give-back charges nothing: nothing to settle, nothing to wait for.
+        if let Charges::One(part) = self.charges
+            && !part.charges()
+        {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

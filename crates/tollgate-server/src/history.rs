@@ -151,9 +151,6 @@ impl History {
             point.decisions += delta[0];
             point.refused += delta[1];
             point.store_errors += delta[2];
-            if inner.last.len() < 4 * MAX_LIMITS || inner.last.contains_key(name) {
-                inner.last.insert(name.to_owned(), now);
-            }
             let tracked = inner.limits.contains_key(name);
             if !tracked && (delta == [0; 3] || inner.limits.len() >= MAX_LIMITS) {
                 continue;
@@ -164,6 +161,12 @@ impl History {
             });
             series.push_back(delta);
         }
+        // The baseline of the next increases: this sample's counts, for every configured
+        // limit (one entry each, like the config itself; limits a reload removed drop out).
+        inner.last = totals
+            .iter()
+            .map(|&(name, now)| (name.to_owned(), now))
+            .collect();
         // Limits not sampled this time (removed by a reload) still get their zero, so every
         // series stays aligned with the points.
         let target = held + 1;
@@ -305,6 +308,10 @@ mod tests {
         let body = h.body();
         assert_eq!(body.limits.len(), MAX_LIMITS);
         assert_eq!(body.points[0].decisions, 1000, "totals count every limit");
+        // The next interval counts increases for every limit, tracked or not.
+        let totals: Vec<(&str, Totals)> = names.iter().map(|n| (n.as_str(), [2, 0, 0])).collect();
+        h.sample(at(10), &totals, true, None);
+        assert_eq!(h.body().points[1].decisions, 1000, "one more each, not two");
     }
 
     /// An outage opens at the first failure and closes at the first answer.
