@@ -1001,6 +1001,10 @@ impl Store for RedisStore {
         })
         .await
     }
+
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 impl fmt::Debug for RedisStore {

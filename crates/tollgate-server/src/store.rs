@@ -236,6 +236,10 @@ impl Store for Connecting {
     ) -> Result<LeaseGrant, StoreError> {
         self.get()?.take_lease(take, now).await
     }
+
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 /// The first retry waits this long; each next one twice as long, up to [`MAX_BACKOFF`].

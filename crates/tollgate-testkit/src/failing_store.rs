@@ -74,4 +74,8 @@ impl Store for FailingStore {
         self.failure()?;
         self.memory.take_lease(take, now).await
     }
+
+    fn in_process(&self) -> bool {
+        false
+    }
 }

@@ -34,6 +34,7 @@ use crate::{
 };
 
 mod leased;
+mod name_copy;
 
 /// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
 pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
@@ -44,10 +45,14 @@ pub type CostedLimit<'a, V> = (&'a str, &'a [(&'a str, V)], u64);
 /// How long a request denied by a `deny` policy is told to wait.
 pub const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Hashes limit names, looked up on every decision (twice: the limit, its activity): short
+/// strings the process's own config chose, so a fast hasher with a random seed suffices.
+type NameHasher = foldhash::fast::RandomState;
+
 /// Named limits over a store.
 pub struct Limiter<S> {
     store: S,
-    limits: HashMap<Arc<str>, Limit>,
+    limits: HashMap<Arc<str>, Limit, NameHasher>,
     namespace: Namespace,
     clock: Option<Arc<dyn Clock>>,
     /// The `local` policy's store, made on first use.
@@ -57,7 +62,7 @@ pub struct Limiter<S> {
     /// Units taken ahead for lease-mode limits (`crate::lease`).
     leases: LeaseTier,
     /// Per limit: the most refused keys and the refusal ratio.
-    activity: HashMap<Arc<str>, LimitActivity>,
+    activity: HashMap<Arc<str>, LimitActivity, NameHasher>,
     /// Store-failure warnings: one a second at most, the rest counted
     /// (`tollgate_store_errors_total`) and summed into the next one.
     warnings: LogThrottle,
@@ -114,7 +119,8 @@ impl<S: Store> LimiterBuilder<S> {
     /// # Errors
     /// [`LimitError::InvalidName`] naming `name` when two limits share a name.
     pub fn build(self) -> Result<Limiter<S>, LimitError> {
-        let mut limits = HashMap::with_capacity(self.limits.len());
+        let mut limits =
+            HashMap::with_capacity_and_hasher(self.limits.len(), NameHasher::default());
         for limit in self.limits {
             let name = limit.name_arc().clone();
             if limits.insert(name.clone(), limit).is_some() {
@@ -507,15 +513,17 @@ impl<S: Store> Limiter<S> {
                 .iter()
                 .any(|e| e.limit.lease_mode().is_some());
         let cached = match &self.deny_cache {
-            _ if leased => Ok(self.decide_leased(request, now).await),
+            // Boxed, as the shadow path: rare, and large enough to grow every decision's state.
+            _ if leased => Ok(Box::pin(self.decide_leased(request, now)).await),
             Some(cache) => {
                 let asked_at = cache.time(now.map(Timestamp::as_micros));
-                match self
-                    .answer_from_deny_cache(cache, request, asked_at, now)
-                    .await
-                {
-                    Some(decisions) => Ok(decisions),
-                    None => Err(Some((cache, asked_at))),
+                let hits = deny_cache_hits(cache, request, asked_at);
+                if hits.iter().all(Option::is_none) {
+                    Err(Some((cache, asked_at)))
+                } else {
+                    // Boxed: the peek it may make would otherwise be a second store call's
+                    // state in every decision's.
+                    Ok(Box::pin(self.answer_from_deny_cache(request, hits, now)).await)
                 }
             }
             None => Err(None),
@@ -564,9 +572,11 @@ impl<S: Store> Limiter<S> {
         op: Op,
         now: Option<Timestamp>,
     ) -> SmallVec<[LimitDecision; 2]> {
-        let started = Instant::now();
+        let started = (!self.store.in_process()).then(Instant::now);
         let result = self.store.decide(request, op, now).await;
-        store_latency(started, result.as_ref().err());
+        if let Some(started) = started {
+            store_latency(started, result.as_ref().err());
+        }
         match result {
             Ok(decisions) => request
                 .entries()
@@ -583,25 +593,17 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// The request refused by a refusal the deny cache holds for one of its entries, or
-    /// `None`. The refusal decides the whole request, as the store would (all or nothing);
-    /// the request's other entries, if any, are peeked to report their real state (a
-    /// read-only call, charging nothing).
+    /// The request refused by the refusals the deny cache holds for some of its entries
+    /// (`hits`, from [`deny_cache_hits`], at least one). The refusal decides the whole
+    /// request, as the store would (all or nothing); the request's other entries, if any,
+    /// are peeked to report their real state (a read-only call, charging nothing).
     async fn answer_from_deny_cache(
         &self,
-        cache: &DenyCache,
         request: &Request<'_>,
-        asked_at: u64,
+        hits: SmallVec<[Option<Duration>; 2]>,
         now: Option<Timestamp>,
-    ) -> Option<SmallVec<[LimitDecision; 2]>> {
+    ) -> SmallVec<[LimitDecision; 2]> {
         let entries = request.entries();
-        let hits: SmallVec<[Option<Duration>; 2]> = entries
-            .iter()
-            .map(|e| cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after))
-            .collect();
-        if hits.iter().all(Option::is_none) {
-            return None;
-        }
         let others: SmallVec<[usize; 2]> =
             (0..entries.len()).filter(|&i| hits[i].is_none()).collect();
         let mut peeked = if others.is_empty() {
@@ -611,7 +613,7 @@ impl<S: Store> Limiter<S> {
                 .await
         }
         .into_iter();
-        let decisions = entries
+        entries
             .iter()
             .zip(hits)
             .map(|(e, hit)| match hit {
@@ -635,8 +637,7 @@ impl<S: Store> Limiter<S> {
                     limit_decision(e, policy_denial(e.limit.quota().limit()), Source::DenyCache)
                 }),
             })
-            .collect();
-        Some(decisions)
+            .collect()
     }
 
     /// Logs a store failure, at most once per second: a dead store under load would otherwise
@@ -744,7 +745,7 @@ fn subset<'a>(request: &Request<'a>, indices: &[usize]) -> Request<'a> {
 
 fn limit_decision(entry: &Entry<'_>, decision: Decision, source: Source) -> LimitDecision {
     LimitDecision {
-        limit: entry.limit.name_arc().clone(),
+        limit: name_copy::name_copy(entry.limit.name_arc()),
         quota: *entry.limit.quota(),
         decision,
         source,
@@ -795,6 +796,20 @@ impl<S> fmt::Debug for LimiterBuilder<S> {
 /// as a call it would show an outage as a store answering in a microsecond (p50 and p90 at
 /// the lowest bucket while Redis is down). Breaker refusals are counted on their own, as
 /// `tollgate_store_errors_total{kind="circuit_open"}`.
+/// Per entry of `request`, the wait of the refusal the deny cache holds for it at
+/// `asked_at`, if any.
+fn deny_cache_hits(
+    cache: &DenyCache,
+    request: &Request<'_>,
+    asked_at: u64,
+) -> SmallVec<[Option<Duration>; 2]> {
+    request
+        .entries()
+        .iter()
+        .map(|e| cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after))
+        .collect()
+}
+
 pub(crate) fn store_latency(started: Instant, error: Option<&StoreError>) {
     if error.is_some_and(|e| e.kind() == crate::StoreErrorKind::CircuitOpen) {
         return;

@@ -47,6 +47,10 @@ impl Store for Counting {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.take_lease(take, now).await
     }
+
+    fn in_process(&self) -> bool {
+        self.inner.in_process()
+    }
 }
 
 /// 2 layers, limit 50 a minute in lease mode with k = 5: 40 requests cost Redis at most 8

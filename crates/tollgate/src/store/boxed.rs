@@ -34,6 +34,8 @@ trait DynStore: Send + Sync + 'static {
         now: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<LeaseGrant, StoreError>>;
 
+    fn in_process(&self) -> bool;
+
     fn as_any(&self) -> &dyn Any;
 
     fn type_name(&self) -> &'static str;
@@ -59,6 +61,10 @@ impl<S: Store> DynStore for S {
         now: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<LeaseGrant, StoreError>> {
         Box::pin(Store::take_lease(self, take, now))
+    }
+
+    fn in_process(&self) -> bool {
+        Store::in_process(self)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -117,6 +123,10 @@ impl Store for BoxStore {
         now: Option<Timestamp>,
     ) -> Result<LeaseGrant, StoreError> {
         self.inner.take_lease(take, now).await
+    }
+
+    fn in_process(&self) -> bool {
+        self.inner.in_process()
     }
 }
 

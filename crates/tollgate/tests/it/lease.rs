@@ -54,6 +54,10 @@ impl<S: Store> Store for Counting<S> {
         }
         self.inner.take_lease(take, now).await
     }
+
+    fn in_process(&self) -> bool {
+        self.inner.in_process()
+    }
 }
 
 fn counting<S: Store>(inner: S) -> Counting<S> {
