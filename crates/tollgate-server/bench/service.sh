@@ -29,7 +29,8 @@ for round in $(seq "$ROUNDS"); do
     h=$(wrk -t2 -c64 -d10s http://127.0.0.1:$PORT/healthz | awk '/Requests\/sec/ {print $2}')
     w=$(wrk -t2 -c64 -d10s -s "$WORK/check.lua" http://127.0.0.1:$PORT/v1/check | awk '/Requests\/sec/ {print $2}')
     b=$($BIN bench --url http://127.0.0.1:$PORT -c 64 -d 10s -l sms | tr '\n' ' ')
-    echo "round=$round store=$store wrk_healthz=$h wrk_check=$w bench: $b"
+    r=$(awk -v w="$w" -v h="$h" 'BEGIN { printf "%.2f", w / h }')
+    echo "round=$round store=$store wrk_healthz=$h wrk_check=$w check/healthz=$r bench: $b"
     kill -TERM $SPID; wait $SPID || true
   done
 done

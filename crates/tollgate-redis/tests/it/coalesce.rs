@@ -11,53 +11,11 @@ use tollgate::{
     Quota, Request, StoreError, Timestamp,
 };
 use tollgate_redis::RedisStore;
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, Rng, awkward_limits};
 
 use crate::common::{
     TEST_TIMEOUT, cluster_store, keys_without_ttl, redis_store, server, unique_namespace,
 };
-
-/// xorshift64*: a seeded generator, so a failure replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Two limits of every algorithm, with awkward numbers.
-fn limits() -> Vec<Limit> {
-    let q = |limit: u64, ms: u64| Quota::new(limit, Duration::from_millis(ms)).expect("valid");
-    let l = |name: &str, a: Algorithm, q: Quota| Limit::new(name, a, q).expect("valid");
-    vec![
-        l("fw", Algorithm::FixedWindow, q(7, 1_000)),
-        l("fw2", Algorithm::FixedWindow, q(3, 250)),
-        l("sl", Algorithm::SlidingLog, q(5, 1_000)),
-        l("sl2", Algorithm::SlidingLog, q(9, 333)),
-        l("sw", Algorithm::SlidingWindow { buckets: 7 }, q(8, 1_000)),
-        l("sw2", Algorithm::SlidingWindow { buckets: 3 }, q(4, 100)),
-        l("tb", Algorithm::TokenBucket, q(3, 1_000)),
-        l(
-            "tb2",
-            Algorithm::TokenBucket,
-            q(7, 300).with_burst(4).expect("valid"),
-        ),
-        l("gcra", Algorithm::Gcra, q(3, 1_000)),
-        l(
-            "gcra2",
-            Algorithm::Gcra,
-            q(6, 700).with_burst(11).expect("valid"),
-        ),
-    ]
-}
 
 /// A random request: one to three distinct limits for `user`, one cost or a cost per entry.
 fn random_request<'a>(
@@ -92,7 +50,7 @@ fn random_request<'a>(
 /// the other, field by field. `one_user` keeps a batch in one slot (for a cluster).
 async fn differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
-    let limits = limits();
+    let limits = awkward_limits();
     let users = ["a", "b", "c"];
     for seed in [7_u64, 11, 0xBEEF] {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -378,7 +336,7 @@ async fn coalesced_tasks_on_one_key_admit_exactly_the_limit() {
 }
 
 /// GCRA limits with a T of whole ms and of µs, bursts of 1 and more.
-fn gcra_limits() -> Vec<Limit> {
+fn gcra_awkward_limits() -> Vec<Limit> {
     let q = |limit: u64, ms: u64| Quota::new(limit, Duration::from_millis(ms)).expect("valid");
     let l = |name: &str, q: Quota| Limit::new(name, Algorithm::Gcra, q).expect("valid");
     vec![
@@ -415,7 +373,7 @@ async fn lone_gcra_batches_decide_like_the_rule_on_a_cluster() {
 /// several requests sent as one (`lua/batch_gcra.lua`) as well as runs of one.
 async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
-    let limits = gcra_limits();
+    let limits = gcra_awkward_limits();
     let users = ["a", "b", "c"];
     let mut rng = Rng(0x005E_ED0F_6C2A | 1);
     let mut now = 1_893_456_000_000_000 + rng.below(1_000_000);

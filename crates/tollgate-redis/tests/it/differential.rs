@@ -9,50 +9,9 @@ use tollgate::{
     Algorithm, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request, Store, Timestamp,
 };
 
+use tollgate_testkit::{Rng, awkward_limits};
+
 use crate::common::{cluster_store, redis_store, unique_namespace};
-
-/// xorshift64*: a seeded generator, so a failure replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Limits of every algorithm with awkward numbers: periods not divisible by limits, bursts
-/// apart from limits, bucket counts that do not divide periods.
-fn limits() -> Vec<Limit> {
-    let q = |limit: u64, ms: u64| Quota::new(limit, Duration::from_millis(ms)).expect("valid");
-    let l = |name: &str, a: Algorithm, q: Quota| Limit::new(name, a, q).expect("valid");
-    vec![
-        l("fw", Algorithm::FixedWindow, q(7, 1_000)),
-        l("fw2", Algorithm::FixedWindow, q(3, 250)),
-        l("sl", Algorithm::SlidingLog, q(5, 1_000)),
-        l("sl2", Algorithm::SlidingLog, q(9, 333)),
-        l("sw", Algorithm::SlidingWindow { buckets: 7 }, q(8, 1_000)),
-        l("sw2", Algorithm::SlidingWindow { buckets: 3 }, q(4, 100)),
-        l("tb", Algorithm::TokenBucket, q(3, 1_000)),
-        l(
-            "tb2",
-            Algorithm::TokenBucket,
-            q(7, 300).with_burst(4).expect("valid"),
-        ),
-        l("gcra", Algorithm::Gcra, q(3, 1_000)),
-        l(
-            "gcra2",
-            Algorithm::Gcra,
-            q(6, 700).with_burst(11).expect("valid"),
-        ),
-    ]
-}
 
 /// Same sequence into both stores; every decision equal (single Redis).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +56,7 @@ async fn large_costs_decide_identically() {
 async fn differential(redis: tollgate_redis::RedisStore) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
     let ns: Namespace = unique_namespace("diff");
-    let limits = limits();
+    let limits = awkward_limits();
     let users = ["a", "b", "c"];
     for seed in [1_u64, 2, 3, 0xDEAD_BEEF] {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);

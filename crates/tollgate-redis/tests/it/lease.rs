@@ -11,6 +11,8 @@ use tollgate::{
     Timestamp,
 };
 
+use tollgate_testkit::Rng;
+
 use crate::common::{keys_without_ttl, redis_store, server, unique_namespace};
 
 fn leased(per: Duration, limit: u64, k: u64) -> Limit {
@@ -30,18 +32,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
-}
-
-/// xorshift64*: a seeded generator, so a failure replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
 }
 
 /// Seeded random sequences of takes and give-backs on one key, on Redis and on the memory

@@ -6,55 +6,16 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::{
-    Algorithm, Decisions, FakeClock, LeaseGrant, LeaseTake, Limit, Limiter, MemoryStore,
-    OnStoreError, Op, Outcome, Quota, Request, Source, Store, StoreError, Timestamp,
+    Algorithm, FakeClock, Limit, Limiter, MemoryStore, OnStoreError, Op, Outcome, Quota, Request,
+    Source, Store, Timestamp,
 };
-use tollgate_testkit::FailingStore;
+use tollgate_testkit::{CountingStore, FailingStore};
 
-/// A store that counts its calls.
-#[derive(Debug, Clone)]
-struct Counting<S> {
-    inner: S,
-    calls: Arc<AtomicUsize>,
-}
-
-impl<S: Store> Store for Counting<S> {
-    async fn decide(
-        &self,
-        request: &Request<'_>,
-        op: Op,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.decide(request, op, now).await
-    }
-
-    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
-        self.inner.reset(request).await
-    }
-
-    async fn take_lease(
-        &self,
-        take: &LeaseTake<'_>,
-        now: Option<Timestamp>,
-    ) -> Result<LeaseGrant, StoreError> {
-        self.inner.take_lease(take, now).await
-    }
-
-    fn in_process(&self) -> bool {
-        self.inner.in_process()
-    }
-}
-
-fn counting<S: Store>(inner: S) -> (Counting<S>, Arc<AtomicUsize>) {
-    let calls = Arc::new(AtomicUsize::new(0));
-    (
-        Counting {
-            inner,
-            calls: Arc::clone(&calls),
-        },
-        calls,
-    )
+/// A store counting its calls, and the count of its `decide` calls.
+fn counting<S: Store>(inner: S) -> (CountingStore<S>, Arc<AtomicUsize>) {
+    let store = CountingStore::new(inner);
+    let calls = Arc::clone(&store.decides);
+    (store, calls)
 }
 
 fn memory() -> MemoryStore {

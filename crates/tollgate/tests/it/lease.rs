@@ -3,71 +3,20 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Decisions, FakeClock, Lease, LeaseGrant, LeaseTake, Limit, Limiter, MemoryStore,
-    OnStoreError, Op, Outcome, Quota, Request, Source, Store, StoreError, Timestamp,
+    Algorithm, FakeClock, Lease, Limit, Limiter, MemoryStore, OnStoreError, Op, Outcome, Quota,
+    Source, Store, Timestamp,
 };
-use tollgate_testkit::FailingStore;
+use tollgate_testkit::{CountingStore, FailingStore};
 
-/// A store that counts its calls, and can hold its lease takes until opened.
-#[derive(Debug, Clone)]
-struct Counting<S> {
-    inner: S,
-    decides: Arc<AtomicUsize>,
-    takes: Arc<AtomicUsize>,
-    /// While false, `take_lease` yields instead of answering.
-    open: Arc<AtomicBool>,
-    /// Times `take_lease` yields before answering, as a store across a network would.
-    round_trip: usize,
-}
-
-impl<S: Store> Store for Counting<S> {
-    async fn decide(
-        &self,
-        request: &Request<'_>,
-        op: Op,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, StoreError> {
-        self.decides.fetch_add(1, Ordering::SeqCst);
-        self.inner.decide(request, op, now).await
-    }
-
-    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
-        self.inner.reset(request).await
-    }
-
-    async fn take_lease(
-        &self,
-        take: &LeaseTake<'_>,
-        now: Option<Timestamp>,
-    ) -> Result<LeaseGrant, StoreError> {
-        self.takes.fetch_add(1, Ordering::SeqCst);
-        while !self.open.load(Ordering::SeqCst) {
-            tokio::task::yield_now().await;
-        }
-        for _ in 0..self.round_trip {
-            tokio::task::yield_now().await;
-        }
-        self.inner.take_lease(take, now).await
-    }
-
-    fn in_process(&self) -> bool {
-        self.inner.in_process()
-    }
-}
+type Counting<S> = CountingStore<S>;
 
 fn counting<S: Store>(inner: S) -> Counting<S> {
-    Counting {
-        inner,
-        decides: Arc::default(),
-        takes: Arc::default(),
-        open: Arc::new(AtomicBool::new(true)),
-        round_trip: 0,
-    }
+    CountingStore::new(inner)
 }
 
 fn memory() -> MemoryStore {
@@ -149,7 +98,7 @@ async fn one_store_call_per_k_decisions() {
         after_first_refusal,
         "known refusals went to the store"
     );
-    assert_eq!(store_count(&store.inner, &clock, 1_000).await, 1_000);
+    assert_eq!(store_count(store.inner(), &clock, 1_000).await, 1_000);
 }
 
 /// Four instances on one store, each holding a lease at the window's end: no unit of a
@@ -307,7 +256,7 @@ async fn a_refusal_by_another_limit_refunds_the_lease() {
         held,
         "the refused request's unit came back"
     );
-    assert_eq!(store_count(&store.inner, &clock, 100).await, 1 + held);
+    assert_eq!(store_count(store.inner(), &clock, 100).await, 1 + held);
 }
 
 /// A limiter with a lease of 50 on a limit of 1 000 a minute, on a counting memory store whose
@@ -367,10 +316,8 @@ fn far_store(
     Arc<Limiter<Counting<MemoryStore>>>,
 ) {
     let clock = clock();
-    let store = Counting {
-        round_trip,
-        ..counting(memory())
-    };
+    let mut store = counting(memory());
+    store.round_trip = round_trip;
     let l = Arc::new(limiter(
         store.clone(),
         &clock,
@@ -408,7 +355,7 @@ async fn tight_loops_share_each_take() {
         "{takes} takes for {decisions} decisions at k = 100"
     );
     assert_eq!(
-        store_count(&store.inner, &clock, 1_000_000).await,
+        store_count(store.inner(), &clock, 1_000_000).await,
         decisions as u64 + l.leased_units(),
         "what the store counts is what was admitted and what is held"
     );
@@ -439,7 +386,7 @@ async fn a_served_waiter_dropped_gives_its_units_back() {
     drop(waiter);
     assert_eq!(l.leased_units(), 50, "the dropped waiter's unit is back");
     assert_eq!(store.takes.load(Ordering::SeqCst), 1);
-    assert_eq!(store_count(&store.inner, &clock, 1_000).await, 1 + 50);
+    assert_eq!(store_count(store.inner(), &clock, 1_000).await, 1 + 50);
 }
 
 /// Many tasks on four instances (real threads) hammering one key: the store never counts
@@ -545,7 +492,7 @@ async fn requests_given_up_anywhere_lose_no_units() {
     );
     let held = l.leased_units();
     assert_eq!(
-        store_count(&store.inner, &clock, 1_000_000).await,
+        store_count(store.inner(), &clock, 1_000_000).await,
         admitted + held,
         "{admitted} admitted, {held} held"
     );
