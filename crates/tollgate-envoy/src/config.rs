@@ -30,7 +30,7 @@ use tollgate::{Algorithm, OnStoreError};
 use crate::Imported;
 
 /// The `[envoy]` section: response options and the rules.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvoyRules {
     /// Ask Envoy to add draft `RateLimit` / `RateLimit-Policy` headers (and `Retry-After` when
@@ -93,6 +93,20 @@ pub struct EnvoyRules {
     /// the generated `<domain>.<key>…`, `envoy.override.<unit>`).
     #[serde(default)]
     pub current_limit_name: CurrentLimitName,
+    /// The reference's `RESPONSE_DYNAMIC_METADATA`: fill `RateLimitResponse.dynamic_metadata`
+    /// with the request (domain, descriptors, `hitsAddend`) and the merged YAML `metadata` of
+    /// the descriptors that passed (`dynamic_metadata.rs`). Default `false`.
+    #[serde(default)]
+    pub response_dynamic_metadata: bool,
+    /// The reference's `MERGE_DOMAIN_CONFIG`: a domain may be spread over several files of
+    /// `config_dir`, whose top-level descriptors are merged (the same key and value in two of
+    /// them is refused). Default `false`: a domain in two files is refused, as the reference.
+    #[serde(default)]
+    pub merge_domain_config: bool,
+    /// The reference's `NEAR_LIMIT_RATIO`: the share of a limit past which admitted hits count
+    /// as `near_limit` (0 < r ≤ 1; default [`crate::NEAR_LIMIT_RATIO`], 0.8).
+    #[serde(default)]
+    pub near_limit_ratio: Option<f64>,
     /// The descriptor trees loaded from `config_dir` (not a config field).
     #[serde(skip)]
     pub imported: Imported,

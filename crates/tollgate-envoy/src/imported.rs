@@ -43,10 +43,14 @@ pub struct Descriptor {
     /// `detailed_metric`: the reference's per-rule counters are labelled with the request's
     /// values (bounded, see `docs/envoy.md`).
     pub detailed_metric: bool,
-    /// `value_to_metric` (accepted; as `detailed_metric`).
+    /// `value_to_metric`: the reference's per-rule counters are labelled with the request's
+    /// value at this level where the config gives none (a key-only or wildcard entry).
     pub value_to_metric: bool,
     /// `share_threshold`: every value matching the wildcard shares one counter.
     pub share_threshold: bool,
+    /// `metadata`: a map returned in the response's dynamic metadata when this entry's limit
+    /// passed (`[envoy] response_dynamic_metadata`); `None` when absent or empty.
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// `descriptors`.
     pub descriptors: Vec<Descriptor>,
 }

@@ -112,6 +112,12 @@ pub fn response_json(response: &RateLimitResponse) -> Value {
         let statuses = response.statuses.iter().map(status_json).collect();
         out.insert("statuses".into(), Value::Array(statuses));
     }
+    if let Some(metadata) = &response.dynamic_metadata {
+        out.insert(
+            "dynamicMetadata".into(),
+            crate::dynamic_metadata::struct_json(metadata),
+        );
+    }
     if !response.response_headers_to_add.is_empty() {
         let headers = response
             .response_headers_to_add

@@ -34,9 +34,10 @@
 //!   `max_entries` entries each, else `INVALID_ARGUMENT` before anything is decided
 //!   (`caps.rs`), and every step over the descriptors is linear in their number.
 //!
-//! For a migration from the reference it also counts the reference's per-rule statistics
-//! under its Prometheus names (`reference_metrics.rs`), can add its limit headers
-//! (`limit_headers.rs`), and maps a request and its response to and from JSON for the
+//! For a migration from the reference it also counts the reference's per-rule and
+//! service-level statistics under its Prometheus names (`reference_metrics.rs`), can add its
+//! limit headers (`limit_headers.rs`) and its response dynamic metadata
+//! (`dynamic_metadata.rs`), and maps a request and its response to and from JSON for the
 //! server's `POST /json` (`json.rs`, [`should_rate_limit`]).
 //!
 //! Mounting it:
@@ -78,6 +79,7 @@ mod config;
 mod decide;
 mod deferred_write;
 mod deferred_write_io;
+mod dynamic_metadata;
 mod headers;
 mod import_error;
 mod imported;
@@ -107,8 +109,10 @@ pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit,
 pub use json::{JsonRateLimitRequest, response_json};
 pub use overrides::{MAX_CACHED as MAX_CACHED_OVERRIDES, limit_name as override_limit_name};
 pub use reference_metrics::{
-    GLOBAL_SHADOW_MODE, MAX_DYNAMIC as MAX_DYNAMIC_METRIC_KEYS, NEAR_LIMIT, NEAR_LIMIT_RATIO,
-    OVER_LIMIT, SHADOW_MODE, TOTAL_HITS, WITHIN_LIMIT,
+    CONFIG_LOAD_ERROR, CONFIG_LOAD_SUCCESS, GLOBAL_SHADOW_MODE,
+    MAX_DYNAMIC as MAX_DYNAMIC_METRIC_KEYS, NEAR_LIMIT, NEAR_LIMIT_RATIO, OVER_LIMIT,
+    RESPONSE_TIME, SHADOW_MODE, SHOULD_RATE_LIMIT_ERROR, TOTAL_HITS, TOTAL_REQUESTS, WITHIN_LIMIT,
+    config_load, config_loads_watched,
 };
 pub use rules_error::RulesError;
 pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
@@ -116,4 +120,4 @@ pub use service::{RateLimitService, should_rate_limit};
 pub use snapshot::{KeyParts, Snapshot};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
-pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, dir_contents, load_dir, parse_file};
+pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, dir_contents, load_dir, load_dir_with, parse_file};

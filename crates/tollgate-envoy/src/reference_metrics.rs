@@ -6,8 +6,8 @@
 //! names and labels, so dashboards and alerts written for the reference keep working:
 //! - `total_hits`: hits (a descriptor's cost) of every decided descriptor;
 //! - `within_limit`: hits admitted;
-//! - `near_limit`: admitted hits that took the key past 80 % of its limit (only the part past
-//!   it, as the reference counts);
+//! - `near_limit`: admitted hits that took the key past `[envoy] near_limit_ratio` (default
+//!   80 %) of its limit (only the part past it, as the reference counts);
 //! - `over_limit`: hits refused (a refused descriptor charges nothing, so all of its cost);
 //! - `shadow_mode`: hits refused by a shadow rule and answered OK;
 //! - `ratelimit_service_global_shadow_mode`: answers that `[envoy] shadow` turned to OK.
@@ -15,7 +15,8 @@
 //! `key1` is the first level of the rule's key (`key` or `key_value`, as written in the
 //! config), `key2` the deeper levels joined by `.` (absent for a one-level rule): the label
 //! set is the config's, bounded by it. Descriptor values appear only for a YAML entry with
-//! `detailed_metric: true` and for per-request limit overrides (whose rule is the request's),
+//! `detailed_metric: true` or a level with `value_to_metric: true`, and for per-request limit
+//! overrides (whose rule is the request's),
 //! and then only for the first [`MAX_DYNAMIC`] distinct label sets of the process; later ones
 //! are counted under the rule's own key (`detailed_metric`) or `key1="_other"` (overrides).
 
@@ -34,8 +35,8 @@ use crate::decide::{Answer, Fixed};
 /// Most distinct label sets made from descriptor values, per process.
 pub const MAX_DYNAMIC: usize = 1000;
 
-/// The share of the limit past which admitted hits are "near" it (the reference's default
-/// `NEAR_LIMIT_RATIO`).
+/// The share of the limit past which admitted hits are "near" it when `[envoy]
+/// near_limit_ratio` is not set (the reference's default `NEAR_LIMIT_RATIO`).
 pub const NEAR_LIMIT_RATIO: f64 = 0.8;
 
 /// Metric names.
@@ -50,6 +51,47 @@ pub const OVER_LIMIT: &str = "ratelimit_service_rate_limit_over_limit";
 pub const SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
 /// Answers global shadow mode turned to OK.
 pub const GLOBAL_SHADOW_MODE: &str = "ratelimit_service_global_shadow_mode";
+
+/// The reference's service-level series (its `ServiceStats`, its gRPC server's), under its
+/// default Prometheus mapping's names: config loads that succeeded.
+pub const CONFIG_LOAD_SUCCESS: &str = "ratelimit_service_config_load_success";
+/// Config loads refused.
+pub const CONFIG_LOAD_ERROR: &str = "ratelimit_service_config_load_error";
+/// `ShouldRateLimit` calls that met an error, by `err_type`: `redis_error` (the store failed,
+/// whatever the limit's policy then answered), `service_error` (a request refused as invalid).
+pub const SHOULD_RATE_LIMIT_ERROR: &str = "ratelimit_service_should_rate_limit_error";
+/// gRPC calls, by `grpc_method` (`ShouldRateLimit`).
+pub const TOTAL_REQUESTS: &str = "ratelimit_service_total_requests";
+/// gRPC call latency, by `grpc_method` (a histogram, in seconds).
+pub const RESPONSE_TIME: &str = "ratelimit_service_response_time_seconds";
+
+/// Counts one load (at start, or a reload) of a config with an `[envoy] config_dir`, as the
+/// reference counts each load of its runtime directory.
+pub fn config_load(ok: bool) {
+    metrics::counter!(if ok {
+        CONFIG_LOAD_SUCCESS
+    } else {
+        CONFIG_LOAD_ERROR
+    })
+    .increment(1);
+}
+
+/// Makes both config load series exist (at 0), so that a first error is an increase.
+pub fn config_loads_watched() {
+    metrics::counter!(CONFIG_LOAD_SUCCESS).increment(0);
+    metrics::counter!(CONFIG_LOAD_ERROR).increment(0);
+}
+
+/// Counts a `ShouldRateLimit` call that met an error of `err_type`.
+pub(crate) fn call_error(err_type: &'static str) {
+    metrics::counter!(SHOULD_RATE_LIMIT_ERROR, "err_type" => err_type).increment(1);
+}
+
+/// Counts a gRPC call of `method` that took `took`.
+pub(crate) fn grpc_call(method: &'static str, took: std::time::Duration) {
+    metrics::counter!(TOTAL_REQUESTS, "grpc_method" => method).increment(1);
+    metrics::histogram!(RESPONSE_TIME, "grpc_method" => method).record(took);
+}
 
 /// The five series of a rule's statistics key, in the order of [`Hits::counts`].
 pub(crate) const RULE_SERIES: [&str; 5] = [
@@ -77,6 +119,9 @@ pub(crate) enum StatKey {
     Fixed(Stat, OnceLock<RuleCounters>),
     /// `detailed_metric`: the request's values, falling back to the rule's own key.
     Detailed(Stat),
+    /// `value_to_metric` at some level: each level's label as the config writes it, or, where
+    /// `None`, the request's `key_value` at that level; falling back to the rule's own key.
+    Valued(Stat, Box<[Option<Box<str>>]>),
 }
 
 impl StatKey {
@@ -128,17 +173,22 @@ pub(crate) enum Counted<'a> {
     /// level labelled `key_<value>` with these values: the request's, or the pattern of a
     /// `share_threshold` wildcard, so that values sharing one counter share one label set.
     Detailed(&'a Stat, Vec<&'a str>),
+    /// By a `value_to_metric` rule of an imported tree (its own key the fallback): each level
+    /// labelled as given (`key`, `key_value`, or the request's `key_<value>`).
+    Valued(&'a Stat, Vec<String>),
     /// By a limit override (the request's entries, keys only beyond the bound).
     Override,
 }
 
 /// Counts `answer` to `request`; `counted[i]` says how descriptor `i` is counted (`None`:
-/// matched nothing); `global_shadow` is `[envoy] shadow`.
+/// matched nothing); `global_shadow` is `[envoy] shadow`, `near_ratio` `[envoy]
+/// near_limit_ratio`.
 pub(crate) fn record(
     request: &RateLimitRequest,
     answer: &Answer,
     counted: &[Option<Counted<'_>>],
     global_shadow: bool,
+    near_ratio: f32,
 ) {
     let default_cost = u64::from(request.hits_addend.max(1));
     let mut would_refuse = false;
@@ -164,7 +214,7 @@ pub(crate) fn record(
             }
             (None, Some(o)) => {
                 let own = o.shadow && shown.is_some_and(|s| s.own_shadow);
-                (Hits::of(o, cost, own), own)
+                (Hits::of(o, cost, own, near_ratio), own)
             }
             (None, None) => continue, // replaced: not decided
         };
@@ -206,7 +256,7 @@ impl Hits {
         }
     }
 
-    fn of(o: &LimitDecision, cost: u64, own_shadow: bool) -> Hits {
+    fn of(o: &LimitDecision, cost: u64, own_shadow: bool, near_ratio: f32) -> Hits {
         if !o.decision.allowed {
             return Hits::refused(cost, own_shadow);
         }
@@ -214,12 +264,7 @@ impl Hits {
         // Units in use after this hit, and before it.
         let after = limit.saturating_sub(o.decision.remaining);
         let before = after.saturating_sub(cost);
-        #[allow(
-            clippy::cast_precision_loss,
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss
-        )]
-        let threshold = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
+        let threshold = near_threshold(limit, near_ratio);
         let near = if after > threshold {
             after - before.max(threshold)
         } else {
@@ -248,6 +293,19 @@ impl Hits {
     }
 }
 
+/// The count past which hits are near `limit`: `floor(limit × ratio)`, the product taken in
+/// single precision as the reference takes it (its ratio is a `float32`), so that the
+/// threshold is the reference's for every limit and ratio.
+pub(crate) fn near_threshold(limit: u64, ratio: f32) -> u64 {
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let threshold = f64::from(limit as f32 * ratio).floor() as u64;
+    threshold
+}
+
 /// The statistics key of descriptor `d`, counted as `how`.
 fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted<'_>) -> Stat {
     // Past the cap of label sets: a rule's own base key, an override's `_other`.
@@ -261,7 +319,10 @@ fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted<'_>) -> Stat {
                 .map(|(e, v)| level(&e.key, Some(v)))
                 .collect(),
         ),
-        Counted::Rule(StatKey::Detailed(base)) => (Some(base), request_levels(d)),
+        Counted::Rule(StatKey::Detailed(base) | StatKey::Valued(base, _)) => {
+            (Some(base), request_levels(d))
+        }
+        Counted::Valued(base, levels) => (Some(base), levels.clone()),
         Counted::Override => (None, request_levels(d)),
     };
     let stat = Stat::new(domain, &levels);

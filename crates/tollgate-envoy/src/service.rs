@@ -23,6 +23,7 @@ use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
 use crate::decide::{Answer, Fixed, Shown, decide};
+use crate::dynamic_metadata;
 use crate::headers::response_headers;
 use crate::{Snapshot, rate_unit, reference_metrics};
 
@@ -73,14 +74,22 @@ impl<St: Store> rate_limit_service_server::RateLimitService for RateLimitService
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = std::time::Instant::now();
         let snapshot = (self.source)();
         let request = request.into_inner();
-        Ok(Response::new(should_rate_limit(&snapshot, &request).await?))
+        let answer = should_rate_limit(&snapshot, &request).await;
+        // The reference's gRPC server counts every call and its time (its `POST /json` calls
+        // the service directly, past these counters, and so does tollgate's).
+        reference_metrics::grpc_call("ShouldRateLimit", started.elapsed());
+        Ok(Response::new(answer?))
     }
 }
 
 /// Answers `request` with the rules and limits of `snapshot`: what the gRPC service answers,
-/// for other faces of it (the HTTP `POST /json`). Counts the reference's per-rule statistics.
+/// for other faces of it (the HTTP `POST /json`). Counts the reference's per-rule statistics,
+/// and its `should_rate_limit` errors: `service_error` for a request refused as invalid,
+/// `redis_error` when the store failed (the call then fails, or a limit's `allow` / `local`
+/// policy answered).
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for a request that cannot be decided (empty domain or descriptor list,
@@ -90,20 +99,43 @@ pub async fn should_rate_limit<St: Store>(
     snapshot: &Snapshot<St>,
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    let answer = decide(snapshot, request).await?;
+    let answer = match decide(snapshot, request).await {
+        Ok(answer) => answer,
+        Err(status) => {
+            reference_metrics::call_error(if status.code() == tonic::Code::Unavailable {
+                "redis_error"
+            } else {
+                "service_error"
+            });
+            return Err(status);
+        }
+    };
     if !answer.allowed {
         tracing::debug!(domain = %request.domain, "over limit");
+    }
+    let store_failed = answer
+        .outcomes
+        .iter()
+        .flatten()
+        .any(|o| matches!(o.source, tollgate::Source::Policy { .. }));
+    if store_failed {
+        reference_metrics::call_error("redis_error");
     }
     reference_metrics::record(
         request,
         &answer,
         &snapshot.counted(request),
         snapshot.global_shadow(),
+        snapshot.near_ratio(),
     );
-    Ok(response(&answer, snapshot))
+    Ok(response(&answer, snapshot, request))
 }
 
-fn response<St>(answer: &Answer, snapshot: &Snapshot<St>) -> RateLimitResponse {
+fn response<St>(
+    answer: &Answer,
+    snapshot: &Snapshot<St>,
+    request: &RateLimitRequest,
+) -> RateLimitResponse {
     let mut out = RateLimitResponse {
         overall_code: if answer.allowed {
             Code::Ok
@@ -139,7 +171,52 @@ fn response<St>(answer: &Answer, snapshot: &Snapshot<St>) -> RateLimitResponse {
         let extra = limit_headers.for_statuses(&out.statuses);
         out.response_headers_to_add.extend(extra);
     }
+    if snapshot.dynamic_metadata() {
+        let passed = passed(answer, &out.statuses);
+        let metadata = passed
+            .iter()
+            .map(|&slot| snapshot.metadata_of(&request.domain, &request.descriptors[slot]));
+        out.dynamic_metadata = Some(dynamic_metadata::of(request, metadata));
+    }
     out
+}
+
+/// The descriptors that passed, as the reference counts them for the dynamic metadata: those
+/// decided by a limit (not unmatched, `unlimited` or replaced) whose status is not
+/// `OVER_LIMIT`, less those only global shadow mode answered `OK` (the reference keeps their
+/// `OVER_LIMIT` status and changes only the overall code).
+fn passed(answer: &Answer, statuses: &[DescriptorStatus]) -> Vec<usize> {
+    let mut decided: Vec<Option<bool>> = answer
+        .outcomes
+        .iter()
+        .zip(&answer.shown)
+        .map(|(o, shown)| {
+            o.as_ref().map(|o| {
+                let own = shown.as_ref().is_some_and(|s| s.own_shadow);
+                o.shadow && !own && !o.decision.allowed
+            })
+        })
+        .collect();
+    for (slot, fixed) in &answer.fixed {
+        if let (
+            Fixed::Blocked {
+                shadow, own_shadow, ..
+            },
+            Some(d),
+        ) = (fixed, decided.get_mut(*slot))
+        {
+            *d = Some(*shadow && !*own_shadow);
+        }
+    }
+    decided
+        .iter()
+        .zip(statuses)
+        .enumerate()
+        .filter_map(|(slot, (globally_refused, status))| {
+            let ok = status.code != Code::OverLimit as i32;
+            (ok && *globally_refused == Some(false)).then_some(slot)
+        })
+        .collect()
 }
 
 fn unmatched() -> DescriptorStatus {

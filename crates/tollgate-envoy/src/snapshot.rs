@@ -17,6 +17,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::google::protobuf::Struct;
 use tollgate::{
     Algorithm, Clock, Limit, Limiter, OnStoreError, Store, SystemClock, Timestamp, validate_name,
 };
@@ -45,6 +46,8 @@ pub struct Snapshot<St> {
     caps: DescriptorCaps,
     clock: Arc<dyn Clock>,
     needs_domain: bool,
+    near_ratio: f32,
+    dynamic_metadata: bool,
 }
 
 /// What a descriptor matched.
@@ -93,6 +96,8 @@ pub(crate) struct Rule {
     pub(crate) own: Option<Arc<Limit>>,
     /// The reference's statistics key (none for an override's rule).
     pub(crate) stat: Option<StatKey>,
+    /// An imported limit's YAML `metadata` (`[envoy] response_dynamic_metadata`).
+    pub(crate) metadata: Option<Arc<Struct>>,
 }
 
 impl Rule {
@@ -112,6 +117,7 @@ impl Rule {
             unit: None,
             own: None,
             stat: None,
+            metadata: None,
         }
     }
 }
@@ -206,10 +212,19 @@ impl<St: Store> Snapshot<St> {
                     ..Rule::for_limit(limit, rule.shadow)
                 });
         }
-        let mut trees = HashMap::new();
+        let near_ratio = near_limit_ratio(config.near_limit_ratio)?;
+        let mut trees: HashMap<Box<str>, Level> = HashMap::new();
         for domain in &config.imported.domains {
             let tree = Level::compile(domain, &limiter, config.shadow, config.current_limit_name)?;
-            trees.insert(domain.name.as_str().into(), tree);
+            // Several files of one domain (`merge_domain_config`): one tree, in file order.
+            match trees.entry(domain.name.as_str().into()) {
+                std::collections::hash_map::Entry::Occupied(mut merged) => {
+                    merged.get_mut().extend(tree);
+                }
+                std::collections::hash_map::Entry::Vacant(at) => {
+                    at.insert(tree);
+                }
+            }
         }
         Ok(Snapshot {
             limiter,
@@ -227,6 +242,8 @@ impl<St: Store> Snapshot<St> {
             caps,
             clock: Arc::new(SystemClock),
             needs_domain: config.healthy_with_at_least_one_config_loaded,
+            near_ratio,
+            dynamic_metadata: config.response_dynamic_metadata,
         })
     }
 
@@ -268,6 +285,41 @@ impl<St> Snapshot<St> {
     /// Whether global shadow mode is on.
     pub(crate) fn global_shadow(&self) -> bool {
         self.shadow
+    }
+
+    /// `[envoy] near_limit_ratio`, in the reference's single precision.
+    pub(crate) fn near_ratio(&self) -> f32 {
+        self.near_ratio
+    }
+
+    /// Whether responses carry dynamic metadata (`[envoy] response_dynamic_metadata`).
+    pub(crate) fn dynamic_metadata(&self) -> bool {
+        self.dynamic_metadata
+    }
+
+    /// The YAML `metadata` of the entry that decides `descriptor` of `domain`, as the
+    /// reference attaches it to the matched limit: `None` for a `[[envoy.rules]]` rule, a
+    /// limit override (in a configured domain), an `unlimited` entry, or no match.
+    pub(crate) fn metadata_of<'a>(
+        &'a self,
+        domain: &str,
+        descriptor: &'a RateLimitDescriptor,
+    ) -> Option<&'a Struct> {
+        if descriptor.limit.is_some() && self.knows(domain) {
+            return None;
+        }
+        if self
+            .domains
+            .get(domain)
+            .is_some_and(|rules| rules.iter().any(|rule| rule.matches(&descriptor.entries)))
+        {
+            return None;
+        }
+        match self.trees.get(domain)?.find(&descriptor.entries)?.0 {
+            Target::Limited(rule) => rule.metadata.as_deref(),
+            Target::Blocked { metadata, .. } => metadata.as_deref(),
+            Target::Unlimited | Target::Nothing => None,
+        }
     }
 
     /// The limit override of each descriptor of `request`, validated; `None` where a
@@ -387,6 +439,18 @@ impl<St> Snapshot<St> {
                     StatKey::Detailed(base) => {
                         Counted::Detailed(base, parts.into_iter().map(|(_, v)| v).collect())
                     }
+                    // `value_to_metric`: the request's `key_value` where the level takes it.
+                    StatKey::Valued(base, template) => Counted::Valued(
+                        base,
+                        template
+                            .iter()
+                            .zip(&d.entries)
+                            .map(|(fixed, e)| match fixed {
+                                Some(level) => level.to_string(),
+                                None => level(&e.key, Some(&e.value)),
+                            })
+                            .collect(),
+                    ),
                     StatKey::Fixed(..) => Counted::Rule(stat),
                 })
             })
@@ -442,6 +506,20 @@ impl Rule {
     }
 }
 
+/// `[envoy] near_limit_ratio`: 0 < r ≤ 1, default [`crate::NEAR_LIMIT_RATIO`]; kept in single
+/// precision, as the reference's `float32`.
+fn near_limit_ratio(configured: Option<f64>) -> Result<f32, RulesError> {
+    let ratio = configured.unwrap_or(crate::NEAR_LIMIT_RATIO);
+    if !(ratio > 0.0 && ratio <= 1.0) {
+        return Err(RulesError::new(
+            "envoy.near_limit_ratio",
+            format!("{ratio} is not a share of the limit: it must be above 0 and at most 1"),
+        ));
+    }
+    #[allow(clippy::cast_possible_truncation)]
+    Ok(ratio as f32)
+}
+
 /// A key part name: valid, not given twice, and one the limit is keyed by.
 fn check_part(field: &str, part: &str, limit: &Limit, seen: &[&str]) -> Result<(), RulesError> {
     validate_name("part", part).map_err(|e| {
@@ -477,6 +555,8 @@ impl<St> fmt::Debug for Snapshot<St> {
             .field("caps", &self.caps)
             .field("clock", &self.clock)
             .field("needs_domain", &self.needs_domain)
+            .field("near_ratio", &self.near_ratio)
+            .field("dynamic_metadata", &self.dynamic_metadata)
             .finish()
     }
 }

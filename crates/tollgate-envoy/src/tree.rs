@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::google::protobuf::Struct;
 use tollgate::{Limiter, Store};
 
 use crate::imported::{Descriptor, Domain, part_name};
@@ -59,6 +60,8 @@ pub(crate) enum Target {
     Unlimited,
     /// `requests_per_unit: 0`: always over limit (unless shadow), never counted.
     Blocked {
+        /// Its YAML `metadata`, for the response's dynamic metadata when it passes (shadow).
+        metadata: Option<Arc<Struct>>,
         /// The limit's unit, for the answer.
         unit: Unit,
         /// `shadow_mode`, or global shadow mode.
@@ -85,13 +88,25 @@ impl Level {
             global_shadow,
             names,
         };
-        Level::build(domain, &domain.descriptors, &[], &how)
+        Level::build(domain, &domain.descriptors, &[], &[], &how)
     }
 
+    /// Adds the top-level entries of `other`, a tree of the same domain from another file
+    /// (`[envoy] merge_domain_config`; the loader refused the same key and value in both).
+    /// Wildcards keep file order: this tree's first.
+    pub(crate) fn extend(&mut self, other: Level) {
+        self.exact.extend(other.exact);
+        self.wildcards.extend(other.wildcards);
+        self.default.extend(other.default);
+    }
+
+    /// `above` is the statistics key of the levels above (`key` or `key_value` as written),
+    /// `valued` whether each of them takes the request's value instead (`value_to_metric`).
     fn build<St: Store>(
         domain: &Domain,
         list: &[Descriptor],
         above: &[String],
+        valued: &[bool],
         how: &How<'_, St>,
     ) -> Result<Level, RulesError> {
         let limiter = how.limiter;
@@ -109,12 +124,30 @@ impl Level {
             // The reference's statistics key: `key` or `key_value` of every level down here.
             let mut levels = above.to_vec();
             levels.push(stat_level(&d.key, d.value.as_deref()));
+            // `value_to_metric`: this level shows the request's value where the config gives
+            // none, or only a pattern of values that do not share a counter (the reference's).
+            let wildcard = d.value.as_deref().is_some_and(|v| v.contains('*'));
+            let mut valued = valued.to_vec();
+            valued
+                .push(d.value_to_metric && (d.value.is_none() || (wildcard && !d.share_threshold)));
             let stat = Stat::new(&domain.name, &levels);
+            // `detailed_metric` wins over `value_to_metric`, as the reference's.
             let stat = if d.detailed_metric {
                 StatKey::Detailed(stat)
+            } else if valued.contains(&true) {
+                let template = levels
+                    .iter()
+                    .zip(&valued)
+                    .map(|(level, from_request)| (!from_request).then(|| level.as_str().into()))
+                    .collect();
+                StatKey::Valued(stat, template)
             } else {
                 StatKey::fixed(stat)
             };
+            let metadata = d
+                .metadata
+                .as_ref()
+                .map(|m| Arc::new(crate::dynamic_metadata::to_struct(m)));
             let target = match &d.rate_limit {
                 None => Target::Nothing,
                 Some(rl) if rl.unlimited => Target::Unlimited,
@@ -135,9 +168,11 @@ impl Level {
                         rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
                         rule.unit = rl.unit;
                         rule.stat = Some(stat);
+                        rule.metadata = metadata;
                         Target::Limited(rule)
                     }
                     (None, Some(unit)) => Target::Blocked {
+                        metadata,
                         unit,
                         shadow,
                         own_shadow: d.shadow_mode,
@@ -152,7 +187,7 @@ impl Level {
                 part: part_name(depth).into(),
                 shared: wildcard.filter(|_| d.share_threshold).map(Into::into),
                 target,
-                children: Level::build(domain, &d.descriptors, &levels, how)?,
+                children: Level::build(domain, &d.descriptors, &levels, &valued, how)?,
             };
             let key: Box<str> = d.key.as_str().into();
             match (&d.value, wildcard) {

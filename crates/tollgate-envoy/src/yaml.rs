@@ -9,7 +9,7 @@
 //! …) need the path of the offending node, which this walk always knows. Its refusals are ours:
 //! duplicate domain, duplicate key (same key and value at one level), empty key or domain, bad
 //! unit, a non-string key, `unlimited` with a unit, `replaces` naming itself or empty, an
-//! unknown field. `quota_mode: true` is refused too: tollgate has no quota mode, and silently
+//! unknown field. `metadata` is any map (its content is not checked, as the reference's). `quota_mode: true` is refused too: tollgate has no quota mode, and silently
 //! enforcing such a limit would change what passes.
 //!
 //! Each counted `rate_limit` then gets its generated tollgate limit name (`limit_names.rs`).
@@ -32,11 +32,24 @@ pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 /// 100 000-deep `[` before refusing it. Descriptor trees nest a few levels.
 pub const MAX_DEPTH: usize = 64;
 
-/// Reads every YAML file of `dir`.
+/// Reads every YAML file of `dir`; a domain in two files is refused ([`load_dir_with`]).
 ///
 /// # Errors
 /// [`ImportError`] naming the file (and the path in it) of the first problem.
 pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
+    load_dir_with(dir, false)
+}
+
+/// Reads every YAML file of `dir`. With `merge_domains` (the reference's
+/// `MERGE_DOMAIN_CONFIG`, `[envoy] merge_domain_config`), a domain may be spread over several
+/// files: each file is one [`crate::Domain`] of [`Imported::domains`], and the top-level
+/// descriptors of the files of one domain are matched as one list (in file-name order), so
+/// the same top-level key and value in two of them is refused, as the reference refuses it.
+/// Without it, a domain in two files is refused.
+///
+/// # Errors
+/// [`ImportError`] naming the file (and the path in it) of the first problem.
+pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, ImportError> {
     let read = |path: &Path, source| ImportError::Read {
         path: path.to_owned(),
         source,
@@ -46,16 +59,42 @@ pub fn load_dir(dir: &Path) -> Result<Imported, ImportError> {
     for file in files {
         let text = read_capped(&file).map_err(|e| read(&file, e))?;
         let domain = parse_file(&text, &file)?;
-        if let Some(first) = imported.domains.iter().find(|d| d.name == domain.name) {
-            return Err(invalid(
-                &file,
-                "domain",
-                format!(
-                    "duplicate domain {:?} (already in {})",
-                    domain.name,
-                    first.file.display()
-                ),
-            ));
+        let same = imported.domains.iter().filter(|d| d.name == domain.name);
+        if let Some(first) = same.clone().next() {
+            if !merge_domains {
+                return Err(invalid(
+                    &file,
+                    "domain",
+                    format!(
+                        "duplicate domain {:?} (already in {}; envoy.merge_domain_config = true \
+                         merges them)",
+                        domain.name,
+                        first.file.display()
+                    ),
+                ));
+            }
+            for (i, d) in domain.descriptors.iter().enumerate() {
+                let twin = same.clone().find_map(|other| {
+                    other
+                        .descriptors
+                        .iter()
+                        .find(|o| o.key == d.key && o.value == d.value)
+                        .map(|o| (other, o))
+                });
+                if let Some((other, o)) = twin {
+                    return Err(invalid(
+                        &file,
+                        format!("descriptors[{i}]"),
+                        format!(
+                            "duplicate key {:?} in domain {:?} (already in {} at {})",
+                            crate::reference_metrics::level(&d.key, d.value.as_deref()),
+                            domain.name,
+                            other.file.display(),
+                            o.path
+                        ),
+                    ));
+                }
+            }
         }
         imported.domains.push(domain);
     }
@@ -369,7 +408,76 @@ impl Walk<'_> {
             detailed_metric: self.flag(map, at, "detailed_metric")?,
             value_to_metric: self.flag(map, at, "value_to_metric")?,
             share_threshold,
+            metadata: self.metadata(map, at)?,
             descriptors: self.descriptors(map, at)?,
+        })
+    }
+
+    /// `metadata`: any map, kept as JSON for the response's dynamic metadata (the reference
+    /// makes a protobuf `Struct` of it); absent or empty: none. Keys that are numbers or
+    /// booleans become their text, as the reference's `%v`.
+    fn metadata(
+        &self,
+        map: &Mapping,
+        at: &str,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, ImportError> {
+        let at = join(at, "metadata");
+        match map.get("metadata") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Mapping(m)) if m.is_empty() => Ok(None),
+            Some(v @ Value::Mapping(_)) => match self.json(v, &at)? {
+                serde_json::Value::Object(object) => Ok(Some(object)),
+                _ => unreachable!("a mapping converts to an object"),
+            },
+            Some(other) => Err(self.err(at, format!("must be a map, not {}", show(other)))),
+        }
+    }
+
+    /// A metadata value as JSON.
+    fn json(&self, value: &Value, at: &str) -> Result<serde_json::Value, ImportError> {
+        use serde_json::Value as J;
+        Ok(match value {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Number(n) => {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                let number = n
+                    .as_i64()
+                    .map(serde_json::Number::from)
+                    .or_else(|| n.as_u64().map(serde_json::Number::from))
+                    .or_else(|| serde_json::Number::from_f64(f));
+                J::Number(number.ok_or_else(|| {
+                    self.err(at, format!("{n} is not a finite number (JSON has none)"))
+                })?)
+            }
+            Value::String(s) => J::String(s.clone()),
+            Value::Sequence(list) => J::Array(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| self.json(v, &format!("{at}[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Mapping(m) => {
+                let mut object = serde_json::Map::with_capacity(m.len());
+                for (k, v) in m {
+                    let key = match k {
+                        Value::String(s) => s.clone(),
+                        Value::Number(n) => n.to_string(),
+                        Value::Bool(b) => b.to_string(),
+                        other => {
+                            return Err(
+                                self.err(at, format!("key is not a string: {}", show(other)))
+                            );
+                        }
+                    };
+                    let value = self.json(v, &join(at, &key))?;
+                    object.insert(key, value);
+                }
+                J::Object(object)
+            }
+            Value::Tagged(t) => {
+                return Err(self.err(at, format!("a value tagged {} is not metadata", t.tag)));
+            }
         })
     }
 

@@ -143,7 +143,8 @@ fn describe() {
         ),
         (
             envoy::NEAR_LIMIT,
-            "Admitted Envoy hits past 80 % of the limit, by rule key",
+            "Admitted Envoy hits past envoy.near_limit_ratio (default 80 %) of the limit, by \
+             rule key",
         ),
         (
             envoy::OVER_LIMIT,
@@ -156,6 +157,24 @@ fn describe() {
         (
             envoy::GLOBAL_SHADOW_MODE,
             "Envoy answers turned OK by global shadow mode",
+        ),
+        (
+            envoy::CONFIG_LOAD_SUCCESS,
+            "Loads of a config with envoy.config_dir that succeeded (start and reloads, as \
+             envoyproxy/ratelimit)",
+        ),
+        (
+            envoy::CONFIG_LOAD_ERROR,
+            "Reloads of a config with envoy.config_dir that were refused (the old rules stay)",
+        ),
+        (
+            envoy::SHOULD_RATE_LIMIT_ERROR,
+            "Envoy ShouldRateLimit calls (gRPC and POST /json) that met an error, by err_type: \
+             redis_error (the store failed), service_error (an invalid request)",
+        ),
+        (
+            envoy::TOTAL_REQUESTS,
+            "Envoy gRPC calls, by grpc_method (ShouldRateLimit)",
         ),
     ] {
         metrics::describe_counter!(name, help);
@@ -199,6 +218,11 @@ fn describe() {
     ] {
         metrics::describe_counter!(name, help);
     }
+    metrics::describe_histogram!(
+        envoy::RESPONSE_TIME,
+        metrics::Unit::Seconds,
+        "Envoy gRPC call latency, by grpc_method (ShouldRateLimit)"
+    );
     metrics::describe_counter!(
         "tollgate_redis_batches_total",
         "Coalesced Redis calls (one EVALSHA of the batch script for requests that queued)"

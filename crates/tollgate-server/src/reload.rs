@@ -109,7 +109,7 @@ impl Reloader {
             Err(e) => {
                 if force || !self.read_failed {
                     tracing::error!(path = %self.path.display(), cause = %e, "cannot read the config file; keeping the current limits");
-                    metrics::config_reload(false);
+                    self.loaded(false);
                     self.state
                         .reloads
                         .record(Some(format!("cannot read the config file: {e}")));
@@ -157,7 +157,7 @@ impl Reloader {
             Ok(parsed) => parsed,
             Err(e) => {
                 tracing::error!(cause = %e, "config reload failed; keeping the current limits");
-                metrics::config_reload(false);
+                self.loaded(false);
                 self.state
                     .reloads
                     .record(Some(format!("the reload failed: {e}")));
@@ -168,9 +168,19 @@ impl Reloader {
             Ok(config) => self.apply(config),
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
-                metrics::config_reload(false);
+                self.loaded(false);
                 self.state.reloads.record(Some(reload_status::shown(&e)));
             }
+        }
+    }
+
+    /// Counts a reload's result: `tollgate_reloads_total`, and, while the running config reads
+    /// an `envoy.config_dir`, the reference's `ratelimit_service_config_load_success` /
+    /// `_error` (as it counts each load of its runtime directory).
+    fn loaded(&self, ok: bool) {
+        metrics::config_reload(ok);
+        if self.running.envoy.config_dir.is_some() {
+            tollgate_envoy::config_load(ok);
         }
     }
 
@@ -199,7 +209,7 @@ impl Reloader {
             // A valid file that says what runs: a success (the file put back after a refused
             // edit clears the alarm, `tollgate_config_last_reload_successful` and the page).
             tracing::info!("config file read; limits and envoy rules unchanged");
-            metrics::config_reload(true);
+            self.loaded(true);
             self.state.reloads.record(None);
             return;
         }
@@ -232,14 +242,14 @@ impl Reloader {
                 // The old set's leases go back (units of removed or changed limits included);
                 // the new set takes its own from the first check.
                 tokio::spawn(async move { old.return_leases("reload").await });
-                metrics::config_reload(true);
-                self.state.reloads.record(None);
                 self.running.limits = config.limits;
                 self.running.envoy = config.envoy;
+                self.loaded(true);
+                self.state.reloads.record(None);
             }
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
-                metrics::config_reload(false);
+                self.loaded(false);
                 self.state.reloads.record(Some(e.to_string()));
             }
         }

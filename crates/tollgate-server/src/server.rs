@@ -325,6 +325,11 @@ async fn build_state(
         config.server.admin_token.clone(),
     );
     state.history = crate::history::History::new(config.server.history_interval);
+    if config.envoy.config_dir.is_some() {
+        // The reference's config load counters: this load, and the error series at 0.
+        tollgate_envoy::config_loads_watched();
+        tollgate_envoy::config_load(true);
+    }
     // After the state, which installs the recorder.
     metrics::store_settings(
         config.store.timeout,

@@ -2,6 +2,7 @@
 //! FakeClock-driven limiter), and an independent Python `grpcio` client.
 
 mod config;
+mod dynamic_metadata;
 mod overrides;
 mod python;
 mod readme_examples;

@@ -147,7 +147,8 @@ fn imported(files: &[(&str, &str)], rules_toml: &str) -> (Vec<Limit>, EnvoyRules
         std::fs::write(dir.path().join(name), text).expect("write yaml");
     }
     let mut envoy = rules(rules_toml);
-    envoy.imported = tollgate_envoy::load_dir(dir.path()).expect("valid yaml files");
+    envoy.imported = tollgate_envoy::load_dir_with(dir.path(), envoy.merge_domain_config)
+        .expect("valid yaml files");
     let limits = envoy
         .imported
         .limits(

@@ -427,7 +427,8 @@ pub(super) fn import_envoy(
     origin: &str,
 ) -> Result<(), ConfigError> {
     if let Some(dir) = &envoy.config_dir {
-        envoy.imported = tollgate_envoy::load_dir(&base.join(dir)).map_err(|e| {
+        let merge = envoy.merge_domain_config;
+        envoy.imported = tollgate_envoy::load_dir_with(&base.join(dir), merge).map_err(|e| {
             ConfigError::invalid(origin, "envoy.config_dir", FieldError::Import(Box::new(e)))
         })?;
     }
@@ -479,9 +480,8 @@ pub(super) fn envoy(
     limits: &[LimitConfig],
     origin: &str,
 ) -> Result<(), ConfigError> {
-    if rules.rules.is_empty() && rules.imported.domains.is_empty() {
-        return Ok(());
-    }
+    // Compiled even without rules: the `[envoy]` settings (`near_limit_ratio`,
+    // `max_descriptors` …) are checked there.
     let store = MemoryStore::builder()
         .sweep_interval(None)
         .max_keys(1)

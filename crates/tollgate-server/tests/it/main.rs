@@ -8,6 +8,7 @@ mod binary;
 mod config;
 mod envoy_health;
 mod envoy_reference;
+mod envoy_settings;
 mod envoy_yaml;
 mod grpc;
 mod hardening;
