@@ -9,6 +9,8 @@
 //! response_headers = true          # draft RateLimit / RateLimit-Policy headers for Envoy to add
 //! limit_response_headers = false   # the reference's RateLimit-Limit / -Remaining / -Reset
 //! shadow = false                   # global shadow mode: every answer OK, still counting
+//! quota_mode = false               # global quota mode: every descriptor a quota descriptor
+//! refusals = "free"                # or "charged": refused descriptors counted, as the reference
 //! max_descriptors = 256            # most descriptors per call, 1..=4096 (default 256)
 //! max_entries = 32                 # most entries per descriptor, 1..=256 (default 32)
 //!
@@ -58,6 +60,16 @@ pub struct EnvoyRules {
     /// are counted, and every answer is OK.
     #[serde(default)]
     pub shadow: bool,
+    /// Global quota mode (the reference's `QUOTA_MODE`): every descriptor is a quota
+    /// descriptor, as if each rule had `quota_mode: true` (see [`RuleConfig::quota_mode`]).
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// Whether a refused descriptor is charged: `free` (default, tollgate's: a refused
+    /// request charges nothing) or `charged` (the reference's counting: every descriptor's
+    /// counter takes its hits, refused or not, and answers from the count after; fixed
+    /// windows only).
+    #[serde(default)]
+    pub refusals: Refusals,
     /// The reference's `LIMIT_RESPONSE_HEADERS_ENABLED`: add a limit / remaining / reset header
     /// (names below) for the descriptor closest to its limit (an over-limit one first) to
     /// `response_headers_to_add`, beside or instead of the draft headers of
@@ -112,6 +124,20 @@ pub struct EnvoyRules {
     pub imported: Imported,
 }
 
+/// Whether refused descriptors are charged (`[envoy] refusals`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusals {
+    /// tollgate's: a request is decided all or nothing (quota descriptors aside), and a
+    /// refused one charges nothing.
+    #[default]
+    Free,
+    /// The reference's: every descriptor's counter takes its hits whether it is over the
+    /// limit or not, each on its own, and is over limit when its count is above the limit.
+    /// Fixed windows only.
+    Charged,
+}
+
 /// What a descriptor's `current_limit.name` shows (`[envoy] current_limit_name`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,6 +167,11 @@ pub struct RuleConfig {
     /// `tollgate_shadow_denied_total{limit}`.
     #[serde(default)]
     pub shadow: bool,
+    /// Quota mode (the reference's `quota_mode: true`): the descriptor is one of the
+    /// request's quota descriptors, which make it over limit only when all of them are; a
+    /// quota descriptor over its limit is answered `OVER_LIMIT` and not charged.
+    #[serde(default)]
+    pub quota_mode: bool,
 }
 
 /// One entry of a rule's descriptor.

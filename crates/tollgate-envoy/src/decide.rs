@@ -25,6 +25,23 @@
 //! enforced, the request is over limit and nothing is charged; a shadow one is reported as
 //! refusing and charged nothing.
 //!
+//! **Quota descriptors** (`quota_mode: true`, a `quota_mode` rule, or every descriptor with
+//! `[envoy] quota_mode`) follow the reference's rule for the overall code: `OVER_LIMIT` when
+//! a descriptor that is not a quota descriptor is over its limit, or when there are quota
+//! descriptors and every one of them is. A quota descriptor over its limit is answered
+//! `OVER_LIMIT` but charged nothing, and does not refuse the request while another passes:
+//! the decided ones are the request's any-of group ([`tollgate::Need::OneOf`]), decided in the
+//! same atomic store call. Quota descriptors decided outside that call count as the
+//! reference counts them: a 0-per-unit or too costly one as over, a check-only one as its
+//! peek says, a shadow one as passing, and with global quota mode an unmatched one (no limit)
+//! as passing; one that passes makes the group's members in the call optional
+//! ([`tollgate::Need::Optional`]), one that is over leaves the group to the others.
+//!
+//! **Counted refusals** (`[envoy] refusals = "charged"`): the charging call counts refusals
+//! ([`tollgate::Request::count_refusals`]): every descriptor's counter takes its hits, over
+//! limit or not, each on its own, even when another descriptor refuses the request; the
+//! overall code is then read from the answers by the same rules.
+//!
 //! Imported (YAML) entries follow the reference: an `unlimited` entry is OK and never counted;
 //! an entry of 0 requests per unit is over limit like a too costly one (nothing charged),
 //! with the time to the end of its unit-aligned window as `duration_until_reset`; when a
@@ -37,7 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tollgate::{LimitDecision, Limiter, Op, Outcome, Store, Verdict};
+use tollgate::{LimitDecision, Limiter, Need, Op, Outcome, Store, Verdict};
 use tonic::Status;
 
 use crate::snapshot::{Found, Rule};
@@ -56,6 +73,9 @@ pub(crate) struct Answer {
     /// Descriptors answered without a limiter decision (imported `unlimited` or 0 per unit),
     /// in slot order.
     pub(crate) fixed: Vec<(usize, Fixed)>,
+    /// One per descriptor: whether it is a quota descriptor (its own `quota_mode` or global),
+    /// whose refusal does not choose the limit headers' descriptor on its own.
+    pub(crate) quota: Vec<bool>,
 }
 
 /// What a decided descriptor's status shows of its rule, and how its statistics count.
@@ -101,6 +121,8 @@ struct Item<'a> {
     parts: Vec<(&'a str, &'a str)>,
     /// The hits to charge; 0 for a check-only descriptor (`hits_addend` 0).
     cost: u64,
+    /// A quota descriptor (its own `quota_mode` or global quota mode).
+    quota: bool,
 }
 
 /// Decides `request` with the rules and limiter of `snapshot`.
@@ -125,6 +147,9 @@ pub(crate) async fn decide<St: Store>(
     let overrides = snapshot.overrides(request)?;
     let default_cost = u64::from(request.hits_addend.max(1));
     let now = snapshot.now();
+    let global_quota = snapshot.global_quota_mode();
+    let mut quota = vec![false; request.descriptors.len()];
+    let mut group = Group::default();
     let mut fixed = Vec::new();
     let mut found: Vec<Item<'_>> = Vec::new();
     for (slot, d) in request.descriptors.iter().enumerate() {
@@ -138,8 +163,13 @@ pub(crate) async fn decide<St: Store>(
                 unit,
                 shadow,
                 own_shadow,
+                quota_mode,
                 name,
             }) => {
+                quota[slot] = quota_mode || global_quota;
+                if quota[slot] {
+                    group.outside(shadow);
+                }
                 let reset = window_reset(unit, now);
                 fixed.push((
                     slot,
@@ -154,58 +184,124 @@ pub(crate) async fn decide<St: Store>(
             }
             Some(Found::Limited(rule, parts)) => {
                 let cost = descriptor_cost(d, default_cost);
+                quota[slot] = rule.quota_mode || global_quota;
                 found.push(Item {
                     slots: vec![slot],
                     rule,
                     parts,
                     cost,
+                    quota: quota[slot],
                 });
             }
         }
     }
+    let found = drop_replaced(found);
+    if global_quota {
+        // The reference counts a descriptor with no limit (unmatched, whitelisted, replaced,
+        // negative hits) as a quota descriptor that passes; an `unlimited` one not at all.
+        let mut decided = vec![false; request.descriptors.len()];
+        for item in &found {
+            decided[item.slots[0]] = true;
+        }
+        for (slot, f) in &fixed {
+            decided[*slot] = true;
+            if matches!(f, Fixed::Unlimited) {
+                quota[*slot] = false;
+            }
+        }
+        if decided.iter().any(|d| !d) {
+            group.outside(true);
+        }
+        for (slot, d) in decided.iter().enumerate() {
+            if !d {
+                quota[slot] = true;
+            }
+        }
+    }
+    // Shadow quota descriptors always answer OK: passing members of the group.
+    if found.iter().any(|i| i.quota && i.rule.shadow) {
+        group.outside(true);
+    }
+    let counting = snapshot.charges_refusals();
     // Check-only descriptors are decided apart: merged among themselves (same key: one peek),
     // never with a charging descriptor of the same key.
     let (check_only, charged): (Vec<Item<'_>>, Vec<Item<'_>>) =
-        drop_replaced(found).into_iter().partition(|i| i.cost == 0);
+        found.into_iter().partition(|i| i.cost == 0);
     let check_only = merge_same_key(check_only);
     let charged = merge_same_key(charged);
     let limiter = snapshot.limiter();
-    let blocked = fixed
+    // A 0-per-unit descriptor (not shadow) refuses the request unless it is a quota one.
+    let mut vetoed = fixed
         .iter()
-        .any(|(_, f)| matches!(f, Fixed::Blocked { shadow: false, .. }));
+        .any(|(slot, f)| matches!(f, Fixed::Blocked { shadow: false, .. }) && !quota[*slot]);
     let mut answer = Answer {
         allowed: true,
         outcomes: vec![None; request.descriptors.len()],
         shown: vec![None; request.descriptors.len()],
         fixed,
+        quota,
     };
     let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
         charged.iter().partition(|i| i.cost <= i.rule.capacity);
     let peeked: Vec<&Item<'_>> = check_only.iter().collect();
-    if blocked || too_costly.iter().any(|i| !i.rule.shadow) {
+    for item in too_costly.iter().filter(|i| !i.rule.shadow) {
+        if item.quota {
+            group.outside(false);
+        } else {
+            vetoed = true;
+        }
+    }
+    let mode = Mode {
+        counting: false,
+        optional: group.passed,
+    };
+    if vetoed && !counting {
         // Can never pass: charge nothing, report each limit's current state.
         answer.allowed = false;
         let all: Vec<&Item<'_>> = charged.iter().chain(&check_only).collect();
         if !all.is_empty() {
-            let verdict = run(limiter, &all, Op::Peek).await?;
+            let verdict = run(limiter, &all, Op::Peek, mode).await?;
             answer.fill(&all, &verdict);
         }
     } else {
         if !too_costly.is_empty() {
-            let verdict = run(limiter, &too_costly, Op::Peek).await?;
+            let verdict = run(limiter, &too_costly, Op::Peek, mode).await?;
             answer.fill(&too_costly, &verdict);
         }
         if !peeked.is_empty() {
             // Check only: whether a unit is left, charging nothing.
-            let verdict = run(limiter, &peeked, Op::Peek).await?;
+            let verdict = run(limiter, &peeked, Op::Peek, mode).await?;
             answer.fill(&peeked, &verdict);
-            answer.allowed = verdict.outcome() == Outcome::Allowed;
+            for (item, d) in peeked.iter().zip(verdict.decisions()) {
+                if item.rule.shadow || d.decision.allowed && !item.quota {
+                    continue;
+                }
+                if item.quota {
+                    group.outside(d.decision.allowed);
+                } else {
+                    vetoed = true;
+                }
+            }
         }
+        // The group refuses already when all of it outside the call refused and none of it
+        // is in the call.
+        let in_call = fits.iter().any(|i| i.quota && !i.rule.shadow);
+        let group_refused = group.members > 0 && !group.passed && !in_call;
+        answer.allowed = !vetoed && !group_refused;
         if !fits.is_empty() {
             // Every descriptor that can pass, each at its own cost: one atomic store call
-            // (a peek when a check-only descriptor already refused: all or nothing).
-            let op = if answer.allowed { Op::Check } else { Op::Peek };
-            let verdict = run(limiter, &fits, op).await?;
+            // (a peek when the request is already refused: all or nothing; a check anyway
+            // when refusals are charged, as the reference charges every descriptor).
+            let op = if answer.allowed || counting {
+                Op::Check
+            } else {
+                Op::Peek
+            };
+            let mode = Mode {
+                counting,
+                optional: group.passed,
+            };
+            let verdict = run(limiter, &fits, op, mode).await?;
             answer.fill(&fits, &verdict);
             answer.allowed &= verdict.outcome() == Outcome::Allowed;
         }
@@ -218,6 +314,32 @@ pub(crate) async fn decide<St: Store>(
         }
     }
     Ok(answer)
+}
+
+/// The quota descriptors decided outside the charging call (see the module docs).
+#[derive(Debug, Default)]
+struct Group {
+    /// How many.
+    members: usize,
+    /// Whether one of them passed.
+    passed: bool,
+}
+
+impl Group {
+    /// One more member outside the call, which passed or not.
+    fn outside(&mut self, passed: bool) {
+        self.members += 1;
+        self.passed |= passed;
+    }
+}
+
+/// How a call's request is prepared.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    /// Count refusals (`[envoy] refusals = "charged"`).
+    counting: bool,
+    /// A quota descriptor outside the call passed: the quota ones in it are optional.
+    optional: bool,
 }
 
 /// The time from `now` to the end of `unit`'s window, windows aligned to the epoch in whole
@@ -328,6 +450,7 @@ async fn run<St: Store>(
     limiter: &Limiter<St>,
     batch: &[&Item<'_>],
     op: Op,
+    mode: Mode,
 ) -> Result<Verdict, Status> {
     let items: Vec<crate::overrides::RuleItem<'_, '_>> = batch
         .iter()
@@ -338,7 +461,21 @@ async fn run<St: Store>(
     for (i, item) in batch.iter().enumerate() {
         if item.rule.shadow {
             request.set_shadow(i);
+        } else if item.quota {
+            request.set_need(
+                i,
+                if mode.optional {
+                    Need::Optional
+                } else {
+                    Need::OneOf
+                },
+            );
         }
+    }
+    if mode.counting && op == Op::Check {
+        request
+            .count_refusals()
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
     }
     let verdict = limiter.decide(&request, op).await;
     if let Outcome::Unavailable { .. } = verdict.outcome() {
@@ -375,6 +512,7 @@ mod tests {
             rule,
             parts,
             cost: 1,
+            quota: false,
         }
     }
 

@@ -40,6 +40,9 @@ pub struct Descriptor {
     pub rate_limit: Option<RateLimit>,
     /// `shadow_mode`: always answer OK, count would-be refusals.
     pub shadow_mode: bool,
+    /// `quota_mode`: a quota descriptor (over limit only when all of the request's quota
+    /// descriptors are).
+    pub quota_mode: bool,
     /// `detailed_metric`: the reference's per-rule counters are labelled with the request's
     /// values (bounded, see `docs/envoy.md`).
     pub detailed_metric: bool,

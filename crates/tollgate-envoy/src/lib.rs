@@ -100,7 +100,7 @@ mod yaml;
 pub use caps::{
     CEILING_DESCRIPTORS, CEILING_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_ENTRIES,
 };
-pub use config::{CurrentLimitName, EntryConfig, EnvoyRules, RuleConfig};
+pub use config::{CurrentLimitName, EntryConfig, EnvoyRules, Refusals, RuleConfig};
 pub use deferred_write::DeferredWrite;
 pub use deferred_write_io::DeferredWriteIo;
 pub use envoy_types;

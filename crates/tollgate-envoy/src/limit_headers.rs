@@ -1,8 +1,10 @@
 //! The reference service's limit headers (`LIMIT_RESPONSE_HEADERS_ENABLED`).
 //!
 //! envoyproxy/ratelimit can ask Envoy to add three headers to the client's response, for one
-//! descriptor: the one with the fewest `limit_remaining` among those with a limit, except that
-//! an over-limit descriptor always wins (the last one, as the reference walks them). Their
+//! descriptor: the one with the fewest `limit_remaining` among those with a limit (the first
+//! of equals), except that an over-limit descriptor always wins (the last one, as the
+//! reference walks them) — unless it is a quota descriptor, which only competes by its
+//! `limit_remaining`, as in the reference. Their
 //! names are configurable there (`LIMIT_LIMIT_HEADER` …, defaults `RateLimit-Limit`,
 //! `RateLimit-Remaining`, `RateLimit-Reset`) and here (`[envoy] limit_limit_header` …):
 //! - limit: `current_limit.requests_per_unit`;
@@ -65,15 +67,20 @@ impl LimitHeaders {
         Ok(config.limit_response_headers.then_some(headers))
     }
 
-    /// The headers for `statuses`; none when no descriptor has a limit.
-    pub(crate) fn for_statuses(&self, statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    /// The headers for `statuses` (`quota`: whether each is a quota descriptor's); none when
+    /// no descriptor has a limit.
+    pub(crate) fn for_statuses(
+        &self,
+        statuses: &[DescriptorStatus],
+        quota: &[bool],
+    ) -> Vec<HeaderValue> {
         let mut chosen: Option<&DescriptorStatus> = None;
         let mut forced = false;
-        for s in statuses {
+        for (i, s) in statuses.iter().enumerate() {
             if s.current_limit.is_none() {
                 continue;
             }
-            if s.code == Code::OverLimit as i32 {
+            if s.code == Code::OverLimit as i32 && !quota.get(i).copied().unwrap_or(false) {
                 chosen = Some(s);
                 forced = true;
             } else if !forced && chosen.is_none_or(|c| s.limit_remaining < c.limit_remaining) {

@@ -168,7 +168,7 @@ fn response<St>(
         ..RateLimitResponse::default()
     };
     if let Some(limit_headers) = snapshot.limit_headers() {
-        let extra = limit_headers.for_statuses(&out.statuses);
+        let extra = limit_headers.for_statuses(&out.statuses, &answer.quota);
         out.response_headers_to_add.extend(extra);
     }
     if snapshot.dynamic_metadata() {

@@ -24,6 +24,7 @@ use tollgate::{
 use tonic::Status;
 
 use crate::caps::DescriptorCaps;
+use crate::config::Refusals;
 use crate::limit_headers::LimitHeaders;
 use crate::overrides::{Override, Overrides};
 use crate::reference_metrics::{Counted, Stat, StatKey, level};
@@ -43,6 +44,8 @@ pub struct Snapshot<St> {
     limit_headers: Option<LimitHeaders>,
     overrides: Overrides,
     shadow: bool,
+    quota_mode: bool,
+    refusals: Refusals,
     caps: DescriptorCaps,
     clock: Arc<dyn Clock>,
     needs_domain: bool,
@@ -65,6 +68,8 @@ pub(crate) enum Found<'a> {
         shadow: bool,
         /// Whether it is in shadow mode of its own (`shadow_mode: true`).
         own_shadow: bool,
+        /// Whether it is a quota descriptor of its own (`quota_mode: true`).
+        quota_mode: bool,
         /// Its `current_limit.name`.
         name: &'a Arc<str>,
     },
@@ -80,6 +85,9 @@ pub(crate) struct Rule {
     /// Whether it is in shadow mode of its own (a shadow rule or limit, `shadow_mode: true`),
     /// not only by `[envoy] shadow`.
     pub(crate) own_shadow: bool,
+    /// Whether its descriptors are quota descriptors of their own (`quota_mode`; global
+    /// quota mode is the snapshot's).
+    pub(crate) quota_mode: bool,
     /// What `current_limit.name` shows.
     pub(crate) shown: Arc<str>,
     /// The largest cost the limit can ever admit.
@@ -109,6 +117,7 @@ impl Rule {
             limit: limit.name_arc().clone(),
             shadow: shadow || limit.is_shadow(),
             own_shadow: shadow || limit.is_shadow(),
+            quota_mode: false,
             shown: limit.name_arc().clone(),
             capacity: limit.capacity(),
             open_key: limit.key_parts().is_none(),
@@ -139,6 +148,16 @@ impl<St: Store> Snapshot<St> {
     /// `envoy.max_entries`; or when `envoy.max_descriptors` or `max_entries` is out of range.
     pub fn new(config: &EnvoyRules, limiter: Arc<Limiter<St>>) -> Result<Snapshot<St>, RulesError> {
         let caps = DescriptorCaps::from_config(config)?;
+        if config.refusals == Refusals::Charged
+            && let Some(algorithm) = config.algorithm.filter(|a| *a != Algorithm::FixedWindow)
+        {
+            return Err(RulesError::new(
+                "envoy.algorithm",
+                format!(
+                    "{algorithm} cannot count refusals (envoy.refusals = \"charged\" counts as the reference's fixed windows); use fixed_window or refusals = \"free\""
+                ),
+            ));
+        }
         let mut domains: HashMap<Box<str>, Vec<Rule>> = HashMap::new();
         for (i, rule) in config.rules.iter().enumerate() {
             let at = format!("envoy.rules[{i}]");
@@ -167,6 +186,9 @@ impl<St: Store> Snapshot<St> {
                     format!("unknown limit {:?}", rule.limit),
                 )
             })?;
+            if config.refusals == Refusals::Charged {
+                counts_refusals(&format!("{at}.limit"), limit)?;
+            }
             let mut entries = Vec::with_capacity(rule.descriptor.len());
             let mut parts: Vec<&str> = Vec::new();
             for (j, entry) in rule.descriptor.iter().enumerate() {
@@ -209,6 +231,7 @@ impl<St: Store> Snapshot<St> {
                             .collect::<Vec<_>>(),
                     ))),
                     shadow: rule.shadow || limit.is_shadow() || config.shadow,
+                    quota_mode: rule.quota_mode,
                     ..Rule::for_limit(limit, rule.shadow)
                 });
         }
@@ -239,6 +262,8 @@ impl<St: Store> Snapshot<St> {
                 config.current_limit_name,
             ),
             shadow: config.shadow,
+            quota_mode: config.quota_mode,
+            refusals: config.refusals,
             caps,
             clock: Arc::new(SystemClock),
             needs_domain: config.healthy_with_at_least_one_config_loaded,
@@ -320,6 +345,16 @@ impl<St> Snapshot<St> {
             Target::Blocked { metadata, .. } => metadata.as_deref(),
             Target::Unlimited | Target::Nothing => None,
         }
+    }
+
+    /// Whether global quota mode is on (`[envoy] quota_mode`).
+    pub(crate) fn global_quota_mode(&self) -> bool {
+        self.quota_mode
+    }
+
+    /// Whether refused descriptors are charged (`[envoy] refusals = "charged"`).
+    pub(crate) fn charges_refusals(&self) -> bool {
+        self.refusals == Refusals::Charged
     }
 
     /// The limit override of each descriptor of `request`, validated; `None` where a
@@ -475,12 +510,14 @@ impl<St> Snapshot<St> {
                 unit,
                 shadow,
                 own_shadow,
+                quota_mode,
                 name,
                 ..
             } => Found::Blocked {
                 unit: *unit,
                 shadow: *shadow,
                 own_shadow: *own_shadow,
+                quota_mode: *quota_mode,
                 name,
             },
             Target::Nothing => return None,
@@ -559,4 +596,25 @@ impl<St> fmt::Debug for Snapshot<St> {
             .field("dynamic_metadata", &self.dynamic_metadata)
             .finish()
     }
+}
+
+/// Whether `limit` can count refusals as the reference does (`[envoy] refusals =
+/// "charged"`): an exact fixed window.
+fn counts_refusals(at: &str, limit: &Limit) -> Result<(), RulesError> {
+    if limit.algorithm() != Algorithm::FixedWindow || limit.lease_mode().is_some() {
+        return Err(RulesError::new(
+            at,
+            format!(
+                "limit {:?} ({}{}) cannot count refusals: envoy.refusals = \"charged\" counts as the reference's fixed windows; use a fixed_window limit in exact mode, or refusals = \"free\"",
+                limit.name(),
+                limit.algorithm(),
+                if limit.lease_mode().is_some() {
+                    ", lease mode"
+                } else {
+                    ""
+                },
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -68,6 +68,8 @@ pub(crate) enum Target {
         shadow: bool,
         /// `shadow_mode`.
         own_shadow: bool,
+        /// `quota_mode`.
+        quota_mode: bool,
         /// `current_limit.name`: `rate_limit.name`, empty when none.
         name: Arc<str>,
         /// Its statistics key.
@@ -161,6 +163,7 @@ impl Level {
                         })?;
                         let mut rule = Rule::for_limit(limit, d.shadow_mode);
                         rule.shadow = shadow;
+                        rule.quota_mode = d.quota_mode;
                         if how.names == CurrentLimitName::Rule {
                             rule.shown = yaml_name;
                         }
@@ -176,6 +179,7 @@ impl Level {
                         unit,
                         shadow,
                         own_shadow: d.shadow_mode,
+                        quota_mode: d.quota_mode,
                         name: yaml_name,
                         stat,
                     },

@@ -9,8 +9,8 @@
 //! …) need the path of the offending node, which this walk always knows. Its refusals are ours:
 //! duplicate domain, duplicate key (same key and value at one level), empty key or domain, bad
 //! unit, a non-string key, `unlimited` with a unit, `replaces` naming itself or empty, an
-//! unknown field. `metadata` is any map (its content is not checked, as the reference's). `quota_mode: true` is refused too: tollgate has no quota mode, and silently
-//! enforcing such a limit would change what passes.
+//! unknown field. `metadata` is any map (its content is not checked, as the reference's).
+//! `quota_mode` is read (a quota descriptor, see `decide.rs`).
 //!
 //! Each counted `rate_limit` then gets its generated tollgate limit name (`limit_names.rs`).
 
@@ -382,12 +382,6 @@ impl Walk<'_> {
             return Err(self.err(join(at, "key"), "descriptor has an empty key"));
         }
         let value = self.string(map, at, "value")?.filter(|v| !v.is_empty());
-        if self.flag(map, at, "quota_mode")? {
-            return Err(self.err(
-                join(at, "quota_mode"),
-                "quota mode is not supported by tollgate (remove it, or use shadow_mode)",
-            ));
-        }
         let share_threshold = self.flag(map, at, "share_threshold")?;
         if share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
             return Err(self.err(
@@ -405,6 +399,7 @@ impl Walk<'_> {
             value,
             rate_limit,
             shadow_mode: self.flag(map, at, "shadow_mode")?,
+            quota_mode: self.flag(map, at, "quota_mode")?,
             detailed_metric: self.flag(map, at, "detailed_metric")?,
             value_to_metric: self.flag(map, at, "value_to_metric")?,
             share_threshold,

@@ -26,11 +26,11 @@ local reply = {}
 local server_now
 local k, a, last = 0, 1, #ARGV
 local floor = math.floor
--- Skips the n entries whose arguments start at ARGV[a]: each is its tag and three or four
--- arguments.
+-- Skips the n entries whose arguments start at ARGV[a]: each is its tag (perhaps marked,
+-- see request.lua) and three or four arguments.
 local function skip(a, n)
   for _ = 1, n do
-    if ARGV[a] == 'gcra' then a = a + 4 else a = a + 5 end
+    if string.sub(ARGV[a], -4) == 'gcra' then a = a + 4 else a = a + 5 end
   end
   return a
 end

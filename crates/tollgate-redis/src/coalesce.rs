@@ -327,6 +327,7 @@ mod tests {
             crate::script::Op::Check,
             &[&entry],
             crate::script::TimeSource::Server,
+            false,
         );
         let (answer, waiting) = oneshot::channel();
         (Job { part, answer }, waiting)

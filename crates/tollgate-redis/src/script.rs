@@ -51,7 +51,7 @@ use std::time::Duration;
 use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 use tollgate::rules::{Gcra, GcraState, Rule};
-use tollgate::{Algorithm, Decision, Entry, Key, Limit, StoreError, Timestamp};
+use tollgate::{Algorithm, Decision, Entry, Key, Limit, Need, StoreError, Timestamp};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 const FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -333,7 +333,9 @@ impl TimeSource {
 /// once per connection, and once per loss (`store.rs`).
 pub(crate) fn invocation(part: &Part) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    if let ([key], [one]) = (&part.keys[..], &part.entries[..]) {
+    if let ([key], [one]) = (&part.keys[..], &part.entries[..])
+        && !part.needs_general()
+    {
         let row = &PORTS[usize::from(one.port)];
         cmd.arg(row.single.get_hash()).arg(1).arg(key.as_str());
         for a in (row.single_args)(one.cost, one.params) {
@@ -373,6 +375,9 @@ pub(crate) fn old_gcra_invocation(part: &Part, sha: &str) -> Option<Cmd> {
     let ([key], [one]) = (&part.keys[..], &part.entries[..]) else {
         return None;
     };
+    if part.needs_general() {
+        return None;
+    }
     let row = &PORTS[usize::from(one.port)];
     if row.reply != Reply::GcraUsed || part.op != Op::Check || part.at != TimeSource::Server {
         return None;
@@ -409,6 +414,9 @@ pub(crate) struct Part {
     deadline: Option<u64>,
     keys: SmallVec<[Key; 2]>,
     entries: SmallVec<[PartEntry; 2]>,
+    /// A check charges every entry whether it admits or not
+    /// (`tollgate::Request::count_refusals`).
+    counts_refusals: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -416,11 +424,19 @@ struct PartEntry {
     port: u8,
     cost: u64,
     params: [u64; 3],
+    /// What the request needs of it: its tag's mark (`lua/request.lua`).
+    need: Need,
 }
 
 impl Part {
-    /// `op` on `entries` (one slot on a cluster) on clock `at`.
-    pub(crate) fn new(op: Op, entries: &[&Entry<'_>], at: TimeSource) -> Part {
+    /// `op` on `entries` (one slot on a cluster) on clock `at`; `counts_refusals` for a
+    /// request that counts refusals.
+    pub(crate) fn new(
+        op: Op,
+        entries: &[&Entry<'_>],
+        at: TimeSource,
+        counts_refusals: bool,
+    ) -> Part {
         Part {
             op,
             at,
@@ -432,9 +448,17 @@ impl Part {
                     port: port_index(e.limit.algorithm()),
                     cost: e.cost,
                     params: params(e.limit),
+                    need: e.need,
                 })
                 .collect(),
+            counts_refusals,
         }
+    }
+
+    /// Whether this call needs the general script, whatever its size: a request that counts
+    /// refusals (the single-entry scripts do not count).
+    fn needs_general(&self) -> bool {
+        self.counts_refusals && self.op == Op::Check
     }
 
     fn len(&self) -> usize {
@@ -442,9 +466,11 @@ impl Part {
     }
 
     /// The give-back that undoes this check, when `reply` (its own call's reply, or its share
-    /// of a batch's) says it charged: every entry admitted. `None` for a peek, a give-back, a
-    /// refusal, a late answer (`deadline.rs`: nothing charged) or a reply of another shape.
-    /// Its clock is the instant the check decided at, as for a cross-slot undo.
+    /// of a batch's) says it charged: of every entry that admitted when the request was
+    /// admitted (`Need::admits`: every entry, unless entries need less), of every entry when
+    /// the request counts refusals. `None` for a peek, a give-back, a refusal, a late answer
+    /// (`deadline.rs`: nothing charged) or a reply of another shape. Its clock is the instant
+    /// the check decided at, as for a cross-slot undo.
     pub(crate) fn undo_of(&self, reply: &Value) -> Option<Part> {
         if self.op != Op::Check {
             return None;
@@ -458,6 +484,7 @@ impl Part {
             _ => return None,
         };
         let mut rest = answers;
+        let mut admits: SmallVec<[bool; 2]> = SmallVec::new();
         for e in &self.entries {
             let row = &PORTS[usize::from(e.port)];
             let width = reply_width(row.reply);
@@ -469,10 +496,21 @@ impl Part {
                 (Reply::Decision, Value::Int(v)) => *v == 1,
                 _ => return None,
             };
-            if !admitted {
-                return None;
-            }
+            admits.push(admitted || self.counts_refusals);
             rest = &rest[width..];
+        }
+        if !Need::admits(
+            self.entries
+                .iter()
+                .map(|e| e.need)
+                .zip(admits.iter().copied()),
+        ) {
+            return None;
+        }
+        let charged = |i: &usize| admits[*i];
+        let kept: SmallVec<[usize; 2]> = (0..self.entries.len()).filter(charged).collect();
+        if kept.is_empty() {
+            return None;
         }
         let at = match (self.at, now) {
             (TimeSource::Caller(t), _) => TimeSource::Caller(t),
@@ -483,8 +521,15 @@ impl Part {
             op: Op::GiveBack,
             at,
             deadline: None,
-            keys: self.keys.clone(),
-            entries: self.entries.clone(),
+            keys: kept.iter().map(|&i| self.keys[i].clone()).collect(),
+            entries: kept
+                .iter()
+                .map(|&i| PartEntry {
+                    need: Need::Must,
+                    ..self.entries[i]
+                })
+                .collect(),
+            counts_refusals: false,
         })
     }
 
@@ -503,7 +548,17 @@ impl Part {
     fn entry_args(&self, cmd: &mut Cmd) {
         for e in &self.entries {
             let row = &PORTS[usize::from(e.port)];
-            cmd.arg(row.tag);
+            let mark = match e.need {
+                _ if self.counts_refusals => "+",
+                Need::Must => "",
+                Need::OneOf => "?",
+                Need::Optional => "~",
+            };
+            if mark.is_empty() {
+                cmd.arg(row.tag);
+            } else {
+                cmd.arg(format!("{mark}{}", row.tag));
+            }
             for a in (row.single_args)(e.cost, e.params) {
                 cmd.arg(a);
             }
@@ -580,6 +635,7 @@ fn lone_batch(parts: &[&Part]) -> Option<(&'static Port, &'static Script, bool)>
     let script = row.lone_batch.as_ref()?;
     let alike = |p: &&Part| {
         p.op == Op::Check
+            && !p.needs_general()
             && matches!(p.entries[..], [e] if e.port == entry.port)
             && match p.at {
                 TimeSource::Server => !caller,
@@ -895,7 +951,7 @@ mod tests {
         let gcra: &'static Limit = Box::leak(Box::new(gcra));
         let fw: &'static Limit = Box::leak(Box::new(fw));
         let (g1, g2, f1) = (entry(gcra, "1"), entry(gcra, "2"), entry(fw, "1"));
-        let part = |op, entries: &[&Entry<'_>], at| Part::new(op, entries, at);
+        let part = |op, entries: &[&Entry<'_>], at| Part::new(op, entries, at, false);
         let args = cmd_args;
         let lone = PORTS[usize::from(port_index(Algorithm::Gcra))]
             .lone_batch
@@ -975,7 +1031,7 @@ mod tests {
         let g = Entry::new(gcra, Key::new(&ns, gcra, &[("u", "1")]));
         let f = Entry::new(fw, Key::new(&ns, fw, &[("u", "1")]));
         let args = |cmd: Cmd| cmd_args(&cmd);
-        let check = Part::new(Op::Check, &[&g], TimeSource::Server);
+        let check = Part::new(Op::Check, &[&g], TimeSource::Server, false);
         assert_eq!(
             old_gcra_invocation(&check, "abc").map(args),
             Some(vec![
@@ -988,10 +1044,10 @@ mod tests {
             ])
         );
         for other in [
-            Part::new(Op::Peek, &[&g], TimeSource::Server),
-            Part::new(Op::Check, &[&g], TimeSource::Caller(7)),
-            Part::new(Op::Check, &[&f], TimeSource::Server),
-            Part::new(Op::Check, &[&g, &f], TimeSource::Server),
+            Part::new(Op::Peek, &[&g], TimeSource::Server, false),
+            Part::new(Op::Check, &[&g], TimeSource::Caller(7), false),
+            Part::new(Op::Check, &[&f], TimeSource::Server, false),
+            Part::new(Op::Check, &[&g, &f], TimeSource::Server, false),
         ] {
             assert!(old_gcra_invocation(&other, "abc").is_none(), "{other:?}");
         }
@@ -1007,7 +1063,7 @@ mod tests {
         let ns = Namespace::default();
         let g = Entry::new(gcra, Key::new(&ns, gcra, &[("u", "1")]));
         let f = Entry::new(fw, Key::new(&ns, fw, &[("u", "1")]));
-        let mut one = Part::new(Op::Check, &[&g], TimeSource::Server);
+        let mut one = Part::new(Op::Check, &[&g], TimeSource::Server, false);
         one.set_deadline(Some(99_000_000));
         let args = cmd_args(&invocation(&one));
         assert_eq!(
@@ -1015,7 +1071,7 @@ mod tests {
             Some("99000000"),
             "{args:?}"
         );
-        let mut two = Part::new(Op::Check, &[&g, &f], TimeSource::Caller(7));
+        let mut two = Part::new(Op::Check, &[&g, &f], TimeSource::Caller(7), false);
         two.set_deadline(Some(99_000_000));
         let args = cmd_args(&invocation(&two));
         assert_eq!(&args[5..7], ["99000000", "7"], "{args:?}");
@@ -1024,7 +1080,7 @@ mod tests {
         assert!(batch.contains(&(3 + 4 + 8 * 2).to_string()), "{batch:?}");
         let lone = cmd_args(&batch_invocation(&[&one, &one]));
         assert_eq!(lone[5], "99000000", "{lone:?}");
-        let mut peek = Part::new(Op::Peek, &[&g], TimeSource::Server);
+        let mut peek = Part::new(Op::Peek, &[&g], TimeSource::Server, false);
         peek.set_deadline(Some(99_000_000));
         assert!(peek.deadline.is_none());
 
@@ -1050,7 +1106,7 @@ mod tests {
         let refused = Value::Array(vec![int(7), int(0), int(-1), int(0), int(10), int(4)]);
         assert!(two.undo_of(&refused).is_none());
         assert!(peek.undo_of(&int(5)).is_none(), "a peek charges nothing");
-        let server = Part::new(Op::Check, &[&f], TimeSource::Server);
+        let server = Part::new(Op::Check, &[&f], TimeSource::Server, false);
         let fw_reply = Value::Array(vec![int(42), int(1), int(3), int(10), int(-1)]);
         assert_eq!(
             server.undo_of(&fw_reply).map(|u| u.at),

@@ -305,7 +305,7 @@ impl RedisStore {
             .iter()
             .zip(&entries)
             .zip(at)
-            .map(|(((_, op), e), &at)| Part::new(Op::from(*op), e, at))
+            .map(|(((r, op), e), &at)| Part::new(Op::from(*op), e, at, r.counts_refusals()))
             .collect();
         let parts: Vec<&Part> = parts.iter().collect();
         crate::coalesce::batch(self, &parts)
@@ -634,8 +634,9 @@ impl RedisStore {
         entries: &[&Entry<'_>],
         at: TimeSource,
         deadline: Option<u64>,
+        counts_refusals: bool,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
-        let mut inv = Part::new(op, entries, at);
+        let mut inv = Part::new(op, entries, at, counts_refusals);
         inv.set_deadline(deadline);
         let mut decided = match self.run_once(&mut inv, entries, at).await {
             // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
@@ -711,19 +712,124 @@ impl RedisStore {
             Some(t) => TimeSource::Caller(t.as_micros()),
             None => TimeSource::Server,
         };
+        let counts = request.counts_refusals();
         // On a single Redis every entry is in one group: nothing to group.
         if self.is_cluster() {
             let groups = self.groups(entries);
             if groups.len() > 1 {
                 // Boxed: only a cluster's cross-slot requests come here, and inline this
                 // path's give-backs would make every call's state larger.
+                if counts || op == Op::Peek {
+                    // Each entry on its own: one call per slot, nothing to give back.
+                    return Box::pin(
+                        self.decide_per_slot(entries, &groups, op, at, deadline, counts),
+                    )
+                    .await;
+                }
+                if request.has_needs() {
+                    return Box::pin(self.decide_needs_across_slots(request, at, deadline)).await;
+                }
                 return Box::pin(self.decide_across_slots(entries, &groups, op, at, deadline))
                     .await;
             }
         }
         let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-        let (_, decisions) = self.run_group(op, &group, at, deadline).await?;
+        let (_, decisions) = self.run_group(op, &group, at, deadline, counts).await?;
         Ok(decisions.into_iter().collect())
+    }
+
+    /// [`RedisStore::decide`] of a request whose entries lie in several slots of a cluster and
+    /// are decided each on its own (a peek, or a request that counts refusals): one call per
+    /// slot.
+    async fn decide_per_slot(
+        &self,
+        entries: &[Entry<'_>],
+        groups: &[Group],
+        op: Op,
+        at: TimeSource,
+        deadline: Option<u64>,
+        counts_refusals: bool,
+    ) -> Result<Decisions, StoreError> {
+        let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
+        for group in groups {
+            let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
+            let (_, decisions) = self
+                .run_group(op, &members, at, deadline, counts_refusals)
+                .await?;
+            for (&i, d) in group.iter().zip(decisions) {
+                out[i] = Some(d);
+            }
+        }
+        out.into_iter()
+            .map(|d| d.ok_or_else(|| StoreError::Protocol("an entry got no decision".into())))
+            .collect()
+    }
+
+    /// [`RedisStore::decide`] of a check whose entries lie in several slots of a cluster and
+    /// need less than all or nothing (`tollgate::Need`): no script sees every slot, so the
+    /// request is peeked slot by slot, and when it is admitted the entries that admitted are
+    /// checked as one all-or-nothing request across slots ([`RedisStore::decide_across_slots`],
+    /// giving back on a later slot's refusal). Should one of them refuse meanwhile (another
+    /// caller took the units between the two steps), nothing stays charged and the whole is
+    /// decided again, up to [`NEEDS_ATTEMPTS`] times; after that, the entries the check left
+    /// uncharged answer refused (retry after a millisecond), so the answer never claims an
+    /// admission it did not charge.
+    async fn decide_needs_across_slots(
+        &self,
+        request: &Request<'_>,
+        at: TimeSource,
+        deadline: Option<u64>,
+    ) -> Result<Decisions, StoreError> {
+        let entries = request.entries();
+        let groups = self.groups(entries);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let out = self
+                .decide_per_slot(entries, &groups, Op::Peek, at, None, false)
+                .await?;
+            if !request.admitted(out.iter().map(|d| d.allowed)) {
+                return Ok(out);
+            }
+            let chosen: SmallVec<[usize; 4]> =
+                (0..entries.len()).filter(|&i| out[i].allowed).collect();
+            let Some(mut chosen_request) = request.select(&chosen) else {
+                return Ok(out);
+            };
+            for i in 0..chosen.len() {
+                chosen_request.set_need(i, tollgate::Need::Must);
+            }
+            let chosen_entries = chosen_request.entries();
+            let chosen_groups = self.groups(chosen_entries);
+            let checked: Decisions = if chosen_groups.len() > 1 {
+                self.decide_across_slots(chosen_entries, &chosen_groups, Op::Check, at, deadline)
+                    .await?
+            } else {
+                let group: SmallVec<[&Entry<'_>; 2]> = chosen_entries.iter().collect();
+                let (_, d) = self
+                    .run_group(Op::Check, &group, at, deadline, false)
+                    .await?;
+                d.into_iter().collect()
+            };
+            let charged = checked.iter().all(|d| d.allowed);
+            let mut merged: SmallVec<[Decision; 2]> = out.iter().copied().collect();
+            for (&i, d) in chosen.iter().zip(checked.iter()) {
+                merged[i] = *d;
+            }
+            if charged || !request.admitted(merged.iter().map(|d| d.allowed)) {
+                return Ok(merged.into_iter().collect());
+            }
+            if attempt >= NEEDS_ATTEMPTS {
+                for &i in &chosen {
+                    let d = &mut merged[i];
+                    if d.allowed {
+                        d.allowed = false;
+                        d.retry_after = Some(Duration::from_millis(1));
+                    }
+                }
+                return Ok(merged.into_iter().collect());
+            }
+        }
     }
 
     /// [`RedisStore::decide`] of a request whose entries lie in several slots of a cluster:
@@ -741,7 +847,8 @@ impl RedisStore {
         let mut denied_at = None;
         for (g, group) in groups.iter().enumerate() {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            let (undo_at, decisions) = match self.run_group(op, &members, at, deadline).await {
+            let (undo_at, decisions) = match self.run_group(op, &members, at, deadline, false).await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     self.give_back(entries, &charged).await;
@@ -769,7 +876,7 @@ impl RedisStore {
             for group in &groups[g + 1..] {
                 let members: SmallVec<[&Entry<'_>; 2]> =
                     group.iter().map(|&i| &entries[i]).collect();
-                let (_, decisions) = self.run_group(Op::Peek, &members, at, None).await?;
+                let (_, decisions) = self.run_group(Op::Peek, &members, at, None, false).await?;
                 for (&i, d) in group.iter().zip(decisions) {
                     out[i] = Some(d);
                 }
@@ -794,7 +901,10 @@ impl RedisStore {
         }
         for &(group, at) in charged {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            match self.run_group(Op::GiveBack, &members, at, None).await {
+            match self
+                .run_group(Op::GiveBack, &members, at, None, false)
+                .await
+            {
                 Ok((_, decisions)) => out.extend(group.iter().copied().zip(decisions)),
                 Err(e) => tracing::warn!(
                     cause = %e,
@@ -876,6 +986,11 @@ impl RedisStore {
         }
     }
 }
+
+/// How many times a cross-slot check of entries that need less than all or nothing is decided
+/// again after another caller took units between its peek and its check
+/// ([`RedisStore::decide_needs_across_slots`]).
+const NEEDS_ATTEMPTS: u32 = 4;
 
 /// How many times [`RedisStore::eval`] sends a script again while its slot is being moved
 /// (about 5 s of waits; the store's timeout usually ends the call first).

@@ -175,6 +175,9 @@ pub fn imported_table(config: &crate::config::Config) -> String {
             if d.shadow_mode || envoy.shadow {
                 flags.push("shadow".to_owned());
             }
+            if d.quota_mode || envoy.quota_mode {
+                flags.push("quota".to_owned());
+            }
             if d.share_threshold {
                 flags.push("shared".to_owned());
             }

@@ -40,6 +40,14 @@ pub enum CheckError {
         /// The missing part's name.
         part: String,
     },
+    /// [`crate::Request::count_refusals`] on a limit that cannot count refusals.
+    #[error("limit {limit:?} cannot count refusals: it {reason}")]
+    RefusalsNotCountable {
+        /// The limit.
+        limit: String,
+        /// Why not.
+        reason: &'static str,
+    },
     /// A key part value longer than [`crate::MAX_KEY_VALUE`] bytes.
     #[error("key part {part:?} is longer than {max} bytes")]
     KeyPartTooLong {

@@ -101,7 +101,7 @@ pub use on_store_error::OnStoreError;
 pub use op::Op;
 pub use outcome::Outcome;
 pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
-pub use request::{Entry, Request};
+pub use request::{Entry, Need, Request};
 #[doc(hidden)]
 pub use single_request::SingleRequest;
 pub use status::Status;

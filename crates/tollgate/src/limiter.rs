@@ -29,8 +29,8 @@ use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::{LimitDecision, Source};
 use crate::{
     CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
-    MemoryStore, Namespace, OnStoreError, Op, Request, Store, StoreError, SystemClock, Timestamp,
-    Verdict,
+    MemoryStore, Namespace, Need, OnStoreError, Op, Request, Store, StoreError, SystemClock,
+    Timestamp, Verdict,
 };
 
 mod leased;
@@ -340,6 +340,17 @@ impl<S: Store> Limiter<S> {
         if !entries.iter().any(|e| e.shadow) {
             return Verdict::new(self.run(request, op, now).await);
         }
+        if request.counts_refusals() {
+            // Every entry on its own, charged whatever it answers: shadow entries need no
+            // call of their own (there is no all or nothing to keep them out of).
+            let decisions = self.run(request, op, now).await;
+            if op == Op::Check {
+                for d in decisions.iter().filter(|d| d.shadow && !d.decision.allowed) {
+                    count_shadow_denial(d);
+                }
+            }
+            return Verdict::new(decisions);
+        }
         // Boxed: inline, this path's locals would make every decision's state larger, and
         // a future is copied whole each time it is moved (into a task, a timeout, a caller's
         // state).
@@ -363,7 +374,7 @@ impl<S: Store> Limiter<S> {
         if !enforced.is_empty() {
             let part = subset(request, &enforced);
             let decisions = self.run(&part, op, now).await;
-            admitted = decisions.iter().all(|d| d.decision.allowed);
+            admitted = part.admitted(decisions.iter().map(|d| d.decision.allowed));
             for (i, d) in enforced.iter().zip(decisions) {
                 out[*i] = Some(d);
             }
@@ -375,12 +386,7 @@ impl<S: Store> Limiter<S> {
                 let decisions = self.run(&subset(request, &[i]), Op::Check, now).await;
                 for d in decisions {
                     if !d.decision.allowed {
-                        metrics::counter!(
-                            "tollgate_shadow_denied_total",
-                            "limit" => Arc::clone(&d.limit)
-                        )
-                        .increment(1);
-                        tracing::debug!(limit = %d.limit, source = ?d.source, "shadow limit would refuse");
+                        count_shadow_denial(&d);
                     }
                     out[i] = Some(d);
                 }
@@ -515,6 +521,8 @@ impl<S: Store> Limiter<S> {
         let cached = match &self.deny_cache {
             // Boxed, as the shadow path: rare, and large enough to grow every decision's state.
             _ if leased => Ok(Box::pin(self.decide_leased(request, now)).await),
+            // A refusal that charges must reach the store.
+            Some(_) if request.counts_refusals() => Err(None),
             Some(cache) => {
                 let asked_at = cache.time(now.map(Timestamp::as_micros));
                 let hits = deny_cache_hits(cache, request, asked_at);
@@ -722,7 +730,7 @@ fn remember_denials(
     decisions: &[LimitDecision],
     asked_at: u64,
 ) {
-    let charged = op == Op::Check && decisions.iter().all(|d| d.decision.allowed);
+    let charged = op == Op::Check && request.admitted(decisions.iter().map(|d| d.decision.allowed));
     for (e, d) in request.entries().iter().zip(decisions) {
         match (d.source, d.decision.allowed, d.decision.retry_after) {
             (Source::Store, false, Some(retry_after)) => {
@@ -734,13 +742,22 @@ fn remember_denials(
     }
 }
 
+fn count_shadow_denial(d: &LimitDecision) {
+    metrics::counter!(
+        "tollgate_shadow_denied_total",
+        "limit" => Arc::clone(&d.limit)
+    )
+    .increment(1);
+    tracing::debug!(limit = %d.limit, source = ?d.source, "shadow limit would refuse");
+}
+
 /// The entries at `indices` of a request, as a request of their own.
 fn subset<'a>(request: &Request<'a>, indices: &[usize]) -> Request<'a> {
     let entries = indices
         .iter()
         .map(|&i| request.entries()[i].clone())
         .collect();
-    Request::from_validated(entries)
+    Request::subset_of(request, entries)
 }
 
 fn limit_decision(entry: &Entry<'_>, decision: Decision, source: Source) -> LimitDecision {
@@ -750,6 +767,7 @@ fn limit_decision(entry: &Entry<'_>, decision: Decision, source: Source) -> Limi
         decision,
         source,
         shadow: entry.shadow,
+        need: entry.need,
     }
 }
 
@@ -806,7 +824,11 @@ fn deny_cache_hits(
     request
         .entries()
         .iter()
-        .map(|e| cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after))
+        // Only an entry that must admit decides the request alone.
+        .map(|e| match e.need {
+            Need::Must => cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after),
+            Need::OneOf | Need::Optional => None,
+        })
         .collect()
 }
 

@@ -10,6 +10,17 @@
 //! The cost is the entry's, not the request's: an Envoy request may ask a different
 //! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision
 //! (one store call). Most requests have one cost for every entry ([`Request::new`]).
+//!
+//! All or nothing is the default, not the only shape. An entry's [`Need`] says what the
+//! request needs of it: that it admits ([`Need::Must`], the default), that at least one entry
+//! of the request's *any-of group* admits ([`Need::OneOf`]: Envoy's quota mode), or nothing
+//! ([`Need::Optional`]). Whatever the needs, a store decides the request in one atomic step:
+//! when the request is refused nothing is charged, and when it passes every entry that admits
+//! is charged and every refusing one is not ([`Request::admitted`] is the one rule).
+//!
+//! [`Request::count_refusals`] makes a request count as envoyproxy/ratelimit does: every
+//! entry charged its cost whether it admits or not, each on its own, and answered from its
+//! count after (fixed windows only).
 
 use std::collections::HashSet;
 
@@ -20,6 +31,41 @@ use crate::{CheckError, Key, Limit};
 
 /// Up to this many entries, duplicates are found by comparing pairs; past it, through a set.
 const PAIRWISE_UP_TO: usize = 16;
+
+/// What a request needs of one of its entries to be admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Need {
+    /// The entry must admit: a refusal refuses the request (all or nothing, the default).
+    #[default]
+    Must,
+    /// At least one of the request's `OneOf` entries must admit (the request's any-of group,
+    /// Envoy's quota mode): their refusals refuse the request only when every one of them
+    /// refuses. When the request passes, those that admit are charged and those that refuse
+    /// are not.
+    OneOf,
+    /// Nothing: the entry is decided, and charged when it admits and the request passes, but
+    /// its refusal never refuses the request (a `OneOf` entry whose group another member
+    /// already satisfied, outside this request).
+    Optional,
+}
+
+impl Need {
+    /// Whether a request whose entries need and admit as `pairs` says (need, admitted) is
+    /// admitted: every [`Need::Must`] entry admits, and when there are [`Need::OneOf`]
+    /// entries at least one of them does. The one rule of [`Request::admitted`], for stores
+    /// that hold needs apart from a request (a Redis call in flight).
+    pub fn admits(pairs: impl IntoIterator<Item = (Need, bool)>) -> bool {
+        let mut one_of = None;
+        for (need, allowed) in pairs {
+            match need {
+                Need::Must if !allowed => return false,
+                Need::OneOf => one_of = Some(one_of.unwrap_or(false) || allowed),
+                Need::Must | Need::Optional => {}
+            }
+        }
+        one_of.unwrap_or(true)
+    }
+}
 
 /// One limit and the key it counts.
 #[derive(Debug, Clone)]
@@ -34,6 +80,9 @@ pub struct Entry<'a> {
     /// Units this entry asks of its limit: set by [`Request::new`] for every entry, or by
     /// [`Entry::with_cost`] for a request built by [`Request::with_costs`].
     pub cost: u64,
+    /// What the request needs of this entry ([`Need::Must`] unless set by
+    /// [`Request::set_need`]).
+    pub need: Need,
 }
 
 impl<'a> Entry<'a> {
@@ -45,6 +94,7 @@ impl<'a> Entry<'a> {
             limit,
             key,
             cost: 1,
+            need: Need::Must,
         }
     }
 
@@ -62,6 +112,8 @@ impl<'a> Entry<'a> {
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
     entries: SmallVec<[Entry<'a>; 2]>,
+    /// Every entry charged whether it admits or not ([`Request::count_refusals`]).
+    counts_refusals: bool,
 }
 
 impl<'a> Request<'a> {
@@ -129,14 +181,40 @@ impl<'a> Request<'a> {
             }
             fits(e.limit, e.cost)?;
         }
-        Ok(Request { entries })
+        Ok(Request {
+            entries,
+            counts_refusals: false,
+        })
+    }
+
+    /// Entries already validated as part of a request (one that does not count refusals).
+    pub(crate) fn from_validated(entries: SmallVec<[Entry<'a>; 2]>) -> Request<'a> {
+        debug_assert!(!entries.is_empty());
+        Request {
+            entries,
+            counts_refusals: false,
+        }
     }
 
     /// Entries already validated as part of a request: a subset of a request's entries needs
-    /// no second check.
-    pub(crate) fn from_validated(entries: SmallVec<[Entry<'a>; 2]>) -> Request<'a> {
+    /// no second check. It counts refusals when `like` does.
+    pub(crate) fn subset_of(like: &Request<'_>, entries: SmallVec<[Entry<'a>; 2]>) -> Request<'a> {
         debug_assert!(!entries.is_empty());
-        Request { entries }
+        Request {
+            entries,
+            counts_refusals: like.counts_refusals,
+        }
+    }
+
+    /// The entries at `indices` (each of this request, in the order given) as a request of
+    /// their own, with their needs and costs; `None` when `indices` is empty or names an
+    /// entry this request does not have.
+    pub fn select(&self, indices: &[usize]) -> Option<Request<'a>> {
+        let mut entries: SmallVec<[Entry<'a>; 2]> = SmallVec::new();
+        for &i in indices {
+            entries.push(self.entries.get(i)?.clone());
+        }
+        (!entries.is_empty()).then(|| Request::subset_of(self, entries))
     }
 
     /// The entries, in the caller's order.
@@ -151,6 +229,62 @@ impl<'a> Request<'a> {
         if let Some(e) = self.entries.get_mut(index) {
             e.shadow = true;
         }
+    }
+
+    /// Sets what the request needs of entry `index` (see [`Need`]).
+    pub fn set_need(&mut self, index: usize, need: Need) {
+        if let Some(e) = self.entries.get_mut(index) {
+            e.need = need;
+        }
+    }
+
+    /// Makes a check of this request count as envoyproxy/ratelimit counts: every entry is
+    /// charged its cost whether it admits or not, each on its own (no all or nothing, no
+    /// [`Need`]), and decided from its count after the charge (refused when it is above the
+    /// limit). A peek is unchanged.
+    ///
+    /// # Errors
+    /// [`CheckError::RefusalsNotCountable`] when an entry's limit is not an exact fixed
+    /// window (the reference's only algorithm): the other algorithms have no count to
+    /// charge past the limit, and a lease-mode limit charges ahead of its decisions.
+    pub fn count_refusals(&mut self) -> Result<(), CheckError> {
+        for e in &self.entries {
+            let reason = if e.limit.algorithm() != crate::Algorithm::FixedWindow {
+                Some("is not a fixed_window limit")
+            } else if e.limit.lease_mode().is_some() {
+                Some("is a lease-mode limit")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(CheckError::RefusalsNotCountable {
+                    limit: e.limit.name().to_owned(),
+                    reason,
+                });
+            }
+        }
+        self.counts_refusals = true;
+        Ok(())
+    }
+
+    /// Whether a check charges refusals too ([`Request::count_refusals`]).
+    #[inline]
+    pub fn counts_refusals(&self) -> bool {
+        self.counts_refusals
+    }
+
+    /// Whether any entry needs something other than [`Need::Must`].
+    #[inline]
+    pub fn has_needs(&self) -> bool {
+        self.entries.iter().any(|e| e.need != Need::Must)
+    }
+
+    /// Whether the request is admitted when its entries admit as `allowed` says (one flag
+    /// per entry, in order): every [`Need::Must`] entry admits, and when there are
+    /// [`Need::OneOf`] entries at least one of them does. The one rule every store follows;
+    /// when it holds, a check charges exactly the entries that admit.
+    pub fn admitted(&self, allowed: impl IntoIterator<Item = bool>) -> bool {
+        Need::admits(self.entries.iter().map(|e| e.need).zip(allowed))
     }
 }
 

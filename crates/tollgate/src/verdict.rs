@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::{Decision, OnStoreError, Outcome, POLICY_RETRY_AFTER, Quota, StoreErrorKind};
+use crate::{Decision, Need, OnStoreError, Outcome, POLICY_RETRY_AFTER, Quota, StoreErrorKind};
 
 /// How a limit's decision was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,9 @@ pub struct LimitDecision {
     pub source: Source,
     /// A shadow limit: its decision is reported, never enforced.
     pub shadow: bool,
+    /// What the request needed of this entry ([`Need`]): a refusal of a [`Need::OneOf`] or
+    /// [`Need::Optional`] entry refuses the request only as [`crate::Request::admitted`] says.
+    pub need: Need,
 }
 
 impl LimitDecision {
@@ -73,7 +76,21 @@ impl Verdict {
     pub fn outcome(&self) -> Outcome {
         let mut limited: Option<Duration> = None;
         let mut unavailable: Option<StoreErrorKind> = None;
-        for d in self.enforced().filter(|d| !d.decision.allowed) {
+        // An any-of group refuses only when all of it does; then each of its refusals counts.
+        let group_refuses = !Need::admits(
+            self.enforced()
+                .filter(|d| d.need == Need::OneOf)
+                .map(|d| (d.need, d.decision.allowed)),
+        );
+        let refuses = |d: &&LimitDecision| {
+            !d.decision.allowed
+                && match d.need {
+                    Need::Must => true,
+                    Need::OneOf => group_refuses,
+                    Need::Optional => false,
+                }
+        };
+        for d in self.enforced().filter(refuses) {
             let wait = d.decision.retry_after.unwrap_or(POLICY_RETRY_AFTER);
             limited = limited.max(Some(wait));
             if let Source::Policy {

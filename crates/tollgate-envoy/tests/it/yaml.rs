@@ -154,9 +154,9 @@ fn refusals_name_the_path() {
             "whole number",
         ),
         (
-            "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n",
+            "domain: d\ndescriptors:\n  - key: a\n    quota_mode: 1\n",
             "descriptors[0].quota_mode",
-            "not supported",
+            "true or false",
         ),
         (
             "domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n",

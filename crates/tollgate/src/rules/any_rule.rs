@@ -135,6 +135,17 @@ impl AnyRule {
         })
     }
 
+    /// Charges `cost` whether it passes or not and decides from the state after
+    /// ([`FixedWindow::count`]): the counting of [`crate::Request::count_refusals`], which
+    /// only fixed windows take. Any other rule decides as a check ([`AnyRule::decide`]).
+    #[inline]
+    pub fn count(&self, state: &mut AnyState, now: u64, cost: u64) -> (Status, Option<u64>) {
+        match self {
+            AnyRule::FixedWindow(rule) => rule.count(state_of!(state, FixedWindow), now, cost),
+            other => other.decide(state, now, cost, Op::Check),
+        }
+    }
+
     /// The quota's limit.
     #[inline]
     pub fn limit(&self) -> u64 {

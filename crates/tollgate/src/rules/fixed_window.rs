@@ -34,6 +34,23 @@ impl FixedWindow {
         }
     }
 
+    /// Charges `cost` whether it fits or not, and decides from the count after, as
+    /// envoyproxy/ratelimit counts (`INCRBY`, then over limit when the count is above the
+    /// limit): the status after the charge and, when the count is above the limit, the µs
+    /// until the window ends.
+    #[inline]
+    pub fn count(
+        &self,
+        state: &mut FixedWindowState,
+        now: u64,
+        cost: u64,
+    ) -> (Status, Option<u64>) {
+        self.charge(state, now, cost);
+        let status = self.status(state, now);
+        let over = state.count > self.limit;
+        (status, over.then(|| state.window + self.period - now))
+    }
+
     /// Units counted at `now`: the stored count while its window has not ended.
     fn live_count(&self, state: &FixedWindowState, now: u64) -> u64 {
         if state.window + self.period > now {

@@ -333,6 +333,7 @@ impl Inner {
     #[inline]
     fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
         match request.entries() {
+            _ if request.counts_refusals() && op.charges() => self.try_count(request, now),
             [e] => self
                 .try_decide_one(e.limit, &e.key, e.cost, now, op)
                 .map(Decisions::from),
@@ -471,13 +472,19 @@ impl Inner {
             };
             retries.push(retry);
         }
-        let all_admit = retries.iter().all(Option::is_none);
+        // Charged: every entry that admits, when the request is admitted (all or nothing
+        // unless entries need less, `Request::admitted`).
+        let admitted = charge && request.admitted(retries.iter().map(Option::is_none));
+        let charged = |i: usize| admitted && retries[i].is_none();
 
-        if all_admit && charge {
+        if admitted {
             // Room for each new key, in its own shard; the check's own keys are never evicted.
             let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
             let mut made = 0;
-            for (e, &id) in entries.iter().zip(&shard_ids) {
+            for (i, (e, &id)) in entries.iter().zip(&shard_ids).enumerate() {
+                if !charged(i) {
+                    continue;
+                }
                 let g = guard_of(&mut guards, id);
                 let shard = &mut guards[g].1;
                 if shard.map.contains_key(&e.key) {
@@ -493,11 +500,12 @@ impl Inner {
         }
 
         let mut decisions = Decisions::new();
-        for ((e, &id), retry) in entries.iter().zip(&shard_ids).zip(retries) {
+        for (i, (e, &id)) in entries.iter().zip(&shard_ids).enumerate() {
+            let retry = retries[i];
             let g = guard_of(&mut guards, id);
             let rule = e.limit.rule();
             let shard = &mut guards[g].1;
-            let decision = if all_admit && charge {
+            let decision = if charged(i) {
                 if !shard.map.contains_key(&e.key) {
                     let state = rule.empty_state();
                     // Pushed on the heap at 0: moved to the charged time when it reaches the top.
@@ -523,6 +531,47 @@ impl Inner {
                 }
             };
             decisions.push(decision);
+        }
+        Ok(decisions)
+    }
+
+    /// A check of a request that counts refusals ([`Request::count_refusals`]): every entry
+    /// charged its cost whether it admits or not, each on its own, under all their shard
+    /// locks (so the request is still one step to every other caller). [`NoRoom`] when a new
+    /// key finds no room (the entries before it stay charged, as separate counts would).
+    fn try_count(&self, request: &Request<'_>, now: u64) -> Result<Decisions, NoRoom> {
+        let entries = request.entries();
+        let mut order: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 2]> =
+            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
+        let mut decisions = Decisions::new();
+        for e in entries {
+            let id = shard_of(&e.key);
+            let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == id) else {
+                unreachable!("every entry's shard is locked")
+            };
+            let rule = e.limit.rule();
+            if !shard.map.contains_key(&e.key) {
+                if !self.reserve(1) {
+                    self.at_cap(shard, e.limit, now, in_check)?;
+                }
+                shard.insert(
+                    &e.key,
+                    Slot {
+                        state: rule.empty_state(),
+                        replenished_at: 0,
+                    },
+                );
+            }
+            let Some(slot) = shard.map.get_mut(&e.key) else {
+                unreachable!("inserted above")
+            };
+            let (status, retry) = rule.count(&mut slot.state, now, e.cost);
+            slot.replenished_at = now + status.reset_after_us;
+            decisions.push(crate::rules::decision(rule.limit(), status, retry));
         }
         Ok(decisions)
     }
