@@ -484,21 +484,33 @@ pub async fn run(
     Server::new(config).run(listener, shutdown).await
 }
 
-/// Resolves on SIGINT (ctrl-c) or SIGTERM.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(cause = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+/// Resolves on SIGINT (ctrl-c) or SIGTERM. The handlers are installed when this is called,
+/// not when the future is first polled: a process told to stop right after it logs
+/// "listening" (a supervisor, a test) stops gracefully instead of dying of the signal's
+/// default action. Call it inside the runtime, before serving.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind, name: &'static str| match signal(kind) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot listen for {name}");
+            None
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+    let interrupt = listen(SignalKind::interrupt(), "SIGINT");
+    let terminate = listen(SignalKind::terminate(), "SIGTERM");
+    async move {
+        let wait = |signal: Option<tokio::signal::unix::Signal>| async move {
+            match signal {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = wait(interrupt) => {}
+            () = wait(terminate) => {}
+        }
     }
 }

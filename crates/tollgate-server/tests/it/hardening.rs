@@ -492,6 +492,26 @@ async fn errors_below_the_router_answer_json() {
     }
 }
 
+/// SIGTERM (and SIGINT) the moment the listening line is out: the handlers are installed
+/// before it, so the process stops gracefully (status 0), never by the signal's default
+/// action. Ten rounds each, since a missing handler is a race against start-up.
+#[tokio::test]
+async fn a_signal_right_after_listening_stops_gracefully() {
+    for signal in ["TERM", "INT"] {
+        for round in 0..10 {
+            let (_dir, path) = config_file(&config(""));
+            let mut process = Process::serve(&path);
+            process.signal(signal);
+            let status = process.wait();
+            assert!(
+                status.success(),
+                "SIG{signal}, round {round}: {status:?}; log:\n{}",
+                process.log()
+            );
+        }
+    }
+}
+
 /// SIGTERM while one client holds half a head and another half a body: the process exits
 /// within `shutdown_timeout` (1 s) plus a margin, with status 0.
 #[tokio::test]
