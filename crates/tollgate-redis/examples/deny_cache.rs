@@ -1,7 +1,7 @@
 //! Benchmark of the exact deny cache — not a test: it measures and prints a Markdown section
 //! for `docs/benchmarks.md`.
 //!
-//! `cargo run --release -p tollgate-redis --example deny_cache` spawns its own `redis-server`
+//! `cargo run --release -p tollgate-redis --features bench --example deny_cache` spawns its own `redis-server`
 //! and, in one run so that the figures compare, hammers **one abusive key** (a limit of
 //! 100/min, GCRA, already used up) from 64 concurrent tasks through a `Limiter` on
 //! `RedisStore`, alternating, three rounds:
@@ -70,7 +70,7 @@ fn main() -> BenchResult<()> {
     }
     println!("## Deny cache\n");
     println!(
-        "Measured by `cargo run --release -p tollgate-redis --example deny_cache`: one key \
+        "Measured by `cargo run --release -p tollgate-redis --features bench --example deny_cache`: one key \
          over its limit (100/min, GCRA), {TASKS} concurrent tasks on one tokio worker thread, \
          {secs} s per run, {ROUNDS} rounds alternating, in the same process against the same \
          `redis-server`. Scripts counted from `INFO commandstats`. `redis-benchmark`: \

@@ -371,6 +371,7 @@ pub(crate) fn invocation(part: &Part) -> Cmd {
 /// `part` as the single-entry GCRA script before the local tier took it (`sha`: key, inc,
 /// tau; see `RedisStoreBuilder::old_gcra_script`), when `part` is one GCRA check on the
 /// server's clock (a deadline is dropped: that script knows none); `None` otherwise.
+#[cfg(feature = "bench")]
 pub(crate) fn old_gcra_invocation(part: &Part, sha: &str) -> Option<Cmd> {
     let ([key], [one]) = (&part.keys[..], &part.entries[..]) else {
         return None;
@@ -1024,6 +1025,7 @@ mod tests {
     /// single-entry layout (key, inc, tau) and only ever stands for a one-key GCRA check on
     /// the server's clock.
     #[test]
+    #[cfg(feature = "bench")]
     fn the_old_gcra_call_takes_only_what_the_old_script_took() {
         let gcra: &'static Limit = Box::leak(Box::new(limit(Algorithm::Gcra, 4)));
         let fw: &'static Limit = Box::leak(Box::new(limit(Algorithm::FixedWindow, 4)));

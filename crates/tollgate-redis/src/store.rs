@@ -42,7 +42,9 @@ use crate::deadline::{ServerClock, deadline, earliest_time, late, time_cmd};
 use crate::error::classify;
 use crate::patience::{GaveUp, Patience};
 use crate::resets::reset_channel;
-use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation, old_gcra_invocation};
+#[cfg(feature = "bench")]
+use crate::script::old_gcra_invocation;
+use crate::script::{Op, Part, TimeSource, all_scripts, decode, invocation};
 use crate::sentinel::Sentinel;
 use crate::slot::slot_of;
 use crate::store_builder::{RedisStoreBuilder, Target};
@@ -88,6 +90,7 @@ struct Inner {
     breaker: Arc<Breaker>,
     target: String,
     /// [`RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
+    #[cfg(feature = "bench")]
     old_gcra_sha: Option<String>,
 }
 
@@ -234,7 +237,6 @@ impl RedisStore {
         breaker: Arc<Breaker>,
         target: String,
         max_batch: Option<usize>,
-        old_gcra_sha: Option<String>,
     ) -> RedisStore {
         let queues = match connection {
             Connection::Single(_) | Connection::Sentinel(_) => 1,
@@ -253,9 +255,19 @@ impl RedisStore {
                 unanswered: std::sync::atomic::AtomicU64::new(0),
                 breaker,
                 target,
-                old_gcra_sha,
+                #[cfg(feature = "bench")]
+                old_gcra_sha: None,
             }),
         }
+    }
+
+    /// [`RedisStoreBuilder::old_gcra_script`], on a store just built (its only handle).
+    #[cfg(feature = "bench")]
+    pub(crate) fn with_old_gcra_script(mut self, sha: Option<String>) -> RedisStore {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.old_gcra_sha = sha;
+        }
+        self
     }
 
     /// Sends `requests` as one call of the batch script, each decided on its own (all or
@@ -528,6 +540,22 @@ impl RedisStore {
         Unanswered::new(self, invocation(part), Charges::One(part)).await
     }
 
+    /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`].
+    #[cfg(not(feature = "bench"))]
+    async fn eval_alone(&self, part: &Part) -> Result<Value, StoreError> {
+        self.eval_settled(part).await
+    }
+
+    /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`], or the old GCRA
+    /// script when a benchmark set it ([`RedisStoreBuilder::old_gcra_script`]).
+    #[cfg(feature = "bench")]
+    async fn eval_alone(&self, part: &Part) -> Result<Value, StoreError> {
+        match self.inner.old_gcra_sha.as_deref() {
+            Some(sha) if let Some(cmd) = old_gcra_invocation(part, sha) => self.eval(&cmd).await,
+            _ => self.eval_settled(part).await,
+        }
+    }
+
     /// [`RedisStore::eval`] within the store's timeout, measured as every call's is (Redis's
     /// silence, see [`Patience`]): a coalesced call, which no caller's own timeout bounds
     /// (`coalesce.rs`).
@@ -672,12 +700,7 @@ impl RedisStore {
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let reply = loop {
             let reply = match self.coalescer() {
-                None => match self.inner.old_gcra_sha.as_deref() {
-                    Some(sha) if let Some(cmd) = old_gcra_invocation(inv, sha) => {
-                        self.eval(&cmd).await?
-                    }
-                    _ => self.eval_settled(inv).await?,
-                },
+                None => self.eval_alone(inv).await?,
                 Some(c) => {
                     let queue = match (&self.inner.connection, entries.first()) {
                         (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),

@@ -53,6 +53,7 @@ pub struct RedisStoreBuilder {
     cool_down: Duration,
     max_batch: Option<usize>,
     nagle: bool,
+    #[cfg(feature = "bench")]
     old_gcra_sha: Option<String>,
     tls: TlsOptions,
     username: Option<String>,
@@ -72,6 +73,7 @@ impl RedisStoreBuilder {
             cool_down: DEFAULT_COOL_DOWN,
             max_batch: Some(DEFAULT_MAX_BATCH),
             nagle: false,
+            #[cfg(feature = "bench")]
             old_gcra_sha: None,
             tls: TlsOptions::default(),
             username: None,
@@ -191,7 +193,7 @@ impl RedisStoreBuilder {
     /// Leaves Nagle's algorithm on for the store's connections, as the `redis` crate does by
     /// default and tollgate did before it set `TCP_NODELAY` (see [`tcp_settings`]): only so
     /// that a benchmark can measure the old path beside the new one in the same run.
-    #[doc(hidden)]
+    #[cfg(feature = "bench")]
     pub fn nagle(mut self, on: bool) -> Self {
         self.nagle = on;
         self
@@ -201,7 +203,7 @@ impl RedisStoreBuilder {
     /// `EVALSHA <sha> 1 <key> <inc> <tau>`: the single-entry script as it was before the local
     /// tier, loaded by the caller (the store never loads it). Only so that a benchmark can
     /// run the old path's script through this store's client code, beside the new path.
-    #[doc(hidden)]
+    #[cfg(feature = "bench")]
     pub fn old_gcra_script(mut self, sha: impl Into<String>) -> Self {
         self.old_gcra_sha = Some(sha.into());
         self
@@ -321,8 +323,9 @@ impl RedisStoreBuilder {
             breaker,
             describe(&self.target),
             self.max_batch,
-            self.old_gcra_sha,
         );
+        #[cfg(feature = "bench")]
+        let store = store.with_old_gcra_script(self.old_gcra_sha);
         // Once per connection, so that the first burst of calls finds every script. This is
         // also where a user without a permission tollgate needs is found (`permissions.rs`).
         store.load_scripts().await?;
@@ -407,7 +410,6 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("cool_down", &self.cool_down)
             .field("max_batch", &self.max_batch)
             .field("nagle", &self.nagle)
-            .field("old_gcra_sha", &self.old_gcra_sha)
             .field("tls", &self.tls)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
@@ -436,6 +438,7 @@ mod tests {
             Some(DEAD_CONNECTION_TIMEOUT)
         );
         assert!(tcp_settings(builder.nagle).keepalive().is_some());
+        #[cfg(feature = "bench")]
         assert!(!tcp_settings(builder.nagle(true).nagle).nodelay());
     }
 }

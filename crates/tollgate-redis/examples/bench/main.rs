@@ -1,7 +1,7 @@
 //! Benchmark of the Redis store — not a test: it asserts nothing about speed, it measures and
 //! prints a Markdown section for `docs/benchmarks.md`.
 //!
-//! `cargo run --release -p tollgate-redis --example bench` spawns its own `redis-server` and
+//! `cargo run --release -p tollgate-redis --features bench --example bench` spawns its own `redis-server` and
 //! measures, in one run so that figures compare:
 //! 1. per algorithm, decisions/s and p50/p99 latency through [`RedisStore`] at 1, 64, 256 and
 //!    1024 concurrent tasks (one multiplexed connection; 10 000 keys, quota never exhausted);
@@ -86,7 +86,7 @@ fn main() -> BenchResult<()> {
     }
     out.push_str("## Redis store\n\n");
     out.push_str(&format!(
-        "Measured by `cargo run --release -p tollgate-redis --example bench` on this project's \
+        "Measured by `cargo run --release -p tollgate-redis --features bench --example bench` on this project's \
          machine (2 cores shared by client and server; the client on one tokio worker thread, \
          like `redis-benchmark`; loopback, redis-server {}), one run. \
          Absolute figures drift ±15–25 % between runs; compare within one run.\n\n",
