@@ -154,11 +154,13 @@ impl LimitStats {
         self.denied_keys.len()
     }
 
-    /// Refusals per minute from the first event's minute: (minute index, refused).
-    pub fn denied_per_minute(&self) -> Vec<u64> {
-        let mut minutes = vec![0_u64; self.per_second.len().div_ceil(60)];
+    /// Refusals per clock minute (`hh:mm:00` to `hh:mm:59`), from the minute of the first
+    /// event's second, which is `into_minute` seconds into its minute: index `i` is the
+    /// `i`-th clock minute from that one.
+    pub fn denied_per_minute(&self, into_minute: usize) -> Vec<u64> {
+        let mut minutes = vec![0_u64; (into_minute + self.per_second.len()).div_ceil(60)];
         for (s, [req, adm]) in self.per_second.iter().enumerate() {
-            minutes[s / 60] += u64::from(req - adm);
+            minutes[(into_minute + s) / 60] += u64::from(req - adm);
         }
         minutes
     }
@@ -248,7 +250,10 @@ mod tests {
         assert_eq!(s.top_denied(5), vec![("b", 2), ("a", 1)]);
         assert_eq!(s.retry_after[1], 1);
         assert_eq!(s.retry_after[2], 2);
-        assert_eq!(s.denied_per_minute(), vec![3]);
+        assert_eq!(s.denied_per_minute(0), vec![3]);
+        // Seconds 0 and 2 of the first event's minute, 59 seconds in: two clock minutes.
+        assert_eq!(s.denied_per_minute(59), vec![1, 2]);
+        assert_eq!(s.denied_per_minute(57), vec![3]);
         assert_eq!(s.max_in_any_period(), Some(2));
         assert_eq!(s.quota, "2 per 1s");
     }

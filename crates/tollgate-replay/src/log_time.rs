@@ -98,7 +98,12 @@ fn zone(b: &[u8]) -> Option<i64> {
     if rest.len() != 4 {
         return None;
     }
-    let minutes = i64::try_from(digits(&rest[0..2])? * 60 + digits(&rest[2..4])?).ok()?;
+    let (hours, mins) = (digits(&rest[0..2])?, digits(&rest[2..4])?);
+    // RFC 3339's grammar: hours 00–23, minutes 00–59 (`+9999` is no offset).
+    if hours > 23 || mins > 59 {
+        return None;
+    }
+    let minutes = i64::try_from(hours * 60 + mins).ok()?;
     match sign {
         b'+' => Some(minutes * 60),
         b'-' => Some(-minutes * 60),
@@ -106,13 +111,15 @@ fn zone(b: &[u8]) -> Option<i64> {
     }
 }
 
-/// `HH:MM:SS` → seconds into the day.
+/// `HH:MM:SS` → seconds into the day. A leap second (`23:59:60`) is refused: no clock a
+/// server logs with shows one (they smear or repeat a second), so a line that has one is
+/// corrupt, and taking it as the next day's first second would move it.
 fn clock_secs(b: &[u8]) -> Option<u64> {
     if b[2] != b':' || b[5] != b':' {
         return None;
     }
     let (h, m, s) = (digits(&b[0..2])?, digits(&b[3..5])?, digits(&b[6..8])?);
-    (h < 24 && m < 60 && s < 61).then_some(h * 3600 + m * 60 + s)
+    (h < 24 && m < 60 && s < 60).then_some(h * 3600 + m * 60 + s)
 }
 
 fn digits(b: &[u8]) -> Option<u64> {
@@ -147,12 +154,23 @@ fn local_to_micros(
     micros: u64,
     offset: i64,
 ) -> Option<u64> {
-    if !(1..=31).contains(&day) {
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
         return None;
     }
     let days = days_from_civil(i64::try_from(year).ok()?, month, day);
     let utc = days * 86_400 + i64::try_from(secs).ok()? - offset;
     u64::try_from(utc).ok().map(|s| s * 1_000_000 + micros)
+}
+
+/// Days in `month` (1–12) of `year`, Gregorian: `31/Nov` and `29/Feb/2026` are no dates (read
+/// as the next month's first days before, they moved lines in time).
+fn days_in_month(year: u64, month: u64) -> u64 {
+    match month {
+        4 | 6 | 9 | 11 => 30,
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => 29,
+        2 => 28,
+        _ => 31,
+    }
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
@@ -208,6 +226,41 @@ mod tests {
             "1.2.3",
         ] {
             assert_eq!(parse_any(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Dates that do not exist, a leap second and offsets past the grammar: read before as
+    /// 1 Dec, 2 Mar, the next day's 00:00:00 and a 4-day shift.
+    #[test]
+    fn impossible_dates_and_offsets_are_refused() {
+        for bad in [
+            "31/Nov/2026:10:00:00 +0000",
+            "30/Feb/2026:10:00:00 +0000",
+            "29/Feb/2026:10:00:00 +0000",
+            "29/Feb/2100:10:00:00 +0000",
+            "31/Apr/2026:10:00:00 +0000",
+            "00/Oct/2026:10:00:00 +0000",
+            "10/Oct/2026:23:59:60 +0000",
+            "10/Oct/2026:13:55:36 +9999",
+            "10/Oct/2026:13:55:36 +0060",
+            "10/Oct/2026:13:55:36 -2400",
+            "2026-11-31T10:00:00Z",
+            "2026-02-29T10:00:00Z",
+            "2026-10-10T23:59:60Z",
+            "2026-10-10T13:55:36+99:99",
+            "2026-10-10T13:55:36+24:00",
+        ] {
+            assert_eq!(parse_any(bad), None, "{bad:?}");
+        }
+        // The edges that do exist.
+        for good in [
+            "29/Feb/2024:10:00:00 +0000",
+            "29/Feb/2000:10:00:00 +0000",
+            "30/Nov/2026:23:59:59 +2359",
+            "31/Dec/2026:00:00:00 -2359",
+            "2026-04-30T10:00:00Z",
+        ] {
+            assert!(parse_any(good).is_some(), "{good:?}");
         }
     }
 }

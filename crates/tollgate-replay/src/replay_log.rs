@@ -7,7 +7,7 @@ use tollgate_redis::RedisStore;
 
 use crate::key_mapping::KeyMapping;
 use crate::log_format::LogFormat;
-use crate::log_reader::{Event, LogReader};
+use crate::log_reader::{Event, LogReader, Malformed};
 use crate::replay_error::ReplayError;
 use crate::replayer::Replayer;
 use crate::report::{Expectation, MALFORMED_SHOWN, Report};
@@ -71,6 +71,61 @@ pub async fn replay_log_routed<R: BufRead>(
     replay(reader, title, limits, options, Some(route), progress).await
 }
 
+/// How far a line may jump ahead of the replay's clock without the next line confirming it:
+/// one corrupt timestamp years ahead would otherwise move the clock there, and every later
+/// line would be decided then (out of order), against limits long replenished or spent.
+pub const MAX_JUMP: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+const MAX_JUMP_US: u64 = MAX_JUMP.as_micros() as u64;
+
+/// Counts `m` as malformed, keeping the first few.
+fn malformed(report: &mut Report, m: Malformed) {
+    report.malformed += 1;
+    if report.malformed_examples.len() < MALFORMED_SHOWN {
+        report.malformed_examples.push(m);
+    }
+}
+
+/// `held`, refused for being more than [`MAX_JUMP`] away from `near` (the next line's time, or
+/// the clock's at the end).
+fn jumped(held: &Event, near: u64) -> Malformed {
+    Malformed {
+        line: held.line,
+        reason: format!(
+            "dated {}, more than an hour from the lines around it ({}): a corrupt clock, skipped",
+            crate::report::utc(held.time_us),
+            crate::report::utc(near)
+        ),
+    }
+}
+
+/// Decides `event`: by the limit its route picks (counting the unrouted), or by every limit
+/// (and on the Redis twin, when there is one).
+async fn step(
+    event: &Event,
+    replayer: &mut Replayer,
+    route: Option<Route<'_>>,
+    unrouted: &mut u64,
+    twin: &mut Option<RedisTwin<'_>>,
+) {
+    if let Some(route) = route {
+        let routed = route(&event.values);
+        let parts: Vec<(&str, &str)> = routed
+            .as_ref()
+            .map(|(_, key)| key.iter().map(|(p, v)| (&**p, &**v)).collect())
+            .unwrap_or_default();
+        let limit = routed.as_ref().map(|(i, _)| *i);
+        if replayer.step_one(event.time_us, limit, &parts).is_none() {
+            *unrouted += 1;
+        }
+    } else {
+        replayer.step(event.time_us, &event.values);
+        if let Some(twin) = twin {
+            twin.compare(replayer, event.line).await;
+        }
+    }
+}
+
 async fn replay<R: BufRead>(
     reader: R,
     title: &str,
@@ -99,37 +154,84 @@ async fn replay<R: BufRead>(
         ..Report::default()
     };
     let mut event = Event::default();
+    // Lines not decided yet, at most two (see `MAX_JUMP`): one that jumps more than an hour
+    // ahead of the replay's clock, held until the next line says whether the log jumped (it
+    // is near the held line too) or the line is corrupt; before the clock starts, the first
+    // line, and a second one far from it, until a third says which of the two is corrupt.
+    let mut held: Vec<Event> = Vec::with_capacity(2);
     while let Some(read) = log.next_event(&mut event) {
         report.lines += 1;
         match read {
             Ok(()) => {
-                if let Some(route) = route {
-                    let routed = route(&event.values);
-                    let parts: Vec<(&str, &str)> = routed
-                        .as_ref()
-                        .map(|(_, key)| key.iter().map(|(p, v)| (&**p, &**v)).collect())
-                        .unwrap_or_default();
-                    let limit = routed.as_ref().map(|(i, _)| *i);
-                    if replayer.step_one(event.time_us, limit, &parts).is_none() {
-                        unrouted += 1;
+                let started = replayer.start_us().is_some();
+                let near = |e: &Event| e.time_us.abs_diff(event.time_us) <= MAX_JUMP_US;
+                match held.as_slice() {
+                    [] if !started => held.push(event.clone()),
+                    [] => {
+                        if event.time_us > replayer.now_us() + MAX_JUMP_US {
+                            held.push(event.clone());
+                        } else {
+                            step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
+                        }
                     }
-                } else {
-                    replayer.step(event.time_us, &event.values);
-                    if let Some(twin) = &mut twin {
-                        twin.compare(&replayer, event.line).await;
+                    [h] if near(h) => {
+                        step(h, &mut replayer, route, &mut unrouted, &mut twin).await;
+                        step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
+                        held.clear();
                     }
+                    [_] if !started => held.push(event.clone()),
+                    [h] => {
+                        malformed(&mut report, jumped(h, event.time_us));
+                        held.clear();
+                        if event.time_us > replayer.now_us() + MAX_JUMP_US {
+                            held.push(event.clone());
+                        } else {
+                            step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
+                        }
+                    }
+                    [first, second] => {
+                        // Before the clock: the one of the two this line is near starts it,
+                        // the other is corrupt; near neither, the first is dropped.
+                        let (keep, drop) = if near(second) {
+                            (Some(1), 0)
+                        } else if near(first) {
+                            (Some(0), 1)
+                        } else {
+                            (None, 0)
+                        };
+                        let other = &held[1 - drop];
+                        malformed(&mut report, jumped(&held[drop], other.time_us));
+                        match keep {
+                            Some(k) => {
+                                step(&held[k], &mut replayer, route, &mut unrouted, &mut twin)
+                                    .await;
+                                step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
+                                held.clear();
+                            }
+                            None => {
+                                held.remove(0);
+                                held.push(event.clone());
+                            }
+                        }
+                    }
+                    _ => unreachable!("at most two lines are held"),
                 }
             }
-            Err(malformed) => {
-                report.malformed += 1;
-                if report.malformed_examples.len() < MALFORMED_SHOWN {
-                    report.malformed_examples.push(malformed);
-                }
-            }
+            Err(m) => malformed(&mut report, m),
         }
         if report.lines.is_multiple_of(65_536) {
             progress(log.bytes_read());
         }
+    }
+    // At the end: a line held for a jump had nothing after it to confirm it, and is dropped;
+    // a log of one line keeps it, and of two far apart, both (nothing says which is wrong).
+    if replayer.start_us().is_none() {
+        for h in std::mem::take(&mut held) {
+            step(&h, &mut replayer, route, &mut unrouted, &mut twin).await;
+        }
+    }
+    for h in held {
+        malformed(&mut report, jumped(&h, replayer.now_us()));
     }
     progress(log.bytes_read());
     report.span_us = replayer.start_us().map(|s| (s, replayer.now_us()));

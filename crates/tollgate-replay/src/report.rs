@@ -74,6 +74,11 @@ impl Report {
                 }
             );
         }
+        let _ = writeln!(
+            out,
+            "time: each line's own; a line more than an hour from the lines around it is \
+             malformed (a corrupt clock would move every later line)"
+        );
         if self.malformed > 0 {
             let _ = writeln!(out, "{} malformed lines, skipped:", self.malformed);
             for m in &self.malformed_examples {
@@ -106,8 +111,11 @@ impl Report {
                 Printable::new(&l.name),
                 if l.shadow { " (shadow)" } else { "" }
             );
-            let minutes = l.denied_per_minute();
-            let start = self.span_us.map_or(0, |s| s.0);
+            // Clock minutes: the first is the one the first event's second is in.
+            let first_us = self.span_us.map_or(0, |s| s.0);
+            let into_minute = (first_us / 1_000_000 % 60) as usize;
+            let minutes = l.denied_per_minute(into_minute);
+            let start = first_us - first_us % 60_000_000;
             if let Some(first) = minutes.iter().position(|&n| n > 0) {
                 let worst = (0..minutes.len()).max_by_key(|&i| (minutes[i], usize::MAX - i));
                 let _ = writeln!(

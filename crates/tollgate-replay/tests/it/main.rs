@@ -3,6 +3,7 @@
 //! spawned `redis-server`.
 
 mod hostile;
+mod odd_input;
 mod reading;
 mod redis;
 mod replay;
