@@ -82,7 +82,7 @@ enum Inner<R> {
 }
 
 impl<R: BufRead> LogReader<R> {
-    /// A reader of `reader` in `format` (detected from the first line when `None`), filling
+    /// A reader of `reader` in `format` (detected from the first lines when `None`: the first that is a JSON object or a combined line decides; CSV if none is), filling
     /// `mapping`'s parts; the time comes from `time_field` (JSON, CSV; default `time`) or
     /// `$time_local` (combined).
     ///
@@ -96,8 +96,11 @@ impl<R: BufRead> LogReader<R> {
         mapping: &KeyMapping,
         time_field: Option<&str>,
     ) -> Result<LogReader<R>, ReplayError> {
-        let first = first_line(&mut reader)?;
-        let format = format.unwrap_or_else(|| LogFormat::detect(&first));
+        let lines = first_lines(&mut reader)?;
+        let (format, first) = match format {
+            Some(format) => (format, lines.into_iter().next().unwrap_or_default()),
+            None => detect(lines),
+        };
         let time_name = time_field.unwrap_or(match format {
             LogFormat::Combined => "time_local",
             _ => "time",
@@ -296,10 +299,36 @@ fn read_line_capped<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result
 }
 
 /// The log's first line, without consuming it (what the reader's buffer holds of it).
-fn first_line<R: BufRead>(reader: &mut R) -> Result<String, ReplayError> {
+/// How many of the log's first lines format detection looks at.
+const DETECT_LINES: usize = 16;
+
+/// The first lines of the log (up to [`DETECT_LINES`], as far as the reader's buffer holds),
+/// without consuming them.
+fn first_lines<R: BufRead>(reader: &mut R) -> Result<Vec<String>, ReplayError> {
     let buf = reader.fill_buf().map_err(ReplayError::Read)?;
-    let end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
-    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    Ok(buf
+        .split(|&b| b == b'\n')
+        .take(DETECT_LINES)
+        .map(|l| String::from_utf8_lossy(l).trim_end_matches('\r').to_owned())
+        .collect())
+}
+
+/// The format of the first of `lines` that is a JSON object or a combined-format line (a
+/// blank or truncated first line must not make a combined log "CSV"), and that line (JSON:
+/// its keys are the fields); CSV, and the first line (its header), when none is.
+fn detect(lines: Vec<String>) -> (LogFormat, String) {
+    let found = lines.iter().position(|l| {
+        let t = l.trim_start();
+        (t.starts_with('{') && matches!(serde_json::from_str::<Value>(t), Ok(Value::Object(_))))
+            || split_combined(t).is_ok()
+    });
+    match found {
+        Some(i) => {
+            let line = lines.into_iter().nth(i).unwrap_or_default();
+            (LogFormat::detect(&line), line)
+        }
+        None => (LogFormat::Csv, lines.into_iter().next().unwrap_or_default()),
+    }
 }
 
 /// The fields of a combined-format line, by [`COMBINED_FIELDS`]' indices.

@@ -15,7 +15,7 @@ use crate::report::{Expectation, MALFORMED_SHOWN, Report};
 /// How to read a log.
 #[derive(Debug, Clone, Default)]
 pub struct LogOptions {
-    /// Its format; `None`: detected from the first line.
+    /// Its format; `None`: detected from the first lines (the first that is a JSON object or a combined line; CSV if none is).
     pub format: Option<LogFormat>,
     /// The field holding each line's time (JSON, CSV; default `time`).
     pub time_field: Option<String>,

@@ -35,7 +35,7 @@ pub struct ReplayArgs {
     /// http_user_agent.
     #[arg(long = "key", short, value_name = "PART=$FIELD")]
     keys: Vec<String>,
-    /// The log's format [default: detected from its first line].
+    /// The log's format [default: detected from the first of its first lines that is JSON or combined; else CSV].
     #[arg(long)]
     format: Option<LogFormat>,
     /// The field holding each line's time (JSON, CSV) [default: time].

@@ -156,3 +156,35 @@ async fn the_worst_minute_is_a_clock_minute() {
         "{summary}"
     );
 }
+
+/// A combined log whose first line is blank, or cut short: still read as combined (before,
+/// the first line alone decided, and a cut one made the log "CSV", which then failed on its
+/// header).
+#[tokio::test]
+async fn format_is_detected_from_the_first_lines_that_parse() {
+    let line =
+        |t: &str| format!(r#"10.0.0.1 - a [10/Oct/2026:{t} +0000] "GET / HTTP/1.1" 200 1 "-" "-""#);
+    for first in ["", "10.0.0.1 - a [10/Oct/2026:13:0"] {
+        let log = format!("{first}\n{}\n{}\n", line("13:00:00"), line("13:00:01"));
+        let options = LogOptions {
+            mapping: KeyMapping::parse(&["user=$remote_user"]).expect("mapping"),
+            ..LogOptions::default()
+        };
+        let report = replay_log(
+            Cursor::new(log.into_bytes()),
+            "t",
+            vec![per_user()],
+            &options,
+            &mut |_| {},
+        )
+        .await
+        .expect("replay");
+        assert!(
+            report.title.contains("combined"),
+            "{first:?}: {}",
+            report.title
+        );
+        assert_eq!(report.limits[0].requests, 2, "{first:?}");
+        assert_eq!(report.limits[0].admitted, 1, "{first:?}");
+    }
+}
