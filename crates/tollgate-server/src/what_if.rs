@@ -287,7 +287,7 @@ impl SimulateArgs {
     ///
     /// # Errors
     /// A config or a quota that cannot be used; `immortal-key` without `--redis`; Redis
-    /// failing.
+    /// failing; an expectation of the scenario not met (✗: the report is printed first).
     pub async fn run(self) -> anyhow::Result<()> {
         let mut options = match &self.config {
             Some(path) => SimOptions::limits(config_limits(path, &[])?),
@@ -305,6 +305,12 @@ impl SimulateArgs {
         options.workers = self.workers;
         options.redis = self.redis;
         let report = tollgate_replay::simulate(self.scenario, &options).await?;
-        publish(&report, self.report.as_ref())
+        publish(&report, self.report.as_ref())?;
+        // A ✗ is a failure: scripts and CI that run a scenario must see it.
+        let unmet = report.expectations.iter().filter(|e| !e.met).count();
+        if unmet > 0 {
+            anyhow::bail!("{unmet} expectation(s) of the scenario not met (✗ above)");
+        }
+        Ok(())
     }
 }

@@ -66,6 +66,40 @@ async fn bots_are_refused_and_users_are_not() {
     run(Scenario::Bots).await;
 }
 
+/// A burst larger than the limit (GCRA and token bucket, 10 a minute, burst 40): the steady
+/// scenario admits the rate × the time plus the burst, and that is met (before, the bound
+/// added the limit, not the burst, and marked the right count ✗).
+#[tokio::test]
+async fn a_steady_rate_with_a_burst_above_the_limit_is_met() {
+    use tollgate::{Algorithm, Limit, Quota};
+    let quota = Quota::per_minute(10)
+        .and_then(|q| q.with_burst(40))
+        .expect("quota");
+    let limits = [Algorithm::Gcra, Algorithm::TokenBucket]
+        .into_iter()
+        .map(|a| {
+            Limit::new(a.name(), a, quota)
+                .and_then(|l| l.keyed_by(["client"]))
+                .expect("limit")
+        })
+        .collect();
+    let mut options = SimOptions::limits(limits);
+    options.rate = Some(1.0);
+    let report = simulate(Scenario::Steady, &options)
+        .await
+        .expect("simulate");
+    for (l, e) in report.limits.iter().zip(&report.expectations) {
+        // 4 minutes at 1/s: 240 asked; 40 × 4 = 40 by the rate, plus the burst of 40.
+        assert!(
+            l.admitted > 40 + 10 && l.admitted <= 80,
+            "{}: {}",
+            l.name,
+            l.admitted
+        );
+        assert!(e.met, "{}: {} / {}", l.name, e.expected, e.measured);
+    }
+}
+
 #[tokio::test]
 async fn a_steady_rate_is_admitted_at_the_limits_rate() {
     let report = run(Scenario::Steady).await;
