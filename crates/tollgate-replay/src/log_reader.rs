@@ -18,7 +18,7 @@ use std::io::{self, BufRead};
 use serde_json::Value;
 
 use crate::key_mapping::{KeyMapping, PartSource};
-use crate::log_format::{COMBINED_FIELDS, LogFormat};
+use crate::log_format::{COMBINED_FIELDS, ENVOY_FIELDS, LogFormat};
 use crate::log_time;
 use crate::printable::Printable;
 use crate::replay_error::ReplayError;
@@ -103,6 +103,7 @@ impl<R: BufRead> LogReader<R> {
         };
         let time_name = time_field.unwrap_or(match format {
             LogFormat::Combined => "time_local",
+            LogFormat::Envoy => "start_time",
             _ => "time",
         });
         let (inner, known): (Inner<R>, Vec<String>) = match format {
@@ -112,6 +113,13 @@ impl<R: BufRead> LogReader<R> {
                     buf: Vec::new(),
                 },
                 COMBINED_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
+            ),
+            LogFormat::Envoy => (
+                Inner::Lines {
+                    reader,
+                    buf: Vec::new(),
+                },
+                ENVOY_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
             ),
             LogFormat::JsonLines => {
                 let keys = match serde_json::from_str::<Value>(&first) {
@@ -149,7 +157,7 @@ impl<R: BufRead> LogReader<R> {
         let resolve = |name: &str| -> Result<Slot, ReplayError> {
             let index = known.iter().position(|k| k == name);
             match (format, index) {
-                (LogFormat::Combined, Some(i)) => Ok(Slot::Combined(i)),
+                (LogFormat::Combined | LogFormat::Envoy, Some(i)) => Ok(Slot::Combined(i)),
                 (LogFormat::Csv, Some(i)) => Ok(Slot::Csv(i)),
                 (LogFormat::JsonLines, Some(_)) => Ok(Slot::Json(name.to_owned())),
                 (_, None) => Err(ReplayError::UnknownField {
@@ -236,6 +244,7 @@ impl<R: BufRead> LogReader<R> {
                 }
                 let result = match self.format {
                     LogFormat::Combined => fill_combined(text, &self.time, &self.slots, event),
+                    LogFormat::Envoy => fill_envoy(text, &self.time, &self.slots, event),
                     _ => fill_json(text, &self.time, &self.slots, event),
                 };
                 return Some(result.map_err(|reason| Malformed {
@@ -321,6 +330,7 @@ fn detect(lines: Vec<String>) -> (LogFormat, String) {
         let t = l.trim_start();
         (t.starts_with('{') && matches!(serde_json::from_str::<Value>(t), Ok(Value::Object(_))))
             || split_combined(t).is_ok()
+            || split_envoy(t).is_ok()
     });
     match found {
         Some(i) => {
@@ -396,12 +406,87 @@ fn quoted(text: &str) -> Option<(&str, &str)> {
     None
 }
 
+/// The fields of an Envoy default-format line, by [`ENVOY_FIELDS`]' indices.
+///
+/// # Errors
+/// What is missing, for a line that is not in the format.
+pub fn split_envoy(line: &str) -> Result<[&str; 16], String> {
+    let not = |what: &str| format!("no {what} (not Envoy's default access-log format)");
+    let after = line.strip_prefix('[').ok_or_else(|| not("[start time]"))?;
+    let (start_time, after) = after
+        .split_once("] ")
+        .ok_or_else(|| not("end to [start time]"))?;
+    let (request, mut rest) = quoted(after).ok_or_else(|| not("\"request\""))?;
+    let mut token = |what: &str| -> Result<&str, String> {
+        let t = rest.trim_start();
+        let (t, r) = t.split_once(' ').ok_or_else(|| not(what))?;
+        rest = r;
+        Ok(t)
+    };
+    let response_code = token("response code")?;
+    let response_flags = token("response flags")?;
+    let bytes_received = token("bytes received")?;
+    let bytes_sent = token("bytes sent")?;
+    let duration = token("duration")?;
+    let upstream_service_time = token("upstream service time")?;
+    let mut quoted_field = |what: &str| -> Result<&str, String> {
+        let (q, r) = quoted(rest.trim_start()).ok_or_else(|| not(what))?;
+        rest = r;
+        Ok(q)
+    };
+    let x_forwarded_for = quoted_field("\"x-forwarded-for\"")?;
+    let user_agent = quoted_field("\"user-agent\"")?;
+    let request_id = quoted_field("\"x-request-id\"")?;
+    let authority = quoted_field("\":authority\"")?;
+    let upstream_host = quoted_field("\"upstream host\"")?;
+    let mut parts = request.splitn(3, ' ');
+    let method = parts.next().unwrap_or("");
+    let target = parts.next().unwrap_or("");
+    let protocol = parts.next().unwrap_or("");
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    let client = x_forwarded_for.split(',').next().unwrap_or("").trim();
+    Ok([
+        start_time,
+        method,
+        path,
+        protocol,
+        response_code,
+        response_flags,
+        bytes_received,
+        bytes_sent,
+        duration,
+        upstream_service_time,
+        x_forwarded_for,
+        user_agent,
+        request_id,
+        authority,
+        upstream_host,
+        client,
+    ])
+}
+
+fn fill_envoy(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> Result<(), String> {
+    let fields = split_envoy(line)?;
+    fill_fixed(&fields, log_time::parse_any, time, slots, event)
+}
+
 fn fill_combined(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> Result<(), String> {
     let fields = split_combined(line)?;
+    fill_fixed(&fields, log_time::parse_clf, time, slots, event)
+}
+
+/// Fills `event` from the fields of a fixed-field format, its time read by `parse_time`.
+fn fill_fixed(
+    fields: &[&str],
+    parse_time: fn(&str) -> Option<u64>,
+    time: &Slot,
+    slots: &[Slot],
+    event: &mut Event,
+) -> Result<(), String> {
     let Slot::Combined(t) = time else {
         return Err("no time field".into());
     };
-    event.time_us = log_time::parse_clf(fields[*t])
+    event.time_us = parse_time(fields[*t])
         .ok_or_else(|| format!("time \"{}\" does not parse", Printable::new(fields[*t])))?;
     for (slot, value) in slots.iter().zip(event.values.iter_mut()) {
         value.clear();

@@ -18,7 +18,8 @@ use crate::duration;
 /// `tollgate replay` options.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The access log (combined/common log format, JSON lines, or CSV with a header).
+    /// The access log (combined/common log format, JSON lines, CSV with a header, or Envoy's
+    /// default access-log format).
     log: PathBuf,
     /// The config whose limits are replayed: a tollgate.toml (its `[[limits]]`, each deciding
     /// every request), or a directory of envoyproxy/ratelimit YAML files (each request's
@@ -32,7 +33,10 @@ pub struct ReplayArgs {
     /// Which log field fills which key part: `part=$field` (or `part=text`, a constant);
     /// repeat for each part. Combined-format fields: remote_addr, remote_user, time_local,
     /// request, method, path, protocol, status, body_bytes_sent, http_referer,
-    /// http_user_agent.
+    /// http_user_agent. Envoy-format fields: start_time, method, path, protocol,
+    /// response_code, response_flags, bytes_received, bytes_sent, duration,
+    /// upstream_service_time, x_forwarded_for, user_agent, request_id, authority,
+    /// upstream_host, client (the first address of x_forwarded_for).
     #[arg(long = "key", short, value_name = "PART=$FIELD")]
     keys: Vec<String>,
     /// The log's format [default: detected from the first of its first lines that is JSON or combined; else CSV].

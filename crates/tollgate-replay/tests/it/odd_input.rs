@@ -188,3 +188,48 @@ async fn format_is_detected_from_the_first_lines_that_parse() {
         assert_eq!(report.limits[0].admitted, 1, "{first:?}");
     }
 }
+
+/// Envoy's default access-log format, detected, keyed by the client of `X-Forwarded-For`: a
+/// gateway's own log replays as any other (lines as Envoy writes them: `-` for a missing
+/// value, a list of addresses in `X-Forwarded-For`).
+#[tokio::test]
+async fn envoys_default_access_log_is_a_format() {
+    let line = |t: &str, xff: &str| {
+        format!(
+            r#"[2026-10-10T13:55:{t}.310Z] "POST /api/v1/locations?x=1 HTTP/2" 204 - 154 0 226 100 "{xff}" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "locations" "tcp://10.0.2.1:80""#
+        )
+    };
+    let log = [
+        line("00", "10.0.35.28"),
+        line("01", "10.0.35.28, 192.168.0.1"),
+        line("02", "10.0.35.29"),
+        "[2026-10-10T13:55:03.310Z] \"GET / HTTP/1.1\" 200".to_owned(),
+    ]
+    .join("\n");
+    let options = LogOptions {
+        mapping: KeyMapping::parse(&["user=$client"]).expect("mapping"),
+        ..LogOptions::default()
+    };
+    let report = replay_log(
+        Cursor::new(log.into_bytes()),
+        "t",
+        vec![per_user()],
+        &options,
+        &mut |_| {},
+    )
+    .await
+    .expect("replay");
+    assert!(report.title.contains("envoy"), "{}", report.title);
+    assert_eq!(
+        report.malformed, 1,
+        "the cut line: {:?}",
+        report.malformed_examples
+    );
+    let l = &report.limits[0];
+    assert_eq!(
+        (l.requests, l.admitted),
+        (3, 2),
+        "10.0.35.28 twice in a minute"
+    );
+    assert_eq!(l.top_denied(1), vec![("user=10.0.35.28", 1)]);
+}
