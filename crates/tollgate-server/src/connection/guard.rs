@@ -30,7 +30,7 @@ use tollgate_envoy::DeferredWrite;
 use super::Settings;
 use super::auto_error;
 use super::listener::Slot;
-use crate::response::ApiError;
+use crate::http::ApiError;
 
 /// Where a listener is in its life: connections follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

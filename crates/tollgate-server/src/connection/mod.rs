@@ -38,7 +38,6 @@ mod shed;
 
 use std::time::Duration;
 
-pub(crate) use body::BodyTimedOut;
 pub(crate) use guard::{GuardedIo, Lifecycle, Mode};
 pub(crate) use listener::CappedListener;
 

@@ -11,7 +11,9 @@
 //! requests and calls in flight are answered, within `server.shutdown_timeout` whatever the
 //! clients do (then every connection is closed). If either server fails, the other is shut
 //! down too. What each connection may hold (timeouts, the connection cap) is
-//! [`crate::connection`]'s.
+//! `crate::connection`'s.
+
+mod reload;
 
 use std::fmt;
 use std::future::Future;
@@ -29,11 +31,12 @@ use tollgate_envoy::tonic::transport::Error as GrpcError;
 
 use crate::config::{Backend, Config, Overrides};
 use crate::connection::{self, CappedListener, Lifecycle, Settings};
+use crate::http::status_body::sample_history;
 use crate::http::{self, AppState};
 use crate::limits::{Limits, LimitsError};
 use crate::metrics;
-use crate::reload::{self, Reloader};
 use crate::store::AnyStore;
+use reload::Reloader;
 
 /// How often the config file is looked at, by default.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -252,7 +255,7 @@ fn spawn_history(state: &Arc<AppState>, stop: &Stop) -> JoinHandle<()> {
         tokio::pin!(stopped);
         loop {
             tokio::select! {
-                _ = tick.tick() => crate::status::sample_history(&state).await,
+                _ = tick.tick() => sample_history(&state).await,
                 () = &mut stopped => return,
             }
         }
@@ -324,7 +327,7 @@ async fn build_state(
         &config.store,
         config.server.admin_token.clone(),
     );
-    state.history = crate::history::History::new(config.server.history_interval);
+    state.history = crate::status::history::History::new(config.server.history_interval);
     if config.envoy.config_dir.is_some() {
         // The reference's config load counters: this load, and the error series at 0.
         tollgate_envoy::config_loads_watched();

@@ -4,18 +4,20 @@
 //! quotas, key part *names*), counts, the store's health, and the most refused keys exactly
 //! as `GET /v1/top` shows them. Never the admin token, never the Redis URL (it may hold a
 //! password), never a key value beyond the top refused ones. Rates are computed here
-//! ([`crate::rate_history`]) over real time, whatever the caller's clock.
+//! ([`crate::status::rate_history`]) over real time, whatever the caller's clock.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tollgate::Span;
 
-use crate::api::{LimitBody, TopKeyBody};
-use crate::http::AppState;
-use crate::latency_window::Percentiles;
-use crate::observed::{DecisionCounts, observed};
-use crate::rate_history::{Counts, Rate};
+use super::api::{LimitBody, TopKeyBody};
+use super::state::AppState;
+use crate::status::history::{self, Outage};
+use crate::status::latency_window::Percentiles;
+use crate::status::observed::{DecisionCounts, observed};
+use crate::status::rate_history::{Counts, Rate};
+use crate::status::store_probe::Probed;
 
 /// Keys listed per limit on the page.
 const TOP_SHOWN: usize = 5;
@@ -55,7 +57,7 @@ pub struct StoreStatus {
     pub probe_age_ms: f64,
     /// The current outage (`to_ms` null: down since `from_ms`) or the last one (when it
     /// ended); null: none since the start.
-    pub outage: Option<crate::history::Outage>,
+    pub outage: Option<Outage>,
     /// The Redis circuit breaker is open (`null`: memory store, or not connected).
     pub circuit_open: Option<bool>,
     /// While it is open, why: the kind and message of the last failure it counted.
@@ -163,7 +165,7 @@ impl LatencyBody {
 
 /// The store's health as of now (a probe at most a second old, `store_probe.rs`), recorded
 /// in the outage history.
-pub(crate) async fn probed(state: &AppState) -> crate::store_probe::Probed {
+pub(crate) async fn probed(state: &AppState) -> Probed {
     let probed = state.probe.recent(&state.store).await;
     let error = probed
         .error
@@ -177,7 +179,7 @@ pub(crate) async fn sample_history(state: &AppState) {
     let probed = probed(state).await;
     let observed = observed();
     let limits = state.limits.load();
-    let counts: Vec<(&str, crate::history::Totals)> = limits
+    let counts: Vec<(&str, history::Totals)> = limits
         .configs()
         .iter()
         .map(|c| {
@@ -202,9 +204,9 @@ pub(crate) async fn sample_history(state: &AppState) {
 pub struct HistoryReply {
     /// The samples.
     #[serde(flatten)]
-    pub history: crate::history::HistoryBody,
+    pub history: history::HistoryBody,
     /// The store's current outage (`to_ms` null) or its last one; null: none since start.
-    pub outage: Option<crate::history::Outage>,
+    pub outage: Option<Outage>,
     /// Now, ms since the epoch (the page's clock for "… ago").
     pub now_ms: u64,
 }

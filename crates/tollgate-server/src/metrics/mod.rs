@@ -11,8 +11,11 @@
 //! (`tollgate_reloads_total`, `tollgate_keys`, the store's health and settings, which
 //! alerts compare against). It never counts a decision a second time; shadow limits'
 //! would-be denials (`tollgate_shadow_denied_total`) are the limiter's. The recorder is
-//! Prometheus's, teed ([`crate::tee_recorder`]) so the status page sees decisions and store
+//! Prometheus's, teed ([`tee_recorder`]) so the status page sees decisions and store
 //! latencies too.
+
+pub(crate) mod process;
+pub(crate) mod tee_recorder;
 
 use std::sync::OnceLock;
 
@@ -20,8 +23,8 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::observed::observed;
-use crate::tee_recorder::TeeRecorder;
+use crate::status::observed::observed;
+use tee_recorder::TeeRecorder;
 
 /// Decisions by limit and outcome, counted by the core limiter.
 pub const DECISIONS: &str = "tollgate_decisions_total";
@@ -379,7 +382,7 @@ mod tests {
     #[test]
     fn every_metric_is_described() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let described = include_str!("metrics.rs");
+        let described = include_str!("mod.rs");
         let mut missing = Vec::new();
         let mut seen = 0;
         let mut dirs = vec![root];
