@@ -17,7 +17,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::PrometheusRecorder;
 
-use super::{DECISIONS, STORE_LATENCY};
+use super::names::{DECISIONS, STORE_LATENCY};
 use crate::status::observed::Observed;
 
 /// Prometheus's recorder, teeing two series into [`Observed`].

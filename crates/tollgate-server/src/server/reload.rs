@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::SharedClock;
+use super::clock::SharedClock;
 use crate::config::{Config, Overrides};
 use crate::http::AppState;
 use crate::limits::Limits;
