@@ -10,7 +10,7 @@
 //!   are recorded; [`latency_window`]: the last minute of those latencies, as percentiles;
 //! - [`rate_history`]: decisions per second, from the counts' history;
 //! - [`history`]: the last hour, sampled, and the store's outages;
-//! - [`store_probe`]: the store's health probe, shared by `/readyz`, the scrape and the page;
+//! - `store_probe`: the store's health probe, shared by `/readyz`, the scrape and the page;
 //! - [`reload_status`]: whether the config file is watched and how the last reload went;
 //! - `page`: the page's HTML, script and style sheet, embedded in the binary.
 

@@ -1,7 +1,7 @@
 //! What the status page shows of the metrics the core records: decisions per limit and
 //! outcome since the process started, and the store call latencies of the last minute.
 //!
-//! The core records them through the `metrics` facade only; [`crate::metrics::tee_recorder`] copies
+//! The core records them through the `metrics` facade only; `metrics::tee_recorder` copies
 //! them here as they are recorded, so the page needs no parsing of the Prometheus exposition
 //! and the hot path does no extra work beyond one more relaxed add. Process-wide, like the
 //! recorder: every server in a process (several, in tests) shares it, told apart by limit
