@@ -3,8 +3,22 @@
 //! `main.rs` only parses the command line and wires these modules together; everything it
 //! runs is here, so integration tests drive the same code in-process:
 //! [`server::run`]`(listener, config, shutdown)`.
+//!
+//! The modules, from the bottom up (each uses only those above it in this list, never one
+//! below: `scripts/module-cycles` checks there is no circle):
+//!
+//! - [`duration`], [`config`]: the TOML file (and its environment overrides) as typed values;
+//! - [`store`], [`limits`]: the store chosen by config, and the limit set over it that a
+//!   reload swaps whole;
+//! - [`status`]: what the service remembers of itself for the status page (history, rates,
+//!   latencies, the store's probe, the last reload) and the page's assets;
+//! - [`metrics`]: the Prometheus recorder and the service's own series;
+//! - [`http`]: the HTTP API: JSON bodies, status codes, the shared state, the handlers;
+//! - `connection`: what a client may hold (timeouts, the connection cap, the drain), under
+//!   both listeners;
+//! - [`server`]: running it all: start-up, the background tasks, reloads, shutdown;
+//! - [`cli`]: the command line, `tollgate replay` and `tollgate simulate`.
 
-pub mod api;
 /// The load generator of `tollgate bench` ([`tollgate_load`], with the `load` feature).
 #[cfg(feature = "load")]
 pub use tollgate_load as bench;
@@ -12,21 +26,9 @@ pub mod cli;
 pub mod config;
 mod connection;
 pub mod duration;
-pub mod history;
 pub mod http;
-pub mod latency_window;
 pub mod limits;
 pub mod metrics;
-pub mod observed;
-mod page;
-mod process_metrics;
-pub mod rate_history;
-mod reload;
-pub mod reload_status;
-pub mod response;
 pub mod server;
 pub mod status;
 pub mod store;
-mod store_probe;
-mod tee_recorder;
-pub mod what_if;

@@ -7,7 +7,7 @@
 //! API answers looks like that (every API error has a JSON body), so nothing else is touched.
 //! hyper is set to write a head in one buffer (`writev(false)`), so the head arrives whole.
 
-use crate::response::ApiError;
+use crate::http::ApiError;
 
 /// The JSON answer replacing `written`, when `written` is one of hyper's empty error answers.
 pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {

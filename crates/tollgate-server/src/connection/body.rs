@@ -4,7 +4,7 @@
 //! sends it slowly (or not at all) would hold them forever. The deadline covers the whole
 //! body, not the gap between two chunks, so trickling a byte at a time does not extend it.
 //! The failure reaches the handler as [`BodyTimedOut`] inside axum's body rejection, and the
-//! handler answers `408` (see `http::body`).
+//! handler answers `408` (see `http::handlers::body`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -14,10 +14,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-/// The body did not arrive within the timeout.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("request body not received within {}", crate::duration::format(*.0))]
-pub(crate) struct BodyTimedOut(pub(crate) Duration);
+use crate::http::response::BodyTimedOut;
 
 /// `inner`, failing with [`BodyTimedOut`] once its deadline passes.
 #[derive(Debug)]

@@ -32,7 +32,7 @@ use tokio::task::JoinSet;
 use super::body::TimeoutBody;
 use super::listener::{Slot, pause_after};
 use super::{CappedListener, GuardedIo, Lifecycle, Mode, Settings};
-use crate::response::ApiError;
+use crate::http::ApiError;
 
 /// The largest request head (request line and headers) read; larger ones are answered 431.
 pub(crate) const MAX_HEAD: usize = 32 * 1024;

@@ -34,13 +34,14 @@ mod body;
 mod guard;
 pub(crate) mod http1;
 mod listener;
+mod phase;
 mod shed;
 
 use std::time::Duration;
 
-pub(crate) use body::BodyTimedOut;
-pub(crate) use guard::{GuardedIo, Lifecycle, Mode};
+pub(crate) use guard::{GuardedIo, Lifecycle};
 pub(crate) use listener::CappedListener;
+pub(crate) use phase::Mode;
 
 use crate::config::ServerConfig;
 

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
-use super::guard::{Phase, Sheddable};
+use super::phase::{Phase, Sheddable};
 
 /// How long a connection must have gone without a whole request before it may be shed: a
 /// client that connected a moment ago and sent its request at once must get the moment its

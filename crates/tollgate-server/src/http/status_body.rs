@@ -4,18 +4,21 @@
 //! quotas, key part *names*), counts, the store's health, and the most refused keys exactly
 //! as `GET /v1/top` shows them. Never the admin token, never the Redis URL (it may hold a
 //! password), never a key value beyond the top refused ones. Rates are computed here
-//! ([`crate::rate_history`]) over real time, whatever the caller's clock.
+//! ([`crate::status::rate_history`]) over real time, whatever the caller's clock.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tollgate::Span;
 
-use crate::api::{LimitBody, TopKeyBody};
-use crate::http::AppState;
-use crate::latency_window::Percentiles;
-use crate::observed::{DecisionCounts, observed};
-use crate::rate_history::{Counts, Rate};
+use super::api::{LimitBody, TopKeyBody};
+use super::state::AppState;
+use crate::limits::Limits;
+use crate::status::history::{self, Outage};
+use crate::status::latency_window::Percentiles;
+use crate::status::observed::{DecisionCounts, Observed, observed};
+use crate::status::rate_history::{Counts, Rate};
+use crate::status::store_probe::Probed;
 
 /// Keys listed per limit on the page.
 const TOP_SHOWN: usize = 5;
@@ -55,7 +58,7 @@ pub struct StoreStatus {
     pub probe_age_ms: f64,
     /// The current outage (`to_ms` null: down since `from_ms`) or the last one (when it
     /// ended); null: none since the start.
-    pub outage: Option<crate::history::Outage>,
+    pub outage: Option<Outage>,
     /// The Redis circuit breaker is open (`null`: memory store, or not connected).
     pub circuit_open: Option<bool>,
     /// While it is open, why: the kind and message of the last failure it counted.
@@ -163,7 +166,7 @@ impl LatencyBody {
 
 /// The store's health as of now (a probe at most a second old, `store_probe.rs`), recorded
 /// in the outage history.
-pub(crate) async fn probed(state: &AppState) -> crate::store_probe::Probed {
+pub(crate) async fn probed(state: &AppState) -> Probed {
     let probed = state.probe.recent(&state.store).await;
     let error = probed
         .error
@@ -177,7 +180,7 @@ pub(crate) async fn sample_history(state: &AppState) {
     let probed = probed(state).await;
     let observed = observed();
     let limits = state.limits.load();
-    let counts: Vec<(&str, crate::history::Totals)> = limits
+    let counts: Vec<(&str, history::Totals)> = limits
         .configs()
         .iter()
         .map(|c| {
@@ -202,9 +205,9 @@ pub(crate) async fn sample_history(state: &AppState) {
 pub struct HistoryReply {
     /// The samples.
     #[serde(flatten)]
-    pub history: crate::history::HistoryBody,
+    pub history: history::HistoryBody,
     /// The store's current outage (`to_ms` null) or its last one; null: none since start.
-    pub outage: Option<crate::history::Outage>,
+    pub outage: Option<Outage>,
     /// Now, ms since the epoch (the page's clock for "… ago").
     pub now_ms: u64,
 }
@@ -224,8 +227,27 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
     let limits = state.limits.load();
     let memory_keys = state.store.memory_keys();
     let observed = observed();
+    let limit_status = limit_statuses(state, &limits, memory_keys.as_deref(), &observed);
+    StatusBody {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        now_ms: epoch_ms(SystemTime::now()),
+        store: store_status(state, &probed, &limits, memory_keys.as_deref(), &observed),
+        limits: limit_status,
+        reload: reload_body(state),
+    }
+}
+
+/// Each limit, in file order: its counts, rates, deny ratio, most refused keys and (memory
+/// store) keys held.
+fn limit_statuses(
+    state: &AppState,
+    limits: &Limits,
+    memory_keys: Option<&[(String, u64)]>,
+    observed: &Observed,
+) -> Vec<LimitStatus> {
     let keys_of = |name: &str| {
-        memory_keys.as_ref().map(|per_limit| {
+        memory_keys.map(|per_limit| {
             per_limit
                 .iter()
                 .find(|(n, _)| n == name)
@@ -245,7 +267,7 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
         })
         .collect();
     let rates = state.rates.rates(Instant::now(), &current);
-    let limit_status = limits
+    limits
         .configs()
         .iter()
         .zip(counts)
@@ -262,42 +284,50 @@ pub(crate) async fn status(state: &AppState) -> StatusBody {
                 .collect(),
             keys: keys_of(name),
         })
-        .collect();
-    StatusBody {
-        version: env!("CARGO_PKG_VERSION"),
-        uptime_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        now_ms: epoch_ms(SystemTime::now()),
-        store: StoreStatus {
-            kind: state.store.kind(),
-            connected: state.store.connected(),
-            // Never "up" beside an open breaker: checks are then refused without a call.
-            up: probed.error.is_none() && state.store.circuit_open() != Some(true),
-            error: probed
-                .error
-                .or_else(|| (state.store.circuit_open() == Some(true)).then_some("circuit_open")),
-            probe_ms: millis(probed.took),
-            probe_age_ms: millis(probed.at.elapsed()),
-            outage: state.history.outage(),
-            circuit_open: state.store.circuit_open(),
-            circuit_cause: state.store.circuit_cause(),
-            timeout_ms: millis(state.store_timeout),
-            latency: observed.store_latency_percentiles().map(LatencyBody::new),
-            deny_cache: DenyCacheBody {
-                enabled: state.store.deny_cache_entries() > 0,
-                entries: limits.deny_cache_len(),
-                capacity: state.store.deny_cache_entries(),
-            },
-            max_keys: state.max_keys,
-            keys: memory_keys.map(|per_limit| per_limit.iter().map(|(_, k)| k).sum()),
+        .collect()
+}
+
+/// The store's health, latencies, deny cache and (memory store) keys.
+fn store_status(
+    state: &AppState,
+    probed: &Probed,
+    limits: &Limits,
+    memory_keys: Option<&[(String, u64)]>,
+    observed: &Observed,
+) -> StoreStatus {
+    StoreStatus {
+        kind: state.store.kind(),
+        connected: state.store.connected(),
+        // Never "up" beside an open breaker: checks are then refused without a call.
+        up: probed.error.is_none() && state.store.circuit_open() != Some(true),
+        error: probed
+            .error
+            .or_else(|| (state.store.circuit_open() == Some(true)).then_some("circuit_open")),
+        probe_ms: millis(probed.took),
+        probe_age_ms: millis(probed.at.elapsed()),
+        outage: state.history.outage(),
+        circuit_open: state.store.circuit_open(),
+        circuit_cause: state.store.circuit_cause(),
+        timeout_ms: millis(state.store_timeout),
+        latency: observed.store_latency_percentiles().map(LatencyBody::new),
+        deny_cache: DenyCacheBody {
+            enabled: state.store.deny_cache_entries() > 0,
+            entries: limits.deny_cache_len(),
+            capacity: state.store.deny_cache_entries(),
         },
-        limits: limit_status,
-        reload: ReloadBody {
-            watching: state.reloads.is_watching(),
-            last: state.reloads.last().map(|last| LastReloadBody {
-                at_ms: epoch_ms(last.at),
-                ok: last.ok,
-                error: last.error,
-            }),
-        },
+        max_keys: state.max_keys,
+        keys: memory_keys.map(|per_limit| per_limit.iter().map(|(_, k)| k).sum()),
+    }
+}
+
+/// Whether the file is watched, and the last reload.
+fn reload_body(state: &AppState) -> ReloadBody {
+    ReloadBody {
+        watching: state.reloads.is_watching(),
+        last: state.reloads.last().map(|last| LastReloadBody {
+            at_ms: epoch_ms(last.at),
+            ok: last.ok,
+            error: last.error,
+        }),
     }
 }

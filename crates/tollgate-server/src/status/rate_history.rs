@@ -1,6 +1,6 @@
 //! Decisions per second per limit for `GET /v1/status`, from the counts' history.
 //!
-//! The counts ([`crate::observed`]) only grow; a rate is their difference over a span of
+//! The counts ([`super::observed`]) only grow; a rate is their difference over a span of
 //! real time. Computing it here rather than in the page keeps it right whoever asks (a
 //! browser whose timers are throttled or virtual, a script polling now and then): each call
 //! is compared with the newest snapshot at least a second old, and a snapshot is kept at most

@@ -11,9 +11,9 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-const HTML: &str = include_str!("../assets/status.html");
-const SCRIPT: &str = include_str!("../assets/status.js");
-const STYLE: &str = include_str!("../assets/status.css");
+const HTML: &str = include_str!("../../assets/status.html");
+const SCRIPT: &str = include_str!("../../assets/status.js");
+const STYLE: &str = include_str!("../../assets/status.css");
 
 /// What the page may load: its own script, style and status endpoint, nothing else.
 pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \

@@ -29,12 +29,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::clock::SharedClock;
 use crate::config::{Config, Overrides};
 use crate::http::AppState;
 use crate::limits::Limits;
 use crate::metrics;
-use crate::reload_status;
-use crate::server::SharedClock;
+use crate::status::reload_status;
 
 /// Separates the config file's text from the `envoy.config_dir` contents in what the poller
 /// compares (a NUL: never in a TOML file that parsed).

@@ -1,7 +1,7 @@
 //! What the status page shows of the metrics the core records: decisions per limit and
 //! outcome since the process started, and the store call latencies of the last minute.
 //!
-//! The core records them through the `metrics` facade only; [`crate::tee_recorder`] copies
+//! The core records them through the `metrics` facade only; `metrics::tee_recorder` copies
 //! them here as they are recorded, so the page needs no parsing of the Prometheus exposition
 //! and the hot path does no extra work beyond one more relaxed add. Process-wide, like the
 //! recorder: every server in a process (several, in tests) shares it, told apart by limit
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
-use crate::latency_window::{LatencyWindow, Percentiles};
+use super::latency_window::{LatencyWindow, Percentiles};
 
 /// Counts and latencies teed off the recorder.
 #[derive(Debug)]

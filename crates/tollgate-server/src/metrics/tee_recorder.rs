@@ -17,8 +17,8 @@ use metrics::{
 };
 use metrics_exporter_prometheus::PrometheusRecorder;
 
-use crate::metrics::{DECISIONS, STORE_LATENCY};
-use crate::observed::Observed;
+use super::names::{DECISIONS, STORE_LATENCY};
+use crate::status::observed::Observed;
 
 /// Prometheus's recorder, teeing two series into [`Observed`].
 #[derive(Debug)]

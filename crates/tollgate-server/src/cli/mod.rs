@@ -18,6 +18,8 @@ use tollgate_load::{BenchOptions, GrpcTarget, LoadError, Report};
 #[cfg(feature = "load")]
 use crate::duration;
 
+pub mod what_if;
+
 /// A distributed rate limiter as a service.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
@@ -48,10 +50,10 @@ pub enum Command {
     Bench(BenchArgs),
     /// Replay an access log against a config's limits on the log's own clock: what each
     /// limit would have admitted and refused, whom, with which waits.
-    Replay(crate::what_if::ReplayArgs),
+    Replay(what_if::ReplayArgs),
     /// Run a synthetic workload (or one of the classic experiments) against every algorithm
     /// side by side, with the outcome each should have.
-    Simulate(crate::what_if::SimulateArgs),
+    Simulate(what_if::SimulateArgs),
 }
 
 /// `tollgate bench` options.

@@ -1,6 +1,6 @@
-//! The HTTP API's routes and handlers: thin glue between JSON and [`Limits`].
+//! The HTTP API's routes and handlers: thin glue between JSON and [`crate::limits::Limits`].
 //!
-//! Bodies are capped at [`MAX_BODY`] bytes and parsed by [`crate::api::parse`]; every check
+//! Bodies are capped at [`MAX_BODY`] bytes and parsed by [`api::parse`]; every check
 //! runs on the limit set current when the request arrived (a reload never changes a request
 //! halfway). A body that does not arrive within `server.body_timeout` is answered `408`.
 //! Resets are logged at `info` with the limits, a digest of the key and the client's address
@@ -10,9 +10,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -20,76 +19,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
 use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 
-use crate::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
-use crate::config::{Backend, Secret, StoreConfig};
-use crate::connection::BodyTimedOut;
-use crate::limits::Limits;
+use super::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
+use super::response::{ApiError, BodyTimedOut, Reply};
+use super::state::AppState;
+use super::status_body::{self as status, StatusBody};
 use crate::metrics;
-use crate::page;
-use crate::rate_history::RateHistory;
-use crate::reload_status::ReloadStatus;
-use crate::response::{ApiError, Reply};
-use crate::status::{self, StatusBody};
-use crate::store::AnyStore;
-use crate::store_probe::StoreProbe;
+use crate::status::page;
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 16 * 1024;
-
-/// What every handler shares.
-#[derive(Debug)]
-pub struct AppState {
-    /// The current limit set, swapped by reloads.
-    pub limits: ArcSwap<Limits>,
-    /// The store, shared by every limit set.
-    pub store: AnyStore,
-    /// Bearer token for `/v1/reset`.
-    pub admin_token: Option<Secret>,
-    /// Prometheus exposition.
-    pub metrics: PrometheusHandle,
-    /// Config reloads, for the status page.
-    pub reloads: ReloadStatus,
-    /// When the service started.
-    pub(crate) started: Instant,
-    /// `store.timeout`.
-    pub(crate) store_timeout: Duration,
-    /// `store.max_keys`, for the memory store.
-    pub(crate) max_keys: Option<usize>,
-    /// The store's health probe.
-    pub(crate) probe: StoreProbe,
-    /// Decision counts over time, for rates.
-    pub(crate) rates: RateHistory,
-    /// The last hour, and the store's outages, for the status page.
-    pub(crate) history: crate::history::History,
-}
-
-impl AppState {
-    /// State for a server over `store` (configured by `config`) with `limits`.
-    pub fn new(
-        limits: Limits,
-        store: AnyStore,
-        config: &StoreConfig,
-        admin_token: Option<Secret>,
-    ) -> AppState {
-        AppState {
-            limits: ArcSwap::from_pointee(limits),
-            store,
-            admin_token,
-            metrics: metrics::handle(),
-            reloads: ReloadStatus::default(),
-            started: Instant::now(),
-            store_timeout: config.timeout,
-            max_keys: matches!(config.backend, Backend::Memory).then_some(config.max_keys),
-            probe: StoreProbe::new(&config.namespace),
-            rates: RateHistory::default(),
-            history: crate::history::History::new(crate::config::DEFAULT_HISTORY_INTERVAL),
-        }
-    }
-}
 
 /// The API's routes.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -341,7 +282,7 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
     }
     state.metrics.run_upkeep();
     let mut text = state.metrics.render();
-    text.push_str(&crate::process_metrics::render());
+    text.push_str(&metrics::process::render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tollgate::{Outcome, Verdict, wire};
 
-use crate::api::VerdictBody;
+use super::api::VerdictBody;
 
 /// A successful answer.
 #[derive(Debug)]
@@ -205,3 +205,11 @@ fn insert(headers: &mut HeaderMap, name: &'static str, value: String) {
         headers.insert(HeaderName::from_static(name), value);
     }
 }
+
+/// A request body that did not arrive within `server.body_timeout`: the error the connection
+/// layer's body fails with (`connection::body`), which reaches the handler inside axum's body
+/// rejection and is answered [`ApiError::BodyTimeout`]. Here rather than in the connection
+/// layer, so that the handlers need nothing from below the router.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("request body not received within {}", crate::duration::format(*.0))]
+pub(crate) struct BodyTimedOut(pub(crate) std::time::Duration);

@@ -2,7 +2,7 @@
 //!
 //! Loading is three steps: parse the file into its raw shape (`raw`), apply the environment
 //! overrides to that shape in one place ([`Overrides`]), then validate section by section
-//! (`validate`: `[server]`, `[store]`, `[[limits]]`, `[envoy]`).
+//! (`validate`: `[server]`, `[[limits]]`, `[envoy]`; `store_section`: `[store]`).
 //!
 //! Every error ([`ConfigError`]) names the file, the field as written (`limits[2].period`, or
 //! the variable that replaced it) and what is wrong, keeping the typed cause
@@ -25,6 +25,7 @@ mod raw;
 mod redis_connection;
 mod redis_url;
 mod secret;
+mod store_section;
 mod validate;
 
 use std::fmt;
@@ -288,7 +289,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         overrides.apply(&mut raw);
         let server = validate::server(&raw, origin)?;
-        let store = validate::store(&raw, origin)?;
+        let store = store_section::store(&raw, origin)?;
         let mut limits = validate::limits(&raw.limits, origin)?;
         validate::imported_limits(&raw.envoy, &mut limits, origin)?;
         validate::envoy(&raw.envoy, &limits, origin)?;

@@ -1,0 +1,176 @@
+//! [`Phase`]: what one connection is doing (a head being read, a request in the service, idle
+//! between requests) and since when, shared by its socket ([`GuardedIo`]), its service (HTTP/1:
+//! [`Phase::begin`]) and its listener's [`Shed`], which picks connections to close from it.
+//!
+//! Its own module so that the socket and the shed both read it without depending on each
+//! other.
+//!
+//! [`GuardedIo`]: super::GuardedIo
+//! [`Shed`]: super::shed::Shed
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+
+/// Which rule a connection's reads follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// HTTP/1: header, idle and busy phases, as the service reports them.
+    Http1,
+    /// HTTP/2 (gRPC): every byte read restarts `idle_timeout` (the first must come within
+    /// `header_timeout`); requests multiplex, so there is no phase to follow.
+    Quiet,
+}
+
+/// What a connection is doing, and since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    /// Accepted, nothing read yet: the first head must arrive within `header_timeout`.
+    Fresh(Instant),
+    /// Part of a head read (since the first byte of this request, or the accept).
+    Head(Instant),
+    /// This many requests in the service: no deadline here.
+    Busy(usize),
+    /// Waiting for the next request since the last one's response.
+    Idle(Instant),
+}
+
+/// A connection's phase, shared by its socket, its service and its listener's [`Shed`].
+#[derive(Debug)]
+pub(crate) struct Phase {
+    state: Mutex<State>,
+    pub(super) mode: Mode,
+    /// Shed by the listener to make room: the next read fails.
+    shed: AtomicBool,
+    /// The task waiting on the socket, woken when the connection is shed.
+    parked: Mutex<Option<Waker>>,
+}
+
+/// What a connection that may be shed is doing, in the order they are shed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Sheddable {
+    /// No whole request head yet (HTTP/2: nothing read at all).
+    NoRequest,
+    /// HTTP/1, idle between requests.
+    Idle,
+}
+
+/// A request in the service; its drop (the response is ready) makes the connection idle.
+#[derive(Debug)]
+pub(crate) struct Busy(Arc<Phase>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.update(|state| match state {
+            State::Busy(n) if n > 1 => State::Busy(n - 1),
+            _ => State::Idle(Instant::now()),
+        });
+    }
+}
+
+impl Phase {
+    pub(super) fn new(mode: Mode) -> Arc<Phase> {
+        Arc::new(Phase {
+            state: Mutex::new(State::Fresh(Instant::now())),
+            mode,
+            shed: AtomicBool::new(false),
+            parked: Mutex::new(None),
+        })
+    }
+
+    /// Whether this connection may be shed, and since when it has been so.
+    pub(crate) fn sheddable(&self) -> Option<(Sheddable, Instant)> {
+        if self.shed.load(Ordering::Acquire) {
+            return None;
+        }
+        match (self.mode, self.get()?) {
+            (_, State::Fresh(since)) | (Mode::Http1, State::Head(since)) => {
+                Some((Sheddable::NoRequest, since))
+            }
+            (Mode::Http1, State::Idle(since)) => Some((Sheddable::Idle, since)),
+            _ => None,
+        }
+    }
+
+    /// Sheds the connection: its next read fails, and a read waiting now is woken for it.
+    pub(crate) fn shed(&self) {
+        self.shed.store(true, Ordering::Release);
+        let parked = self.parked.lock().ok().and_then(|mut p| p.take());
+        if let Some(waker) = parked {
+            waker.wake();
+        }
+    }
+
+    pub(super) fn is_shed(&self) -> bool {
+        self.shed.load(Ordering::Acquire)
+    }
+
+    /// A connection chosen to be shed whose client has in fact sent bytes (they wait in the
+    /// kernel, not yet seen by this task on a loaded process) is kept: the shed is taken back
+    /// and the listener chooses again. Otherwise the shed stands, and is counted.
+    pub(super) fn keep_if_speaking(&self, stream: &TcpStream) -> bool {
+        if bytes_waiting(stream) {
+            self.shed.store(false, Ordering::Release);
+            return true;
+        }
+        let listener = match self.mode {
+            Mode::Http1 => "http",
+            Mode::Quiet => "grpc",
+        };
+        metrics::counter!("tollgate_connections_shed_total", "listener" => listener).increment(1);
+        false
+    }
+
+    /// Remembers the task waiting on the socket (see [`Phase::shed`]).
+    pub(super) fn park(&self, waker: &Waker) {
+        if let Ok(mut parked) = self.parked.lock()
+            && !parked.as_ref().is_some_and(|w| w.will_wake(waker))
+        {
+            *parked = Some(waker.clone());
+        }
+    }
+
+    pub(super) fn update(&self, f: impl FnOnce(State) -> State) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = f(*state);
+        }
+    }
+
+    pub(super) fn get(&self) -> Option<State> {
+        self.state.lock().ok().map(|s| *s)
+    }
+
+    /// A request handed to the service: no deadline until the returned guard is dropped.
+    pub(crate) fn begin(self: &Arc<Phase>) -> Busy {
+        self.update(|state| match state {
+            State::Busy(n) => State::Busy(n + 1),
+            _ => State::Busy(1),
+        });
+        Busy(Arc::clone(self))
+    }
+
+    /// Bytes were read.
+    pub(super) fn read(&self) {
+        let mode = self.mode;
+        self.update(|state| match (mode, state) {
+            (Mode::Quiet, _) => State::Idle(Instant::now()),
+            (Mode::Http1, State::Fresh(since)) => State::Head(since),
+            (Mode::Http1, State::Idle(_)) => State::Head(Instant::now()),
+            (Mode::Http1, other) => other,
+        });
+    }
+}
+
+/// Whether the client's bytes wait in the socket, asked of the kernel (a non-blocking peek).
+///
+/// `GuardedIo`'s read can answer "pending" with a request already in the socket: tokio reads only
+/// once its driver has seen the socket readable, and on a loaded process (or a socket accepted
+/// a moment ago) it may not have yet. Draining would then close a connection whose request
+/// was sent before the signal. With bytes waiting, the read stays pending: the driver wakes it.
+pub(super) fn bytes_waiting(stream: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
+}

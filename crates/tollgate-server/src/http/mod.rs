@@ -1,0 +1,23 @@
+//! The HTTP API: what a request may carry, what it is answered, and the handlers between.
+//!
+//! - [`api`]: the JSON bodies, in and out (parsed by hand, naming the field at fault);
+//! - [`response`]: the one place that decides status codes ([`Reply`], [`ApiError`]);
+//! - [`state`]: [`AppState`], what every handler shares (the limit set, the store, the status
+//!   figures), built once at start-up and read by the reloader and the background tasks too;
+//! - `handlers`: the routes ([`router`]) and their handlers, thin glue between JSON and
+//!   [`crate::limits::Limits`];
+//! - `status_body`: `GET /v1/status` and `GET /v1/history`, the status page's JSON, built from
+//!   [`crate::status`]'s figures.
+//!
+//! Below the router, `crate::connection` bounds what a client may hold and writes its
+//! errors with [`ApiError`] too, so every error a client sees has the same body.
+
+pub mod api;
+mod handlers;
+pub mod response;
+pub mod state;
+pub mod status_body;
+
+pub use handlers::{MAX_BODY, router};
+pub use response::{ApiError, Reply};
+pub use state::AppState;
