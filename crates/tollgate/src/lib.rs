@@ -51,6 +51,7 @@
 //! time (the service's config, the tower layer, the Envoy service all use it).
 
 mod algorithm;
+mod ask;
 mod check_error;
 mod clock;
 mod decision;
@@ -82,9 +83,10 @@ mod verdict;
 pub mod wire;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use ask::Ask;
 pub use check_error::CheckError;
 pub use clock::{Clock, FakeClock, SystemClock};
-pub use decision::Decision;
+pub use decision::{Admission, Decision, NotUntil};
 pub use decisions::{Decisions, IntoIter as DecisionsIter};
 pub use deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
 #[doc(hidden)]
@@ -111,4 +113,4 @@ pub use store::{
 pub use store_error::{BoxError, StoreError, StoreErrorKind};
 pub use timestamp::Timestamp;
 pub use top_denied::{Span, TOP_CAPACITY, TopKey};
-pub use verdict::{LimitDecision, Source, Verdict};
+pub use verdict::{LimitDecision, Source, Verdict, longest_refusal};

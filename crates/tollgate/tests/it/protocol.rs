@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tollgate::{
-    Algorithm, BoxStore, CheckError, FakeClock, Limit, Limiter, MAX_KEY_VALUE, MemoryStore,
+    Algorithm, Ask, BoxStore, CheckError, FakeClock, Limit, Limiter, MAX_KEY_VALUE, MemoryStore,
     OnStoreError, Op, Outcome, Quota, Store, StoreErrorKind, Timestamp,
 };
 use tollgate_testkit::FailingStore;
@@ -143,7 +143,7 @@ fn shadow_limits_report_but_never_refuse() {
             }
             let v = l.decide(&both, Op::Peek).await;
             assert!(v.decisions()[1].shadow);
-            assert!(!v.decisions()[1].decision.allowed, "trial is used up");
+            assert!(!v.decisions()[1].decision.is_allowed(), "trial is used up");
             assert_eq!(v.decisive().limit.as_ref(), "enforced");
             // 3rd: enforced refuses; trial is peeked, not charged nor counted.
             let v = l.decide(&both, Op::Check).await;
@@ -180,10 +180,12 @@ fn shadow_limits_report_but_never_refuse() {
 #[tokio::test]
 async fn one_entry_can_be_made_shadow() {
     let l = limiter(memory(), vec![limit("a", 1)]);
-    let mut request = l
-        .prepare_keyed(&[("a", &[("user", "1")]), ("a", &[("user", "2")])], 1)
+    let request = l
+        .prepare_with([
+            Ask::named("a", &[("user", "1")]),
+            Ask::named("a", &[("user", "2")]).shadow(true),
+        ])
         .expect("valid");
-    request.set_shadow(1);
     assert_eq!(
         l.check("a", &[("user", "2")])
             .await
@@ -197,7 +199,7 @@ async fn one_entry_can_be_made_shadow() {
         Outcome::Allowed,
         "user 2 is a shadow entry: {v:?}"
     );
-    assert!(!v.decisions()[1].decision.allowed);
+    assert!(!v.decisions()[1].decision.is_allowed());
 }
 
 /// The boxed store decides exactly as the store inside it, and gives it back.
