@@ -35,7 +35,17 @@
 //! [`Limiter::prepare`] builds the [`Request`] (keys built and everything validated once,
 //! [`CheckError`] otherwise), [`Limiter::decide`] runs it as an [`Op::Check`] or
 //! [`Op::Peek`] in one store call, and the [`Verdict`] holds one [`LimitDecision`] per limit.
-//! `check`, `check_n`, `check_all` and `check_all_n` do both steps for the common cases.
+//! `check`, `check_n`, `check_all` and `check_all_n` do both steps for the common cases;
+//! [`Limiter::prepare_with`] prepares entries built per call ([`Ask`]: a cost, a shadow flag
+//! or a [`Need`] per entry, a limit made for this request), keyed and validated the same way.
+//!
+//! ## What a refusal is
+//! Each [`Decision`] carries an [`Admission`]: [`Admission::Allowed`], or
+//! [`Admission::Refused`] with a [`NotUntil`] that knows its wait, so "allowed, retry in 2 s"
+//! cannot be written. What a client is shown — a shadow limit's refusal as an admission
+//! ([`LimitDecision::shown_allowed`]), several refusals merged ([`longest_refusal`]), the
+//! limit that speaks for the verdict ([`Verdict::decisive`], [`Verdict::shown`]), the header
+//! values ([`wire`]) — is decided here, once, for every face.
 //!
 //! ## How a store failure looks to a caller
 //! Never as an `Err`: a check always gets a verdict. When the store fails (Redis down, a

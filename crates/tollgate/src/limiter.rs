@@ -167,8 +167,8 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
-    /// The key prefix every key of this limiter starts with (for callers that build keys for
-    /// limits made at run time, such as the Envoy service's per-request limit overrides).
+    /// The key prefix every key of this limiter starts with (limits made for a request,
+    /// asked through [`Limiter::prepare_with`], are keyed in it too).
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
     }

@@ -260,3 +260,119 @@ impl Verdict {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(name: &str, decision: Decision, shadow: bool) -> LimitDecision {
+        LimitDecision {
+            limit: name.into(),
+            quota: Quota::per_minute(10).expect("valid"),
+            decision,
+            source: Source::Store,
+            shadow,
+            need: Need::Must,
+        }
+    }
+
+    fn allowed(remaining: u64) -> Decision {
+        Decision::allowed(10, remaining, Duration::from_secs(6))
+    }
+
+    fn refused(wait_ms: u64) -> Decision {
+        Decision::refused(
+            10,
+            0,
+            Duration::from_secs(60),
+            Duration::from_millis(wait_ms),
+        )
+    }
+
+    fn verdict(decisions: Vec<LimitDecision>) -> Verdict {
+        Verdict::new(decisions.into_iter().collect())
+    }
+
+    /// A shadow limit's refusal is shown as allowed and counted as a would-be refusal; an
+    /// enforced refusal is neither; only enforced, counted limits show their count.
+    #[test]
+    fn a_shadow_refusal_is_shown_as_allowed() {
+        let shadow = of("s", refused(500), true);
+        assert!(shadow.shown_allowed());
+        assert!(shadow.shadow_refused());
+        assert_eq!(shadow.refusal(), None, "a shadow limit never refuses");
+        assert!(!shadow.shows_count());
+        let enforced = of("e", refused(500), false);
+        assert!(!enforced.shown_allowed());
+        assert!(!enforced.shadow_refused());
+        assert_eq!(
+            enforced.refusal(),
+            Some(NotUntil::new(Duration::from_millis(500)))
+        );
+        assert!(enforced.shows_count());
+        let admitting_shadow = of("s", allowed(3), true);
+        assert!(admitting_shadow.shown_allowed() && !admitting_shadow.shadow_refused());
+        let mut by_policy = of("p", allowed(10), false);
+        by_policy.source = Source::Policy {
+            policy: OnStoreError::Allow,
+            error: StoreErrorKind::Timeout,
+        };
+        assert!(
+            !by_policy.shows_count(),
+            "an allow policy has no real count"
+        );
+    }
+
+    /// Several refusals merge into the longest enforced one; the decisive limit is that
+    /// refusal, or, when the verdict admits, the one with the fewest remaining units.
+    #[test]
+    fn merging_picks_the_deciding_limit() {
+        let v = verdict(vec![
+            of("short", refused(200), false),
+            of("shadow", refused(9_000), true),
+            of("long", refused(1_500), false),
+            of("ok", allowed(4), false),
+        ]);
+        assert_eq!(
+            longest_refusal(v.decisions()),
+            Some(NotUntil::new(Duration::from_millis(1_500)))
+        );
+        assert_eq!(
+            v.outcome(),
+            Outcome::Limited {
+                retry_after: Duration::from_millis(1_500)
+            }
+        );
+        assert_eq!(&*v.decisive().limit, "long");
+        assert_eq!(v.shown().retry_after(), Some(Duration::from_millis(1_500)));
+        let v = verdict(vec![
+            of("a", allowed(7), false),
+            of("b", allowed(2), false),
+            of("shadow", refused(100), true),
+        ]);
+        assert_eq!(longest_refusal(v.decisions()), None);
+        assert_eq!(v.outcome(), Outcome::Allowed);
+        assert_eq!(&*v.decisive().limit, "b");
+        assert_eq!(v.shown(), allowed(2));
+    }
+
+    /// A request of shadow limits only is admitted: its decisive limit is a shadow one, and
+    /// its refusal is shown as an admission with its numbers.
+    #[test]
+    fn a_shadow_only_verdict_shows_its_refusal_as_allowed() {
+        let v = verdict(vec![
+            of("s1", allowed(5), true),
+            of("s2", refused(700), true),
+        ]);
+        assert_eq!(v.outcome(), Outcome::Allowed);
+        assert_eq!(&*v.decisive().limit, "s2", "the fewest remaining");
+        assert!(!v.decisive().decision.is_allowed());
+        let shown = v.shown();
+        assert!(shown.is_allowed(), "{shown:?}");
+        assert_eq!(shown.retry_after(), None);
+        assert_eq!(
+            (shown.remaining, shown.reset_after),
+            (0, Duration::from_secs(60))
+        );
+    }
+}

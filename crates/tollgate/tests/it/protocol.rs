@@ -220,3 +220,73 @@ async fn box_store_is_transparent() {
     assert!(boxed.store().downcast_ref::<MemoryStore>().is_some());
     assert!(boxed.store().downcast_ref::<FailingStore>().is_none());
 }
+
+/// `prepare_with` validates and keys as `prepare` does: a limit made for the request is keyed
+/// in the limiter's namespace, costs and shadow flags are per entry, and every check of
+/// `prepare` applies (unknown limit, cost above capacity, duplicates, a part too long, and for
+/// a limit keyed by whatever it is given, a part name too long).
+#[tokio::test]
+async fn prepare_with_validates_and_keys_every_entry() {
+    let l = limiter(memory(), vec![limit("a", 5)]);
+    let own = Limit::new(
+        "own",
+        Algorithm::FixedWindow,
+        Quota::per_minute(3).expect("q"),
+    )
+    .expect("valid");
+    let key = [("user", "1")];
+    let request = l
+        .prepare_with([
+            Ask::named("a", &key).cost(2),
+            Ask::limit(&own, &key).shadow(true),
+        ])
+        .expect("valid");
+    let entries = request.entries();
+    assert_eq!((entries[0].cost(), entries[0].is_shadow()), (2, false));
+    assert_eq!((entries[1].cost(), entries[1].is_shadow()), (1, true));
+    assert_eq!(entries[0].key(), &l.key("a", &key).expect("key"));
+    assert!(
+        entries[1]
+            .key()
+            .as_str()
+            .starts_with(&format!("{}:own:", l.namespace().prefix())),
+        "{:?}",
+        entries[1].key()
+    );
+    let v = l.decide(&request, Op::Check).await;
+    assert_eq!(v.outcome(), Outcome::Allowed);
+    assert_eq!(v.decisions()[0].decision.remaining, 3);
+
+    let long = "x".repeat(MAX_KEY_VALUE + 1);
+    let bad: Vec<(Vec<Ask<'_, '_, &str>>, &str)> = vec![
+        (vec![Ask::named("nope", &key)], "unknown"),
+        (vec![Ask::named("a", &key).cost(6)], "capacity"),
+        (vec![Ask::named("a", &key).cost(0)], "cost"),
+        (vec![Ask::named("a", &key), Ask::named("a", &key)], "twice"),
+        (vec![], "no limit"),
+    ];
+    for (asks, what) in bad {
+        let err = l.prepare_with(asks).expect_err(what);
+        let text = err.to_string();
+        let expected = match what {
+            "unknown" => matches!(err, CheckError::UnknownLimit(_)),
+            "capacity" => matches!(err, CheckError::CostExceedsCapacity { .. }),
+            "cost" => matches!(err, CheckError::ZeroCost),
+            "twice" => matches!(err, CheckError::DuplicateLimit(_)),
+            _ => matches!(err, CheckError::NoLimits),
+        };
+        assert!(expected, "{what}: {text}");
+    }
+    let long_value = [("user", long.as_str())];
+    let long_name = [(long.as_str(), "1")];
+    for key in [&long_value[..], &long_name[..]] {
+        let err = l
+            .prepare_with([Ask::limit(&own, key)])
+            .expect_err("too long");
+        assert!(matches!(err, CheckError::KeyPartTooLong { .. }), "{err}");
+        assert!(
+            err.to_string().len() < 200,
+            "the message stays short: {err}"
+        );
+    }
+}
