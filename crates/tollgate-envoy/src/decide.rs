@@ -1,10 +1,11 @@
 //! One `ShouldRateLimit` call: descriptors to limits, limits to one answer.
 //!
 //! Matched descriptors become (limit, key, cost) entries of one request prepared by the core
-//! ([`Limiter::prepare_keyed_costs`]) and decided in one atomic store call, all or nothing,
-//! each entry at its own descriptor's `hits_addend` (or the request's); a rule in shadow mode
-//! makes its entry a shadow entry ([`tollgate::Request::set_shadow`]), which the limiter
-//! decides after the others and never lets refuse. Validation, shadow counting and failure
+//! ([`Limiter::prepare_with`], one [`Ask`] per entry) and decided in one atomic store call,
+//! all or nothing, each entry at its own descriptor's `hits_addend` (or the request's); a
+//! rule in shadow mode makes its entry a shadow entry ([`Ask::shadow`]), which the limiter
+//! decides after the others and never lets refuse; a descriptor's `limit` override is a limit
+//! made for the request ([`Ask::limit`]), keyed and validated by the core like the others. Validation, shadow counting and failure
 //! policies are the limiter's, as for every face.
 //!
 //! Descriptors naming the same limit and key are one check of their summed cost (Envoy's own
@@ -54,7 +55,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tollgate::{LimitDecision, Limiter, Need, Op, Outcome, Store, Verdict};
+use tollgate::{Ask, LimitDecision, Limiter, Need, Op, Outcome, Store, Verdict};
 use tonic::Status;
 
 use crate::snapshot::{Found, Rule};
@@ -273,12 +274,12 @@ pub(crate) async fn decide<St: Store>(
             let verdict = run(limiter, &peeked, Op::Peek, mode).await?;
             answer.fill(&peeked, &verdict);
             for (item, d) in peeked.iter().zip(verdict.decisions()) {
-                if item.rule.shadow || d.decision.allowed && !item.quota {
+                if item.rule.shadow {
                     continue;
                 }
                 if item.quota {
-                    group.outside(d.decision.allowed);
-                } else {
+                    group.outside(d.decision.is_allowed());
+                } else if !d.decision.is_allowed() {
                     vetoed = true;
                 }
             }
@@ -309,7 +310,8 @@ pub(crate) async fn decide<St: Store>(
     for item in too_costly {
         for &slot in &item.slots {
             if let Some(d) = &mut answer.outcomes[slot] {
-                d.decision.allowed = false;
+                // Can never pass: refused, whatever the peek at its capacity said.
+                d.decision = d.decision.never();
             }
         }
     }
@@ -452,26 +454,28 @@ async fn run<St: Store>(
     op: Op,
     mode: Mode,
 ) -> Result<Verdict, Status> {
-    let items: Vec<crate::overrides::RuleItem<'_, '_>> = batch
-        .iter()
-        .map(|i| (i.rule, i.parts.as_slice(), cost(i)))
-        .collect();
-    let mut request = crate::overrides::prepare(limiter, &items)
-        .map_err(|error| Status::invalid_argument(error.to_string()))?;
-    for (i, item) in batch.iter().enumerate() {
-        if item.rule.shadow {
-            request.set_shadow(i);
-        } else if item.quota {
-            request.set_need(
-                i,
-                if mode.optional {
-                    Need::Optional
-                } else {
-                    Need::OneOf
-                },
-            );
+    let need = if mode.optional {
+        Need::Optional
+    } else {
+        Need::OneOf
+    };
+    let asks = batch.iter().map(|item| {
+        let rule = item.rule;
+        let ask = match &rule.own {
+            // A descriptor's `limit` override: a limit made for this request (overrides.rs).
+            Some(own) => Ask::limit(own, &item.parts),
+            None => Ask::named(&rule.limit, &item.parts),
+        };
+        let ask = ask.cost(cost(item)).shadow(rule.shadow);
+        if item.quota && !rule.shadow {
+            ask.need(need)
+        } else {
+            ask
         }
-    }
+    });
+    let mut request = limiter
+        .prepare_with(asks)
+        .map_err(|error| Status::invalid_argument(error.to_string()))?;
     if mode.counting && op == Op::Check {
         request
             .count_refusals()

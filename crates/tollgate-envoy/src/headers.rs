@@ -3,11 +3,11 @@
 //! The values are [`tollgate::wire`]'s, the same as the tower layer's and the HTTP API's: one
 //! item per enforced limit that decided a descriptor, in descriptor order, each limit once;
 //! durations rounded up to whole seconds; `Retry-After` only when the request is over limit,
-//! never 0; shadow limits and limits decided by an `allow` or `deny` failure policy never
+//! never 0, the longest enforced refusal ([`tollgate::longest_refusal`]); shadow limits and limits decided by an `allow` or `deny` failure policy never
 //! show a count.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use tollgate::{LimitDecision, POLICY_RETRY_AFTER, wire};
+use tollgate::{longest_refusal, wire};
 
 use crate::decide::Answer;
 
@@ -22,12 +22,8 @@ pub(crate) fn response_headers(answer: &Answer) -> Vec<HeaderValue> {
     if let Some(state) = wire::rate_limit(decisions(), false) {
         headers.push(header(wire::RATELIMIT, state));
     }
-    let wait = decisions()
-        .filter(|d: &&LimitDecision| !d.shadow && !d.decision.allowed)
-        .map(|d| d.decision.retry_after.unwrap_or(POLICY_RETRY_AFTER))
-        .max();
-    if let Some(wait) = wait.filter(|_| !answer.allowed) {
-        let secs = wire::retry_after_secs(wait).to_string();
+    if let Some(refusal) = longest_refusal(decisions()).filter(|_| !answer.allowed) {
+        let secs = refusal.retry_after_secs().to_string();
         headers.push(header(wire::RETRY_AFTER, secs));
     }
     headers

@@ -20,15 +20,17 @@
 //!
 //! Validation comes before anything is decided: a unit that is not one of the protocol's
 //! seven, or 0 requests per unit, makes the whole call `INVALID_ARGUMENT` naming the
-//! descriptor, and nothing is charged.
+//! descriptor, and nothing is charged. The limit is then asked like any other
+//! ([`tollgate::Ask::limit`] in `decide.rs`): the core builds its key in the limiter's
+//! namespace and validates it (a part or value longer than [`tollgate::MAX_KEY_VALUE`] is
+//! `INVALID_ARGUMENT` too, before the charging store call), so this module builds no key.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use tollgate::{Algorithm, CheckError, Entry, Key, Limit, Limiter, OnStoreError, Quota, Request};
-use tollgate::{MAX_KEY_VALUE, Store};
+use tollgate::{Algorithm, Limit, OnStoreError, Quota};
 use tonic::Status;
 
 use crate::snapshot::Rule;
@@ -101,8 +103,9 @@ impl Overrides {
     /// The override of each descriptor of `request` (`None` where it has none).
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` naming the first descriptor whose override has an unknown unit, 0
-    /// requests per unit, or an entry too long to be a key part.
+    /// `INVALID_ARGUMENT` naming the first descriptor whose override has an unknown unit or 0
+    /// requests per unit. (Its entries are key parts, validated by the core when the request
+    /// is prepared, as every descriptor's.)
     pub(crate) fn resolve(
         &self,
         request: &RateLimitRequest,
@@ -124,16 +127,6 @@ impl Overrides {
             if o.requests_per_unit == 0 {
                 return Err(Status::invalid_argument(format!(
                     "{field}.requests_per_unit: must be at least 1"
-                )));
-            }
-            if let Some(e) = d
-                .entries
-                .iter()
-                .find(|e| e.key.len() > MAX_KEY_VALUE || e.value.len() > MAX_KEY_VALUE)
-            {
-                return Err(Status::invalid_argument(format!(
-                    "descriptors[{i}]: entry {:?} is longer than {MAX_KEY_VALUE} bytes",
-                    e.key.chars().take(32).collect::<String>()
                 )));
             }
             out.push(Some(self.get(o.requests_per_unit, unit).map_err(|e| {
@@ -197,42 +190,6 @@ fn unit(n: i32) -> Option<Unit> {
         7 => Unit::Week,
         _ => return None,
     })
-}
-
-/// A rule, the key parts it is keyed by, and the entry's own cost.
-pub(crate) type RuleItem<'r, 'p> = (&'r Rule, &'p [(&'p str, &'p str)], u64);
-
-/// Prepares one check over `items` (rule, key parts, the entry's own cost): through
-/// [`Limiter::prepare_keyed_costs`] when every rule's limit is the limiter's, else with the
-/// override limits' own keys, built in the limiter's namespace.
-///
-/// # Errors
-/// As [`Limiter::prepare_keyed_costs`].
-pub(crate) fn prepare<'a, St: Store>(
-    limiter: &'a Limiter<St>,
-    items: &[RuleItem<'a, '_>],
-) -> Result<Request<'a>, CheckError> {
-    if items.iter().all(|(rule, ..)| rule.own.is_none()) {
-        let costed: Vec<tollgate::CostedLimit<'_, &str>> = items
-            .iter()
-            .map(|&(rule, parts, cost)| (&*rule.limit, parts, cost))
-            .collect();
-        return limiter.prepare_keyed_costs(&costed);
-    }
-    let mut entries = Vec::with_capacity(items.len());
-    for &(rule, parts, cost) in items {
-        let entry = match &rule.own {
-            Some(limit) => Entry::new(limit, Key::new(limiter.namespace(), limit, parts)),
-            None => {
-                let limit = limiter
-                    .get(&rule.limit)
-                    .ok_or_else(|| CheckError::UnknownLimit(rule.limit.to_string()))?;
-                Entry::new(limit, limiter.key(&rule.limit, parts)?)
-            }
-        };
-        entries.push(entry.with_cost(cost));
-    }
-    Request::with_costs(entries)
 }
 
 #[cfg(test)]

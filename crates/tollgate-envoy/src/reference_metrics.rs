@@ -257,7 +257,7 @@ impl Hits {
     }
 
     fn of(o: &LimitDecision, cost: u64, own_shadow: bool, near_ratio: f32) -> Hits {
-        if !o.decision.allowed {
+        if !o.decision.is_allowed() {
             return Hits::refused(cost, own_shadow);
         }
         let limit = o.quota.limit();

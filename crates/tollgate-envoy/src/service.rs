@@ -193,7 +193,7 @@ fn passed(answer: &Answer, statuses: &[DescriptorStatus]) -> Vec<usize> {
         .map(|(o, shown)| {
             o.as_ref().map(|o| {
                 let own = shown.as_ref().is_some_and(|s| s.own_shadow);
-                o.shadow && !own && !o.decision.allowed
+                o.shadow_refused() && !own
             })
         })
         .collect();
@@ -278,12 +278,11 @@ fn status(o: &LimitDecision, shown: &Shown) -> DescriptorStatus {
         },
         None => rate_unit(&o.quota),
     };
-    let until_reset = match d.retry_after {
-        Some(wait) if !d.allowed => d.reset_after.max(wait),
-        _ => d.reset_after,
-    };
+    let until_reset = d
+        .retry_after()
+        .map_or(d.reset_after, |wait| d.reset_after.max(wait));
     DescriptorStatus {
-        code: if d.allowed || o.shadow {
+        code: if o.shown_allowed() {
             Code::Ok
         } else {
             Code::OverLimit

@@ -51,7 +51,9 @@ use std::time::Duration;
 use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 use tollgate::rules::{Gcra, GcraState, Rule};
-use tollgate::{Algorithm, Decision, Entry, Key, Limit, Need, StoreError, Timestamp};
+use tollgate::{
+    Admission, Algorithm, Decision, Entry, Key, Limit, Need, NotUntil, StoreError, Timestamp,
+};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 const FIXED_WINDOW: &str = include_str!("../lua/fixed_window.lua");
@@ -442,14 +444,14 @@ impl Part {
             op,
             at,
             deadline: None,
-            keys: entries.iter().map(|e| e.key.clone()).collect(),
+            keys: entries.iter().map(|e| e.key().clone()).collect(),
             entries: entries
                 .iter()
                 .map(|e| PartEntry {
-                    port: port_index(e.limit.algorithm()),
-                    cost: e.cost,
-                    params: params(e.limit),
-                    need: e.need,
+                    port: port_index(e.limit().algorithm()),
+                    cost: e.cost(),
+                    params: params(e.limit()),
+                    need: e.need(),
                 })
                 .collect(),
             counts_refusals,
@@ -783,7 +785,7 @@ pub(crate) fn decode(
     };
     let widths: SmallVec<[usize; 2]> = entries
         .iter()
-        .map(|e| reply_width(port(e.limit.algorithm()).reply))
+        .map(|e| reply_width(port(e.limit().algorithm()).reply))
         .collect();
     let expected: usize = widths.iter().sum();
     if ints.len() != expected {
@@ -801,7 +803,7 @@ pub(crate) fn decode(
         rest = after;
         let mut four = [0_i64; 4];
         four[..w].copy_from_slice(own);
-        decisions.push(decide(e.limit, e.cost, four)?);
+        decisions.push(decide(e.limit(), e.cost(), four)?);
     }
     Ok((now, decisions))
 }
@@ -827,17 +829,19 @@ fn decision(
         -1 => false,
         other => return Err(bad(&format!("verdict {other}"))),
     };
-    let retry_after = if allowed {
-        None
+    let admission = if allowed {
+        Admission::Allowed
     } else {
-        Some(Duration::from_micros(unsigned(retry, "retry_after")?))
+        Admission::Refused(NotUntil::new(Duration::from_micros(unsigned(
+            retry,
+            "retry_after",
+        )?)))
     };
     Ok(Decision {
-        allowed,
+        admission,
         limit: limit.quota().limit(),
         remaining: unsigned(remaining, "remaining")?,
         reset_after: Duration::from_micros(unsigned(reset, "reset_after")?),
-        retry_after,
     })
 }
 
@@ -855,14 +859,17 @@ fn gcra_decision(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, Store
     // state after it), the same numbers without a wait.
     let ruled = Gcra::new(limit.quota()).peek(&state, Timestamp::from_micros(0), cost);
     let [_, tau, _] = params(limit);
-    if (allowed && state.tat > tau) || (!allowed && ruled.allowed) {
+    if (allowed && state.tat > tau) || (!allowed && ruled.is_allowed()) {
         return Err(StoreError::Protocol(format!(
             "script reply: GCRA {reply} contradicts the rule (cost {cost}, tau {tau} µs)"
         )));
     }
     Ok(Decision {
-        allowed,
-        retry_after: if allowed { None } else { ruled.retry_after },
+        admission: if allowed {
+            Admission::Allowed
+        } else {
+            ruled.admission
+        },
         ..ruled
     })
 }
@@ -870,6 +877,14 @@ fn gcra_decision(limit: &Limit, cost: u64, reply: i64) -> Result<Decision, Store
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `e` asking `cost` units (an entry's cost is set only through a validated request).
+    fn costing<'a>(e: &Entry<'a>, cost: u64) -> Entry<'a> {
+        tollgate::Request::new([e.clone()], cost)
+            .expect("valid")
+            .entries()[0]
+            .clone()
+    }
     use tollgate::{Key, Namespace, Quota};
 
     fn limit(algorithm: Algorithm, per_second: u64) -> Limit {
@@ -967,7 +982,7 @@ mod tests {
             part(Op::Check, &[&g2], TimeSource::Server),
         ];
         let cmd = batch_invocation(&[&server[0], &server[1]]);
-        let (k1, k2) = (g1.key.as_str(), g2.key.as_str());
+        let (k1, k2) = (g1.key().as_str(), g2.key().as_str());
         assert_eq!(
             args(&cmd),
             [
@@ -983,7 +998,7 @@ mod tests {
             ["c", "2", "250000", "1000000", "1", "7", "9"]
         );
         // A run per stretch of requests that ask alike: here costs 1, 1, 3, 1.
-        let g3 = g2.clone().with_cost(3);
+        let g3 = costing(&g2, 3);
         let runs = [
             part(Op::Check, &[&g1], TimeSource::Caller(7)),
             part(Op::Check, &[&g2], TimeSource::Caller(8)),
@@ -1040,7 +1055,7 @@ mod tests {
                 "EVALSHA".to_owned(),
                 "abc".to_owned(),
                 "1".to_owned(),
-                g.key.as_str().to_owned(),
+                g.key().as_str().to_owned(),
                 "250000".to_owned(),
                 "1000000".to_owned(),
             ])
@@ -1148,17 +1163,17 @@ mod tests {
         }
         let (now, d) = decode(ints(&[7, -1, 3, 10, 25]), &one).expect("well formed");
         assert_eq!(now, Some(7));
-        assert!(!d[0].allowed);
+        assert!(!d[0].is_allowed());
         assert_eq!(d[0].limit, 5);
         assert_eq!(d[0].remaining, 3);
-        assert_eq!(d[0].retry_after, Some(Duration::from_micros(25)));
+        assert_eq!(d[0].retry_after(), Some(Duration::from_micros(25)));
         // Two entries, one of each reply: each read by its own row.
         let gcra = self::limit(Algorithm::Gcra, 5);
         let second = Entry::new(&gcra, Key::new(&Namespace::default(), &gcra, &[("u", "1")]));
         let (_, d) =
             decode(ints(&[7, 1, 4, 10, -1, 400_000]), &[&entry, &second]).expect("well formed");
-        assert!(d[0].allowed && d[0].remaining == 4, "{d:?}");
-        assert!(d[1].allowed && d[1].remaining == 3, "{d:?}");
+        assert!(d[0].is_allowed() && d[0].remaining == 4, "{d:?}");
+        assert!(d[1].is_allowed() && d[1].remaining == 3, "{d:?}");
         assert_eq!(d[1].reset_after, Duration::from_millis(400));
     }
 
@@ -1174,30 +1189,21 @@ mod tests {
             Key::new(&Namespace::default(), &limit, &[("u", "1")]),
         );
         let decide = |reply: Value, cost: u64| {
-            let entry = entry.clone().with_cost(cost);
+            let entry = costing(&entry, cost);
             decode(reply, &[&entry]).map(|(now, d)| (now, d[0]))
         };
         // Admitted, 2 units now used: 3 left, full again in 400 ms.
         let (now, d) = decide(Value::Int(400_000), 1).expect("valid");
         assert_eq!(now, None);
-        assert_eq!(
-            d,
-            Decision {
-                allowed: true,
-                limit: 5,
-                remaining: 3,
-                reset_after: Duration::from_millis(400),
-                retry_after: None,
-            }
-        );
+        assert_eq!(d, Decision::allowed(5, 3, Duration::from_millis(400)));
         // Denied with 900 ms used: cost 1 needs 100 ms more, cost 2 needs 300 ms.
         for (cost, retry) in [(1, 100), (2, 300)] {
             let (_, d) = decide(Value::Int(-1 - 900_000), cost).expect("valid");
-            assert!(!d.allowed);
+            assert!(!d.is_allowed());
             assert_eq!(d.remaining, 0);
             assert_eq!(d.reset_after, Duration::from_millis(900));
             assert_eq!(
-                d.retry_after,
+                d.retry_after(),
                 Some(Duration::from_millis(retry)),
                 "cost {cost}"
             );

@@ -33,7 +33,8 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use tollgate::{
-    Decision, Decisions, Entry, Key, LeaseGrant, LeaseTake, Request, Store, StoreError, Timestamp,
+    Decision, Decisions, Entry, Key, LeaseGrant, LeaseTake, NotUntil, Request, Store, StoreError,
+    Timestamp,
 };
 
 use crate::breaker::Breaker;
@@ -703,7 +704,7 @@ impl RedisStore {
                 None => self.eval_alone(inv).await?,
                 Some(c) => {
                     let queue = match (&self.inner.connection, entries.first()) {
-                        (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key.as_str())),
+                        (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key().as_str())),
                         _ => 0,
                     };
                     c.call(self, queue, inv).await?
@@ -811,11 +812,12 @@ impl RedisStore {
             let out = self
                 .decide_per_slot(entries, &groups, Op::Peek, at, None, false)
                 .await?;
-            if !request.admitted(out.iter().map(|d| d.allowed)) {
+            if !request.admitted(out.iter().map(|d| d.is_allowed())) {
                 return Ok(out);
             }
-            let chosen: SmallVec<[usize; 4]> =
-                (0..entries.len()).filter(|&i| out[i].allowed).collect();
+            let chosen: SmallVec<[usize; 4]> = (0..entries.len())
+                .filter(|&i| out[i].is_allowed())
+                .collect();
             let Some(mut chosen_request) = request.select(&chosen) else {
                 return Ok(out);
             };
@@ -834,20 +836,20 @@ impl RedisStore {
                     .await?;
                 d.into_iter().collect()
             };
-            let charged = checked.iter().all(|d| d.allowed);
+            let charged = checked.iter().all(|d| d.is_allowed());
             let mut merged: SmallVec<[Decision; 2]> = out.iter().copied().collect();
             for (&i, d) in chosen.iter().zip(checked.iter()) {
                 merged[i] = *d;
             }
-            if charged || !request.admitted(merged.iter().map(|d| d.allowed)) {
+            if charged || !request.admitted(merged.iter().map(|d| d.is_allowed())) {
                 return Ok(merged.into_iter().collect());
             }
             if attempt >= NEEDS_ATTEMPTS {
                 for &i in &chosen {
                     let d = &mut merged[i];
-                    if d.allowed {
-                        d.allowed = false;
-                        d.retry_after = Some(Duration::from_millis(1));
+                    if d.is_allowed() {
+                        d.admission =
+                            tollgate::Admission::Refused(NotUntil::new(Duration::from_millis(1)));
                     }
                 }
                 return Ok(merged.into_iter().collect());
@@ -878,7 +880,7 @@ impl RedisStore {
                     return Err(e);
                 }
             };
-            let all = decisions.iter().all(|d| d.allowed);
+            let all = decisions.iter().all(|d| d.is_allowed());
             for (&i, d) in group.iter().zip(decisions) {
                 out[i] = Some(d);
             }
@@ -947,7 +949,7 @@ impl RedisStore {
             groups.push((0, (0..entries.len()).collect()));
         } else {
             for (i, e) in entries.iter().enumerate() {
-                let slot = slot_of(e.key.as_str());
+                let slot = slot_of(e.key().as_str());
                 match groups.iter_mut().find(|(s, _)| *s == slot) {
                     Some((_, g)) => g.push(i),
                     None => groups.push((slot, SmallVec::from_elem(i, 1))),
@@ -1045,10 +1047,12 @@ fn slot_moving(e: &redis::RedisError) -> bool {
 /// and a millisecond, only for a call that would otherwise be refused with a wait under a
 /// millisecond. Any algorithm's refusal of that kind gets the same second look.
 fn due_within_a_millisecond(decisions: &[Decision]) -> bool {
-    decisions.iter().any(|d| !d.allowed)
-        && decisions
-            .iter()
-            .all(|d| d.allowed || d.retry_after.is_some_and(|r| r < Duration::from_millis(1)))
+    decisions.iter().any(|d| !d.is_allowed())
+        && decisions.iter().all(|d| {
+            d.is_allowed()
+                || d.retry_after()
+                    .is_some_and(|r| r < Duration::from_millis(1))
+        })
 }
 
 /// The scripts' load state on this store's connection: a generation counter, bumped by each
@@ -1111,7 +1115,7 @@ impl Store for RedisStore {
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
         self.guarded(async {
             for group in self.groups(request.entries()) {
-                let keys: Vec<&Key> = group.iter().map(|&i| &request.entries()[i].key).collect();
+                let keys: Vec<&Key> = group.iter().map(|&i| request.entries()[i].key()).collect();
                 self.delete(&keys).await?;
             }
             Ok(())

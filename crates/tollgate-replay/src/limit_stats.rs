@@ -97,7 +97,7 @@ impl LimitStats {
             slot = Some(s);
         }
         self.requests += 1;
-        if decision.allowed {
+        if decision.is_allowed() {
             if let Some(s) = slot {
                 s[1] = s[1].saturating_add(1);
             }
@@ -107,7 +107,7 @@ impl LimitStats {
             }
             return;
         }
-        let wait = decision.retry_after.unwrap_or(Duration::ZERO);
+        let wait = decision.retry_after().unwrap_or(Duration::ZERO);
         let bucket = RETRY_BUCKETS
             .iter()
             .position(|(bound, _)| wait < *bound)
@@ -206,12 +206,10 @@ mod tests {
     use tollgate::{Algorithm, Quota};
 
     fn decision(allowed: bool, retry_ms: u64) -> Decision {
-        Decision {
-            allowed,
-            limit: 2,
-            remaining: 0,
-            reset_after: Duration::ZERO,
-            retry_after: (!allowed).then(|| Duration::from_millis(retry_ms)),
+        if allowed {
+            Decision::allowed(2, 0, Duration::ZERO)
+        } else {
+            Decision::refused(2, 0, Duration::ZERO, Duration::from_millis(retry_ms))
         }
     }
 

@@ -287,9 +287,9 @@ impl<'a> RedisTwin<'a> {
             match self.store.decide(&request, Op::Check, Some(now)).await {
                 Ok(d) => {
                     let redis = &d[0];
-                    let same = redis.allowed == memory.allowed
+                    let same = redis.is_allowed() == memory.is_allowed()
                         && redis.remaining == memory.remaining
-                        && redis.retry_after == memory.retry_after;
+                        && redis.retry_after() == memory.retry_after();
                     if !same {
                         self.differ += 1;
                         if self.examples.len() < MALFORMED_SHOWN {

@@ -349,13 +349,13 @@ fn storm(replayer: &mut Replayer, clients: usize, jitter: bool, seed: u64, perio
             break;
         }
         let decision: Decision = replayer.step(t, &names[c])[0];
-        if decision.allowed {
+        if decision.is_allowed() {
             wanted[c] -= 1;
             if wanted[c] > 0 {
                 queue.push(Reverse((t + 1_000, c)));
             }
         } else {
-            let wait = decision.retry_after.unwrap_or(Duration::from_secs(1));
+            let wait = decision.retry_after().unwrap_or(Duration::from_secs(1));
             let mut wait = wait.as_micros() as u64;
             if jitter {
                 wait += (rng.next_f64() * wait as f64) as u64;

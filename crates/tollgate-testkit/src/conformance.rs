@@ -339,7 +339,7 @@ pub async fn remaining_and_reset_after_track_each_call<S: Store>(
         for k in 1..=5u32 {
             let v = h.check(&n, "u", 1).await;
             let d = v.decision();
-            assert!(d.allowed, "{n}");
+            assert!(d.is_allowed(), "{n}");
             assert_eq!(d.limit, 5, "{n}");
             assert_eq!(d.remaining, u64::from(5 - k), "{n}: after {k}");
             let expected = match a {
@@ -353,7 +353,7 @@ pub async fn remaining_and_reset_after_track_each_call<S: Store>(
                 Algorithm::TokenBucket | Algorithm::Gcra => s(12) * k,
             };
             assert_eq!(d.reset_after, expected, "{n}: reset_after after {k}");
-            assert_eq!(d.retry_after, None, "{n}");
+            assert_eq!(d.retry_after(), None, "{n}");
         }
         // 12 s later the smooth algorithms have one unit back; the windows do not.
         h.advance(s(12));
@@ -490,8 +490,8 @@ pub async fn mixed_costs_are_all_or_nothing<S: Store>(clock: FakeClock, fixture:
         let v = check(1, 2).await;
         from_store(&v, &ctx);
         assert!(v.outcome() != Outcome::Allowed, "{ctx}: 2 > 1 left");
-        assert!(v.decisions()[0].decision.allowed, "{ctx}: 1 ≤ 2 alone");
-        assert!(!v.decisions()[1].decision.allowed, "{ctx}");
+        assert!(v.decisions()[0].decision.is_allowed(), "{ctx}: 1 ≤ 2 alone");
+        assert!(!v.decisions()[1].decision.is_allowed(), "{ctx}");
         assert_eq!(h.peek(&big, "u", 1).await.decision().remaining, 2, "{ctx}");
         assert_eq!(
             h.peek(&small, "u", 1).await.decision().remaining,
@@ -661,10 +661,10 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
         from_store(&v, &global);
         assert!(v.outcome() != Outcome::Allowed, "{client}: a's third");
         assert!(
-            v.decisions()[0].decision.allowed,
+            v.decisions()[0].decision.is_allowed(),
             "{global}: global alone would pass"
         );
-        assert!(!v.decisions()[1].decision.allowed, "{client}");
+        assert!(!v.decisions()[1].decision.is_allowed(), "{client}");
         assert_eq!(
             remaining("a", &global).await,
             1,
@@ -675,9 +675,9 @@ pub async fn multi_limit_is_all_or_nothing<S: Store>(clock: FakeClock, fixture: 
         // "c" is refused by the global limit: c's own limit must not be charged.
         let v = check("c").await;
         assert!(v.outcome() != Outcome::Allowed, "{global}: exhausted");
-        assert!(!v.decisions()[0].decision.allowed, "{global}");
+        assert!(!v.decisions()[0].decision.is_allowed(), "{global}");
         assert!(
-            v.decisions()[1].decision.allowed,
+            v.decisions()[1].decision.is_allowed(),
             "{client}: c alone would pass"
         );
         assert_eq!(
@@ -1016,7 +1016,11 @@ pub async fn any_of_group_refuses_only_when_all_refuse<S: Store>(
                 request.set_need(3, Need::Optional);
                 let v = h.limiter.decide(&request, Op::Check).await;
                 from_store(&v, "any-of check");
-                let allowed: Vec<bool> = v.decisions().iter().map(|d| d.decision.allowed).collect();
+                let allowed: Vec<bool> = v
+                    .decisions()
+                    .iter()
+                    .map(|d| d.decision.is_allowed())
+                    .collect();
                 (v.outcome() == Outcome::Allowed, allowed)
             }
         };
@@ -1099,7 +1103,7 @@ pub async fn counted_refusals_charge_every_entry<S: Store>(clock: FakeClock, fix
             let d: Vec<(bool, u64)> = v
                 .decisions()
                 .iter()
-                .map(|d| (d.decision.allowed, d.decision.remaining))
+                .map(|d| (d.decision.is_allowed(), d.decision.remaining))
                 .collect();
             (v.outcome() == Outcome::Allowed, d)
         }
@@ -1112,8 +1116,8 @@ pub async fn counted_refusals_charge_every_entry<S: Store>(clock: FakeClock, fix
     assert_eq!(h.peek(large, "other", 1).await.decision().remaining, 1);
     // The count goes past the limit: each refusal pushes it further.
     let v = h.peek(small, "a", 1).await;
-    assert!(!v.decision().allowed);
-    assert_eq!(v.decision().retry_after, Some(minute), "the window's end");
+    assert!(!v.decision().is_allowed());
+    assert_eq!(v.decision().retry_after(), Some(minute), "the window's end");
     // Not counted (the default): the refused request charges nothing.
     h.limiter
         .reset(
@@ -1142,12 +1146,12 @@ pub async fn counted_refusals_charge_every_entry<S: Store>(clock: FakeClock, fix
             *h.limiter.decide(&request, Op::Check).await.decision()
         }
     };
-    assert!(lone("c").await.allowed);
-    assert!(lone("c").await.allowed);
+    assert!(lone("c").await.is_allowed());
+    assert!(lone("c").await.is_allowed());
     let over = lone("c").await;
-    assert!(!over.allowed && over.remaining == 0);
+    assert!(!over.is_allowed() && over.remaining == 0);
     h.advance(minute);
-    assert!(lone("c").await.allowed, "a new window");
+    assert!(lone("c").await.is_allowed(), "a new window");
     // Other algorithms do not count refusals.
     let mut request = h
         .limiter

@@ -44,7 +44,7 @@ pub fn write_verdict(headers: &mut HeaderMap, verdict: &Verdict, options: Header
         return;
     }
     let decisive = verdict.decisive();
-    if decisive.shadow || !decisive.is_counted() {
+    if !decisive.shows_count() {
         return;
     }
     let d = &decisive.decision;

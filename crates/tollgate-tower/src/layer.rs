@@ -98,14 +98,8 @@ impl<St: Store> RateLimitLayer<St> {
         let request = limiter
             .prepare(&refs, &sample, 1)
             .map_err(|e| ConfigError::from_check(e, &given))?;
-        let entries = request.entries();
-        let policy = wire::policy(
-            entries
-                .iter()
-                .filter(|e| !e.shadow)
-                .map(|e| (e.limit.name(), e.limit.quota())),
-        );
-        let all_shadow = entries.iter().all(|e| e.shadow);
+        let policy = wire::policy_of_request(&request);
+        let all_shadow = request.entries().iter().all(|e| e.is_shadow());
         drop(request);
         Ok(RateLimitLayer {
             config: Arc::new(Config {

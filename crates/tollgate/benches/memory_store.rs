@@ -33,7 +33,7 @@ use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
 use tollgate::rules::AnyState;
 use tollgate::{
-    Algorithm, Decision, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request,
+    Admission, Algorithm, Decision, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request,
     SingleRequest, Timestamp,
 };
 
@@ -259,11 +259,10 @@ impl DashStore {
             slot.replenished_at = now + status.reset_after_us;
         }
         Decision {
-            allowed: retry.is_none(),
+            admission: Admission::from_wait(retry.map(Duration::from_micros)),
             limit: rule.limit(),
             remaining: status.remaining,
             reset_after: Duration::from_micros(status.reset_after_us),
-            retry_after: retry.map(Duration::from_micros),
         }
     }
 }
@@ -365,7 +364,7 @@ fn benches(c: &mut Criterion) {
                                 Timestamp::from_micros(now),
                             )
                             .expect("room for every key");
-                        decisions[0].allowed
+                        decisions[0].is_allowed()
                     }
                 });
                 bench_case(c, "gcra-dashmap", n, threads, &keys, &build, |keys| {
@@ -375,7 +374,7 @@ fn benches(c: &mut Criterion) {
                     move |i, now| {
                         let request = SingleRequest::new(limit, &keys[i], 1).expect("valid");
                         dash.check_single_at(&request, Timestamp::from_micros(now))
-                            .allowed
+                            .is_allowed()
                     }
                 });
                 bench_case(c, "governor", n, threads, &keys, &build, |keys| {
@@ -408,7 +407,7 @@ fn ours<'k>(limit: &'k Limit, keys: &'k [Key]) -> impl Fn(usize, u64) -> bool + 
         store
             .decide_single_at(&request, Op::Check, Timestamp::from_micros(now))
             .expect("room for every key")
-            .allowed
+            .is_allowed()
     }
 }
 

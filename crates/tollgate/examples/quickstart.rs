@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let verdict = limiter.check("api", &[("user", user)]).await?;
         let d = verdict.decision();
-        match d.retry_after {
+        match d.retry_after() {
             None => println!(
                 "{user:>5}: allowed  (remaining {}, full again in {:?})",
                 d.remaining, d.reset_after

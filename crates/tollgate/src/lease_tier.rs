@@ -235,13 +235,12 @@ impl LeaseTier {
         }
         if now < h.dry_until && cost > h.units + h.store_left {
             let wait = Duration::from_micros(h.dry_until - now);
-            return Step::Refused(Decision {
-                allowed: false,
-                limit: limit.quota().limit(),
-                remaining: h.units + h.store_left,
-                reset_after: Duration::from_micros(h.window_end.saturating_sub(now)).max(wait),
-                retry_after: Some(wait),
-            });
+            return Step::Refused(Decision::refused(
+                limit.quota().limit(),
+                h.units + h.store_left,
+                Duration::from_micros(h.window_end.saturating_sub(now)).max(wait),
+                wait,
+            ));
         }
         if h.taking && may_wait {
             let ticket = h.next_ticket;
@@ -313,13 +312,7 @@ impl LeaseTier {
             // from the grant; the rest stays counted until the window ends.
             return grant
                 .filter(|g| g.granted >= refill.need && g.granted > 0)
-                .map(|g| Decision {
-                    allowed: true,
-                    limit: limit.quota().limit(),
-                    remaining: g.remaining,
-                    reset_after: g.valid_for,
-                    retry_after: None,
-                });
+                .map(|g| Decision::allowed(limit.quota().limit(), g.remaining, g.valid_for));
         };
         let waiters = if refill.top_up {
             h.taking = false;

@@ -35,7 +35,17 @@
 //! [`Limiter::prepare`] builds the [`Request`] (keys built and everything validated once,
 //! [`CheckError`] otherwise), [`Limiter::decide`] runs it as an [`Op::Check`] or
 //! [`Op::Peek`] in one store call, and the [`Verdict`] holds one [`LimitDecision`] per limit.
-//! `check`, `check_n`, `check_all` and `check_all_n` do both steps for the common cases.
+//! `check`, `check_n`, `check_all` and `check_all_n` do both steps for the common cases;
+//! [`Limiter::prepare_with`] prepares entries built per call ([`Ask`]: a cost, a shadow flag
+//! or a [`Need`] per entry, a limit made for this request), keyed and validated the same way.
+//!
+//! ## What a refusal is
+//! Each [`Decision`] carries an [`Admission`]: [`Admission::Allowed`], or
+//! [`Admission::Refused`] with a [`NotUntil`] that knows its wait, so "allowed, retry in 2 s"
+//! cannot be written. What a client is shown — a shadow limit's refusal as an admission
+//! ([`LimitDecision::shown_allowed`]), several refusals merged ([`longest_refusal`]), the
+//! limit that speaks for the verdict ([`Verdict::decisive`], [`Verdict::shown`]), the header
+//! values ([`wire`]) — is decided here, once, for every face.
 //!
 //! ## How a store failure looks to a caller
 //! Never as an `Err`: a check always gets a verdict. When the store fails (Redis down, a
@@ -51,6 +61,7 @@
 //! time (the service's config, the tower layer, the Envoy service all use it).
 
 mod algorithm;
+mod ask;
 mod check_error;
 mod clock;
 mod decision;
@@ -82,9 +93,10 @@ mod verdict;
 pub mod wire;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use ask::Ask;
 pub use check_error::CheckError;
 pub use clock::{Clock, FakeClock, SystemClock};
-pub use decision::Decision;
+pub use decision::{Admission, Decision, NotUntil};
 pub use decisions::{Decisions, IntoIter as DecisionsIter};
 pub use deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
 #[doc(hidden)]
@@ -111,4 +123,4 @@ pub use store::{
 pub use store_error::{BoxError, StoreError, StoreErrorKind};
 pub use timestamp::Timestamp;
 pub use top_denied::{Span, TOP_CAPACITY, TopKey};
-pub use verdict::{LimitDecision, Source, Verdict};
+pub use verdict::{LimitDecision, Source, Verdict, longest_refusal};

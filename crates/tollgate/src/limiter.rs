@@ -22,13 +22,14 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use crate::ask::Asked;
 use crate::deny_cache::DenyCache;
 use crate::lease_tier::LeaseTier;
 use crate::log_throttle::LogThrottle;
 use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::{LimitDecision, Source};
 use crate::{
-    CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
+    Ask, CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
     MemoryStore, Namespace, Need, OnStoreError, Op, Request, Store, StoreError, SystemClock,
     Timestamp, Verdict,
 };
@@ -166,8 +167,8 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
-    /// The key prefix every key of this limiter starts with (for callers that build keys for
-    /// limits made at run time, such as the Envoy service's per-request limit overrides).
+    /// The key prefix every key of this limiter starts with (limits made for a request,
+    /// asked through [`Limiter::prepare_with`], are keyed in it too).
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
     }
@@ -327,6 +328,35 @@ impl<S: Store> Limiter<S> {
         Request::with_costs(entries)
     }
 
+    /// Prepares a check of entries built for this call ([`Ask`]): each a limit of the
+    /// limiter or one made for this request, with its key parts, its own cost, a shadow flag
+    /// and a [`Need`]. Keys are built and everything is validated as by
+    /// [`Limiter::prepare`]: the one way in for requests that are more than names and a cost
+    /// (the Envoy face's rules in shadow mode, quota descriptors, per-request `limit`
+    /// overrides).
+    ///
+    /// # Errors
+    /// As [`Limiter::prepare`], for each entry; for a limit keyed by whatever it is given,
+    /// [`CheckError::KeyPartTooLong`] also for a part *name* above
+    /// [`MAX_KEY_VALUE`](crate::MAX_KEY_VALUE) bytes (the name is the caller's too).
+    pub fn prepare_with<'l, 'k, V: AsRef<[u8]> + 'k>(
+        &'l self,
+        asks: impl IntoIterator<Item = Ask<'l, 'k, V>>,
+    ) -> Result<Request<'l>, CheckError> {
+        let mut entries: SmallVec<[Entry<'l>; 2]> = SmallVec::new();
+        for ask in asks {
+            let limit = match ask.limit {
+                Asked::Named(name) => self.named(name)?,
+                Asked::Own(limit) => limit,
+            };
+            let mut entry = self.entry_for(limit, ask.key)?.with_cost(ask.cost);
+            entry.shadow |= ask.shadow;
+            entry.need = ask.need;
+            entries.push(entry);
+        }
+        Request::with_costs(entries)
+    }
+
     /// Decides a prepared request: [`Op::Check`] charges the enforced limits all or nothing,
     /// [`Op::Peek`] charges nothing. Shadow entries are decided after the enforced ones, each
     /// on its own, charged only when the enforced ones admit a check. A store failure is
@@ -345,7 +375,7 @@ impl<S: Store> Limiter<S> {
             // call of their own (there is no all or nothing to keep them out of).
             let decisions = self.run(request, op, now).await;
             if op == Op::Check {
-                for d in decisions.iter().filter(|d| d.shadow && !d.decision.allowed) {
+                for d in decisions.iter().filter(|d| d.shadow_refused()) {
                     count_shadow_denial(d);
                 }
             }
@@ -374,7 +404,7 @@ impl<S: Store> Limiter<S> {
         if !enforced.is_empty() {
             let part = subset(request, &enforced);
             let decisions = self.run(&part, op, now).await;
-            admitted = part.admitted(decisions.iter().map(|d| d.decision.allowed));
+            admitted = part.admitted(decisions.iter().map(|d| d.decision.is_allowed()));
             for (i, d) in enforced.iter().zip(decisions) {
                 out[*i] = Some(d);
             }
@@ -385,7 +415,7 @@ impl<S: Store> Limiter<S> {
             for &i in &shadow {
                 let decisions = self.run(&subset(request, &[i]), Op::Check, now).await;
                 for d in decisions {
-                    if !d.decision.allowed {
+                    if !d.decision.is_allowed() {
                         count_shadow_denial(&d);
                     }
                     out[i] = Some(d);
@@ -467,10 +497,23 @@ impl<S: Store> Limiter<S> {
         name: &str,
         key: &[(&str, V)],
     ) -> Result<Entry<'l>, CheckError> {
-        let limit = self
-            .limits
+        self.entry_for(self.named(name)?, key)
+    }
+
+    /// The limit named `name`.
+    fn named(&self, name: &str) -> Result<&Limit, CheckError> {
+        self.limits
             .get(name)
-            .ok_or_else(|| CheckError::UnknownLimit(name.to_owned()))?;
+            .ok_or_else(|| CheckError::UnknownLimit(name.to_owned()))
+    }
+
+    /// The entry for `limit` (the limiter's or one made for a request) and the parts of
+    /// `key` it is keyed by.
+    fn entry_for<'l, V: AsRef<[u8]>>(
+        &self,
+        limit: &'l Limit,
+        key: &[(&str, V)],
+    ) -> Result<Entry<'l>, CheckError> {
         let mut parts: SmallVec<[(&str, &[u8]); 4]> = SmallVec::new();
         match limit.key_parts() {
             Some(names) => {
@@ -484,7 +527,16 @@ impl<S: Store> Limiter<S> {
                     parts.push((part, value.1.as_ref()));
                 }
             }
-            None => parts.extend(key.iter().map(|(n, v)| (*n, v.as_ref()))),
+            None => {
+                // Keyed by whatever it is given: the names are the caller's too.
+                if let Some((name, _)) = key.iter().find(|(n, _)| n.len() > MAX_KEY_VALUE) {
+                    return Err(CheckError::KeyPartTooLong {
+                        part: name.chars().take(32).collect(),
+                        max: MAX_KEY_VALUE,
+                    });
+                }
+                parts.extend(key.iter().map(|(n, v)| (*n, v.as_ref())));
+            }
         }
         if let Some((part, _)) = parts.iter().find(|(_, v)| v.len() > MAX_KEY_VALUE) {
             return Err(CheckError::KeyPartTooLong {
@@ -549,14 +601,14 @@ impl<S: Store> Limiter<S> {
         if op == Op::Check {
             let minute = self.minute();
             for (e, d) in request.entries().iter().zip(&decisions) {
-                let refused = !d.decision.allowed
+                let refused = !d.decision.is_allowed()
                     && matches!(d.source, Source::Store | Source::DenyCache | Source::Lease);
                 if let Some(activity) = self.activity.get(e.limit.name()) {
                     activity.record(&e.key, refused, minute);
                 }
             }
             for d in &decisions {
-                let outcome = match (d.source, d.decision.allowed) {
+                let outcome = match (d.source, d.decision.is_allowed()) {
                     (Source::Store | Source::DenyCache | Source::Lease, true) => "allowed",
                     (Source::Store | Source::DenyCache | Source::Lease, false) => "denied",
                     (Source::Policy { .. }, true) => "store_error_allowed",
@@ -631,14 +683,9 @@ impl<S: Store> Limiter<S> {
                         "limit" => Arc::clone(e.limit.name_arc())
                     )
                     .increment(1);
-                    let decision = Decision {
-                        allowed: false,
-                        limit: e.limit.quota().limit(),
-                        remaining: 0,
-                        // Not known here; at least until the refusal ends.
-                        reset_after: retry_after,
-                        retry_after: Some(retry_after),
-                    };
+                    // Not known here: reset at least until the refusal ends.
+                    let decision =
+                        Decision::refused(e.limit.quota().limit(), 0, retry_after, retry_after);
                     limit_decision(e, decision, Source::DenyCache)
                 }
                 None => peeked.next().unwrap_or_else(|| {
@@ -696,13 +743,7 @@ impl<S: Store> Limiter<S> {
                 let policy = e.limit.policy();
                 let limit = e.limit.quota().limit();
                 let decision = match policy {
-                    OnStoreError::Allow => Decision {
-                        allowed: true,
-                        limit,
-                        remaining: limit,
-                        reset_after: Duration::ZERO,
-                        retry_after: None,
-                    },
+                    OnStoreError::Allow => Decision::allowed(limit, limit, Duration::ZERO),
                     OnStoreError::Deny => policy_denial(limit),
                     OnStoreError::Local => local_decisions
                         .next()
@@ -730,13 +771,14 @@ fn remember_denials(
     decisions: &[LimitDecision],
     asked_at: u64,
 ) {
-    let charged = op == Op::Check && request.admitted(decisions.iter().map(|d| d.decision.allowed));
+    let charged =
+        op == Op::Check && request.admitted(decisions.iter().map(|d| d.decision.is_allowed()));
     for (e, d) in request.entries().iter().zip(decisions) {
-        match (d.source, d.decision.allowed, d.decision.retry_after) {
-            (Source::Store, false, Some(retry_after)) => {
-                cache.insert(&e.key, e.cost, asked_at, retry_after);
+        match (d.source, d.decision.refusal()) {
+            (Source::Store, Some(refusal)) => {
+                cache.insert(&e.key, e.cost, asked_at, refusal.retry_after());
             }
-            (Source::Store, true, _) if charged => cache.forget(&e.key),
+            (Source::Store, None) if charged => cache.forget(&e.key),
             _ => {}
         }
     }
@@ -772,13 +814,7 @@ fn limit_decision(entry: &Entry<'_>, decision: Decision, source: Source) -> Limi
 }
 
 fn policy_denial(limit: u64) -> Decision {
-    Decision {
-        allowed: false,
-        limit,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: Some(POLICY_RETRY_AFTER),
-    }
+    Decision::refused(limit, 0, Duration::ZERO, POLICY_RETRY_AFTER)
 }
 
 fn deny_all(request: &Request<'_>) -> Decisions {

@@ -2,14 +2,16 @@
 //!
 //! A request is the prepared form of a check: [`crate::Limiter::prepare`] builds each key
 //! once and validates once, and the same request can then be decided ([`crate::Op::Check`] or
-//! [`crate::Op::Peek`]) or reset. Stores can rely on what [`Request::new`] and
-//! [`Request::with_costs`] checked: at least one entry, no (limit, key) twice, and each entry's
+//! [`crate::Op::Peek`]) or reset. Stores can rely on what [`Request::new`] (and the limiter's
+//! `prepare_*` functions) checked: at least one entry, no (limit, key) twice, and each entry's
 //! cost between 1 and its limit's capacity. So no store re-validates, and "cost too large" is
 //! decided once, apart from "not now".
 //!
 //! The cost is the entry's, not the request's: an Envoy request may ask a different
 //! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision
-//! (one store call). Most requests have one cost for every entry ([`Request::new`]).
+//! (one store call). Most requests have one cost for every entry ([`Request::new`]); a cost
+//! per entry is set only through the limiter ([`crate::Limiter::prepare_keyed_costs`],
+//! [`crate::Limiter::prepare_with`]), which builds and validates each entry.
 //!
 //! All or nothing is the default, not the only shape. An entry's [`Need`] says what the
 //! request needs of it: that it admits ([`Need::Must`], the default), that at least one entry
@@ -68,21 +70,25 @@ impl Need {
 }
 
 /// One limit and the key it counts.
+///
+/// Its fields are the core's: a store reads them through the accessors, and only the core
+/// sets a cost per entry or a shadow flag (through [`crate::Limiter::prepare_keyed_costs`]
+/// and [`crate::Limiter::prepare_with`], which validate them).
 #[derive(Debug, Clone)]
 pub struct Entry<'a> {
     /// The limit.
-    pub limit: &'a Limit,
+    pub(crate) limit: &'a Limit,
     /// The key, built by [`Key::new`].
-    pub key: Key,
+    pub(crate) key: Key,
     /// Decided but never refusing: the [`crate::Limiter`] checks shadow entries apart from the
     /// others, after them, and counts their would-be denials. Stores ignore it.
-    pub shadow: bool,
-    /// Units this entry asks of its limit: set by [`Request::new`] for every entry, or by
-    /// [`Entry::with_cost`] for a request built by [`Request::with_costs`].
-    pub cost: u64,
+    pub(crate) shadow: bool,
+    /// Units this entry asks of its limit: set by [`Request::new`] for every entry, or per
+    /// entry by the limiter's `prepare_keyed_costs` / `prepare_with`.
+    pub(crate) cost: u64,
     /// What the request needs of this entry ([`Need::Must`] unless set by
-    /// [`Request::set_need`]).
-    pub need: Need,
+    /// [`Request::set_need`] or [`crate::Ask::need`]).
+    pub(crate) need: Need,
 }
 
 impl<'a> Entry<'a> {
@@ -101,9 +107,40 @@ impl<'a> Entry<'a> {
     /// The same entry asking `cost` units (validated by [`Request::with_costs`]).
     #[inline]
     #[must_use]
-    pub fn with_cost(mut self, cost: u64) -> Entry<'a> {
+    pub(crate) fn with_cost(mut self, cost: u64) -> Entry<'a> {
         self.cost = cost;
         self
+    }
+
+    /// The limit.
+    #[inline]
+    pub fn limit(&self) -> &'a Limit {
+        self.limit
+    }
+
+    /// The key, built by [`Key::new`].
+    #[inline]
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// A shadow entry: decided but never refusing (the limiter decides it apart; stores
+    /// ignore it).
+    #[inline]
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// Units this entry asks of its limit (validated: between 1 and its capacity).
+    #[inline]
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// What the request needs of this entry.
+    #[inline]
+    pub fn need(&self) -> Need {
+        self.need
     }
 }
 
@@ -142,7 +179,7 @@ impl<'a> Request<'a> {
     ///
     /// # Errors
     /// As [`Request::new`], for each entry's cost.
-    pub fn with_costs(
+    pub(crate) fn with_costs(
         entries: impl IntoIterator<Item = Entry<'a>>,
     ) -> Result<Request<'a>, CheckError> {
         let mut list: SmallVec<[Entry<'a>; 2]> = SmallVec::new();
@@ -221,14 +258,6 @@ impl<'a> Request<'a> {
     #[inline]
     pub fn entries(&self) -> &[Entry<'a>] {
         &self.entries
-    }
-
-    /// Makes entry `index` a shadow entry (an Envoy rule in shadow mode over an enforced
-    /// limit). A limit's own shadow flag cannot be lifted this way.
-    pub fn set_shadow(&mut self, index: usize) {
-        if let Some(e) = self.entries.get_mut(index) {
-            e.shadow = true;
-        }
     }
 
     /// Sets what the request needs of entry `index` (see [`Need`]).

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::{Decision, LimitDecision, Quota, Verdict};
+use crate::{Decision, Entry, LimitDecision, Quota, Request, Verdict};
 
 /// `RateLimit-Policy`, lower case as HTTP/2 wants it.
 pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
@@ -67,9 +67,9 @@ pub fn retry_after_secs(d: Duration) -> u64 {
 /// `t` of a `RateLimit` item (and `X-RateLimit-Reset`): until this cost passes when refused,
 /// until the quota is full again when admitted.
 pub fn wait_secs(d: &Decision) -> u64 {
-    match d.retry_after {
-        Some(retry) if !d.allowed => retry_after_secs(retry),
-        _ => ceil_secs(d.reset_after),
+    match d.refusal() {
+        Some(refusal) => refusal.retry_after_secs(),
+        None => ceil_secs(d.reset_after),
     }
 }
 
@@ -115,6 +115,26 @@ pub fn policy_of<'a>(decisions: impl IntoIterator<Item = &'a LimitDecision>) -> 
     policy(items.map(|d| (&*d.limit, &d.quota)))
 }
 
+/// The `RateLimit-Policy` value for the enforced entries of `request` (each limit once): what
+/// a face that checks a fixed set of limits sends with every response (the tower layer
+/// computes it once, when it is built).
+pub fn policy_of_request(request: &Request<'_>) -> String {
+    let mut seen: SmallVec<[&str; 4]> = SmallVec::new();
+    let items = request
+        .entries()
+        .iter()
+        .filter(|e| !e.is_shadow())
+        .map(Entry::limit)
+        .filter(|l| {
+            let fresh = !seen.contains(&l.name());
+            if fresh {
+                seen.push(l.name());
+            }
+            fresh
+        });
+    policy(items.map(|l| (l.name(), l.quota())))
+}
+
 /// The `RateLimit` value for `decisions` (enforced, counted, each limit once), or `None` when
 /// no limit has a real count.
 pub fn rate_limit<'a>(
@@ -124,7 +144,7 @@ pub fn rate_limit<'a>(
     let mut out = String::with_capacity(48);
     let mut seen: SmallVec<[&str; 4]> = SmallVec::new();
     for d in decisions {
-        if d.shadow || !d.is_counted() || seen.contains(&&*d.limit) {
+        if !d.shows_count() || seen.contains(&&*d.limit) {
             continue;
         }
         seen.push(&d.limit);

@@ -68,7 +68,7 @@ async fn cross_slot_check_gives_back_what_it_took() {
         .decide(&exhaust, Op::Check, None)
         .await
         .expect("check");
-    assert!(d[0].allowed, "{d:?}");
+    assert!(d[0].is_allowed(), "{d:?}");
     for alg in Algorithm::ALL {
         let limit = Limit::new(alg.name(), alg, Quota::per_hour(5).expect("valid"))
             .expect("valid")
@@ -92,9 +92,12 @@ async fn cross_slot_check_gives_back_what_it_took() {
                 .decide(&both, Op::Check, None)
                 .await
                 .expect("cross-slot check");
-            assert!(d[0].allowed && !d[1].allowed, "{alg} round {round}: {d:?}");
             assert!(
-                d[1].retry_after.is_some_and(|r| r > Duration::ZERO),
+                d[0].is_allowed() && !d[1].is_allowed(),
+                "{alg} round {round}: {d:?}"
+            );
+            assert!(
+                d[1].retry_after().is_some_and(|r| r > Duration::ZERO),
                 "{d:?}"
             );
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Entry, Key, Limit, Limiter, MemoryStore, Namespace, OnStoreError, Op, Outcome,
+    Algorithm, Ask, Entry, Key, Limit, Limiter, MemoryStore, Namespace, OnStoreError, Op, Outcome,
     Quota, Request, StoreError, Timestamp,
 };
 use tollgate_redis::RedisStore;
@@ -17,11 +17,20 @@ use crate::common::{
     TEST_TIMEOUT, cluster_store, keys_without_ttl, redis_store, server, unique_namespace,
 };
 
+/// A limiter with no limits of its own, only to prepare requests of limits made here (keys
+/// in `ns`, a cost per entry), as [`Limiter::prepare_with`] does for every face.
+pub(crate) fn preparer(ns: &Namespace) -> Limiter<MemoryStore> {
+    Limiter::builder(MemoryStore::new())
+        .namespace(ns.clone())
+        .build()
+        .expect("no limits")
+}
+
 /// A random request: one to three distinct limits for `user`, one cost or a cost per entry.
 fn random_request<'a>(
     rng: &mut Rng,
     limits: &'a [Limit],
-    ns: &Namespace,
+    preparer: &'a Limiter<MemoryStore>,
     user: &str,
 ) -> Request<'a> {
     let n = 1 + rng.below(3) as usize;
@@ -38,10 +47,15 @@ fn random_request<'a>(
         1 => chosen.iter().map(|l| 1 + rng.below(l.capacity())).collect(),
         _ => vec![1; n],
     };
-    Request::with_costs(chosen.iter().zip(&costs).map(|(&limit, &cost)| {
-        Entry::new(limit, Key::new(ns, limit, &[("user", user)])).with_cost(cost)
-    }))
-    .expect("valid request")
+    let key = [("user", user)];
+    preparer
+        .prepare_with(
+            chosen
+                .iter()
+                .zip(&costs)
+                .map(|(&limit, &cost)| Ask::limit(limit, &key).cost(cost)),
+        )
+        .expect("valid request")
 }
 
 /// Random batches of 1–12 requests, each of 1–3 entries of any algorithms with one cost or a
@@ -51,6 +65,7 @@ fn random_request<'a>(
 async fn differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
     let limits = awkward_limits();
+    let preparer = preparer(ns);
     let users = ["a", "b", "c"];
     for seed in [7_u64, 11, 0xBEEF] {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -76,7 +91,7 @@ async fn differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
                 } else {
                     Op::Check
                 };
-                requests.push((random_request(&mut rng, &limits, ns, user), op));
+                requests.push((random_request(&mut rng, &limits, &preparer, user), op));
             }
             let at = Timestamp::from_micros(now);
             let expected: Vec<_> = requests
@@ -91,7 +106,7 @@ async fn differential(redis: &RedisStore, ns: &Namespace, one_user: bool) {
                 let what: Vec<(&str, u64)> = r
                     .entries()
                     .iter()
-                    .map(|e| (e.limit.name(), e.cost))
+                    .map(|e| (e.limit().name(), e.cost()))
                     .collect();
                 assert_eq!(
                     got, expected,
@@ -140,12 +155,15 @@ async fn a_refused_request_charges_nothing_and_its_neighbours_are_charged() {
     let key = |l: &Limit, user: &str| Key::new(&ns, l, &[("user", user)]);
     let at = Timestamp::from_micros(1_893_456_000_000_000);
     // Spend tight for "u" down to 1 unit.
+    let preparer = preparer(&ns);
     let first = Request::new([Entry::new(&tight, key(&tight, "u"))], 1).expect("valid");
-    let both = Request::with_costs([
-        Entry::new(&wide, key(&wide, "u")).with_cost(3),
-        Entry::new(&tight, key(&tight, "u")).with_cost(2),
-    ])
-    .expect("valid");
+    let u = [("user", "u")];
+    let both = preparer
+        .prepare_with([
+            Ask::limit(&wide, &u).cost(3),
+            Ask::limit(&tight, &u).cost(2),
+        ])
+        .expect("valid");
     let wide_alone = Request::new([Entry::new(&wide, key(&wide, "u"))], 4).expect("valid");
     let other = Request::new([Entry::new(&tight, key(&tight, "v"))], 2).expect("valid");
     let got = redis
@@ -160,14 +178,20 @@ async fn a_refused_request_charges_nothing_and_its_neighbours_are_charged() {
         )
         .await;
     let got: Vec<_> = got.into_iter().map(|r| r.expect("decided")).collect();
-    assert!(got[0][0].allowed, "{got:?}");
-    assert!(got[1][0].allowed, "wide alone would admit 3: {got:?}");
-    assert!(!got[1][1].allowed, "tight has 1 left, 2 asked: {got:?}");
+    assert!(got[0][0].is_allowed(), "{got:?}");
+    assert!(got[1][0].is_allowed(), "wide alone would admit 3: {got:?}");
     assert!(
-        got[2][0].allowed && got[2][0].remaining == 6,
+        !got[1][1].is_allowed(),
+        "tight has 1 left, 2 asked: {got:?}"
+    );
+    assert!(
+        got[2][0].is_allowed() && got[2][0].remaining == 6,
         "wide charged 4 only: {got:?}"
     );
-    assert!(got[3][0].allowed && got[3][0].remaining == 0, "{got:?}");
+    assert!(
+        got[3][0].is_allowed() && got[3][0].remaining == 0,
+        "{got:?}"
+    );
     // As they stand after the batch.
     let w = Request::new([Entry::new(&wide, key(&wide, "u"))], 1).expect("valid");
     let t = Request::new([Entry::new(&tight, key(&tight, "u"))], 1).expect("valid");
@@ -426,7 +450,7 @@ async fn lone_gcra_differential(redis: &RedisStore, ns: &Namespace, one_user: bo
         let got = redis.check_batch_at(&requests, &instants).await;
         for (i, (got, expected)) in got.into_iter().zip(expected).enumerate() {
             let got = got.unwrap_or_else(|e| panic!("step {step} #{i}: {e}"));
-            if got[0].allowed {
+            if got[0].is_allowed() {
                 admitted += 1;
             } else {
                 refused += 1;
@@ -463,7 +487,7 @@ async fn lone_gcra_batches_on_the_server_clock_spend_the_burst_in_order() {
         got.iter()
             .map(|r| {
                 let d = &r.as_ref().expect("decided")[0];
-                d.allowed.then_some(d.remaining)
+                d.is_allowed().then_some(d.remaining)
             })
             .collect()
     };
@@ -477,7 +501,7 @@ async fn lone_gcra_batches_on_the_server_clock_spend_the_burst_in_order() {
         "nine admits in order (ten when a ms passed during the call), then refusals: {got:?}"
     );
     let passed_first = got.iter().flatten().count();
-    let refused = first[passed_first].as_ref().expect("decided")[0].retry_after;
+    let refused = first[passed_first].as_ref().expect("decided")[0].retry_after();
     if passed_first == 9 {
         assert!(
             refused.is_some_and(|r| r <= Duration::from_millis(2)),
@@ -573,7 +597,7 @@ async fn keys_of_another_type_are_decided_in_a_whole_ms_gcra_batch() {
         .await;
     let decided: Vec<bool> = got
         .iter()
-        .map(|d| d.as_ref().expect("decided")[0].allowed)
+        .map(|d| d.as_ref().expect("decided")[0].is_allowed())
         .collect();
     assert_eq!(decided, [true, true, true, true]);
     assert_eq!(got[3].as_ref().expect("decided")[0].remaining, 3);

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request, Store, Timestamp,
+    Algorithm, Ask, Entry, Key, Limit, MemoryStore, Namespace, Op, Quota, Request, Store, Timestamp,
 };
 
 use tollgate_testkit::{Rng, awkward_limits};
@@ -56,6 +56,7 @@ async fn large_costs_decide_identically() {
 async fn differential(redis: tollgate_redis::RedisStore) {
     let memory = MemoryStore::builder().sweep_interval(None).build();
     let ns: Namespace = unique_namespace("diff");
+    let preparer = crate::coalesce::preparer(&ns);
     let limits = awkward_limits();
     let users = ["a", "b", "c"];
     for seed in [1_u64, 2, 3, 0xDEAD_BEEF] {
@@ -91,10 +92,12 @@ async fn differential(redis: tollgate_redis::RedisStore) {
                 1 => chosen.iter().map(|l| 1 + rng.below(l.capacity())).collect(),
                 _ => vec![1; n],
             };
-            let entries = chosen.iter().zip(&costs).map(|(&limit, &cost)| {
-                Entry::new(limit, Key::new(&ns, limit, &[("user", user)])).with_cost(cost)
-            });
-            let request = Request::with_costs(entries).expect("valid request");
+            let key = [("user", user)];
+            let asks = chosen
+                .iter()
+                .zip(&costs)
+                .map(|(&limit, &cost)| Ask::limit(limit, &key).cost(cost));
+            let request = preparer.prepare_with(asks).expect("valid request");
             let at = Timestamp::from_micros(now);
             let peek = rng.below(5) == 0;
             let (expected, got) = if peek {

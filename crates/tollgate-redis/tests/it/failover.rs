@@ -275,7 +275,7 @@ async fn cluster_failover_under_load() {
         .prepare(&["gcra"], &[("user", "c")], 1)
         .expect("valid")
         .entries()[0]
-        .key
+        .key()
         .as_str()
         .to_owned();
     let port = cluster.master_for_slot(cluster.slot_of(&key)).port();

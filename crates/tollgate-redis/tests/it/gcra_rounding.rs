@@ -37,23 +37,23 @@ async fn callers_clock_admits_exactly_at_the_step() {
         .decide(&request(100), Op::Check, at(t1))
         .await
         .expect("check")[0];
-    assert!(d.allowed && d.remaining == 0, "{d:?}");
+    assert!(d.is_allowed() && d.remaining == 0, "{d:?}");
     let d = store
         .decide(&request(1), Op::Check, at(t1 + T_US - 1))
         .await
         .expect("check")[0];
-    assert!(!d.allowed, "admitted 1 µs before the step: {d:?}");
-    assert_eq!(d.retry_after, Some(Duration::from_micros(1)), "{d:?}");
+    assert!(!d.is_allowed(), "admitted 1 µs before the step: {d:?}");
+    assert_eq!(d.retry_after(), Some(Duration::from_micros(1)), "{d:?}");
     let d = store
         .decide(&request(1), Op::Check, at(t1 + T_US))
         .await
         .expect("check")[0];
-    assert!(d.allowed, "refused at the step: {d:?}");
+    assert!(d.is_allowed(), "refused at the step: {d:?}");
     let d = store
         .decide(&request(1), Op::Check, at(t1 + T_US))
         .await
         .expect("check")[0];
-    assert!(!d.allowed, "admitted twice at one step: {d:?}");
+    assert!(!d.is_allowed(), "admitted twice at one step: {d:?}");
 }
 
 /// Redis's clock: the whole burst, then the key aged by one interval minus 1 ms, then one
@@ -173,7 +173,7 @@ async fn a_burst_within_one_millisecond_passes_whole() {
         });
         let mut admitted = 0;
         for call in calls.collect::<Vec<_>>() {
-            admitted += u64::from(call.await.expect("task").allowed);
+            admitted += u64::from(call.await.expect("task").is_allowed());
         }
         assert_eq!(admitted, 10, "round {round}");
         let request = Request::new([Entry::new(&limit, key)], 1).expect("valid");
@@ -181,6 +181,6 @@ async fn a_burst_within_one_millisecond_passes_whole() {
             .decide(&request, Op::Check, None)
             .await
             .expect("check")[0];
-        assert!(!d.allowed, "round {round}: an eleventh passed: {d:?}");
+        assert!(!d.is_allowed(), "round {round}: an eleventh passed: {d:?}");
     }
 }

@@ -69,7 +69,7 @@ async fn state_is_the_keys_expiry() {
     let t = Duration::from_secs(360);
     for i in 1..=10_u32 {
         let d = check(&store, &limit, &key, 1).await;
-        assert!(d.allowed, "call {i}: {d:?}");
+        assert!(d.is_allowed(), "call {i}: {d:?}");
         assert_eq!(d.remaining, u64::from(10 - i), "call {i}: {d:?}");
         assert!(within(d.reset_after, t * i), "call {i}: {d:?}");
         let expiry = Duration::from_millis(pttl_ms(&key).try_into().expect("has a TTL"));
@@ -81,9 +81,9 @@ async fn state_is_the_keys_expiry() {
         assert_eq!(value(&key), "0");
     }
     let d = check(&store, &limit, &key, 1).await;
-    assert!(!d.allowed, "{d:?}");
+    assert!(!d.is_allowed(), "{d:?}");
     assert_eq!(d.remaining, 0);
-    let retry = d.retry_after.expect("denied");
+    let retry = d.retry_after().expect("denied");
     assert!(within(retry, t), "{d:?}");
     // Denied: nothing written, the expiry is where the tenth admit put it.
     let expiry = Duration::from_millis(pttl_ms(&key).try_into().expect("has a TTL"));
@@ -121,18 +121,21 @@ async fn microseconds_below_the_expiry_are_kept() {
 async fn replenishes_on_the_servers_clock() {
     let (store, limit, key) = one_key("gcra-real", 5, Duration::from_millis(250)).await;
     for i in 0..5 {
-        assert!(check(&store, &limit, &key, 1).await.allowed, "call {i}");
+        assert!(
+            check(&store, &limit, &key, 1).await.is_allowed(),
+            "call {i}"
+        );
     }
     // Taken before the call: Redis decided after it, so the wait is measured from no later.
     let refused_at = Instant::now();
     let denied = check(&store, &limit, &key, 1).await;
-    assert!(!denied.allowed, "{denied:?}");
-    let retry = denied.retry_after.expect("denied");
+    assert!(!denied.is_allowed(), "{denied:?}");
+    let retry = denied.retry_after().expect("denied");
     assert!(retry <= Duration::from_millis(50), "{denied:?}");
     // Bounded polling on real time: the quota is 250 ms, the deadline 5 s.
     let deadline = refused_at + Duration::from_secs(5);
     let admitted_at = loop {
-        if check(&store, &limit, &key, 1).await.allowed {
+        if check(&store, &limit, &key, 1).await.is_allowed() {
             break Instant::now();
         }
         assert!(Instant::now() < deadline, "never admitted again");
@@ -190,13 +193,13 @@ async fn a_caller_clock_key_is_never_read_as_less_spent() {
         .decide(&request, Op::Check, Some(now))
         .await
         .expect("check");
-    assert!(d[0].allowed && d[0].remaining == 0, "{d:?}");
+    assert!(d[0].is_allowed() && d[0].remaining == 0, "{d:?}");
     let d = check(&store, &limit, &key, 1).await;
     assert!(
-        !d.allowed,
+        !d.is_allowed(),
         "the server's clock admitted past a spent quota: {d:?}"
     );
-    let retry = d.retry_after.expect("denied");
+    let retry = d.retry_after().expect("denied");
     assert!(retry >= Duration::from_secs(1_200) - SLACK, "{d:?}");
 }
 
@@ -244,7 +247,7 @@ async fn a_whole_ms_interval_reads_a_spent_key_without_get() {
     let admitted = {
         let mut n = 0;
         for _ in 0..20 {
-            n += u32::from(check(whole.clone(), key.clone()).await.allowed);
+            n += u32::from(check(whole.clone(), key.clone()).await.is_allowed());
         }
         n
     };
@@ -258,7 +261,7 @@ async fn a_whole_ms_interval_reads_a_spent_key_without_get() {
     let started = Instant::now();
     for i in 0..3 {
         assert!(
-            check(not_whole.clone(), key.clone()).await.allowed,
+            check(not_whole.clone(), key.clone()).await.is_allowed(),
             "call {i}"
         );
     }
@@ -270,8 +273,8 @@ async fn a_whole_ms_interval_reads_a_spent_key_without_get() {
     // whole): refused, and told to wait at least what is truly owed (less the time since).
     let d = check(gcra(1, Duration::from_secs(1)), key.clone()).await;
     let elapsed = started.elapsed();
-    assert!(!d.allowed, "{d:?}");
-    let retry = d.retry_after.expect("denied");
+    assert!(!d.is_allowed(), "{d:?}");
+    let retry = d.retry_after().expect("denied");
     assert!(
         retry + elapsed + Duration::from_millis(1) >= Duration::from_micros(1_000_002),
         "read as less spent than it is: {d:?} after {elapsed:?}"
@@ -290,9 +293,12 @@ async fn whole_ms_admits_move_only_the_expiry() {
         Limit::new("g", Algorithm::Gcra, Quota::per_hour(10).expect("valid")).expect("valid");
     let key = Key::new(&unique_namespace("gcra-pexpire"), &limit, &[("user", "1")]);
     for i in 1..=10 {
-        assert!(check(&store, &limit, &key, 1).await.allowed, "call {i}");
+        assert!(
+            check(&store, &limit, &key, 1).await.is_allowed(),
+            "call {i}"
+        );
     }
-    assert!(!check(&store, &limit, &key, 1).await.allowed);
+    assert!(!check(&store, &limit, &key, 1).await.is_allowed());
     assert_eq!(own.command_stats("set").calls, 1);
     assert_eq!(own.command_stats("pexpire").calls, 9);
     let ttl = own.integer(&["PTTL", key.as_str()]);
@@ -307,9 +313,9 @@ async fn whole_ms_admits_move_only_the_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_cost_on_a_sub_ms_interval_rewrites_the_value() {
     let (store, limit, key) = one_key("gcra-mixed-cost", 2_000, Duration::from_secs(1)).await;
-    assert!(check(&store, &limit, &key, 1).await.allowed);
+    assert!(check(&store, &limit, &key, 1).await.is_allowed());
     assert_eq!(value(&key), "500");
-    assert!(check(&store, &limit, &key, 2).await.allowed);
+    assert!(check(&store, &limit, &key, 2).await.is_allowed());
     assert_eq!(value(&key), "0");
 }
 
@@ -319,7 +325,7 @@ async fn a_whole_cost_on_a_sub_ms_interval_rewrites_the_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persisted_key_gets_its_expiry_back() {
     let (store, limit, key) = one_key("gcra-persist", 10, Duration::from_secs(3_600)).await;
-    assert!(check(&store, &limit, &key, 1).await.allowed);
+    assert!(check(&store, &limit, &key, 1).await.is_allowed());
     let _: i64 = query("PERSIST", &key);
     assert_eq!(pttl_ms(&key), -1);
     let d = check(&store, &limit, &key, 1).await;
@@ -345,7 +351,7 @@ async fn a_batch_writes_each_keys_own_expiry() {
         &[("user", "2")],
     );
     for _ in 0..3 {
-        assert!(check(&store, &limit, &spent, 1).await.allowed);
+        assert!(check(&store, &limit, &spent, 1).await.is_allowed());
     }
     let one = |key: &Key| Request::new([Entry::new(&limit, key.clone())], 1).expect("valid");
     let (a, b) = (one(&spent), one(&fresh));

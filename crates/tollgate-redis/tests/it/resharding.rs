@@ -34,7 +34,7 @@ async fn move_under_load(cluster: &Arc<RedisCluster>, store: RedisStore, user: &
     let keys: Vec<String> = key
         .entries()
         .iter()
-        .map(|e| e.key.as_str().to_owned())
+        .map(|e| e.key().as_str().to_owned())
         .collect();
     let slot = cluster.slot_of(&keys[0]);
     assert_eq!(slot, cluster.slot_of(&keys[1]), "one hash tag, one slot");

@@ -36,7 +36,11 @@ async fn instances_share_the_servers_clock() {
             assert!(v.store_error().is_none(), "{name} call {i}: {v:?}");
             let d = v.decision();
             if i < 10 {
-                assert!(d.allowed, "{name} call {i} from instance {}: {d:?}", i % 2);
+                assert!(
+                    d.is_allowed(),
+                    "{name} call {i} from instance {}: {d:?}",
+                    i % 2
+                );
                 assert_eq!(d.remaining, 9 - i, "{name} call {i}: {d:?}");
                 if alg != Algorithm::FixedWindow {
                     // One timeline: each unit pushes the reset further, whichever instance
@@ -48,8 +52,8 @@ async fn instances_share_the_servers_clock() {
                     previous_reset = d.reset_after;
                 }
             } else {
-                assert!(!d.allowed, "{name} call {i}: over the limit: {d:?}");
-                let retry = d.retry_after.expect("denied has retry_after");
+                assert!(!d.is_allowed(), "{name} call {i}: over the limit: {d:?}");
+                let retry = d.retry_after().expect("denied has retry_after");
                 // At most a period and one sliding-window bucket.
                 assert!(retry <= Duration::from_secs(3_660), "{name}: {retry:?}");
             }

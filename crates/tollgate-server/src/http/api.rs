@@ -199,14 +199,13 @@ pub struct DecisionBody {
 impl VerdictBody {
     /// The body for `verdict`.
     pub fn new(verdict: &Verdict) -> VerdictBody {
-        let allowed = verdict.outcome() == Outcome::Allowed;
-        let top = verdict.decision();
+        let top = verdict.shown();
         VerdictBody {
-            allowed,
+            allowed: verdict.outcome() == Outcome::Allowed,
             limit: top.limit,
             remaining: top.remaining,
             reset_after_ms: ceil_millis(top.reset_after),
-            retry_after_ms: top.retry_after.filter(|_| !allowed).map(ceil_millis),
+            retry_after_ms: top.refusal().map(|r| r.retry_after_millis()),
             decisions: verdict.decisions().iter().map(decision_body).collect(),
         }
     }
@@ -216,16 +215,13 @@ fn decision_body(d: &LimitDecision) -> DecisionBody {
     let decision = &d.decision;
     DecisionBody {
         limit: d.limit.to_string(),
-        allowed: decision.allowed || d.shadow,
+        allowed: d.shown_allowed(),
         quota: decision.limit,
         remaining: decision.remaining,
         reset_after_ms: ceil_millis(decision.reset_after),
-        retry_after_ms: decision
-            .retry_after
-            .filter(|_| !decision.allowed)
-            .map(ceil_millis),
+        retry_after_ms: decision.refusal().map(|r| r.retry_after_millis()),
         shadow: d.shadow,
-        shadow_denied: d.shadow && !decision.allowed,
+        shadow_denied: d.shadow_refused(),
         store_error: match d.source {
             Source::Store | Source::DenyCache | Source::Lease => None,
             Source::Policy { error, .. } => Some(error.as_str()),

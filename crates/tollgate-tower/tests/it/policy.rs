@@ -122,7 +122,7 @@ fn shadow_mode_never_refuses() {
                 .prepare(&["quiet"], &[("ip", "192.0.2.1")], 1)
                 .expect("valid");
             let v = limiter.decide(&quiet, tollgate::Op::Peek).await;
-            assert!(v.decisions()[0].shadow && !v.decisions()[0].decision.allowed);
+            assert!(v.decisions()[0].shadow && !v.decisions()[0].decision.is_allowed());
 
             let down = service(&failing_layer_of(&[("strict", OnStoreError::Deny)], true));
             assert_eq!(statuses(&down, 2, || from("192.0.2.1")).await, [200, 200]);

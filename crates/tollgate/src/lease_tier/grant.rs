@@ -69,13 +69,11 @@ pub(super) fn rate_units(lease: &crate::Lease, limit: &Limit, h: &mut Held, now:
 /// window (when the quota is back), not to the end of the lease, which only says how long
 /// this instance may hand its units out.
 pub(super) fn allowed(limit: &Limit, h: &Held, now: u64) -> Decision {
-    Decision {
-        allowed: true,
-        limit: limit.quota().limit(),
-        remaining: h.units + h.store_left,
-        reset_after: Duration::from_micros(h.window_end.saturating_sub(now)),
-        retry_after: None,
-    }
+    Decision::allowed(
+        limit.quota().limit(),
+        h.units + h.store_left,
+        Duration::from_micros(h.window_end.saturating_sub(now)),
+    )
 }
 
 pub(super) fn duration_us(d: Duration) -> u64 {

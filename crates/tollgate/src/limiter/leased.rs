@@ -65,7 +65,7 @@ impl<S: Store> Limiter<S> {
                 }
                 Leased::Other(d) => d,
             };
-            admitted &= d.decision.allowed;
+            admitted &= d.decision.is_allowed();
             out[i] = Some(d);
         }
         let others: SmallVec<[usize; 2]> = (0..entries.len())
@@ -74,7 +74,7 @@ impl<S: Store> Limiter<S> {
         if !others.is_empty() {
             let op = if admitted { Op::Check } else { Op::Peek };
             let decisions = self.ask_store(&subset(request, &others), op, now).await;
-            admitted &= decisions.iter().all(|d| d.decision.allowed);
+            admitted &= decisions.iter().all(|d| d.decision.is_allowed());
             for (&i, d) in others.iter().zip(decisions) {
                 out[i] = Some(d);
             }
@@ -185,13 +185,12 @@ impl<S: Store> Limiter<S> {
                     .finish(&e.key, e.limit, refill, Ok(&grant), sent, cost)
                 {
                     Some(decision) => Ok(decision),
-                    None => Err(crate::Decision {
-                        allowed: false,
-                        limit: e.limit.quota().limit(),
-                        remaining: grant.remaining,
-                        reset_after: grant.valid_for,
-                        retry_after: Some(grant.retry_after.unwrap_or(grant.valid_for)),
-                    }),
+                    None => Err(crate::Decision::refused(
+                        e.limit.quota().limit(),
+                        grant.remaining,
+                        grant.valid_for,
+                        grant.retry_after.unwrap_or(grant.valid_for),
+                    )),
                 },
             ),
             Err(error) => {

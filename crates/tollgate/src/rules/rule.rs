@@ -9,7 +9,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crate::{Decision, Status, Timestamp};
+use crate::{Admission, Decision, Status, Timestamp};
 
 /// An algorithm with its quota applied, ready to decide.
 ///
@@ -64,10 +64,9 @@ pub trait Rule {
 #[inline]
 pub(crate) fn decision(limit: u64, status: Status, retry_us: Option<u64>) -> Decision {
     Decision {
-        allowed: retry_us.is_none(),
+        admission: Admission::from_wait(retry_us.map(Duration::from_micros)),
         limit,
         remaining: status.remaining,
         reset_after: Duration::from_micros(status.reset_after_us),
-        retry_after: retry_us.map(Duration::from_micros),
     }
 }

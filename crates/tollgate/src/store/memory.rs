@@ -242,11 +242,11 @@ impl MemoryStore {
     /// let store = MemoryStore::new();
     /// let now = Timestamp::from_millis(1_000);
     /// let request = SingleRequest::new(&limit, &key, 1)?;
-    /// assert!(store.decide_single_at(&request, Op::Check, now)?.allowed);
-    /// assert!(store.decide_single_at(&request, Op::Check, now)?.allowed);
+    /// assert!(store.decide_single_at(&request, Op::Check, now)?.is_allowed());
+    /// assert!(store.decide_single_at(&request, Op::Check, now)?.is_allowed());
     /// let third = store.decide_single_at(&request, Op::Check, now)?;
-    /// assert!(!third.allowed);
-    /// assert_eq!(third.retry_after, Some(std::time::Duration::from_millis(500)));
+    /// assert!(!third.is_allowed());
+    /// assert_eq!(third.retry_after(), Some(std::time::Duration::from_millis(500)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///

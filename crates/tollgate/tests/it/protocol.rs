@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tollgate::{
-    Algorithm, BoxStore, CheckError, FakeClock, Limit, Limiter, MAX_KEY_VALUE, MemoryStore,
+    Algorithm, Ask, BoxStore, CheckError, FakeClock, Limit, Limiter, MAX_KEY_VALUE, MemoryStore,
     OnStoreError, Op, Outcome, Quota, Store, StoreErrorKind, Timestamp,
 };
 use tollgate_testkit::FailingStore;
@@ -143,7 +143,7 @@ fn shadow_limits_report_but_never_refuse() {
             }
             let v = l.decide(&both, Op::Peek).await;
             assert!(v.decisions()[1].shadow);
-            assert!(!v.decisions()[1].decision.allowed, "trial is used up");
+            assert!(!v.decisions()[1].decision.is_allowed(), "trial is used up");
             assert_eq!(v.decisive().limit.as_ref(), "enforced");
             // 3rd: enforced refuses; trial is peeked, not charged nor counted.
             let v = l.decide(&both, Op::Check).await;
@@ -180,10 +180,12 @@ fn shadow_limits_report_but_never_refuse() {
 #[tokio::test]
 async fn one_entry_can_be_made_shadow() {
     let l = limiter(memory(), vec![limit("a", 1)]);
-    let mut request = l
-        .prepare_keyed(&[("a", &[("user", "1")]), ("a", &[("user", "2")])], 1)
+    let request = l
+        .prepare_with([
+            Ask::named("a", &[("user", "1")]),
+            Ask::named("a", &[("user", "2")]).shadow(true),
+        ])
         .expect("valid");
-    request.set_shadow(1);
     assert_eq!(
         l.check("a", &[("user", "2")])
             .await
@@ -197,7 +199,7 @@ async fn one_entry_can_be_made_shadow() {
         Outcome::Allowed,
         "user 2 is a shadow entry: {v:?}"
     );
-    assert!(!v.decisions()[1].decision.allowed);
+    assert!(!v.decisions()[1].decision.is_allowed());
 }
 
 /// The boxed store decides exactly as the store inside it, and gives it back.
@@ -217,4 +219,74 @@ async fn box_store_is_transparent() {
     assert_eq!(inner.len(), 2, "the boxed limiter wrote to the inner store");
     assert!(boxed.store().downcast_ref::<MemoryStore>().is_some());
     assert!(boxed.store().downcast_ref::<FailingStore>().is_none());
+}
+
+/// `prepare_with` validates and keys as `prepare` does: a limit made for the request is keyed
+/// in the limiter's namespace, costs and shadow flags are per entry, and every check of
+/// `prepare` applies (unknown limit, cost above capacity, duplicates, a part too long, and for
+/// a limit keyed by whatever it is given, a part name too long).
+#[tokio::test]
+async fn prepare_with_validates_and_keys_every_entry() {
+    let l = limiter(memory(), vec![limit("a", 5)]);
+    let own = Limit::new(
+        "own",
+        Algorithm::FixedWindow,
+        Quota::per_minute(3).expect("q"),
+    )
+    .expect("valid");
+    let key = [("user", "1")];
+    let request = l
+        .prepare_with([
+            Ask::named("a", &key).cost(2),
+            Ask::limit(&own, &key).shadow(true),
+        ])
+        .expect("valid");
+    let entries = request.entries();
+    assert_eq!((entries[0].cost(), entries[0].is_shadow()), (2, false));
+    assert_eq!((entries[1].cost(), entries[1].is_shadow()), (1, true));
+    assert_eq!(entries[0].key(), &l.key("a", &key).expect("key"));
+    assert!(
+        entries[1]
+            .key()
+            .as_str()
+            .starts_with(&format!("{}:own:", l.namespace().prefix())),
+        "{:?}",
+        entries[1].key()
+    );
+    let v = l.decide(&request, Op::Check).await;
+    assert_eq!(v.outcome(), Outcome::Allowed);
+    assert_eq!(v.decisions()[0].decision.remaining, 3);
+
+    let long = "x".repeat(MAX_KEY_VALUE + 1);
+    let bad: Vec<(Vec<Ask<'_, '_, &str>>, &str)> = vec![
+        (vec![Ask::named("nope", &key)], "unknown"),
+        (vec![Ask::named("a", &key).cost(6)], "capacity"),
+        (vec![Ask::named("a", &key).cost(0)], "cost"),
+        (vec![Ask::named("a", &key), Ask::named("a", &key)], "twice"),
+        (vec![], "no limit"),
+    ];
+    for (asks, what) in bad {
+        let err = l.prepare_with(asks).expect_err(what);
+        let text = err.to_string();
+        let expected = match what {
+            "unknown" => matches!(err, CheckError::UnknownLimit(_)),
+            "capacity" => matches!(err, CheckError::CostExceedsCapacity { .. }),
+            "cost" => matches!(err, CheckError::ZeroCost),
+            "twice" => matches!(err, CheckError::DuplicateLimit(_)),
+            _ => matches!(err, CheckError::NoLimits),
+        };
+        assert!(expected, "{what}: {text}");
+    }
+    let long_value = [("user", long.as_str())];
+    let long_name = [(long.as_str(), "1")];
+    for key in [&long_value[..], &long_name[..]] {
+        let err = l
+            .prepare_with([Ask::limit(&own, key)])
+            .expect_err("too long");
+        assert!(matches!(err, CheckError::KeyPartTooLong { .. }), "{err}");
+        assert!(
+            err.to_string().len() < 200,
+            "the message stays short: {err}"
+        );
+    }
 }

@@ -54,10 +54,13 @@ fn key_cap_refuses_new_keys_only_when_their_shard_is_empty() {
         .expect_err("full");
     assert!(matches!(err, StoreError::Full { max_keys: 1 }), "{err}");
     assert!(err.to_string().contains("1 keys"), "{err}");
-    assert!(check(&store, &l, "a", clock.now()).allowed, "known key");
+    assert!(
+        check(&store, &l, "a", clock.now()).is_allowed(),
+        "known key"
+    );
     clock.advance(Duration::from_secs(60));
     assert_eq!(store.sweep(), 1);
-    assert!(check(&store, &l, &other, clock.now()).allowed, "swept");
+    assert!(check(&store, &l, &other, clock.now()).is_allowed(), "swept");
     assert_eq!(store.len(), 1);
 }
 
@@ -211,7 +214,7 @@ fn single_pair_path_equals_the_general_one() {
             now,
         )
     };
-    assert!(check(&a).expect("room").allowed);
+    assert!(check(&a).expect("room").is_allowed());
     // At the cap, a second key is refused (`full`) or evicts the first, depending on whether
     // the hasher's seed puts both in one shard: the general path must do the same.
     let twin = MemoryStore::builder()
@@ -222,7 +225,7 @@ fn single_pair_path_equals_the_general_one() {
         let request = Request::new([Entry::new(&l, k.clone())], 1).expect("valid");
         twin.decide_at(&request, Op::Check, now)
     };
-    assert!(general(&a).expect("room")[0].allowed);
+    assert!(general(&a).expect("room")[0].is_allowed());
     match (check(&b), general(&b)) {
         (Err(StoreError::Full { max_keys: 1 }), Err(StoreError::Full { max_keys: 1 })) => {}
         (Ok(single), Ok(general)) => assert_eq!(single, general[0]),
@@ -275,12 +278,12 @@ fn exact_under_thread_concurrency() {
                             store
                                 .decide_single_at(&single, Op::Check, now)
                                 .expect("room")
-                                .allowed
+                                .is_allowed()
                         } else {
                             store
                                 .decide_at(&request(l, "k"), Op::Check, now)
                                 .expect("room")[0]
-                                .allowed
+                                .is_allowed()
                         };
                         if allowed {
                             admitted.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +380,7 @@ fn a_new_key_at_the_cap_visits_a_bounded_number_of_entries() {
     );
     for (i, answer) in answers.iter().enumerate() {
         assert!(
-            matches!(answer, Ok(d) if d[0].allowed),
+            matches!(answer, Ok(d) if d[0].is_allowed()),
             "new{i}: {answer:?}"
         );
     }
@@ -394,7 +397,7 @@ fn a_new_key_at_the_cap_visits_a_bounded_number_of_entries() {
 fn known_keys_decide_unchanged_during_a_flood_at_the_cap() {
     let (clock, store, l) = gcra_capped("g", 2_000);
     for _ in 0..10 {
-        assert!(check(&store, &l, "known", clock.now()).allowed);
+        assert!(check(&store, &l, "known", clock.now()).is_allowed());
     }
     for i in 0..1_999 {
         check(&store, &l, &format!("old{i}"), clock.now());
@@ -404,12 +407,12 @@ fn known_keys_decide_unchanged_during_a_flood_at_the_cap() {
         let d = store
             .decide_at(&request(&l, &format!("flood{i}")), Op::Check, clock.now())
             .expect("a new key at the cap evicts");
-        assert!(d[0].allowed, "flood{i}");
+        assert!(d[0].is_allowed(), "flood{i}");
         if i % 100 == 0 {
             take_visited();
             let known = check(&store, &l, "known", clock.now());
             assert!(
-                !known.allowed,
+                !known.is_allowed(),
                 "flood{i}: known key lost its state {known:?}"
             );
             assert_eq!(take_visited(), 0, "a known key's check visits nothing else");
@@ -429,7 +432,7 @@ fn a_new_key_at_the_cap_evicts_replenished_then_soonest() {
     clock.advance(Duration::from_secs(3));
     check(&store, &l, &users[1], clock.now()); // replenished at t0 + 9 s
     clock.advance(Duration::from_secs(4)); // t0 + 7 s: users[0] replenished
-    assert!(check(&store, &l, &users[2], clock.now()).allowed);
+    assert!(check(&store, &l, &users[2], clock.now()).is_allowed());
     assert_eq!(store.len(), 2);
     let now = clock.now();
     assert_eq!(
@@ -438,7 +441,7 @@ fn a_new_key_at_the_cap_evicts_replenished_then_soonest() {
         "live key kept"
     );
     // Full, nothing replenished: users[1] (t0 + 9 s) goes before users[2] (t0 + 13 s).
-    assert!(check(&store, &l, &users[3], now).allowed);
+    assert!(check(&store, &l, &users[3], now).is_allowed());
     assert_eq!(store.len(), 2);
     assert_eq!(
         peek(&store, &l, &users[2], now).remaining,
