@@ -238,12 +238,18 @@ fn fixed_status(fixed: Fixed) -> DescriptorStatus {
         },
         Fixed::Blocked {
             unit,
-            shadow,
+            own_shadow,
             name,
             reset,
             ..
         } => DescriptorStatus {
-            code: if shadow { Code::Ok } else { Code::OverLimit } as i32,
+            // Only a rule's own `shadow_mode` answers `OK`; under `[envoy] shadow` alone the
+            // status stays `OVER_LIMIT` and only the overall code is `OK`, as the reference's.
+            code: if own_shadow {
+                Code::Ok
+            } else {
+                Code::OverLimit
+            } as i32,
             current_limit: Some(RateLimit {
                 name: name.to_string(),
                 requests_per_unit: 0,
@@ -281,8 +287,11 @@ fn status(o: &LimitDecision, shown: &Shown) -> DescriptorStatus {
     let until_reset = d
         .retry_after()
         .map_or(d.reset_after, |wait| d.reset_after.max(wait));
+    // A refusal only `[envoy] shadow` hides keeps its `OVER_LIMIT` (the reference changes only
+    // the overall code); a rule's own `shadow_mode` answers `OK`.
+    let globally_hidden = o.shadow_refused() && !shown.own_shadow;
     DescriptorStatus {
-        code: if o.shown_allowed() {
+        code: if o.shown_allowed() && !globally_hidden {
             Code::Ok
         } else {
             Code::OverLimit

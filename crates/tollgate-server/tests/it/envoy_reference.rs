@@ -366,15 +366,16 @@ async fn limit_headers_show_the_descriptor_closest_to_its_limit() {
     assert!(r.response_headers_to_add.is_empty(), "{r:?}");
 }
 
-/// `[envoy] shadow = true`: every answer is OK — imported limits, `[[envoy.rules]]` rules and
-/// overrides — while every descriptor is still counted (remaining goes down) and would-be
-/// refusals are counted.
+/// `[envoy] shadow = true`: every overall code is OK — imported limits, `[[envoy.rules]]` rules
+/// and overrides — while every descriptor is still counted (remaining goes down), keeps its
+/// own status (`OVER_LIMIT` included, as the reference answers), and would-be refusals are
+/// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_shadow_mode_answers_ok_and_keeps_counting() {
     let (_dir, process) = serve("shadow = true");
     let mut client = connect(process.grpc.expect("grpc address")).await;
     let mut remaining = Vec::new();
-    for _ in 0..4 {
+    for call in 0..4 {
         let r = ask(
             &mut client,
             req(
@@ -388,9 +389,16 @@ async fn global_shadow_mode_answers_ok_and_keeps_counting() {
         )
         .await;
         assert_eq!(code(&r), Code::Ok, "{r:?}");
-        assert!(
-            r.statuses.iter().all(|s| s.code == Code::Ok as i32),
-            "{r:?}"
+        let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+        let override_code = if call == 0 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(
+            codes,
+            [
+                Code::Ok as i32,
+                override_code as i32,
+                Code::OverLimit as i32
+            ],
+            "call {call}: {r:?}"
         );
         remaining.push(r.statuses[0].limit_remaining);
         let r = ask(
