@@ -19,24 +19,27 @@
 //!
 //! The log is read three times (so `suggest` takes a way to open it again):
 //!
-//! 1. Each key's busiest periods: per live key, 52 bytes (its 64-bit hash, its last second,
-//!    and per window length the current and the busiest count). A key quiet for an hour
-//!    (the longest window) is folded into one histogram per window length and forgotten.
-//!    Then the values the share exceeds, and the candidates.
+//! 1. Each key's busiest periods: per live key, 144 bytes (its 64-bit hash, its last
+//!    second, and per window length the counts of the current aligned window and the two
+//!    before it, and the busiest one, two and three adjacent windows). A key quiet for an
+//!    hour (the longest window) is folded into one histogram per window length (of its
+//!    busiest single window) and forgotten. Then the values the share exceeds, and the
+//!    candidates.
 //! 2. The same again, this time keeping, of the keys folded, only the *suspects*: keys some
-//!    candidate could refuse. A key whose busiest aligned window never exceeds a third of a
-//!    candidate's value sends at most that value in any window of the length, however
-//!    placed (any such interval meets at most three aligned windows; a sliding window counts
-//!    at most one sub-bucket more than its period), and is never refused by it; nor is a key
-//!    that sent no more requests in all than the value. Those keys are not decided at all.
+//!    candidate could refuse. A key is not one when it sent no more requests in all than
+//!    the candidate's value, or when its busiest windows stay within the value: for a fixed
+//!    window its busiest aligned window (those are the windows it counts); for the sliding
+//!    log, GCRA and the token bucket its busiest two adjacent windows (any interval of one
+//!    period lies within two); for the sliding window its busiest three (it counts a period
+//!    plus one sub-bucket). Those keys are provably never refused, and not decided at all.
 //! 3. The candidates replayed, for the suspects' requests only, each candidate deciding
 //!    only the suspects it could refuse: per live suspect, one rule state per such
 //!    candidate (the rules of `tollgate::rules`, the arithmetic the memory store runs),
 //!    dropped after two hours quiet (every rule is back to a full quota by then).
 //!
-//! Memory is then: live keys × 52 bytes (plus the hash map's slack) in passes 1 and 2,
-//! plus, at most, the suspects (24 bytes each) and, in pass 3, the live suspects' states and
-//! the keys refused. Nothing grows with the log's length. A key quiet for an hour and back
+//! Memory is then: live keys × 144 bytes (plus the hash map's slack) in passes 1 and 2,
+//! plus the suspects (72 bytes each) and, in pass 3, the live suspects' states (one per
+//! candidate that could refuse them) and the keys refused. Nothing grows with the log's length. A key quiet for an hour and back
 //! counts as two keys in the distribution (its two busy spells), which keeps pass 1 within
 //! the live keys; keys are told apart by a 64-bit hash (see [`crate::key_count`]).
 
@@ -172,6 +175,9 @@ pub struct Suggestion {
     pub target_keys: u64,
     /// A key refused at most this often is collateral.
     pub collateral_max: u64,
+    /// The most keys held at once in pass 1 (the live keys: those heard from in the last
+    /// hour, give or take a sweep's ten minutes).
+    pub peak_live: u64,
     /// Keys some candidate could refuse, replayed in pass 3.
     pub suspects: u64,
     /// Their requests, decided in pass 3.
@@ -180,13 +186,15 @@ pub struct Suggestion {
     pub windows: Vec<WindowSuggestion>,
 }
 
-/// Per live key, in passes 1 and 2: 52 bytes with its hash.
+/// Per live key, in passes 1 and 2: 136 bytes, 144 with its hash.
 #[derive(Debug, Clone, Copy, Default)]
 struct Busy {
     /// Seconds since the epoch of its last request.
     last: u64,
-    cur: [u32; N],
-    max: [u32; N],
+    /// Per window length: the current aligned window's count and the two before it.
+    cur: [[u32; 3]; N],
+    /// Per window length: the busiest one, two and three adjacent aligned windows.
+    max: [[u32; 3]; N],
     total: u32,
 }
 
@@ -194,11 +202,20 @@ impl Busy {
     fn add(&mut self, second: u64) {
         for (i, w) in WINDOWS.iter().enumerate() {
             let w = w.as_secs();
-            if self.total == 0 || second / w != self.last / w {
-                self.cur[i] = 0;
+            let c = &mut self.cur[i];
+            if self.total > 0 {
+                match second / w - self.last / w {
+                    0 => {}
+                    1 => *c = [0, c[0], c[1]],
+                    2 => *c = [0, 0, c[0]],
+                    _ => *c = [0, 0, 0],
+                }
             }
-            self.cur[i] += 1;
-            self.max[i] = self.max[i].max(self.cur[i]);
+            c[0] += 1;
+            let m = &mut self.max[i];
+            m[0] = m[0].max(c[0]);
+            m[1] = m[1].max(c[0] + c[1]);
+            m[2] = m[2].max(c[0] + c[1] + c[2]);
         }
         self.total = self.total.saturating_add(1);
         self.last = second;
@@ -208,8 +225,33 @@ impl Busy {
 /// What a suspect needs in pass 3: its busiest windows and total (of all its spells).
 #[derive(Debug, Clone, Copy, Default)]
 struct Suspect {
-    max: [u32; N],
+    max: [[u32; 3]; N],
     total: u32,
+}
+
+/// Whether a key whose busiest one, two and three adjacent aligned windows of length
+/// `WINDOWS[window]` held `max`, and `total` requests in all, could be refused by
+/// `algorithm` at `limit` per that length. It could not when:
+/// - it sent no more than `limit` in all;
+/// - fixed window (its windows are these clock-aligned ones): no window held more;
+/// - sliding log, GCRA, token bucket (burst = limit): no two adjacent windows held more,
+///   since any interval of one period lies within two (for GCRA, no more than `limit` in
+///   any period keeps a burst of `limit` from running out);
+/// - sliding window: no three held more, since it counts a span of the period plus one
+///   sub-bucket, which lies within three.
+fn could_refuse(
+    max: &[[u32; 3]; N],
+    total: u32,
+    window: usize,
+    algorithm: Algorithm,
+    limit: u64,
+) -> bool {
+    let bound = match algorithm {
+        Algorithm::FixedWindow => max[window][0],
+        Algorithm::SlidingWindow { .. } => max[window][2],
+        Algorithm::SlidingLog | Algorithm::TokenBucket | Algorithm::Gcra => max[window][1],
+    };
+    u64::from(bound) > limit && u64::from(total) > limit
 }
 
 /// A live suspect in pass 3: its states, one per candidate that could refuse it.
@@ -225,6 +267,7 @@ fn busiest_pass<R: BufRead>(
     options: &LogOptions,
     parts: &[(Box<str>, usize)],
     distinct: Option<&mut KeyCount>,
+    peak_live: &mut u64,
     fold: &mut dyn FnMut(u64, &Busy),
 ) -> Result<Pass, ReplayError> {
     let mut live: HashMap<u64, Busy, BuildPrehashed> = HashMap::default();
@@ -238,6 +281,7 @@ fn busiest_pass<R: BufRead>(
         }
         live.entry(h).or_default().add(second);
         if second >= next_sweep {
+            *peak_live = (*peak_live).max(live.len() as u64);
             if next_sweep > 0 {
                 live.retain(|h, b| {
                     let keep = b.last + QUIET_S > second;
@@ -250,6 +294,7 @@ fn busiest_pass<R: BufRead>(
             next_sweep = second + SWEEP_S;
         }
     })?;
+    *peak_live = (*peak_live).max(live.len() as u64);
     for (h, b) in &live {
         fold(*h, b);
     }
@@ -293,15 +338,17 @@ pub fn suggest<R: BufRead>(
     let mut histograms: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); N];
     let mut keys = 0_u64;
     let mut distinct = KeyCount::default();
+    let mut peak_live = 0;
     let pass = busiest_pass(
         reopen(open)?,
         options,
         &parts,
         Some(&mut distinct),
+        &mut peak_live,
         &mut |_, b| {
             keys += 1;
             for (h, m) in histograms.iter_mut().zip(b.max) {
-                *h.entry(m).or_default() += 1;
+                *h.entry(m[0]).or_default() += 1;
             }
         },
     )?;
@@ -351,26 +398,18 @@ pub fn suggest<R: BufRead>(
             }
         }
     }
-    // The smallest candidate per window: a key below a third of it, or with fewer requests
-    // in all, is refused by none.
-    let mut least = [u64::MAX; N];
-    for r in &runs {
-        least[r.window] = least[r.window].min(r.limit);
-    }
-    let could_refuse = |max: &[u32; N], total: u32, window: usize, limit: u64| {
-        3 * u64::from(max[window]) > limit && u64::from(total) > limit
-    };
-
     // Pass 2: the suspects.
     let mut suspects: HashMap<u64, Suspect, BuildPrehashed> = HashMap::default();
-    busiest_pass(reopen(open)?, options, &parts, None, &mut |h, b| {
-        if windows
+    busiest_pass(reopen(open)?, options, &parts, None, &mut 0, &mut |h, b| {
+        if runs
             .iter()
-            .any(|&w| could_refuse(&b.max, b.total, w, least[w]))
+            .any(|r| could_refuse(&b.max, b.total, r.window, algorithms[r.algorithm], r.limit))
         {
             let s = suspects.entry(h).or_default();
             for i in 0..N {
-                s.max[i] = s.max[i].max(b.max[i]);
+                for k in 0..3 {
+                    s.max[i][k] = s.max[i][k].max(b.max[i][k]);
+                }
             }
             s.total = s.total.saturating_add(b.total);
         }
@@ -397,7 +436,9 @@ pub fn suggest<R: BufRead>(
             states: runs
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| could_refuse(&s.max, s.total, r.window, r.limit))
+                .filter(|(_, r)| {
+                    could_refuse(&s.max, s.total, r.window, algorithms[r.algorithm], r.limit)
+                })
                 .map(|(c, r)| (c as u32, r.rule.empty_state()))
                 .collect(),
         });
@@ -479,6 +520,7 @@ pub fn suggest<R: BufRead>(
         refuse_share: suggest.refuse_share,
         target_keys,
         collateral_max: suggest.collateral_max,
+        peak_live,
         suspects: suspects.len() as u64,
         suspect_requests,
         windows: out,
@@ -640,9 +682,9 @@ mod tests {
         for s in [100, 100, 100, 101, 109, 110] {
             b.add(s);
         }
-        assert_eq!(b.max[0], 3);
-        assert_eq!(b.max[1], 5, "100..=109 is one 10 s window");
-        assert_eq!(b.max[2], 6);
+        assert_eq!(b.max[0], [3, 4, 4], "100, then 100 and 101, then 99 to 101");
+        assert_eq!(b.max[1], [5, 6, 6], "100..=109 is one 10 s window");
+        assert_eq!(b.max[2], [6, 6, 6]);
         assert_eq!(b.total, 6);
     }
 
