@@ -15,7 +15,7 @@ pub const WIDTH: u32 = 1_000;
 /// Height of a line chart, in px.
 const HEIGHT: u32 = 340;
 /// The legend's column, right of the data.
-const LEGEND: u32 = 230;
+const LEGEND: u32 = 290;
 /// At most this many bins per line: a longer log is binned coarser.
 pub const MAX_POINTS: usize = 1_500;
 
@@ -158,11 +158,11 @@ fn legend<'a>(
         } else {
             area.draw(&PathElement::new(vec![(6, y), (30, y)], style))?;
         }
-        let shown: String = text.chars().take(30).collect();
+        let shown: String = text.chars().take(36).collect();
         area.draw(&Text::new(
             shown,
             (38, y - 7),
-            ("sans-serif", 16).into_font().color(&BLACK),
+            ("sans-serif", 15).into_font().color(&BLACK),
         ))?;
     }
     Ok(())
@@ -237,10 +237,13 @@ pub fn lines(
                     .enumerate()
                     .flat_map(|(b, &v)| [(b as f64 * bin, v), ((b + 1) as f64 * bin, v)])
                     .collect();
+                // Earlier lines wider, so that a line under another equal to it still shows
+                // at its edges.
+                let width = (6 - i.min(4) as u32).max(2);
                 if dashed {
                     chart.draw_series(DashedLineSeries::new(pts, 6, 3, c.stroke_width(2)))?;
                 } else {
-                    chart.draw_series(LineSeries::new(pts, c.stroke_width(2)))?;
+                    chart.draw_series(LineSeries::new(pts, c.stroke_width(width)))?;
                 }
                 entries.push((s.name.to_owned(), c, dashed, false));
             }

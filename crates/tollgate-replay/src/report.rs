@@ -603,7 +603,7 @@ fn level(l: &LimitStats, bin_s: u64) -> Level {
     let label = if (bin_s as f64 - period).abs() < 1e-9 {
         format!("limit: {}", l.quota)
     } else {
-        format!("limit: {} (≈ {:.1} {})", l.quota, at, chart::per_bin(bin_s))
+        format!("limit {}: {:.1} {}", l.quota, at, chart::per_bin(bin_s))
     };
     Level { at, label }
 }

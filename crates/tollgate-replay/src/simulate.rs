@@ -218,7 +218,7 @@ fn burst_at_edge(options: &SimOptions, report: &mut Report) -> Result<(), Replay
         if !report.marks.iter().any(|m| m.at_us == edge) {
             report.marks.push(crate::chart::Mark {
                 at_us: edge,
-                label: format!("window edge ({})", crate::report::utc(edge)),
+                label: format!("window edge {}", &crate::report::utc(edge)[11..19]),
             });
         }
     }
