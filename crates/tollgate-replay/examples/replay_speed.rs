@@ -2,6 +2,9 @@
 //! parsing alone (the baseline), then replaying one limit and three limits on the memory
 //! store, over the same generated combined-format log held in memory (no disk in the way).
 //!
+//! Then `--suggest`'s work ([`tollgate_replay::suggest`], the per-user key, the default
+//! share: three passes over the log), as lines of the log per second.
+//!
 //! `cargo run --release -p tollgate-replay --example replay_speed [lines] [users]`
 //! (defaults: 2 000 000 lines, 100 000 users; three rounds, medians).
 
@@ -9,7 +12,9 @@ use std::io::Cursor;
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Limit, Quota};
-use tollgate_replay::{Event, KeyMapping, LogOptions, LogReader, replay_log};
+use tollgate_replay::{
+    Event, KeyMapping, LogOptions, LogReader, SuggestOptions, replay_log, suggest,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -38,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..LogOptions::default()
     };
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
-    let (mut parse, mut one, mut all) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut parse, mut one, mut all, mut sug) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..3 {
         parse.push(timed(|| {
             let mut reader =
@@ -74,12 +79,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .expect("replay");
             assert_eq!(r.limits.len(), 3);
         }));
+        sug.push(timed(|| {
+            let s = suggest(
+                &mut || Ok(Cursor::new(log.as_bytes())),
+                &per_user,
+                &options,
+                &SuggestOptions::default(),
+            )
+            .expect("suggest");
+            assert_eq!(s.lines, lines);
+            assert!(!s.windows.is_empty());
+        }));
     }
     let rate = |d: &mut Vec<Duration>| {
         d.sort();
         lines as f64 / d[1].as_secs_f64()
     };
-    let (p, o, a) = (rate(&mut parse), rate(&mut one), rate(&mut all));
+    let (p, o, a, g) = (
+        rate(&mut parse),
+        rate(&mut one),
+        rate(&mut all),
+        rate(&mut sug),
+    );
     println!("| what | lines/s (median of 3) | ÷ reading alone |");
     println!("|---|---:|---:|");
     println!("| read and parse only | {:.0} | 1.00× |", p);
@@ -92,6 +113,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "| replay, 3 limits (per user, per route, global) | {:.0} | {:.2}× |",
         a,
         a / p
+    );
+    println!(
+        "| suggest (per user; three passes over the log) | {:.0} | {:.2}× |",
+        g,
+        g / p
     );
     Ok(())
 }

@@ -1,84 +1,272 @@
 //! The report's charts, drawn as SVG by `plotters` (its SVG backend only: text is left to the
-//! browser, so no font is loaded or embedded).
+//! browser, so no font is loaded or embedded, and the page needs no script).
+//!
+//! Charts a person reads: time runs along the x axis as clock time (UTC), counts are whole
+//! numbers in bins of a stated length (a second, or the limit's period when the log is long
+//! enough for it, so that the limit can be drawn as the line a bin must stay under), the
+//! legend sits outside the data, and the palette keeps 16 series apart.
 
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
-/// Width and height of every chart, in px.
-const SIZE: (u32, u32) = (880, 320);
-/// At most this many points per line: a day of seconds is averaged into buckets.
-const MAX_POINTS: usize = 1_500;
+/// Width of every chart, in px.
+pub const WIDTH: u32 = 1_000;
+/// Height of a line chart, in px.
+const HEIGHT: u32 = 340;
+/// The legend's column, right of the data.
+const LEGEND: u32 = 290;
+/// At most this many bins per line: a longer log is binned coarser.
+pub const MAX_POINTS: usize = 1_500;
 
-/// The colours of successive series.
-const PALETTE: [RGBColor; 6] = [
+/// The colours of successive series: 16 that stay apart (Tableau's ten, then six darker).
+pub const PALETTE: [RGBColor; 16] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0x2c, 0xa0, 0x2c),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0x00, 0x00, 0x80),
+    RGBColor(0x80, 0x00, 0x00),
+    RGBColor(0x00, 0x64, 0x00),
+    RGBColor(0x80, 0x80, 0x00),
+    RGBColor(0x00, 0x80, 0x80),
+    RGBColor(0xc0, 0x00, 0xc0),
 ];
 
-/// One line of a line chart: its name and its values, one per second from 0.
-#[derive(Debug)]
+/// The `i`-th series' colour (past 16, the palette again; such series are drawn dashed).
+pub fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// One line: its name and a value per bin.
+#[derive(Debug, Clone)]
 pub struct Series<'a> {
     /// The legend's text.
     pub name: &'a str,
-    /// A value per second.
-    pub per_second: Vec<f64>,
+    /// A value per bin, from the axis's start.
+    pub values: Vec<f64>,
+    /// Drawn dashed (refusals beside requests, in the same colour).
+    pub dashed: bool,
+    /// Its colour's index in [`PALETTE`] (by default its position).
+    pub color: Option<usize>,
 }
 
-/// Lines over time (x: seconds from the start), as an SVG document.
-pub fn lines(title: &str, y_label: &str, series: &[Series<'_>]) -> String {
+impl<'a> Series<'a> {
+    /// A solid line in the next colour.
+    pub fn new(name: &'a str, values: Vec<f64>) -> Series<'a> {
+        Series {
+            name,
+            values,
+            dashed: false,
+            color: None,
+        }
+    }
+}
+
+/// The x axis: bins of `bin_s` seconds from `start_us` (µs since the epoch, a whole second).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeAxis {
+    /// The first bin's start.
+    pub start_us: u64,
+    /// Each bin's length, in seconds.
+    pub bin_s: u64,
+}
+
+/// A horizontal line: a limit, in the chart's units.
+#[derive(Debug, Clone)]
+pub struct Level {
+    /// Its height.
+    pub at: f64,
+    /// Its legend text (`limit: 100 per 1m`).
+    pub label: String,
+}
+
+/// A vertical line at a time: a window's edge.
+#[derive(Debug, Clone)]
+pub struct Mark {
+    /// When, µs since the epoch.
+    pub at_us: u64,
+    /// Its legend text.
+    pub label: String,
+}
+
+/// The bin for a series of `seconds` seconds: the limit's `period` when that gives between
+/// 8 and [`MAX_POINTS`] bins (the limit is then a line the bins must stay under), else the
+/// shortest of 1 s, 2 s, 5 s, 10 s, 15 s, 30 s, 1 min … 1 day giving at most [`MAX_POINTS`].
+pub fn bin_seconds(seconds: usize, period_s: Option<u64>) -> u64 {
+    if let Some(p) = period_s.filter(|&p| p >= 1) {
+        let bins = (seconds as u64).div_ceil(p);
+        if (8..=MAX_POINTS as u64).contains(&bins) {
+            return p;
+        }
+    }
+    const NICE: [u64; 17] = [
+        1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1_800, 3_600, 7_200, 21_600, 43_200, 86_400,
+    ];
+    NICE.iter()
+        .copied()
+        .find(|&b| (seconds as u64).div_ceil(b) <= MAX_POINTS as u64)
+        .unwrap_or(86_400)
+}
+
+/// Sums a per-second series into bins of `bin_s` seconds.
+pub fn rebin<T: Copy + Into<u64>>(per_second: &[T], bin_s: u64) -> Vec<f64> {
+    per_second
+        .chunks(bin_s.max(1) as usize)
+        .map(|c| c.iter().map(|&v| v.into()).sum::<u64>() as f64)
+        .collect()
+}
+
+/// "per second", "per 10 s", "per minute", "per 5 min".
+pub fn per_bin(bin_s: u64) -> String {
+    match bin_s {
+        1 => "per second".into(),
+        60 => "per minute".into(),
+        3_600 => "per hour".into(),
+        s if s % 3_600 == 0 => format!("per {} h", s / 3_600),
+        s if s % 60 == 0 => format!("per {} min", s / 60),
+        s => format!("per {s} s"),
+    }
+}
+
+/// `hh:mm:ss` (UTC) of µs since the epoch.
+fn clock(us: u64) -> String {
+    let s = us / 1_000_000 % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3_600, s / 60 % 60, s % 60)
+}
+
+type Drawn<'a> = Result<(), Box<dyn std::error::Error + 'a>>;
+
+/// The legend, in its column: a sample of each entry's line and its text.
+fn legend<'a>(
+    area: &DrawingArea<SVGBackend<'a>, Shift>,
+    entries: &[(String, RGBColor, bool, bool)],
+) -> Drawn<'a> {
+    for (i, (text, color, dashed, vertical)) in entries.iter().enumerate() {
+        let y = 30 + i as i32 * 20;
+        let style = color.stroke_width(3);
+        if *vertical {
+            area.draw(&PathElement::new(vec![(15, y - 7), (15, y + 7)], style))?;
+        } else if *dashed {
+            area.draw(&DashedPathElement::new(vec![(6, y), (30, y)], 5, 3, style))?;
+        } else {
+            area.draw(&PathElement::new(vec![(6, y), (30, y)], style))?;
+        }
+        let shown: String = text.chars().take(36).collect();
+        area.draw(&Text::new(
+            shown,
+            (38, y - 7),
+            ("sans-serif", 15).into_font().color(&BLACK),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Lines over clock time, as an SVG document: `series` (one value per bin of `axis`),
+/// `levels` as horizontal dashed lines (limits), `marks` as vertical lines.
+pub fn lines(
+    title: &str,
+    y_label: &str,
+    axis: TimeAxis,
+    series: &[Series<'_>],
+    levels: &[Level],
+    marks: &[Mark],
+) -> String {
     let mut svg = String::new();
-    let len = series
+    let bins = series
         .iter()
-        .map(|s| s.per_second.len())
+        .map(|s| s.values.len())
         .max()
         .unwrap_or(0)
         .max(1);
-    let step = len.div_ceil(MAX_POINTS);
-    let points: Vec<Vec<(f64, f64)>> = series
+    let span_s = (bins as u64 * axis.bin_s) as f64;
+    let y_top = series
         .iter()
-        .map(|s| {
-            s.per_second
-                .chunks(step)
-                .enumerate()
-                .map(|(i, c)| ((i * step) as f64, c.iter().sum::<f64>() / c.len() as f64))
-                .collect()
-        })
-        .collect();
-    let y_max = points.iter().flatten().map(|p| p.1).fold(1.0_f64, f64::max) * 1.1;
+        .flat_map(|s| s.values.iter().copied())
+        .chain(levels.iter().map(|l| l.at))
+        .fold(1.0_f64, f64::max);
+    let y_max = (y_top * 1.1).ceil().max(2.0);
+    let mut entries: Vec<(String, RGBColor, bool, bool)> = Vec::new();
     {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let drawn = (|| -> Drawn<'_> {
             root.fill(&WHITE)?;
-            let mut chart = ChartBuilder::on(&root)
-                .caption(title, ("sans-serif", 18))
+            let root = root.titled(title, ("sans-serif", 22))?;
+            let (plot, side) = root.split_horizontally(WIDTH - LEGEND);
+            let mut chart = ChartBuilder::on(&plot)
                 .margin(10)
-                .x_label_area_size(36)
-                .y_label_area_size(56)
-                .build_cartesian_2d(0.0..len as f64, 0.0..y_max)?;
+                .x_label_area_size(40)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0.0..span_s, 0.0..y_max)?;
+            let start = axis.start_us;
             chart
                 .configure_mesh()
-                .x_desc("seconds from the start")
-                .y_desc(y_label)
+                .x_desc(format!(
+                    "time (UTC) from {}",
+                    crate::report::utc(axis.start_us)
+                ))
+                .y_desc(format!("{y_label} {}", per_bin(axis.bin_s)))
+                .x_labels(8)
+                .y_labels(if y_max <= 10.0 { y_max as usize + 1 } else { 8 })
+                .x_label_formatter(&|x| clock(start + (*x * 1e6) as u64))
+                .y_label_formatter(&|y| {
+                    if y.fract().abs() < 1e-9 {
+                        format!("{y:.0}")
+                    } else {
+                        String::new()
+                    }
+                })
+                .label_style(("sans-serif", 15))
+                .axis_desc_style(("sans-serif", 15))
                 .light_line_style(WHITE.mix(0.0))
                 .draw()?;
-            for (i, (s, pts)) in series.iter().zip(points).enumerate() {
-                let color = PALETTE[i % PALETTE.len()];
-                chart
-                    .draw_series(LineSeries::new(pts, color.stroke_width(2)))?
-                    .label(s.name)
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
-                    });
+            let bin = axis.bin_s as f64;
+            for (i, s) in series.iter().enumerate() {
+                let c = color(s.color.unwrap_or(i));
+                let dashed = s.dashed || i >= PALETTE.len();
+                // A step per bin: the count holds for the bin's whole length.
+                let pts: Vec<(f64, f64)> = s
+                    .values
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(b, &v)| [(b as f64 * bin, v), ((b + 1) as f64 * bin, v)])
+                    .collect();
+                // Earlier lines wider, so that a line under another equal to it still shows
+                // at its edges.
+                let width = (6 - i.min(4) as u32).max(2);
+                if dashed {
+                    chart.draw_series(DashedLineSeries::new(pts, 6, 3, c.stroke_width(2)))?;
+                } else {
+                    chart.draw_series(LineSeries::new(pts, c.stroke_width(width)))?;
+                }
+                entries.push((s.name.to_owned(), c, dashed, false));
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .position(SeriesLabelPosition::UpperRight)
-                .draw()?;
+            for l in levels {
+                let c = BLACK;
+                chart.draw_series(DashedLineSeries::new(
+                    vec![(0.0, l.at), (span_s, l.at)],
+                    8,
+                    4,
+                    c.stroke_width(2),
+                ))?;
+                entries.push((l.label.clone(), c, true, false));
+            }
+            for m in marks {
+                let x = m.at_us.saturating_sub(start) as f64 / 1e6;
+                let c = RGBColor(0x55, 0x55, 0x55);
+                chart.draw_series(LineSeries::new(
+                    vec![(x, 0.0), (x, y_max)],
+                    c.stroke_width(2),
+                ))?;
+                entries.push((m.label.clone(), c, false, true));
+            }
+            legend(&side, &entries)?;
             root.present()?;
             Ok(())
         })();
@@ -87,8 +275,8 @@ pub fn lines(title: &str, y_label: &str, series: &[Series<'_>]) -> String {
     svg
 }
 
-/// Bars, one per label (horizontal when `horizontal`, for long labels such as keys), as an
-/// SVG document.
+/// Bars, one per label, each with its number written at its end (horizontal when
+/// `horizontal`, for long labels such as keys), as an SVG document.
 pub fn bars(
     title: &str,
     value_label: &str,
@@ -96,71 +284,178 @@ pub fn bars(
     values: &[u64],
     horizontal: bool,
 ) -> String {
+    stacked(
+        title,
+        value_label,
+        labels,
+        &[(value_label, values.to_vec())],
+        None,
+        horizontal,
+    )
+}
+
+/// Bars of stacked parts (`parts`: a name and a value per label), horizontal or not; each
+/// bar's total written at its end; `level` a dashed line across (a target). The legend is
+/// outside the data when there is more than one part or a level.
+pub fn stacked(
+    title: &str,
+    value_label: &str,
+    labels: &[String],
+    parts: &[(&str, Vec<u64>)],
+    level: Option<Level>,
+    horizontal: bool,
+) -> String {
     let mut svg = String::new();
     let n = labels.len().max(1);
-    let v_max = values.iter().copied().max().unwrap_or(0).max(1) as f64 * 1.1;
+    let totals: Vec<u64> = (0..labels.len())
+        .map(|i| {
+            parts
+                .iter()
+                .map(|(_, v)| v.get(i).copied().unwrap_or(0))
+                .sum()
+        })
+        .collect();
+    let top = totals
+        .iter()
+        .map(|&t| t as f64)
+        .chain(level.iter().map(|l| l.at))
+        .fold(1.0_f64, f64::max);
+    let v_max = (top * 1.15).ceil();
     let height = if horizontal {
-        (n as u32 * 22 + 90).max(200)
+        (n as u32 * 22 + 100).max(200)
     } else {
-        SIZE.1
+        HEIGHT
     };
+    let with_legend = parts.len() > 1 || level.is_some();
     {
-        let root = SVGBackend::with_string(&mut svg, (SIZE.0, height)).into_drawing_area();
-        let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        let drawn = (|| -> Drawn<'_> {
             root.fill(&WHITE)?;
-            let color = PALETTE[0];
+            let root = root.titled(title, ("sans-serif", 22))?;
+            let (plot, side) =
+                root.split_horizontally(if with_legend { WIDTH - LEGEND } else { WIDTH });
+            let label_of = |i: usize| labels.get(i).cloned().unwrap_or_default();
+            let number = ("sans-serif", 15).into_font().color(&BLACK);
+            let int = |v: &f64| {
+                if v.fract().abs() < 1e-9 {
+                    format!("{v:.0}")
+                } else {
+                    String::new()
+                }
+            };
             if horizontal {
-                let mut chart = ChartBuilder::on(&root)
-                    .caption(title, ("sans-serif", 18))
+                let mut chart = ChartBuilder::on(&plot)
                     .margin(10)
                     .x_label_area_size(36)
-                    .y_label_area_size(260)
+                    .y_label_area_size(280)
                     .build_cartesian_2d(0.0..v_max, (0..n).into_segmented())?;
                 chart
                     .configure_mesh()
                     .x_desc(value_label)
                     .y_labels(n)
+                    .x_labels(if v_max <= 10.0 { v_max as usize + 1 } else { 8 })
+                    .x_label_formatter(&int)
                     .y_label_formatter(&|v| match v {
-                        SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                        SegmentValue::CenterOf(i) => label_of(*i),
                         _ => String::new(),
                     })
+                    .label_style(("sans-serif", 15))
+                    .axis_desc_style(("sans-serif", 15))
                     .light_line_style(WHITE.mix(0.0))
                     .draw()?;
-                chart.draw_series(values.iter().enumerate().map(|(i, v)| {
-                    Rectangle::new(
-                        [
-                            (0.0, SegmentValue::Exact(i)),
-                            (*v as f64, SegmentValue::Exact(i + 1)),
-                        ],
-                        color.filled(),
+                for (p, (_, values)) in parts.iter().enumerate() {
+                    let c = color(p);
+                    chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+                        let below: u64 = parts[..p].iter().map(|(_, v)| v[i]).sum();
+                        Rectangle::new(
+                            [
+                                (below as f64, SegmentValue::Exact(i)),
+                                ((below + v) as f64, SegmentValue::Exact(i + 1)),
+                            ],
+                            c.filled(),
+                        )
+                    }))?;
+                }
+                chart.draw_series(totals.iter().enumerate().map(|(i, t)| {
+                    Text::new(
+                        t.to_string(),
+                        (*t as f64 + v_max * 0.01, SegmentValue::CenterOf(i)),
+                        number.clone(),
                     )
                 }))?;
+                if let Some(l) = &level {
+                    chart.draw_series(DashedLineSeries::new(
+                        vec![
+                            (l.at, SegmentValue::Exact(0)),
+                            (l.at, SegmentValue::Exact(n)),
+                        ],
+                        8,
+                        4,
+                        BLACK.stroke_width(2),
+                    ))?;
+                }
             } else {
-                let mut chart = ChartBuilder::on(&root)
-                    .caption(title, ("sans-serif", 18))
+                let mut chart = ChartBuilder::on(&plot)
                     .margin(10)
-                    .x_label_area_size(36)
-                    .y_label_area_size(56)
+                    .x_label_area_size(40)
+                    .y_label_area_size(60)
                     .build_cartesian_2d((0..n).into_segmented(), 0.0..v_max)?;
                 chart
                     .configure_mesh()
                     .y_desc(value_label)
                     .x_labels(n)
+                    .y_labels(if v_max <= 10.0 { v_max as usize + 1 } else { 8 })
+                    .y_label_formatter(&int)
                     .x_label_formatter(&|v| match v {
-                        SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                        SegmentValue::CenterOf(i) => label_of(*i),
                         _ => String::new(),
                     })
+                    .label_style(("sans-serif", 15))
+                    .axis_desc_style(("sans-serif", 15))
                     .light_line_style(WHITE.mix(0.0))
                     .draw()?;
-                chart.draw_series(values.iter().enumerate().map(|(i, v)| {
-                    Rectangle::new(
-                        [
-                            (SegmentValue::Exact(i), 0.0),
-                            (SegmentValue::Exact(i + 1), *v as f64),
-                        ],
-                        color.filled(),
+                for (p, (_, values)) in parts.iter().enumerate() {
+                    let c = color(p);
+                    chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+                        let below: u64 = parts[..p].iter().map(|(_, v)| v[i]).sum();
+                        Rectangle::new(
+                            [
+                                (SegmentValue::Exact(i), below as f64),
+                                (SegmentValue::Exact(i + 1), (below + v) as f64),
+                            ],
+                            c.filled(),
+                        )
+                    }))?;
+                }
+                chart.draw_series(totals.iter().enumerate().map(|(i, t)| {
+                    Text::new(
+                        t.to_string(),
+                        (SegmentValue::CenterOf(i), *t as f64 + v_max * 0.03),
+                        number.clone(),
                     )
                 }))?;
+                if let Some(l) = &level {
+                    chart.draw_series(DashedLineSeries::new(
+                        vec![
+                            (SegmentValue::Exact(0), l.at),
+                            (SegmentValue::Exact(n), l.at),
+                        ],
+                        8,
+                        4,
+                        BLACK.stroke_width(2),
+                    ))?;
+                }
+            }
+            if with_legend {
+                let mut entries: Vec<(String, RGBColor, bool, bool)> = parts
+                    .iter()
+                    .enumerate()
+                    .map(|(p, (name, _))| ((*name).to_owned(), color(p), false, false))
+                    .collect();
+                if let Some(l) = &level {
+                    entries.push((l.label.clone(), BLACK, true, false));
+                }
+                legend(&side, &entries)?;
             }
             root.present()?;
             Ok(())
@@ -178,17 +473,29 @@ mod tests {
     fn charts_are_svg_with_their_data() {
         let svg = lines(
             "t",
-            "per second",
-            &[Series {
-                name: "admitted",
-                per_second: vec![1.0, 5.0, 2.0],
+            "requests",
+            TimeAxis {
+                start_us: 1_791_640_536_000_000,
+                bin_s: 1,
+            },
+            &[Series::new("admitted", vec![1.0, 5.0, 2.0])],
+            &[Level {
+                at: 3.0,
+                label: "limit: 3 per 1s".into(),
             }],
+            &[],
         );
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline"),
             "{svg}"
         );
-        assert!(svg.contains("admitted"));
+        assert!(svg.contains("admitted") && svg.contains("limit: 3 per 1s"));
+        // Clock time on the x axis, whole numbers on the y axis.
+        assert!(svg.contains("13:55:36"), "{svg}");
+        assert!(
+            !svg.contains(">\n0.5\n") && !svg.contains(">\n2.5\n") && svg.contains(">\n3\n"),
+            "{svg}"
+        );
         let svg = bars(
             "k",
             "refused",
@@ -200,5 +507,32 @@ mod tests {
             svg.contains("user=a") && svg.matches("<rect").count() >= 3,
             "{svg}"
         );
+        // The numbers on the bars.
+        assert!(
+            svg.contains(">\n3\n</text>") && svg.contains(">\n1\n</text>"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn bins_follow_the_limit_period_when_they_can() {
+        assert_eq!(bin_seconds(3_600, Some(60)), 60);
+        assert_eq!(bin_seconds(3_600, Some(3_600)), 5, "one bin is not a chart");
+        assert_eq!(bin_seconds(86_400, Some(1)), 60);
+        assert_eq!(bin_seconds(100, None), 1);
+        assert_eq!(rebin(&[1_u32, 2, 3, 4, 5], 2), vec![3.0, 7.0, 5.0]);
+        assert_eq!(per_bin(600), "per 10 min");
+    }
+
+    #[test]
+    fn sixteen_colours_all_different() {
+        for (i, a) in PALETTE.iter().enumerate() {
+            for (j, b) in PALETTE[..i].iter().enumerate() {
+                let d = (i32::from(a.0) - i32::from(b.0)).abs()
+                    + (i32::from(a.1) - i32::from(b.1)).abs()
+                    + (i32::from(a.2) - i32::from(b.2)).abs();
+                assert!(d > 90, "{i} and {j} are too close");
+            }
+        }
     }
 }

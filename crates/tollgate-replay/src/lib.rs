@@ -12,6 +12,7 @@
 //! server) are thin shells over [`replay_log`] and [`simulate`].
 
 pub mod chart;
+pub mod key_count;
 pub mod key_mapping;
 pub mod limit_stats;
 pub mod log_format;
@@ -25,6 +26,8 @@ pub mod replayer;
 pub mod report;
 pub mod scenario;
 pub mod simulate;
+pub mod suggest;
+pub mod timeline;
 
 pub use key_mapping::{KeyMapping, PartSource};
 pub use limit_stats::LimitStats;
@@ -37,3 +40,5 @@ pub use replayer::Replayer;
 pub use report::{Expectation, Report};
 pub use scenario::{SCENARIOS, Scenario};
 pub use simulate::{ALGORITHMS, SimOptions, simulate};
+pub use suggest::{SuggestOptions, Suggestion, suggest};
+pub use timeline::{KeyTimeline, key_timelines};

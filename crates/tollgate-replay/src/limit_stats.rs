@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tollgate::{Decision, Limit};
 
+use crate::key_count::KeyCount;
+
 /// The `retry_after` buckets' upper bounds (the last bucket has none).
 pub const RETRY_BUCKETS: &[(Duration, &str)] = &[
     (Duration::from_millis(100), "< 100 ms"),
@@ -40,10 +42,16 @@ pub struct LimitStats {
     pub limit: u64,
     /// A shadow limit: its refusals are would-be refusals.
     pub shadow: bool,
+    /// Whether the limit is keyed (a per-key limit: its quota bounds each key, not the total).
+    pub keyed: bool,
+    /// Distinct keys decided.
+    pub keys_seen: KeyCount,
     /// Requests decided.
     pub requests: u64,
     /// Requests admitted.
     pub admitted: u64,
+    /// The second `per_second` starts at (µs since the epoch; set at the end of a replay).
+    pub start_us: u64,
     /// Per second from the first event's second: requests, admitted.
     pub per_second: Vec<[u32; 2]>,
     /// Refusals per `retry_after` bucket ([`RETRY_BUCKETS`]).
@@ -68,8 +76,11 @@ impl LimitStats {
             period: quota.period(),
             limit: quota.limit(),
             shadow: limit.is_shadow(),
+            keyed: limit.key_parts().is_some_and(|p| !p.is_empty()),
+            keys_seen: KeyCount::default(),
             requests: 0,
             admitted: 0,
+            start_us: 0,
             per_second: Vec::new(),
             retry_after: [0; RETRY_BUCKETS.len()],
             denied_keys: HashMap::new(),
@@ -152,6 +163,25 @@ impl LimitStats {
     /// Distinct keys refused at least once.
     pub fn denied_key_count(&self) -> usize {
         self.denied_keys.len()
+    }
+
+    /// Keys refused more than `collateral_max` times (abusers), and at most that often
+    /// (collateral: ordinary clients caught by a burst, a page's assets loading at once).
+    pub fn refused_split(&self, collateral_max: u64) -> (u64, u64) {
+        let abusers = self
+            .denied_keys
+            .values()
+            .filter(|&&n| n > collateral_max)
+            .count() as u64;
+        (abusers, self.denied_keys.len() as u64 - abusers)
+    }
+
+    /// Requests refused per second (the series charts draw beside requests and admitted).
+    pub fn refused_per_second(&self) -> Vec<u64> {
+        self.per_second
+            .iter()
+            .map(|[r, a]| u64::from(r - a))
+            .collect()
     }
 
     /// Refusals per clock minute (`hh:mm:00` to `hh:mm:59`), from the minute of the first

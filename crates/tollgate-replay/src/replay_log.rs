@@ -99,6 +99,101 @@ fn jumped(held: &Event, near: u64) -> Malformed {
     }
 }
 
+/// Which lines to decide, and when: a line more than [`MAX_JUMP`] ahead of the clock is held
+/// until the next line says whether the log jumped (it is near the held line too) or the
+/// line is corrupt; before the clock starts, the first line, and a second one far from it,
+/// wait for a third to say which of the two is corrupt. Shared by the replay and the passes
+/// over a log that must see the same lines at the same times (the suggestion, the keys'
+/// timelines).
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    /// At most two lines.
+    held: Vec<Event>,
+}
+
+impl Gate {
+    /// Takes `event`, given the clock (`None` before the first line is decided; else the
+    /// latest time decided): a held line to decide first, and whether to decide `event` now.
+    /// Lines found corrupt go to `bad`.
+    pub(crate) fn feed(
+        &mut self,
+        event: &Event,
+        clock: Option<u64>,
+        bad: &mut dyn FnMut(Malformed),
+    ) -> (Option<Event>, bool) {
+        let near = |e: &Event| e.time_us.abs_diff(event.time_us) <= MAX_JUMP_US;
+        let ahead = |now: u64| event.time_us > now + MAX_JUMP_US;
+        match (self.held.len(), clock) {
+            (0, None) => {
+                self.held.push(event.clone());
+                (None, false)
+            }
+            (0, Some(now)) => {
+                if ahead(now) {
+                    self.held.push(event.clone());
+                    (None, false)
+                } else {
+                    (None, true)
+                }
+            }
+            (1, _) if near(&self.held[0]) => (self.held.pop(), true),
+            (1, None) => {
+                self.held.push(event.clone());
+                (None, false)
+            }
+            (1, Some(now)) => {
+                let h = self.held.pop().expect("one held");
+                bad(jumped(&h, event.time_us));
+                if ahead(now) {
+                    self.held.push(event.clone());
+                    (None, false)
+                } else {
+                    (None, true)
+                }
+            }
+            _ => {
+                // Before the clock: the one of the two this line is near starts it, the
+                // other is corrupt; near neither, the first is dropped.
+                let (keep, drop) = if near(&self.held[1]) {
+                    (Some(1), 0)
+                } else if near(&self.held[0]) {
+                    (Some(0), 1)
+                } else {
+                    (None, 0)
+                };
+                bad(jumped(&self.held[drop], self.held[1 - drop].time_us));
+                match keep {
+                    Some(k) => {
+                        let kept = self.held.swap_remove(k);
+                        self.held.clear();
+                        (Some(kept), true)
+                    }
+                    None => {
+                        self.held.remove(0);
+                        self.held.push(event.clone());
+                        (None, false)
+                    }
+                }
+            }
+        }
+    }
+
+    /// At the end: a line held for a jump had nothing after it to confirm it, and is
+    /// dropped (to `bad`); a log of one line keeps it, and of two far apart, both (nothing
+    /// says which is wrong): the lines to decide still.
+    pub(crate) fn finish(self, clock: Option<u64>, bad: &mut dyn FnMut(Malformed)) -> Vec<Event> {
+        match clock {
+            None => self.held,
+            Some(now) => {
+                for h in &self.held {
+                    bad(jumped(h, now));
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
 /// Decides `event`: by the limit its route picks (counting the unrouted), or by every limit
 /// (and on the Redis twin, when there is one).
 async fn step(
@@ -154,67 +249,18 @@ async fn replay<R: BufRead>(
         ..Report::default()
     };
     let mut event = Event::default();
-    // Lines not decided yet, at most two (see `MAX_JUMP`): one that jumps more than an hour
-    // ahead of the replay's clock, held until the next line says whether the log jumped (it
-    // is near the held line too) or the line is corrupt; before the clock starts, the first
-    // line, and a second one far from it, until a third says which of the two is corrupt.
-    let mut held: Vec<Event> = Vec::with_capacity(2);
+    let mut gate = Gate::default();
     while let Some(read) = log.next_event(&mut event) {
         report.lines += 1;
         match read {
             Ok(()) => {
-                let started = replayer.start_us().is_some();
-                let near = |e: &Event| e.time_us.abs_diff(event.time_us) <= MAX_JUMP_US;
-                match held.as_slice() {
-                    [] if !started => held.push(event.clone()),
-                    [] => {
-                        if event.time_us > replayer.now_us() + MAX_JUMP_US {
-                            held.push(event.clone());
-                        } else {
-                            step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
-                        }
-                    }
-                    [h] if near(h) => {
-                        step(h, &mut replayer, route, &mut unrouted, &mut twin).await;
-                        step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
-                        held.clear();
-                    }
-                    [_] if !started => held.push(event.clone()),
-                    [h] => {
-                        malformed(&mut report, jumped(h, event.time_us));
-                        held.clear();
-                        if event.time_us > replayer.now_us() + MAX_JUMP_US {
-                            held.push(event.clone());
-                        } else {
-                            step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
-                        }
-                    }
-                    [first, second] => {
-                        // Before the clock: the one of the two this line is near starts it,
-                        // the other is corrupt; near neither, the first is dropped.
-                        let (keep, drop) = if near(second) {
-                            (Some(1), 0)
-                        } else if near(first) {
-                            (Some(0), 1)
-                        } else {
-                            (None, 0)
-                        };
-                        let other = &held[1 - drop];
-                        malformed(&mut report, jumped(&held[drop], other.time_us));
-                        match keep {
-                            Some(k) => {
-                                step(&held[k], &mut replayer, route, &mut unrouted, &mut twin)
-                                    .await;
-                                step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
-                                held.clear();
-                            }
-                            None => {
-                                held.remove(0);
-                                held.push(event.clone());
-                            }
-                        }
-                    }
-                    _ => unreachable!("at most two lines are held"),
+                let clock = replayer.start_us().map(|_| replayer.now_us());
+                let (first, this) = gate.feed(&event, clock, &mut |m| malformed(&mut report, m));
+                if let Some(h) = first {
+                    step(&h, &mut replayer, route, &mut unrouted, &mut twin).await;
+                }
+                if this {
+                    step(&event, &mut replayer, route, &mut unrouted, &mut twin).await;
                 }
             }
             Err(m) => malformed(&mut report, m),
@@ -223,15 +269,9 @@ async fn replay<R: BufRead>(
             progress(log.bytes_read());
         }
     }
-    // At the end: a line held for a jump had nothing after it to confirm it, and is dropped;
-    // a log of one line keeps it, and of two far apart, both (nothing says which is wrong).
-    if replayer.start_us().is_none() {
-        for h in std::mem::take(&mut held) {
-            step(&h, &mut replayer, route, &mut unrouted, &mut twin).await;
-        }
-    }
-    for h in held {
-        malformed(&mut report, jumped(&h, replayer.now_us()));
+    let clock = replayer.start_us().map(|_| replayer.now_us());
+    for h in gate.finish(clock, &mut |m| malformed(&mut report, m)) {
+        step(&h, &mut replayer, route, &mut unrouted, &mut twin).await;
     }
     progress(log.bytes_read());
     report.span_us = replayer.start_us().map(|s| (s, replayer.now_us()));
@@ -324,4 +364,94 @@ impl<'a> RedisTwin<'a> {
         });
         report.notes.extend(self.examples);
     }
+}
+
+/// What a pass over a log saw ([`each_decided`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pass {
+    /// Lines read.
+    pub lines: u64,
+    /// Lines decided.
+    pub decided: u64,
+    /// The first decided line's second, and the clock at the end (µs since the epoch).
+    pub span_us: Option<(u64, u64)>,
+}
+
+/// Reads `reader` as a replay does (the same lines held, dropped and decided, on the same
+/// clock that never goes back) and calls `f(now_us, start_us, event)` for each line decided,
+/// in order: `now_us` the time it is decided at, `start_us` the first decided line's second.
+pub(crate) fn each_decided<R: BufRead>(
+    reader: R,
+    options: &LogOptions,
+    f: &mut dyn FnMut(u64, u64, &Event),
+) -> Result<Pass, ReplayError> {
+    let mut log = LogReader::new(
+        reader,
+        options.format,
+        &options.mapping,
+        options.time_field.as_deref(),
+    )?;
+    let mut pass = Pass::default();
+    let mut clock: Option<(u64, u64)> = None;
+    let mut decide = |e: &Event, clock: &mut Option<(u64, u64)>, pass: &mut Pass| {
+        let (start, now) = clock.get_or_insert((e.time_us - e.time_us % 1_000_000, e.time_us));
+        *now = (*now).max(e.time_us);
+        pass.decided += 1;
+        f(*now, *start, e);
+    };
+    let mut event = Event::default();
+    let mut gate = Gate::default();
+    while let Some(read) = log.next_event(&mut event) {
+        pass.lines += 1;
+        if read.is_ok() {
+            let (first, this) = gate.feed(&event, clock.map(|c| c.1), &mut |_| {});
+            if let Some(h) = first {
+                decide(&h, &mut clock, &mut pass);
+            }
+            if this {
+                decide(&event, &mut clock, &mut pass);
+            }
+        }
+    }
+    for h in gate.finish(clock.map(|c| c.1), &mut |_| {}) {
+        decide(&h, &mut clock, &mut pass);
+    }
+    pass.span_us = clock;
+    Ok(pass)
+}
+
+/// The event's value indices filling `limit`'s key parts, in its key order, and the parts'
+/// names.
+pub(crate) fn key_indices(
+    limit: &Limit,
+    mapping: &KeyMapping,
+) -> Result<Vec<(Box<str>, usize)>, ReplayError> {
+    limit
+        .key_parts()
+        .unwrap_or_default()
+        .iter()
+        .map(|part| {
+            mapping
+                .index_of(part)
+                .map(|i| (part.clone(), i))
+                .ok_or_else(|| ReplayError::UnmappedPart {
+                    limit: limit.name().to_owned(),
+                    part: part.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// A key as reports show it: `part=value,part=value`.
+pub(crate) fn key_text(parts: &[(Box<str>, usize)], values: &[String]) -> String {
+    let mut out = String::new();
+    for (i, (name, v)) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push('=');
+        out.push_str(&values[*v]);
+    }
+    out
 }

@@ -231,6 +231,9 @@ impl Replayer {
         second: usize,
         key_parts: &[(&str, &str)],
     ) {
+        stats.keys_seen.add(crate::key_count::hash_parts(
+            key_parts.iter().map(|(_, v)| *v),
+        ));
         let key = Key::new(&self.namespace, limit, key_parts);
         let request =
             SingleRequest::new(limit, &key, 1).expect("a cost of one unit fits every limit");
@@ -282,6 +285,13 @@ impl Replayer {
 
     /// Each limit's results, in the limits' order.
     pub fn into_stats(self) -> Vec<LimitStats> {
-        self.runs.into_iter().map(|r| r.stats).collect()
+        let start_us = self.start_us.unwrap_or(0);
+        self.runs
+            .into_iter()
+            .map(|mut r| {
+                r.stats.start_us = start_us;
+                r.stats
+            })
+            .collect()
     }
 }

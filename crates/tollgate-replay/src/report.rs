@@ -9,16 +9,31 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::chart::{self, Series};
-use crate::limit_stats::{LimitStats, RETRY_BUCKETS};
+use crate::chart::{self, Level, Mark, Series, TimeAxis};
+use crate::limit_stats::{LimitStats, RETRY_BUCKETS, human};
 use crate::log_reader::Malformed;
 use crate::printable::Printable;
 use crate::replay_error::ReplayError;
+use crate::suggest::{Suggestion, share_text};
+use crate::timeline::KeyTimeline;
 
 /// How many malformed lines a report shows (all are counted).
 pub const MALFORMED_SHOWN: usize = 10;
 /// How many keys the "most refused" lists and charts show.
 pub const TOP_KEYS: usize = 20;
+/// How many of the most refused keys get a timeline.
+pub const TIMELINE_KEYS: usize = 5;
+/// A key refused at most this often is collateral, by default; more often, an abuser.
+pub const COLLATERAL_MAX: u64 = 5;
+
+/// Several values of one limit, replayed side by side (`--candidates`).
+#[derive(Debug, Clone, Default)]
+pub struct CandidateSet {
+    /// The limit's name.
+    pub of: String,
+    /// The candidates' places in [`Report::limits`] (the limit itself first).
+    pub limits: Vec<usize>,
+}
 
 /// What a scenario should show, and whether it did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +67,16 @@ pub struct Report {
     pub expectations: Vec<Expectation>,
     /// Anything else worth saying.
     pub notes: Vec<String>,
+    /// Instants marked on the time charts (a window's edge).
+    pub marks: Vec<Mark>,
+    /// Suggested limits (`--suggest`).
+    pub suggestion: Option<Suggestion>,
+    /// Per limit, its most refused keys over time (empty when not read).
+    pub timelines: Vec<Vec<KeyTimeline>>,
+    /// Candidate values of one limit, side by side.
+    pub candidates: Option<CandidateSet>,
+    /// A key refused at most this often is collateral ([`COLLATERAL_MAX`] when `None`).
+    pub collateral_max: Option<u64>,
 }
 
 impl Report {
@@ -112,27 +137,19 @@ impl Report {
                 if l.shadow { " (shadow)" } else { "" }
             );
             // Clock minutes: the first is the one the first event's second is in.
-            let first_us = self.span_us.map_or(0, |s| s.0);
-            let into_minute = (first_us / 1_000_000 % 60) as usize;
-            let minutes = l.denied_per_minute(into_minute);
-            let start = first_us - first_us % 60_000_000;
-            if let Some(first) = minutes.iter().position(|&n| n > 0) {
-                let worst = (0..minutes.len()).max_by_key(|&i| (minutes[i], usize::MAX - i));
-                let _ = writeln!(
-                    out,
-                    "  first minute with refusals: {} ({} refused)",
-                    utc(start + first as u64 * 60_000_000),
-                    minutes[first]
-                );
-                if let Some(w) = worst {
-                    let _ = writeln!(
-                        out,
-                        "  worst minute: {} ({} refused)",
-                        utc(start + w as u64 * 60_000_000),
-                        minutes[w]
-                    );
-                }
+            if let Some((first, n, worst, w)) = self.minutes(l) {
+                let _ = writeln!(out, "  first minute with refusals: {first} ({n} refused)");
+                let _ = writeln!(out, "  worst minute: {worst} ({w} refused)");
             }
+            let (abusers, collateral) = l.refused_split(self.collateral_max());
+            let _ = writeln!(
+                out,
+                "  {} keys refused of {} seen: {abusers} abusers (refused more than {} times), \
+                 {collateral} collateral",
+                l.denied_key_count(),
+                l.keys_seen.text(),
+                self.collateral_max()
+            );
             let top: Vec<String> = l
                 .top_denied(5)
                 .iter()
@@ -175,6 +192,9 @@ impl Report {
                 Printable::message(&e.measured)
             );
         }
+        if let Some(s) = &self.suggestion {
+            out.push_str(&s.summary());
+        }
         for n in &self.notes {
             let _ = writeln!(out, "\n{}", Printable::message(n));
         }
@@ -186,13 +206,19 @@ impl Report {
         self.render().0
     }
 
+    /// A key refused at most this often is collateral.
+    pub fn collateral_max(&self) -> u64 {
+        self.collateral_max.unwrap_or(COLLATERAL_MAX)
+    }
+
     /// The page, and each chart on its own: (file name, SVG).
     fn render(&self) -> (String, Vec<(String, String)>) {
         let mut files: Vec<(String, String)> = Vec::new();
         let mut chart = |name: String, svg: String| -> String {
             files.push((format!("{name}.svg"), svg.clone()));
-            svg
+            format!("<figure>{svg}</figure>\n")
         };
+        let cmax = self.collateral_max();
         let mut h = String::new();
         let _ = write!(
             h,
@@ -202,11 +228,18 @@ impl Report {
         );
         let _ = write!(h, "<p>{} lines", self.lines);
         if let Some((start, end)) = self.span_us {
-            let _ = write!(h, " from {} to {}", utc(start), utc(end));
+            let _ = write!(
+                h,
+                " from {} to {} ({} s)",
+                utc(start),
+                utc(end),
+                (end - start) / 1_000_000
+            );
         }
         let _ = writeln!(
             h,
-            "; {} malformed; {} out of time order.</p>",
+            "; {} malformed; {} out of time order. Times are UTC; counts in the charts are \
+             whole requests per bin (the bin is said on each chart).</p>",
             self.malformed, self.out_of_order
         );
         if !self.malformed_examples.is_empty() {
@@ -228,13 +261,15 @@ impl Report {
         }
         h.push_str(
             "<table><tr><th>limit</th><th>algorithm</th><th>quota</th><th>requests</th>\
-             <th>admitted</th><th>denied</th><th>deny ratio</th><th>most in one period</th></tr>\n",
+             <th>admitted</th><th>denied</th><th>deny ratio</th><th>keys refused of seen</th>\
+             <th>abusers</th><th>collateral</th><th>most in one period</th></tr>\n",
         );
         for l in &self.limits {
+            let (abusers, collateral) = l.refused_split(cmax);
             let _ = writeln!(
                 h,
                 "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{:.1} %</td><td>{}</td></tr>",
+                 <td>{:.1} %</td><td>{} of {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&l.name),
                 if l.shadow { " (shadow)" } else { "" },
                 l.algorithm,
@@ -243,97 +278,134 @@ impl Report {
                 l.admitted,
                 l.denied(),
                 l.deny_ratio() * 100.0,
+                l.denied_key_count(),
+                escape(&l.keys_seen.text()),
+                abusers,
+                collateral,
                 l.max_in_any_period().map_or("–".to_owned(), |m| format!(
                     "{m} ({:.2}×)",
                     m as f64 / l.limit as f64
                 ))
             );
         }
-        h.push_str("</table>\n");
+        let _ = writeln!(
+            h,
+            "</table>\n<p>Abusers: keys refused more than {cmax} times; collateral: keys \
+             refused {cmax} times or fewer (an ordinary client caught by a burst).</p>"
+        );
+        if let Some(s) = &self.suggestion {
+            h.push_str(&suggestion_html(s, &mut chart));
+        }
+        if let Some(c) = &self.candidates {
+            h.push_str(&self.candidates_html(c, &mut chart));
+        }
         if self.limits.len() > 1 {
-            let mut series: Vec<Series<'_>> = vec![Series {
-                name: "requests",
-                per_second: requests_per_second(&self.limits),
-            }];
-            series.extend(self.limits.iter().map(|l| Series {
-                name: &l.name,
-                per_second: l.per_second.iter().map(|p| f64::from(p[1])).collect(),
+            let start = self.span_us.map_or(0, |s| s.0);
+            let len = self
+                .limits
+                .iter()
+                .map(|l| l.per_second.len())
+                .max()
+                .unwrap_or(0);
+            let bin = chart::bin_seconds(len, None);
+            let mut series: Vec<Series<'_>> = vec![Series::new(
+                "requests",
+                chart::rebin(&requests_per_second(&self.limits), bin),
+            )];
+            series.extend(self.limits.iter().map(|l| {
+                let admitted: Vec<u32> = l.per_second.iter().map(|p| p[1]).collect();
+                Series::new(&l.name, chart::rebin(&admitted, bin))
             }));
-            h.push_str("<h2>Admitted per second, every limit</h2>\n<figure>");
+            h.push_str("<h2>Admitted, every limit</h2>\n");
             h.push_str(&chart(
                 "admitted".into(),
-                chart::lines("admitted per second", "per second", &series),
+                chart::lines(
+                    "admitted, every limit",
+                    "admitted",
+                    TimeAxis {
+                        start_us: start,
+                        bin_s: bin,
+                    },
+                    &series,
+                    &[],
+                    &self.marks,
+                ),
             ));
-            h.push_str("</figure>\n");
         }
-        for l in &self.limits {
-            let _ = write!(
+        for (i, l) in self.limits.iter().enumerate() {
+            let _ = writeln!(
                 h,
-                "<h2>{}{} — {}, {}</h2>\n<figure>",
+                "<h2>{}{} — {}, {}</h2>",
                 escape(&l.name),
                 if l.shadow { " (shadow)" } else { "" },
                 l.algorithm,
                 escape(&l.quota)
             );
+            h.push_str(&self.figures_html(l));
+            let bin = chart::bin_seconds(l.per_second.len(), Some(l.period.as_secs()));
+            let requests: Vec<u32> = l.per_second.iter().map(|p| p[0]).collect();
+            let admitted: Vec<u32> = l.per_second.iter().map(|p| p[1]).collect();
+            let levels = if l.keyed {
+                Vec::new()
+            } else {
+                vec![level(l, bin)]
+            };
             h.push_str(&chart(
                 format!("{}-per-second", l.name),
                 chart::lines(
-                    &format!("{}: requests and admitted per second", l.name),
-                    "per second",
+                    &format!("{}: requests, admitted and refused", l.name),
+                    "requests",
+                    TimeAxis {
+                        start_us: l.start_us,
+                        bin_s: bin,
+                    },
                     &[
-                        Series {
-                            name: "requests",
-                            per_second: l.per_second.iter().map(|p| f64::from(p[0])).collect(),
-                        },
-                        Series {
-                            name: "admitted",
-                            per_second: l.per_second.iter().map(|p| f64::from(p[1])).collect(),
-                        },
+                        Series::new("requests", chart::rebin(&requests, bin)),
+                        Series::new("admitted", chart::rebin(&admitted, bin)),
+                        Series::new("refused", chart::rebin(&l.refused_per_second(), bin)),
                     ],
+                    &levels,
+                    &self.marks,
                 ),
             ));
-            h.push_str("</figure>\n");
             if l.denied() == 0 {
                 h.push_str("<p>Nothing refused.</p>\n");
                 continue;
             }
             let top = l.top_denied(TOP_KEYS);
-            let labels: Vec<String> = top
-                .iter()
-                .map(|(k, _)| {
-                    if k.is_empty() {
-                        "(no key)".to_owned()
-                    } else {
-                        Printable::new(k).to_string()
-                    }
-                })
-                .collect();
+            let labels: Vec<String> = top.iter().map(|(k, _)| key_label(k)).collect();
             let counts: Vec<u64> = top.iter().map(|(_, n)| *n).collect();
-            h.push_str("<figure>");
             h.push_str(&chart(
                 format!("{}-keys", l.name),
                 chart::bars(
-                    &format!("{}: most refused keys (top {})", l.name, TOP_KEYS),
-                    "refused",
+                    &format!(
+                        "{}: most refused keys (top {} of {} keys refused, of {} seen)",
+                        l.name,
+                        top.len(),
+                        l.denied_key_count(),
+                        l.keys_seen.text()
+                    ),
+                    "refused requests",
                     &labels,
                     &counts,
                     true,
                 ),
             ));
-            h.push_str("</figure>\n<figure>");
+            if let Some(t) = self.timelines.get(i).filter(|t| !t.is_empty()) {
+                h.push_str(&chart(format!("{}-top-keys", l.name), timeline_chart(l, t)));
+            }
             let bucket_labels: Vec<String> =
                 RETRY_BUCKETS.iter().map(|(_, l)| (*l).to_owned()).collect();
             h.push_str(&chart(
                 format!("{}-retry-after", l.name),
                 chart::bars(
                     &format!("{}: retry_after given to refused requests", l.name),
-                    "refused",
+                    "refused requests",
                     &bucket_labels,
                     &l.retry_after,
                     false,
                 ),
             ));
-            h.push_str("</figure>\n");
         }
         for n in &self.notes {
             let _ = writeln!(h, "<p>{}</p>", escape(n));
@@ -342,6 +414,155 @@ impl Report {
         (h, files)
     }
 
+    /// The summary's figures for one limit, as a paragraph.
+    fn figures_html(&self, l: &LimitStats) -> String {
+        let (abusers, collateral) = l.refused_split(self.collateral_max());
+        let mut p = format!(
+            "<p class=\"figures\">{} requests, {} admitted, {} refused ({:.1} %). \
+             <b>{} keys refused of {} seen</b> ({} abusers, {} collateral).",
+            l.requests,
+            l.admitted,
+            l.denied(),
+            l.deny_ratio() * 100.0,
+            l.denied_key_count(),
+            escape(&l.keys_seen.text()),
+            abusers,
+            collateral
+        );
+        if let Some(m) = self.minutes(l) {
+            let _ = write!(
+                p,
+                " First minute with refusals: {} ({} refused); worst minute: {} ({} refused).",
+                m.0, m.1, m.2, m.3
+            );
+        }
+        let top: Vec<String> = l
+            .top_denied(5)
+            .iter()
+            .map(|(k, n)| format!("{} ({n})", escape(&key_label(k))))
+            .collect();
+        if !top.is_empty() {
+            let _ = write!(p, " Most refused: {}.", top.join(", "));
+        }
+        p.push_str("</p>\n");
+        p
+    }
+
+    /// The first clock minute with refusals and the worst: (minute, refused, minute, refused).
+    fn minutes(&self, l: &LimitStats) -> Option<(String, u64, String, u64)> {
+        let first_us = self.span_us.map_or(0, |s| s.0);
+        let into_minute = (first_us / 1_000_000 % 60) as usize;
+        let minutes = l.denied_per_minute(into_minute);
+        let start = first_us - first_us % 60_000_000;
+        let first = minutes.iter().position(|&n| n > 0)?;
+        let worst = (0..minutes.len()).max_by_key(|&i| (minutes[i], usize::MAX - i))?;
+        Some((
+            utc(start + first as u64 * 60_000_000),
+            minutes[first],
+            utc(start + worst as u64 * 60_000_000),
+            minutes[worst],
+        ))
+    }
+
+    /// The candidates of one limit side by side: their admitted and refused over time, and
+    /// whom each refused.
+    fn candidates_html(
+        &self,
+        c: &CandidateSet,
+        chart: &mut dyn FnMut(String, String) -> String,
+    ) -> String {
+        let limits: Vec<&LimitStats> = c
+            .limits
+            .iter()
+            .filter_map(|&i| self.limits.get(i))
+            .collect();
+        let Some(first) = limits.first() else {
+            return String::new();
+        };
+        let cmax = self.collateral_max();
+        let mut h = format!(
+            "<h2>Candidates for {}: side by side</h2>\n<p>The same limit ({}, {}) at {} \
+             values, each replayed on its own.</p>\n",
+            escape(&c.of),
+            first.algorithm,
+            escape(&first.quota),
+            limits.len()
+        );
+        let len = limits.iter().map(|l| l.per_second.len()).max().unwrap_or(0);
+        let bin = chart::bin_seconds(len, Some(first.period.as_secs()));
+        let requests: Vec<u32> = first.per_second.iter().map(|p| p[0]).collect();
+        let mut names: Vec<String> = Vec::new();
+        for l in &limits {
+            names.push(format!("{} admitted", l.quota));
+            names.push(format!("{} refused", l.quota));
+        }
+        let mut series = vec![Series {
+            color: Some(7),
+            ..Series::new("requests", chart::rebin(&requests, bin))
+        }];
+        for (k, l) in limits.iter().enumerate() {
+            let admitted: Vec<u32> = l.per_second.iter().map(|p| p[1]).collect();
+            let color = if k >= 7 { k + 1 } else { k };
+            series.push(Series {
+                color: Some(color),
+                ..Series::new(&names[2 * k], chart::rebin(&admitted, bin))
+            });
+            series.push(Series {
+                color: Some(color),
+                dashed: true,
+                ..Series::new(
+                    &names[2 * k + 1],
+                    chart::rebin(&l.refused_per_second(), bin),
+                )
+            });
+        }
+        let levels: Vec<Level> = if first.keyed {
+            Vec::new()
+        } else {
+            limits.iter().map(|l| level(l, bin)).collect()
+        };
+        h.push_str(&chart(
+            format!("{}-candidates", c.of),
+            chart::lines(
+                &format!(
+                    "{}: admitted (solid) and refused (dashed) per candidate",
+                    c.of
+                ),
+                "requests",
+                TimeAxis {
+                    start_us: first.start_us,
+                    bin_s: bin,
+                },
+                &series,
+                &levels,
+                &self.marks,
+            ),
+        ));
+        let labels: Vec<String> = limits.iter().map(|l| l.quota.clone()).collect();
+        let split: Vec<(u64, u64)> = limits.iter().map(|l| l.refused_split(cmax)).collect();
+        let seen = first.keys_seen.text();
+        h.push_str(&chart(
+            format!("{}-candidates-keys", c.of),
+            chart::stacked(
+                &format!("{}: keys refused per candidate, of {seen} seen", c.of),
+                "keys refused",
+                &labels,
+                &[
+                    (
+                        &format!("abusers (refused > {cmax} times)"),
+                        split.iter().map(|s| s.0).collect(),
+                    ),
+                    (
+                        &format!("collateral (≤ {cmax} times)"),
+                        split.iter().map(|s| s.1).collect(),
+                    ),
+                ],
+                None,
+                true,
+            ),
+        ));
+        h
+    }
     /// Writes [`Report::html`] to `dir/index.html` (creating `dir`), and each chart beside
     /// it as an SVG file of its own (`admitted.svg`, `<limit>-per-second.svg`,
     /// `<limit>-keys.svg`, `<limit>-retry-after.svg`, for docs); returns the page's path.
@@ -366,19 +587,216 @@ impl Report {
     }
 }
 
+/// A key as charts show it.
+fn key_label(k: &str) -> String {
+    if k.is_empty() {
+        "(no key)".to_owned()
+    } else {
+        Printable::new(k).to_string()
+    }
+}
+
+/// The limit as a level on a chart of bins of `bin_s` seconds.
+fn level(l: &LimitStats, bin_s: u64) -> Level {
+    let period = l.period.as_secs_f64();
+    let at = l.limit as f64 * bin_s as f64 / period;
+    let label = if (bin_s as f64 - period).abs() < 1e-9 {
+        format!("limit: {}", l.quota)
+    } else {
+        format!("limit {}: {:.1} {}", l.quota, at, chart::per_bin(bin_s))
+    };
+    Level { at, label }
+}
+
+/// A limit's most refused keys over time: each key's requests (solid) and refusals (dashed,
+/// its colour), and the limit.
+fn timeline_chart(l: &LimitStats, timelines: &[KeyTimeline]) -> String {
+    let len = timelines
+        .iter()
+        .map(|t| t.requests.len())
+        .max()
+        .unwrap_or(0);
+    let bin = chart::bin_seconds(len, Some(l.period.as_secs()));
+    let names: Vec<(String, String)> = timelines
+        .iter()
+        .map(|t| {
+            let k = key_label(&t.key);
+            (format!("{k} requests"), format!("{k} refused"))
+        })
+        .collect();
+    let mut series = Vec::new();
+    for (k, (t, (req, refd))) in timelines.iter().zip(&names).enumerate() {
+        series.push(Series {
+            color: Some(k),
+            ..Series::new(req, chart::rebin(&t.requests, bin))
+        });
+        series.push(Series {
+            color: Some(k),
+            dashed: true,
+            ..Series::new(refd, chart::rebin(&t.refused, bin))
+        });
+    }
+    chart::lines(
+        &format!(
+            "{}: the {} most refused keys over time",
+            l.name,
+            timelines.len()
+        ),
+        "requests",
+        TimeAxis {
+            start_us: l.start_us,
+            bin_s: bin,
+        },
+        &series,
+        &[level(l, bin)],
+        &[],
+    )
+}
+
+/// The suggestion's section: per window length, the busiest periods' percentiles, the
+/// suggestion per algorithm, and every candidate replayed with whom it refused.
+fn suggestion_html(s: &Suggestion, chart: &mut dyn FnMut(String, String) -> String) -> String {
+    let mut h = String::new();
+    let key = if s.key_parts.is_empty() {
+        "no key (one global counter)".to_owned()
+    } else {
+        s.key_parts.join(",")
+    };
+    let _ = writeln!(
+        h,
+        "<h2>Suggested limits, keyed as {} ({})</h2>\n<p>Each suggestion is the smallest \
+         candidate that, <b>replayed</b> with the real rules, refused at most {} of keys \
+         ({} of {} keys; {} distinct). Candidates are 1× to 2× the value only that share of \
+         keys exceeded in their busiest clock-aligned window. Abusers: keys refused more \
+         than {} times; collateral: {} times or fewer. {} suspect keys ({} requests) were \
+         replayed; every other key is below what any candidate could refuse.</p>",
+        escape(&s.limit),
+        escape(&key),
+        share_text(s.refuse_share),
+        s.target_keys,
+        s.keys,
+        escape(&s.distinct.text()),
+        s.collateral_max,
+        s.collateral_max,
+        s.suspects,
+        s.suspect_requests
+    );
+    h.push_str("<table><tr><th>window</th>");
+    for (p, _) in s.windows.first().map_or(&[][..], |w| &w.percentiles[..]) {
+        if *p >= 100.0 {
+            h.push_str("<th>max</th>");
+        } else {
+            let _ = write!(h, "<th>p{p}</th>");
+        }
+    }
+    h.push_str("<th>suggested</th></tr>\n");
+    for w in &s.windows {
+        let _ = write!(h, "<tr><td>busiest {} of a key</td>", human(w.window));
+        for (_, v) in &w.percentiles {
+            let _ = write!(h, "<td>{v}</td>");
+        }
+        let picks: Vec<String> = w
+            .algorithms
+            .iter()
+            .map(|a| match a.chosen {
+                Some(c) => format!(
+                    "{} {}/{}",
+                    a.algorithm.name(),
+                    a.candidates[c].limit,
+                    human(w.window)
+                ),
+                None => format!("{} –", a.algorithm.name()),
+            })
+            .collect();
+        let _ = writeln!(h, "<td>{}</td></tr>", picks.join("<br>"));
+    }
+    h.push_str("</table>\n");
+    for w in &s.windows {
+        let tried: usize = w.algorithms.iter().map(|a| a.candidates.len()).sum();
+        let _ = writeln!(
+            h,
+            "<h3>Per {}</h3>\n<details><summary>The {tried} candidates replayed</summary>",
+            human(w.window)
+        );
+        h.push_str(
+            "<table><tr><th>algorithm</th><th>limit</th><th>keys refused</th><th>abusers</th>\
+             <th>collateral</th><th>requests refused</th><th>most refused</th></tr>\n",
+        );
+        let mut labels = Vec::new();
+        let (mut abusers, mut collateral) = (Vec::new(), Vec::new());
+        for a in &w.algorithms {
+            for (i, c) in a.candidates.iter().enumerate() {
+                let chosen = a.chosen == Some(i);
+                let top: Vec<String> = c
+                    .top
+                    .iter()
+                    .map(|(k, n)| format!("{} ({n})", escape(&key_label(k))))
+                    .collect();
+                let _ = writeln!(
+                    h,
+                    "<tr{}><td>{}</td><td>{} per {}{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                     <td>{}</td><td>{}</td></tr>",
+                    if chosen { " class=\"chosen\"" } else { "" },
+                    a.algorithm.name(),
+                    c.limit,
+                    human(w.window),
+                    if chosen { " ← suggested" } else { "" },
+                    c.refused_keys(),
+                    c.abusers,
+                    c.collateral,
+                    c.refused_requests,
+                    top.join(", ")
+                );
+                labels.push(format!(
+                    "{} {}/{}{}",
+                    a.algorithm.name(),
+                    c.limit,
+                    human(w.window),
+                    if chosen { " ◀" } else { "" }
+                ));
+                abusers.push(c.abusers);
+                collateral.push(c.collateral);
+            }
+        }
+        h.push_str("</table></details>\n");
+        let abusers_name = format!("abusers (refused > {} times)", s.collateral_max);
+        let collateral_name = format!("collateral (≤ {} times)", s.collateral_max);
+        h.push_str(&chart(
+            format!("suggest-{}", human(w.window)),
+            chart::stacked(
+                &format!(
+                    "candidates per {}: keys refused (◀ suggested), of {} keys",
+                    human(w.window),
+                    s.keys
+                ),
+                "keys refused",
+                &labels,
+                &[(&abusers_name, abusers), (&collateral_name, collateral)],
+                Some(Level {
+                    at: s.target_keys as f64,
+                    label: format!("{} of keys: {}", share_text(s.refuse_share), s.target_keys),
+                }),
+                true,
+            ),
+        ));
+    }
+    h
+}
+
 /// The requests per second every limit saw (they all see every request: the first's).
-fn requests_per_second(limits: &[LimitStats]) -> Vec<f64> {
+fn requests_per_second(limits: &[LimitStats]) -> Vec<u32> {
     limits
         .iter()
         .max_by_key(|l| l.per_second.len())
-        .map(|l| l.per_second.iter().map(|p| f64::from(p[0])).collect())
+        .map(|l| l.per_second.iter().map(|p| p[0]).collect())
         .unwrap_or_default()
 }
 
-const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;\
+const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1040px;margin:2em auto;\
 color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;\
 padding:.3em .6em;text-align:right}td:first-child,th:first-child{text-align:left}\
-figure{margin:1em 0}.met{color:#176017}.unmet{color:#a11}";
+figure{margin:1em 0}.met{color:#176017}.unmet{color:#a11}tr.chosen{background:#eef6ee;\
+font-weight:bold}svg{max-width:100%;height:auto}";
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")

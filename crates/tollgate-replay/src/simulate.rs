@@ -215,6 +215,12 @@ fn burst_at_edge(options: &SimOptions, report: &mut Report) -> Result<(), Replay
             events.push((edge + i * tenth / n, "c".to_owned()));
         }
         run_events(std::slice::from_ref(limit), &events, report)?;
+        if !report.marks.iter().any(|m| m.at_us == edge) {
+            report.marks.push(crate::chart::Mark {
+                at_us: edge,
+                label: format!("window edge {}", &crate::report::utc(edge)[11..19]),
+            });
+        }
     }
     report.lines = report.limits.iter().map(|l| l.requests).sum();
     for l in &report.limits {

@@ -8,3 +8,4 @@ mod reading;
 mod redis;
 mod replay;
 mod simulate;
+mod suggest;

@@ -56,6 +56,40 @@ pub struct ReplayArgs {
     /// Write an HTML report with SVG charts to DIR/index.html.
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
+    /// Also suggest limits for the key of the first limit replayed: per window length (1 s,
+    /// 10 s, 1 min, 10 min, 1 h) and algorithm, the smallest candidate that, replayed,
+    /// refuses no more than --refuse-share of the keys (the log is read three more times).
+    #[arg(long)]
+    suggest: bool,
+    /// With --suggest: the share of keys a suggested limit may refuse, as a fraction or a
+    /// percentage (0.001 or 0.1%).
+    #[arg(long, default_value = "0.1%", value_parser = parse_share, value_name = "SHARE")]
+    refuse_share: f64,
+    /// A key refused at most this many times is collateral (an ordinary client caught by a
+    /// burst); more often, an abuser.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    collateral_max: u64,
+    /// Also replay the first limit at these limits (units per its period), side by side:
+    /// e.g. 50,100,200.
+    #[arg(long, value_delimiter = ',', value_name = "LIMITS")]
+    candidates: Vec<u64>,
+}
+
+/// `0.001`, `0.1%`: a share between 0 and 1.
+fn parse_share(text: &str) -> Result<f64, String> {
+    let (number, scale) = match text.trim().strip_suffix('%') {
+        Some(pct) => (pct.trim(), 100.0),
+        None => (text.trim(), 1.0),
+    };
+    let share = number
+        .parse::<f64>()
+        .map_err(|e| format!("{text:?}: {e}"))?
+        / scale;
+    if share > 0.0 && share < 1.0 {
+        Ok(share)
+    } else {
+        Err(format!("{text:?}: a share is above 0 and below 1 (100 %)"))
+    }
 }
 
 /// `tollgate simulate` options.
@@ -220,8 +254,25 @@ impl ReplayArgs {
         if !envoy && self.domain.is_some() {
             anyhow::bail!("--domain is for an Envoy directory as --config");
         }
+        if envoy && (self.suggest || !self.candidates.is_empty()) {
+            anyhow::bail!(
+                "--suggest and --candidates replay a tollgate.toml's limits; not an Envoy directory"
+            );
+        }
         let config = load_config(&self.config)?;
-        let limits = limits_of(&config, &self.limit)?;
+        let mut limits = limits_of(&config, &self.limit)?;
+        let mut candidates = None;
+        if !self.candidates.is_empty() {
+            let first = limits[0].clone();
+            let extra = tollgate_replay::suggest::candidate_limits(&first, &self.candidates)?;
+            candidates = Some(tollgate_replay::report::CandidateSet {
+                of: first.name().to_owned(),
+                limits: std::iter::once(0)
+                    .chain(limits.len()..limits.len() + extra.len())
+                    .collect(),
+            });
+            limits.extend(extra);
+        }
         let redis = match &self.redis {
             Some(url) => Some(
                 tollgate_redis::RedisStore::builder(url.as_str())
@@ -270,17 +321,49 @@ impl ReplayArgs {
             tollgate_replay::replay_log_routed(
                 reader,
                 &format!("{title}, domain {}", rules.domain),
-                limits,
+                limits.clone(),
                 &options,
                 &route,
                 &mut progress,
             )
             .await?
         } else {
-            tollgate_replay::replay_log(reader, &title, limits, &options, &mut progress).await?
+            tollgate_replay::replay_log(reader, &title, limits.clone(), &options, &mut progress)
+                .await?
         };
         if let Some(bar) = bar {
             bar.finish_and_clear();
+        }
+        let mut report = report;
+        report.candidates = candidates;
+        report.collateral_max = Some(self.collateral_max);
+        let open = || File::open(&self.log).map(|f| BufReader::with_capacity(1 << 16, f));
+        if self.report.is_some() && !envoy {
+            // The most refused keys' timelines: the log read once more, for those keys only.
+            let keys: Vec<Vec<String>> = report
+                .limits
+                .iter()
+                .map(|l| {
+                    l.top_denied(tollgate_replay::report::TIMELINE_KEYS)
+                        .into_iter()
+                        .map(|(k, _)| k.to_owned())
+                        .collect()
+                })
+                .collect();
+            report.timelines = tollgate_replay::key_timelines(open()?, &limits, &options, &keys)?;
+        }
+        if self.suggest {
+            let suggest = tollgate_replay::SuggestOptions {
+                refuse_share: self.refuse_share,
+                collateral_max: self.collateral_max,
+                ..tollgate_replay::SuggestOptions::default()
+            };
+            report.suggestion = Some(tollgate_replay::suggest(
+                &mut || open(),
+                &limits[0],
+                &options,
+                &suggest,
+            )?);
         }
         publish(&report, self.report.as_ref())
     }

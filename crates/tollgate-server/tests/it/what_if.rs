@@ -86,10 +86,89 @@ fn replay_of_the_example_log() {
         out.contains("most refused (1 keys in all): user=scraper (90)"),
         "{out}"
     );
+    assert!(
+        out.contains("1 keys refused of 14 seen: 1 abusers"),
+        "{out}"
+    );
     // Every limit side by side, then each: its series; the three that refuse also their
-    // most refused keys and their waits.
-    let dom = assert_page(&report, 1 + 4 + 2 * 3);
+    // most refused keys, those keys over time, and their waits.
+    let dom = assert_page(&report, 1 + 4 + 3 * 3);
     assert!(dom.contains("user=scraper"));
+    assert!(dom.contains("1 keys refused of 14 seen"), "{dom}");
+    assert!(dom.contains("the 1 most refused keys over time"), "{dom}");
+    // Clock time on the x axis, the limit drawn (per-user limits: on the keys' timelines).
+    assert!(
+        dom.contains("09:01:00") && dom.contains("limit 100 per 1m: 1.7 per second"),
+        "{dom}"
+    );
+}
+
+/// `--suggest` and `--candidates` on the shipped log: the suggestion per window length and
+/// algorithm (the log is three minutes: 1 s, 10 s and 1 min), the candidates side by side,
+/// and the page drawn whole.
+#[test]
+fn replay_suggests_limits_and_compares_candidates() {
+    let dir = tempfile::tempdir().expect("dir");
+    let report = dir.path().join("report");
+    let (ok, out, err) = tollgate(&[
+        "replay",
+        "examples/access.log",
+        "--config",
+        "examples/tollgate.toml",
+        "--key",
+        "user=$remote_user",
+        "--limit",
+        "sms",
+        "--suggest",
+        "--refuse-share",
+        "10%",
+        "--candidates",
+        "50,200",
+        "--report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("to refuse at most 10 % of keys (1 of 14 keys; 14 distinct)"),
+        "{out}"
+    );
+    assert!(out.contains("per 1m: busiest 1m of each key"), "{out}");
+    // Per minute the scraper (130) is the one key over the rest: refused, and no one else.
+    let gcra = out
+        .lines()
+        .skip_while(|l| !l.contains("per 1m: busiest"))
+        .find(|l| l.trim_start().starts_with("gcra"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        gcra.contains("refuses 1 keys (1 abusers, 0 collateral)") && gcra.contains("user=scraper"),
+        "{gcra}"
+    );
+    let row = summary_row(&out, "sms-at-50");
+    assert_eq!(row[row.len() - 2], "240", "{out}");
+    // Side by side (3 limits); the suggestion per window (3); the candidates over time and
+    // whom each refused (2); each limit's series (3), and for the two that refuse their keys,
+    // timelines and waits (2 × 3).
+    let dom = assert_page(&report, 1 + 3 + 2 + 3 + 2 * 3);
+    assert!(
+        dom.contains("Suggested limits, keyed as sms (user)"),
+        "{dom}"
+    );
+    assert!(dom.contains("← suggested"), "{dom}");
+    assert!(dom.contains("Candidates for sms: side by side"), "{dom}");
+    refused(
+        &[
+            "replay",
+            "examples/access.log",
+            "--config",
+            "examples/tollgate.toml",
+            "--key",
+            "user=$remote_user",
+            "--suggest",
+            "--refuse-share",
+            "150%",
+        ],
+        "a share is above 0 and below 1",
+    );
 }
 
 /// Bad input: an unknown field and an unmapped key part are refused before reading, with
@@ -256,5 +335,7 @@ fn simulate_burst_at_edge() {
     assert_eq!(out.matches("✓ expected").count(), 5, "{out}");
     assert!(!out.contains("✗"), "{out}");
     // Side by side, then five series, and keys and waits for the four that refuse.
-    assert_page(&report, 1 + 5 + 2 * 4);
+    let dom = assert_page(&report, 1 + 5 + 2 * 4);
+    // The window's edge is marked.
+    assert!(dom.contains("window edge 08:02:00"), "{dom}");
 }
