@@ -239,7 +239,7 @@ pub fn lines(
                     .collect();
                 // Earlier lines wider, so that a line under another equal to it still shows
                 // at its edges.
-                let width = (6 - i.min(4) as u32).max(2);
+                let width = 4 - i.min(2) as u32;
                 if dashed {
                     chart.draw_series(DashedLineSeries::new(pts, 6, 3, c.stroke_width(2)))?;
                 } else {

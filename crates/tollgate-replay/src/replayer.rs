@@ -231,9 +231,12 @@ impl Replayer {
         second: usize,
         key_parts: &[(&str, &str)],
     ) {
-        stats.keys_seen.add(crate::key_count::hash_parts(
-            key_parts.iter().map(|(_, v)| *v),
-        ));
+        // An unkeyed limit has one key: counted once, not hashed for every request.
+        if !key_parts.is_empty() || stats.requests == 0 {
+            stats.keys_seen.add(crate::key_count::hash_parts(
+                key_parts.iter().map(|(_, v)| *v),
+            ));
+        }
         let key = Key::new(&self.namespace, limit, key_parts);
         let request =
             SingleRequest::new(limit, &key, 1).expect("a cost of one unit fits every limit");

@@ -19,12 +19,13 @@
 //!
 //! The log is read three times (so `suggest` takes a way to open it again):
 //!
-//! 1. Each key's busiest periods: per live key, 144 bytes (its 64-bit hash, its last
+//! 1. Each key's busiest periods: per live key, 136 bytes (its 64-bit hash, its last
 //!    second, and per window length the counts of the current aligned window and the two
-//!    before it, and the busiest one, two and three adjacent windows). A key quiet for an
-//!    hour (the longest window) is folded into one histogram per window length (of its
-//!    busiest single window) and forgotten. Then the values the share exceeds, and the
-//!    candidates.
+//!    before it, and the busiest one, two and three adjacent windows), in one of 64 hash
+//!    tables (so that a table growing copies a 64th of the keys, not all of them). A key
+//!    quiet for an hour (the longest window) is folded into one histogram per window
+//!    length (of its busiest single window) and forgotten. Then the values the share
+//!    exceeds, and the candidates.
 //! 2. The same again, this time keeping, of the keys folded, only the *suspects*: keys some
 //!    candidate could refuse. A key is not one when it sent no more requests in all than
 //!    the candidate's value, or when its busiest windows stay within the value: for a fixed
@@ -37,7 +38,7 @@
 //!    candidate (the rules of `tollgate::rules`, the arithmetic the memory store runs),
 //!    dropped after two hours quiet (every rule is back to a full quota by then).
 //!
-//! Memory is then: live keys × 144 bytes (plus the hash map's slack) in passes 1 and 2,
+//! Memory is then: live keys × 136 bytes (plus the tables' slack: 1.14× to 2.3×) in passes 1 and 2,
 //! plus the suspects (72 bytes each) and, in pass 3, the live suspects' states (one per
 //! candidate that could refuse them) and the keys refused. Nothing grows with the log's length. A key quiet for an hour and back
 //! counts as two keys in the distribution (its two busy spells), which keeps pass 1 within
@@ -186,11 +187,12 @@ pub struct Suggestion {
     pub windows: Vec<WindowSuggestion>,
 }
 
-/// Per live key, in passes 1 and 2: 136 bytes, 144 with its hash.
+/// Per live key, in passes 1 and 2: 128 bytes, 136 with its hash (in one of 64 tables).
 #[derive(Debug, Clone, Copy, Default)]
 struct Busy {
-    /// Seconds since the epoch of its last request.
-    last: u64,
+    /// The second of its last request, counted from a whole hour before the log's start
+    /// (so that every window length's alignment is the epoch's).
+    last: u32,
     /// Per window length: the current aligned window's count and the two before it.
     cur: [[u32; 3]; N],
     /// Per window length: the busiest one, two and three adjacent aligned windows.
@@ -199,17 +201,20 @@ struct Busy {
 }
 
 impl Busy {
-    fn add(&mut self, second: u64) {
+    /// Counts a request at `second`, whose windows start at `starts` ([`window_starts`]).
+    fn add(&mut self, second: u32, starts: &[u32; N]) {
         for (i, w) in WINDOWS.iter().enumerate() {
-            let w = w.as_secs();
+            let (w, start) = (w.as_secs() as u32, starts[i]);
             let c = &mut self.cur[i];
-            if self.total > 0 {
-                match second / w - self.last / w {
-                    0 => {}
-                    1 => *c = [0, c[0], c[1]],
-                    2 => *c = [0, 0, c[0]],
-                    _ => *c = [0, 0, 0],
-                }
+            if self.total > 0 && self.last < start {
+                // The last request's window is not this one: one, two or more before it.
+                *c = if self.last + w >= start {
+                    [0, c[0], c[1]]
+                } else if self.last + 2 * w >= start {
+                    [0, 0, c[0]]
+                } else {
+                    [0, 0, 0]
+                };
             }
             c[0] += 1;
             let m = &mut self.max[i];
@@ -220,6 +225,17 @@ impl Busy {
         self.total = self.total.saturating_add(1);
         self.last = second;
     }
+}
+
+/// Where each window length's window holding `second` starts (no division per request: once
+/// per second of the log).
+fn window_starts(second: u32) -> [u32; N] {
+    let mut starts = [0; N];
+    for (s, w) in starts.iter_mut().zip(WINDOWS) {
+        let w = w.as_secs() as u32;
+        *s = second - second % w;
+    }
+    starts
 }
 
 /// What a suspect needs in pass 3: its busiest windows and total (of all its spells).
@@ -270,32 +286,56 @@ fn busiest_pass<R: BufRead>(
     peak_live: &mut u64,
     fold: &mut dyn FnMut(u64, &Busy),
 ) -> Result<Pass, ReplayError> {
-    let mut live: HashMap<u64, Busy, BuildPrehashed> = HashMap::default();
-    let mut next_sweep = 0_u64;
+    // Sharded by the hash's top bits, so that a shard growing copies 1/64 of the keys, not
+    // all of them (one table of ten million would hold its old and new tables at once).
+    const SHARDS: usize = 64;
+    let mut live: Vec<HashMap<u64, Busy, BuildPrehashed>> =
+        (0..SHARDS).map(|_| HashMap::default()).collect();
+    let mut next_sweep = 0_u32;
+    let mut base = None;
+    let (mut starts, mut starts_of) = (window_starts(0), 0);
     let mut distinct = distinct;
-    let pass = each_decided(reader, options, &mut |now, _, event| {
-        let second = now / 1_000_000;
+    let held = |live: &[HashMap<u64, Busy, BuildPrehashed>]| {
+        live.iter().map(|m| m.len() as u64).sum::<u64>()
+    };
+    let pass = each_decided(reader, options, &mut |now, start, event| {
+        let base = *base.get_or_insert(start / 1_000_000 / 3_600 * 3_600);
+        let second = (now / 1_000_000 - base) as u32;
         let h = hash_parts(parts.iter().map(|(_, i)| event.values[*i].as_str()));
         if let Some(d) = &mut distinct {
             d.add(h);
         }
-        live.entry(h).or_default().add(second);
+        if second != starts_of {
+            starts = window_starts(second);
+            starts_of = second;
+        }
+        live[(h >> 58) as usize]
+            .entry(h)
+            .or_default()
+            .add(second, &starts);
         if second >= next_sweep {
-            *peak_live = (*peak_live).max(live.len() as u64);
+            *peak_live = (*peak_live).max(held(&live));
             if next_sweep > 0 {
-                live.retain(|h, b| {
-                    let keep = b.last + QUIET_S > second;
-                    if !keep {
-                        fold(*h, b);
+                for shard in &mut live {
+                    shard.retain(|h, b| {
+                        let keep = u64::from(b.last) + QUIET_S > u64::from(second);
+                        if !keep {
+                            fold(*h, b);
+                        }
+                        keep
+                    });
+                    // A table does not shrink by itself: after a busy hour it would keep its
+                    // peak's room.
+                    if shard.capacity() > 4 * shard.len() + 1_024 {
+                        shard.shrink_to_fit();
                     }
-                    keep
-                });
+                }
             }
-            next_sweep = second + SWEEP_S;
+            next_sweep = second + SWEEP_S as u32;
         }
     })?;
-    *peak_live = (*peak_live).max(live.len() as u64);
-    for (h, b) in &live {
+    *peak_live = (*peak_live).max(held(&live));
+    for (h, b) in live.iter().flatten() {
         fold(*h, b);
     }
     Ok(pass)
@@ -679,8 +719,8 @@ mod tests {
     #[test]
     fn busiest_windows_are_clock_aligned() {
         let mut b = Busy::default();
-        for s in [100, 100, 100, 101, 109, 110] {
-            b.add(s);
+        for s in [100_u32, 100, 100, 101, 109, 110] {
+            b.add(s, &window_starts(s));
         }
         assert_eq!(b.max[0], [3, 4, 4], "100, then 100 and 101, then 99 to 101");
         assert_eq!(b.max[1], [5, 6, 6], "100..=109 is one 10 s window");
