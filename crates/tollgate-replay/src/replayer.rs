@@ -65,20 +65,7 @@ impl Replayer {
         let runs = limits
             .into_iter()
             .map(|limit| {
-                let parts = limit
-                    .key_parts()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|part| {
-                        mapping
-                            .index_of(part)
-                            .map(|i| (part.clone(), i))
-                            .ok_or_else(|| ReplayError::UnmappedPart {
-                                limit: limit.name().to_owned(),
-                                part: part.to_string(),
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let parts = crate::replay_log::key_indices(&limit, mapping)?;
                 let stats = LimitStats::new(&limit, track_admits);
                 Ok(Run {
                     limit,

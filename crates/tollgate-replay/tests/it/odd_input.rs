@@ -27,10 +27,17 @@ fn csv(rows: &[(&str, &str)]) -> Vec<u8> {
     log.into_bytes()
 }
 
+/// `log` (CSV) replayed against [`per_user`], keyed by its `user` column.
 async fn replay(log: Vec<u8>) -> Report {
+    replay_as(log, Some(LogFormat::Csv), "user=$user").await
+}
+
+/// `log` in `format` (`None`: detected) replayed against [`per_user`], `user` filled by
+/// `mapping`.
+async fn replay_as(log: Vec<u8>, format: Option<LogFormat>, mapping: &str) -> Report {
     let options = LogOptions {
-        format: Some(LogFormat::Csv),
-        mapping: KeyMapping::parse(&["user=$user"]).expect("mapping"),
+        format,
+        mapping: KeyMapping::parse(&[mapping]).expect("mapping"),
         ..LogOptions::default()
     };
     replay_log(
@@ -166,19 +173,7 @@ async fn format_is_detected_from_the_first_lines_that_parse() {
         |t: &str| format!(r#"10.0.0.1 - a [10/Oct/2026:{t} +0000] "GET / HTTP/1.1" 200 1 "-" "-""#);
     for first in ["", "10.0.0.1 - a [10/Oct/2026:13:0"] {
         let log = format!("{first}\n{}\n{}\n", line("13:00:00"), line("13:00:01"));
-        let options = LogOptions {
-            mapping: KeyMapping::parse(&["user=$remote_user"]).expect("mapping"),
-            ..LogOptions::default()
-        };
-        let report = replay_log(
-            Cursor::new(log.into_bytes()),
-            "t",
-            vec![per_user()],
-            &options,
-            &mut |_| {},
-        )
-        .await
-        .expect("replay");
+        let report = replay_as(log.into_bytes(), None, "user=$remote_user").await;
         assert!(
             report.title.contains("combined"),
             "{first:?}: {}",
@@ -206,19 +201,7 @@ async fn envoys_default_access_log_is_a_format() {
         "[2026-10-10T13:55:03.310Z] \"GET / HTTP/1.1\" 200".to_owned(),
     ]
     .join("\n");
-    let options = LogOptions {
-        mapping: KeyMapping::parse(&["user=$client"]).expect("mapping"),
-        ..LogOptions::default()
-    };
-    let report = replay_log(
-        Cursor::new(log.into_bytes()),
-        "t",
-        vec![per_user()],
-        &options,
-        &mut |_| {},
-    )
-    .await
-    .expect("replay");
+    let report = replay_as(log.into_bytes(), None, "user=$client").await;
     assert!(report.title.contains("envoy"), "{}", report.title);
     assert_eq!(
         report.malformed, 1,
