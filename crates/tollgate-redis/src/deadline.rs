@@ -21,7 +21,7 @@
 //! being answered; when Redis stops (a freeze), every call sent after its first millisecond
 //! of silence carries a deadline — the calls that pile up for the rest of the freeze, which
 //! are the ones Redis runs after their callers gave up. The few sent in that first
-//! millisecond are settled by `unanswered.rs`, like any charge whose reply came too late.
+//! millisecond are settled by `store/unanswered.rs`, like any charge whose reply came too late.
 //! (Scripts that read the server's clock anyway, every algorithm but GCRA's single-entry
 //! one, pay nothing more for a deadline: they read `TIME` once.)
 //!

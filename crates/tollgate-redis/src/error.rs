@@ -1,6 +1,6 @@
 //! Turns `redis::RedisError` into a classified [`StoreError`], in this one place, so the
 //! limiter and the breaker decide by kind (transient or not), never by message. Also the two
-//! errors of a coalesced call (`coalesce.rs`): one failure shared by every request of a batch
+//! errors of a coalesced call (`store/coalesce.rs`): one failure shared by every request of a batch
 //! (each gets the same kind, and the cause's text), and one request's own failure inside a
 //! batch, which the batch script reports as a string.
 

@@ -72,7 +72,7 @@ impl LeaseCall {
     }
 
     /// The call that gives back `units` granted in `window` and takes nothing: a grant whose
-    /// caller was gone when it arrived (`unanswered.rs`).
+    /// caller was gone when it arrived (`store/unanswered.rs`).
     pub(crate) fn give_back_only(&self, units: u64, window: u64) -> Cmd {
         LeaseCall {
             want: 0,

@@ -14,7 +14,7 @@
 //! denied call writes nothing. A request of a single limit runs that algorithm's
 //! single-entry script instead (same files, less Lua per call; GCRA's takes three arguments and
 //! answers one integer, its state, from which the Rust rule computes the decision). How the
-//! algorithms' scripts differ is written in one table (`src/script.rs`).
+//! algorithms' scripts differ is written in one table (`src/script/port.rs`).
 //!
 //! ## Coalesced calls
 //! Requests that arrive while calls to the same Redis (the same slot on a cluster) are in
@@ -61,11 +61,10 @@
 //!
 //! A call that timed out costs nothing: each check carries a deadline on the server's clock,
 //! and a script that starts after it writes nothing (`src/deadline.rs`); a call whose caller
-//! stopped waiting runs to its end and gives back what it charged (`src/unanswered.rs`). Reconnection is the `redis` crate's
+//! stopped waiting runs to its end and gives back what it charged (`src/store/unanswered.rs`). Reconnection is the `redis` crate's
 //! `ConnectionManager` (single) or cluster client's: one multiplexed connection, no pool.
 
 mod breaker;
-mod coalesce;
 mod deadline;
 mod error;
 mod lease;
@@ -78,17 +77,16 @@ mod sentinel;
 mod slot;
 mod store;
 mod store_builder;
+mod subscriber;
 mod tls;
-mod unanswered;
 
-pub use coalesce::DEFAULT_MAX_BATCH;
 pub use patience::longest_wait;
 pub use permissions::{COMMANDS, Needed, least_privilege_acl};
 pub use resets::reset_channel;
 #[doc(hidden)]
 pub use script::ScriptCall;
 pub use slot::slot_of;
-pub use store::RedisStore;
+pub use store::{DEFAULT_MAX_BATCH, RedisStore};
 pub use store_builder::{
     DEAD_CONNECTION_TIMEOUT, DEFAULT_COOL_DOWN, DEFAULT_FAILURE_THRESHOLD, DEFAULT_TIMEOUT,
     RedisStoreBuilder,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::task::JoinHandle;
 
-use crate::store::Subscriber;
+use crate::subscriber::Subscriber;
 
 /// The channel on which resets of keys under `prefix` are published.
 pub fn reset_channel(prefix: &str) -> String {

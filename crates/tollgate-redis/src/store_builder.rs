@@ -11,11 +11,11 @@ use redis::io::tcp::TcpSettings;
 use tollgate::StoreError;
 
 use crate::breaker::Breaker;
-use crate::coalesce::DEFAULT_MAX_BATCH;
 use crate::error::classify;
 use crate::node_options::NodeOptions;
 use crate::sentinel::{Sentinel, is_tls};
-use crate::store::{Connection, RedisStore, Subscriber};
+use crate::store::{Connection, DEFAULT_MAX_BATCH, RedisStore};
+use crate::subscriber::Subscriber;
 use crate::tls::{TlsOptions, install_crypto_provider};
 
 /// Default per-call timeout.
@@ -61,6 +61,51 @@ pub struct RedisStoreBuilder {
     sentinel_username: Option<String>,
     sentinel_password: Option<String>,
     permissions_for: Option<String>,
+}
+
+impl RedisStore {
+    /// A builder for a store on the single Redis at `url` (`redis://[:password@]host:port/[db]`).
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder::new(Target::Single(url.into()))
+    }
+
+    /// A builder for a store on the master that the sentinels at `sentinel_urls`
+    /// (`redis://host:26379`, any number) know as `master_name`, followed through failovers
+    /// without a restart (see `src/sentinel.rs`). TLS and credentials set on the builder
+    /// apply to the data nodes (which are reached over TLS when a TLS option is set or the
+    /// sentinels' URLs are `rediss://`); the sentinels' own credentials are
+    /// [`RedisStoreBuilder::sentinel_credentials`].
+    pub fn sentinel_builder<I, S>(
+        sentinel_urls: I,
+        master_name: impl Into<String>,
+    ) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::new(Target::Sentinel {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+        })
+    }
+
+    /// A builder for a store on the Redis Cluster reachable through `urls` (any subset of its
+    /// nodes; the others are discovered).
+    pub fn cluster_builder<I, S>(urls: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::new(Target::Cluster(urls.into_iter().map(Into::into).collect()))
+    }
+
+    /// Connects to the single Redis at `url` with default settings.
+    ///
+    /// # Errors
+    /// As [`RedisStoreBuilder::build`].
+    pub async fn connect(url: impl Into<String>) -> Result<RedisStore, StoreError> {
+        RedisStore::builder(url).build().await
+    }
 }
 
 impl RedisStoreBuilder {
@@ -242,78 +287,10 @@ impl RedisStoreBuilder {
                     Subscriber::Fixed(Box::new(client)),
                 )
             }
-            Target::Cluster(urls) => {
-                let infos = urls
-                    .iter()
-                    .map(|u| node.apply(u.as_str().into_connection_info().map_err(classify)?))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let subscriber = match infos.first() {
-                    Some(first) => Subscriber::Fixed(Box::new(node.client(first.clone())?)),
-                    None => {
-                        return Err(StoreError::Protocol(
-                            "a cluster needs at least one node".to_owned(),
-                        ));
-                    }
-                };
-                let mut builder = ClusterClientBuilder::new(infos)
-                    .tcp_settings(tcp_settings(self.nagle))
-                    .connection_timeout(self.connect_timeout)
-                    // Never shorter than the store's own timeout, which bounds every call
-                    // (retries and slot-map refreshes included) and says why it failed.
-                    .response_timeout(self.connect_timeout.max(self.timeout))
-                    // No retries inside the `redis` crate: it would send a check again after
-                    // a lost connection (its script may have run: charged twice), and under
-                    // concurrency its ASK redirections fail and trigger slot-map refreshes
-                    // that stall the connection (tests/it/resharding.rs). The store follows
-                    // redirections itself (`RedisStore::eval`); the crate still refreshes
-                    // its slot map on MOVED and reconnects after a failover.
-                    .retries(0);
-                if let Some(user) = &self.username {
-                    builder = builder.username(user);
-                }
-                if let Some(password) = &self.password {
-                    builder = builder.password(password);
-                }
-                if let Some(certs) = self.tls.certificates() {
-                    builder = builder.certs(certs);
-                }
-                if self.tls.insecure {
-                    builder = builder.tls(redis::TlsMode::Insecure);
-                }
-                let client = builder.build().map_err(classify)?;
-                let conn = client.get_async_connection().await.map_err(classify)?;
-                (Connection::Cluster(conn), subscriber)
-            }
+            Target::Cluster(urls) => self.connect_cluster(urls, &node).await?,
             Target::Sentinel { sentinels, master } => {
-                let sentinel_tls = sentinels
-                    .iter()
-                    .filter_map(|u| u.as_str().into_connection_info().ok())
-                    .any(|info| is_tls(info.addr()));
-                // Plaintext sentinels in front of TLS data nodes are common: the TLS options
-                // reach the sentinels only when their URLs ask for TLS.
-                let sentinel_options = NodeOptions {
-                    username: self.sentinel_username.clone(),
-                    password: self.sentinel_password.clone(),
-                    tls: if sentinel_tls {
-                        node.tls.clone()
-                    } else {
-                        TlsOptions::default()
-                    },
-                    ..node.clone()
-                };
-                let sentinel = Sentinel::connect(
-                    sentinels,
-                    sentinel_options,
-                    master.clone(),
-                    node,
-                    self.tls.is_set() || sentinel_tls,
-                    std::sync::Arc::clone(&breaker),
-                )
-                .await?;
-                (
-                    Connection::Sentinel(std::sync::Arc::clone(&sentinel)),
-                    Subscriber::Sentinel(sentinel),
-                )
+                self.connect_sentinel(sentinels, master, node, &breaker)
+                    .await?
             }
         };
         let store = RedisStore::from_parts(
@@ -335,6 +312,95 @@ impl RedisStoreBuilder {
         // The server's clock, for every check's deadline (`deadline.rs`).
         store.keep_clock().await;
         Ok(store)
+    }
+
+    /// The connection to the cluster reachable through `urls`, and where its resets are heard
+    /// (any node: pub/sub is broadcast).
+    async fn connect_cluster(
+        &self,
+        urls: &[String],
+        node: &NodeOptions,
+    ) -> Result<(Connection, Subscriber), StoreError> {
+        let infos = urls
+            .iter()
+            .map(|u| node.apply(u.as_str().into_connection_info().map_err(classify)?))
+            .collect::<Result<Vec<_>, _>>()?;
+        let subscriber = match infos.first() {
+            Some(first) => Subscriber::Fixed(Box::new(node.client(first.clone())?)),
+            None => {
+                return Err(StoreError::Protocol(
+                    "a cluster needs at least one node".to_owned(),
+                ));
+            }
+        };
+        let mut builder = ClusterClientBuilder::new(infos)
+            .tcp_settings(tcp_settings(self.nagle))
+            .connection_timeout(self.connect_timeout)
+            // Never shorter than the store's own timeout, which bounds every call
+            // (retries and slot-map refreshes included) and says why it failed.
+            .response_timeout(self.connect_timeout.max(self.timeout))
+            // No retries inside the `redis` crate: it would send a check again after
+            // a lost connection (its script may have run: charged twice), and under
+            // concurrency its ASK redirections fail and trigger slot-map refreshes
+            // that stall the connection (tests/it/resharding.rs). The store follows
+            // redirections itself (`RedisStore::eval`); the crate still refreshes
+            // its slot map on MOVED and reconnects after a failover.
+            .retries(0);
+        if let Some(user) = &self.username {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &self.password {
+            builder = builder.password(password);
+        }
+        if let Some(certs) = self.tls.certificates() {
+            builder = builder.certs(certs);
+        }
+        if self.tls.insecure {
+            builder = builder.tls(redis::TlsMode::Insecure);
+        }
+        let client = builder.build().map_err(classify)?;
+        let conn = client.get_async_connection().await.map_err(classify)?;
+        Ok((Connection::Cluster(conn), subscriber))
+    }
+
+    /// The connection to the master the `sentinels` know as `master`, followed through
+    /// failovers, and its resets heard on that master.
+    async fn connect_sentinel(
+        &self,
+        sentinels: &[String],
+        master: &str,
+        node: NodeOptions,
+        breaker: &std::sync::Arc<Breaker>,
+    ) -> Result<(Connection, Subscriber), StoreError> {
+        let sentinel_tls = sentinels
+            .iter()
+            .filter_map(|u| u.as_str().into_connection_info().ok())
+            .any(|info| is_tls(info.addr()));
+        // Plaintext sentinels in front of TLS data nodes are common: the TLS options
+        // reach the sentinels only when their URLs ask for TLS.
+        let sentinel_options = NodeOptions {
+            username: self.sentinel_username.clone(),
+            password: self.sentinel_password.clone(),
+            tls: if sentinel_tls {
+                node.tls.clone()
+            } else {
+                TlsOptions::default()
+            },
+            ..node.clone()
+        };
+        let sentinel = Sentinel::connect(
+            sentinels,
+            sentinel_options,
+            master.to_owned(),
+            node,
+            self.tls.is_set() || sentinel_tls,
+            std::sync::Arc::clone(breaker),
+        )
+        .await?;
+        Ok((
+            Connection::Sentinel(std::sync::Arc::clone(&sentinel)),
+            Subscriber::Sentinel(sentinel),
+        ))
     }
 }
 

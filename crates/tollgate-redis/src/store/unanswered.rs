@@ -29,9 +29,10 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use tollgate::StoreError;
 
+use super::redis_store::RedisStore;
 use crate::lease::LeaseCall;
+use crate::patience::GaveUp;
 use crate::script::{Part, invocation, split_batch};
-use crate::store::RedisStore;
 
 /// How long a call whose caller is gone is waited for before its settling is given up.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
@@ -62,6 +63,35 @@ pub(crate) struct Unanswered<'a> {
     store: &'a RedisStore,
     call: Option<Call>,
     charges: Charges<'a>,
+}
+
+impl RedisStore {
+    /// [`RedisStore::eval`] of `part`'s own call, given back if its caller stops waiting
+    /// before the reply and the reply says it charged (this module).
+    pub(crate) async fn eval_settled(&self, part: &Part) -> Result<Value, StoreError> {
+        Unanswered::new(self, invocation(part), Charges::One(part)).await
+    }
+
+    /// [`RedisStore::eval`] within the store's timeout, measured as every call's is (Redis's
+    /// silence, see [`crate::patience::Patience`]): a coalesced call, which no caller's own timeout bounds
+    /// (`coalesce.rs`).
+    /// A call given up on goes on in the background and is settled as `charges` says
+    /// (this module).
+    pub(crate) async fn eval_timed(
+        &self,
+        cmd: Cmd,
+        charges: Charges<'_>,
+    ) -> Result<Value, StoreError> {
+        let call = std::pin::pin!(Unanswered::new(self, cmd, charges));
+        let result = match self.inner.patience.wait(self.inner.timeout, call).await {
+            Ok(r) => r,
+            Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
+        };
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        result
+    }
 }
 
 impl<'a> Unanswered<'a> {

@@ -18,14 +18,14 @@
 //!   queue; when one call ends, what queued goes next, as one batch (or as one request's own
 //!   call, when only one queued). Batching adapts to load by itself: the longer calls take,
 //!   the more queues behind them.
-//! - **Sixteen calls in flight per queue** ([`MAX_IN_FLIGHT`]): a request goes out alone while
+//! - **Sixteen calls in flight per queue** ([`MAX_IN_FLIGHT`](super::coalescer::MAX_IN_FLIGHT)): a request goes out alone while
 //!   fewer are in flight, so up to sixteen concurrent requests go exactly as without
 //!   coalescing, pipelined on the connection; only beyond that do they queue and share calls.
 //!   The first design allowed two, which coalesced at any concurrency above two and cut
 //!   throughput where pipelining alone did better: at 16 concurrent tasks it made 0.42× the
 //!   decisions/s of one call per request, at 64 tasks 0.75× (docs/benchmarks.md). Sixteen
 //!   measured best of 2, 4, 8, 16, 32 and 64 at every concurrency from 4 to 256 tasks.
-//! - **Two batch calls in flight stop lone requests** ([`BATCHES_IN_FLIGHT`]): while two
+//! - **Two batch calls in flight stop lone requests** ([`BATCHES_IN_FLIGHT`](super::coalescer::BATCHES_IN_FLIGHT)): while two
 //!   batch calls of a queue are in flight, a new request queues for the next call that ends
 //!   even if fewer than sixteen calls are in flight. Once load has made batches, a lone call
 //!   costs much more per decision than a share of a batch (a write and a read on each side, and
@@ -37,7 +37,7 @@
 //!   docs/benchmarks.md ("Lone calls wait behind two batches"): at 256 tasks batches of 63
 //!   instead of 11, at 64 tasks of 7 instead of 3; below sixteen concurrent requests nothing
 //!   changes, since no batch forms.
-//! - **A cap on a batch**, [`DEFAULT_MAX_BATCH`] requests by default: a script blocks Redis
+//! - **A cap on a batch**, [`DEFAULT_MAX_BATCH`](super::DEFAULT_MAX_BATCH) requests by default: a script blocks Redis
 //!   while it runs, and 64 typical requests (a few µs of Lua each) keep that near one network
 //!   round trip (≈ 0.1–0.3 ms) while already sharing one call's overhead 64 ways; what queued
 //!   beyond it goes with the next call that ends, oldest first.
@@ -52,102 +52,23 @@
 //!   the one error left there, Redis out of memory refusing the script's first write, fails
 //!   the whole call before anything was charged: `lua/batch_gcra.lua`.) Each caller's own
 //!   timeout and circuit breaker apply as before
-//!   (`store.rs`): a caller that gives up leaves its request in the batch, like a call that
+//!   (`redis_store.rs`): a caller that gives up leaves its request in the batch, like a call that
 //!   timed out on the wire; its deadline keeps a batch sent too late from charging it
 //!   (`deadline.rs`), and a charge whose answer finds its caller gone is given back
 //!   (`unanswered.rs`).
 //! - **The batch runs in its own task**, not in a waiting caller's future, so that a caller
 //!   giving up (timeout, dropped future) never strands the others' answers.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
 
 use redis::Value;
 use tokio::sync::oneshot;
 use tollgate::StoreError;
 
+use super::coalescer::{Coalescer, Job, lock};
+use super::redis_store::RedisStore;
+use super::unanswered::{Charges, settle};
 use crate::error::shared;
 use crate::script::{Part, batch_invocation, invocation, split_batch};
-use crate::store::RedisStore;
-use crate::unanswered::{Charges, settle};
-
-/// The default cap on the requests of one batch call.
-pub const DEFAULT_MAX_BATCH: usize = 64;
-
-/// Calls of one queue in flight at once, lone or batch: below it a request goes out alone,
-/// pipelined as without coalescing; at it, requests queue for the next call that ends.
-const MAX_IN_FLIGHT: usize = 16;
-
-/// Batch calls of one queue in flight at which new requests stop going out alone and queue
-/// for the next call that ends (see the module docs).
-const BATCHES_IN_FLIGHT: usize = 2;
-
-/// The queues of one store.
-pub(crate) struct Coalescer {
-    queues: Box<[Mutex<Queue>]>,
-    max_batch: usize,
-    /// Batch calls made and the requests they carried, for the tests and the benchmark.
-    pub(crate) batches: AtomicU64,
-    pub(crate) batched: AtomicU64,
-}
-
-/// One queue: how many calls are in flight (and how many of them are batches), and what
-/// waits for one to end.
-#[derive(Default)]
-struct Queue {
-    in_flight: usize,
-    batches: usize,
-    pending: Vec<Job>,
-}
-
-impl Queue {
-    /// Whether a new request may go out alone now; if so, counts its call in flight.
-    fn start_alone(&mut self) -> bool {
-        if self.in_flight >= MAX_IN_FLIGHT || self.batches >= BATCHES_IN_FLIGHT {
-            return false;
-        }
-        self.in_flight += 1;
-        true
-    }
-
-    /// A call ended (a batch or not): the oldest requests queued meanwhile, at most
-    /// `max_batch`, for it to carry next (its slot in flight passes to them, counted as a
-    /// batch when they are two or more); `None`, and one call fewer in flight, when nothing
-    /// is queued.
-    fn end(&mut self, was_batch: bool, max_batch: usize) -> Option<Vec<Job>> {
-        if was_batch {
-            self.batches -= 1;
-        }
-        if self.pending.is_empty() {
-            self.in_flight -= 1;
-            return None;
-        }
-        let jobs: Vec<Job> = if self.pending.len() <= max_batch {
-            std::mem::take(&mut self.pending)
-        } else {
-            self.pending.drain(..max_batch).collect()
-        };
-        if jobs.len() > 1 {
-            self.batches += 1;
-        }
-        Some(jobs)
-    }
-
-    /// Calls `jobs` (taken by [`Queue::end`]) that could not be sent: their slot is freed.
-    fn abandon(&mut self, jobs: &[Job]) {
-        if jobs.len() > 1 {
-            self.batches -= 1;
-        }
-        self.in_flight -= 1;
-    }
-}
-
-/// A queued request: its call (its share of a batch, or sent as its own call when it goes
-/// alone), and where its answer goes.
-struct Job {
-    part: Part,
-    answer: oneshot::Sender<Result<Value, StoreError>>,
-}
 
 /// Ends a call's flight when dropped (answered, failed, or its caller gone): what queued
 /// meanwhile goes next.
@@ -166,26 +87,6 @@ impl Drop for Flight<'_> {
 }
 
 impl Coalescer {
-    /// `queues` queues (1 on a single Redis, one per slot on a cluster), `max_batch` requests
-    /// at most per call.
-    pub(crate) fn new(queues: usize, max_batch: usize) -> Coalescer {
-        Coalescer {
-            queues: (0..queues).map(|_| Mutex::default()).collect(),
-            max_batch: max_batch.max(1),
-            batches: AtomicU64::new(0),
-            batched: AtomicU64::new(0),
-        }
-    }
-
-    /// Calls in flight and, of them, batch calls, over all queues (tests: after a load, both
-    /// are back to zero, whatever failed meanwhile).
-    pub(crate) fn in_flight(&self) -> (usize, usize) {
-        self.queues.iter().fold((0, 0), |(calls, batches), q| {
-            let q = lock(q);
-            (calls + q.in_flight, batches + q.batches)
-        })
-    }
-
     /// Sends `part` as its own call at once when queue `queue` has room for another call in
     /// flight and fewer than two batches are in flight; otherwise queues it for the next call
     /// that ends. Answers the request's own
@@ -291,7 +192,7 @@ fn answer(store: &RedisStore, job: Job, reply: Result<Value, StoreError>) {
 
 /// One call of the batch script for `parts` (counted), within the store's timeout: each
 /// part's own reply or failure; a failure of the call itself is every part's, same kind.
-pub(crate) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Value, StoreError>> {
+pub(super) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Value, StoreError>> {
     let cmd = batch_invocation(parts);
     metrics::counter!("tollgate_redis_batches_total").increment(1);
     metrics::counter!("tollgate_redis_batched_requests_total").increment(parts.len() as u64);
@@ -306,116 +207,5 @@ pub(crate) async fn batch(store: &RedisStore, parts: &[&Part]) -> Vec<Result<Val
     match answers {
         Ok(answers) => answers,
         Err(e) => parts.iter().map(|_| Err(shared(&e))).collect(),
-    }
-}
-
-fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    queue.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Quota};
-
-    fn job() -> (Job, oneshot::Receiver<Result<Value, StoreError>>) {
-        let limit =
-            Limit::new("q", Algorithm::Gcra, Quota::per_second(10).expect("valid")).expect("valid");
-        let ns = Namespace::new("queue-test").expect("valid");
-        let entry = Entry::new(&limit, Key::new(&ns, &limit, &[("user", "1")]));
-        let part = Part::new(
-            crate::script::Op::Check,
-            &[&entry],
-            crate::script::TimeSource::Server,
-            false,
-        );
-        let (answer, waiting) = oneshot::channel();
-        (Job { part, answer }, waiting)
-    }
-
-    /// A queue whose sixteen calls in flight all went out alone.
-    fn full_of_lone_calls() -> Queue {
-        let mut q = Queue::default();
-        for i in 0..MAX_IN_FLIGHT {
-            assert!(
-                q.start_alone(),
-                "request {i} of {MAX_IN_FLIGHT} goes out alone"
-            );
-        }
-        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT, 0));
-        q
-    }
-
-    /// Queues `n` jobs, as requests that could not go out alone.
-    fn queue_jobs(q: &mut Queue, n: usize) {
-        for _ in 0..n {
-            assert!(!q.start_alone(), "the request had to queue");
-            q.pending.push(job().0);
-        }
-    }
-
-    #[test]
-    fn requests_go_alone_up_to_sixteen_calls_in_flight() {
-        let mut q = full_of_lone_calls();
-        assert!(!q.start_alone(), "the seventeenth queues");
-        assert_eq!(q.in_flight, MAX_IN_FLIGHT);
-    }
-
-    #[test]
-    fn two_batches_in_flight_make_new_requests_queue() {
-        let mut q = full_of_lone_calls();
-        // Two lone calls end with requests queued behind them: each carries a batch next.
-        queue_jobs(&mut q, 3);
-        assert_eq!(q.end(false, 64).map(|j| j.len()), Some(3));
-        assert_eq!(q.batches, 1);
-        queue_jobs(&mut q, 2);
-        assert_eq!(q.end(false, 64).map(|j| j.len()), Some(2));
-        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT, 2));
-        // Fourteen lone calls end with nothing queued: slots free up...
-        for _ in 0..MAX_IN_FLIGHT - 2 {
-            assert!(q.end(false, 64).is_none());
-        }
-        assert_eq!(q.in_flight, 2);
-        // ...but with two batches in flight a new request still queues.
-        assert!(
-            !q.start_alone(),
-            "two batches in flight: the request queues"
-        );
-        q.pending.push(job().0);
-        // A batch ends: the one queued request goes next, alone, in its slot, and with one
-        // batch left in flight new requests go out alone again.
-        assert_eq!(q.end(true, 64).map(|j| j.len()), Some(1));
-        assert_eq!((q.in_flight, q.batches), (2, 1));
-        assert!(
-            q.start_alone(),
-            "one batch in flight: the request goes out alone"
-        );
-        assert_eq!(q.in_flight, 3);
-    }
-
-    #[test]
-    fn a_batch_that_ends_with_nothing_queued_frees_its_slot() {
-        let mut q = full_of_lone_calls();
-        queue_jobs(&mut q, 70);
-        assert_eq!(
-            q.end(false, 64).map(|j| j.len()),
-            Some(64),
-            "at most a batch"
-        );
-        assert_eq!(
-            q.pending.len(),
-            6,
-            "the rest waits for the next call that ends"
-        );
-        assert_eq!(q.end(true, 64).map(|j| j.len()), Some(6));
-        assert_eq!(q.batches, 1);
-        assert!(q.end(true, 64).is_none());
-        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT - 1, 0));
-        // A batch taken but never sent (no runtime left) gives its slot back too.
-        q.pending.extend([job().0, job().0]);
-        let jobs = q.end(false, 64).expect("two queued");
-        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT - 1, 1));
-        q.abandon(&jobs);
-        assert_eq!((q.in_flight, q.batches), (MAX_IN_FLIGHT - 2, 0));
     }
 }

@@ -1,0 +1,165 @@
+//! One request's decision: grouped by slot, each group run as its own call or through the
+//! coalescer, a late script sent again, and a refusal due within a millisecond decided again.
+
+use std::time::Duration;
+
+use redis::Value;
+use smallvec::SmallVec;
+use tollgate::{Decision, Decisions, Entry, Request, StoreError, Timestamp};
+
+use super::connection::Connection;
+use super::redis_store::RedisStore;
+use crate::deadline::late;
+#[cfg(feature = "bench")]
+use crate::script::old_gcra_invocation;
+use crate::script::{Op, Part, TimeSource, decode};
+use crate::slot::slot_of;
+
+impl RedisStore {
+    /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`].
+    #[cfg(not(feature = "bench"))]
+    async fn eval_alone(&self, part: &Part) -> Result<Value, StoreError> {
+        self.eval_settled(part).await
+    }
+
+    /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`], or the old GCRA
+    /// script when a benchmark set it ([`crate::RedisStoreBuilder::old_gcra_script`]).
+    #[cfg(feature = "bench")]
+    async fn eval_alone(&self, part: &Part) -> Result<Value, StoreError> {
+        match self.inner.old_gcra_sha.as_deref() {
+            Some(sha) if let Some(cmd) = old_gcra_invocation(part, sha) => self.eval(&cmd).await,
+            _ => self.eval_settled(part).await,
+        }
+    }
+
+    /// Runs `op` on one group of entries (one slot) on clock `at`. Also returns the clock a
+    /// give-back of this group must use: the instant its script decided at (GCRA's
+    /// single-entry script on the server's clock reads no instant, and its give-back needs
+    /// none).
+    ///
+    /// On the server's clock, a refusal due within a millisecond is decided again a
+    /// millisecond later, once (see [`due_within_a_millisecond`]). A peek whose connection was
+    /// lost is sent again, once; a check is not (its script may have run).
+    pub(super) async fn run_group(
+        &self,
+        op: Op,
+        entries: &[&Entry<'_>],
+        at: TimeSource,
+        deadline: Option<u64>,
+        counts_refusals: bool,
+    ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
+        let mut inv = Part::new(op, entries, at, counts_refusals);
+        inv.set_deadline(deadline);
+        let mut decided = match self.run_once(&mut inv, entries, at).await {
+            // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
+            // check's script may have run and charged before its reply was lost, so only a
+            // peek, which writes nothing, is sent again (once, on the reconnected connection).
+            Err(StoreError::Connection(cause)) if op == Op::Peek => {
+                tracing::debug!(%cause, "connection lost under a peek; sending it again");
+                Box::pin(self.run_once(&mut inv, entries, at)).await?
+            }
+            other => other?,
+        };
+        // The second calls are boxed: rare, and inline they would make every call's state
+        // larger (see `Store::decide` below).
+        if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
+            decided = Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                self.run_once(&mut inv, entries, at).await
+            })
+            .await?;
+        }
+        Ok(decided)
+    }
+
+    /// One call of `inv`: its own, or through the coalescer (sent at once when no call of its
+    /// queue is in flight, else as part of the next batch). A check that Redis ran after its
+    /// deadline (nothing charged) is sent again with a deadline on that answer's clock: the
+    /// caller is still waiting (`deadline.rs`).
+    async fn run_once(
+        &self,
+        inv: &mut Part,
+        entries: &[&Entry<'_>],
+        at: TimeSource,
+    ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
+        let reply = loop {
+            let reply = match self.coalescer() {
+                None => self.eval_alone(inv).await?,
+                Some(c) => {
+                    let queue = match (&self.inner.connection, entries.first()) {
+                        (Connection::Cluster(_), Some(e)) => usize::from(slot_of(e.key().as_str())),
+                        _ => 0,
+                    };
+                    c.call(self, queue, inv).await?
+                }
+            };
+            match late(&reply) {
+                Some(server_now) => inv.set_deadline(Some(self.too_late(server_now))),
+                None => break reply,
+            }
+        };
+        let (now, decisions) = decode(reply, entries)?;
+        let undo_at = match (at, now) {
+            (TimeSource::Caller(t), _) => TimeSource::Caller(t),
+            (_, Some(t)) => TimeSource::ServerInstant(t),
+            (at, None) => at,
+        };
+        Ok((undo_at, decisions))
+    }
+
+    pub(super) async fn decide(
+        &self,
+        request: &Request<'_>,
+        now: Option<Timestamp>,
+        op: Op,
+        deadline: Option<u64>,
+    ) -> Result<Decisions, StoreError> {
+        let entries = request.entries();
+        let at = match now {
+            Some(t) => TimeSource::Caller(t.as_micros()),
+            None => TimeSource::Server,
+        };
+        let counts = request.counts_refusals();
+        // On a single Redis every entry is in one group: nothing to group.
+        if self.is_cluster() {
+            let groups = self.groups(entries);
+            if groups.len() > 1 {
+                // Boxed: only a cluster's cross-slot requests come here, and inline this
+                // path's give-backs would make every call's state larger.
+                if counts || op == Op::Peek {
+                    // Each entry on its own: one call per slot, nothing to give back.
+                    return Box::pin(
+                        self.decide_per_slot(entries, &groups, op, at, deadline, counts),
+                    )
+                    .await;
+                }
+                if request.has_needs() {
+                    return Box::pin(self.decide_needs_across_slots(request, at, deadline)).await;
+                }
+                return Box::pin(self.decide_across_slots(entries, &groups, op, at, deadline))
+                    .await;
+            }
+        }
+        let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
+        let (_, decisions) = self.run_group(op, &group, at, deadline, counts).await?;
+        Ok(decisions.into_iter().collect())
+    }
+}
+
+/// Whether `decisions` refuse, and only for less than a millisecond.
+///
+/// On Redis's clock GCRA knows the instant only to the millisecond, and it errs towards
+/// refusing (`lua/gcra.lua`): a unit that the exact rule may admit within the current
+/// millisecond (the last of a burst taken within one, say) is refused until the next. The
+/// state cannot tell that case from one where admitting would be too early, so rather than
+/// refuse it or guess, the store asks again once the millisecond is over: one more round trip
+/// and a millisecond, only for a call that would otherwise be refused with a wait under a
+/// millisecond. Any algorithm's refusal of that kind gets the same second look.
+fn due_within_a_millisecond(decisions: &[Decision]) -> bool {
+    decisions.iter().any(|d| !d.is_allowed())
+        && decisions.iter().all(|d| {
+            d.is_allowed()
+                || d.retry_after()
+                    .is_some_and(|r| r < Duration::from_millis(1))
+        })
+}

@@ -1,0 +1,279 @@
+//! [`RedisStore`]: the handle every call goes through, its counters, and [`RedisStore::eval`],
+//! the guarded `EVALSHA` each call ends in (script reloads and slot moves handled there).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+use tollgate::StoreError;
+
+use super::coalescer::Coalescer;
+use super::connection::Connection;
+use super::scripts::Scripts;
+use crate::breaker::Breaker;
+use crate::deadline::ServerClock;
+use crate::error::classify;
+use crate::patience::{GaveUp, Patience};
+use crate::subscriber::Subscriber;
+
+/// Rate-limit state in Redis or Redis Cluster. Cheap to clone: clones share the connection
+/// and the circuit breaker.
+///
+/// ```no_run
+/// use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota};
+/// use tollgate_redis::RedisStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::builder("redis://127.0.0.1:6379/")
+///     .timeout(std::time::Duration::from_millis(50))
+///     .build()
+///     .await?;
+/// let limiter = Limiter::builder(store)
+///     .limit(Limit::new("api", Algorithm::Gcra, Quota::per_second(10)?)?.on_store_error(OnStoreError::Local))
+///     .build()?;
+/// assert_eq!(limiter.check("api", &[("user", "42")]).await?.outcome(), Outcome::Allowed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) connection: Connection,
+    /// Where reset notifications are heard.
+    pub(super) subscriber: Subscriber,
+    /// Queues of requests waiting for a call in flight (`None`: coalescing off).
+    pub(super) coalescer: Option<Coalescer>,
+    pub(super) scripts: Scripts,
+    pub(super) timeout: Duration,
+    pub(super) patience: Patience,
+    /// The server's clock, for deadlines (`deadline.rs`).
+    pub(super) clock: ServerClock,
+    /// Scripts that answered late, and give-backs of unanswered charges (tests).
+    pub(super) late: std::sync::atomic::AtomicU64,
+    pub(super) unanswered: std::sync::atomic::AtomicU64,
+    pub(super) breaker: Arc<Breaker>,
+    pub(super) target: String,
+    /// [`crate::RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
+    #[cfg(feature = "bench")]
+    pub(super) old_gcra_sha: Option<String>,
+}
+
+impl RedisStore {
+    pub(crate) fn from_parts(
+        connection: Connection,
+        subscriber: Subscriber,
+        timeout: Duration,
+        breaker: Arc<Breaker>,
+        target: String,
+        max_batch: Option<usize>,
+    ) -> RedisStore {
+        let queues = match connection {
+            Connection::Single(_) | Connection::Sentinel(_) => 1,
+            Connection::Cluster(_) => SLOTS,
+        };
+        RedisStore {
+            inner: Arc::new(Inner {
+                coalescer: max_batch.map(|max| Coalescer::new(queues, max)),
+                connection,
+                subscriber,
+                scripts: Scripts::default(),
+                timeout,
+                patience: Patience::default(),
+                clock: ServerClock::default(),
+                late: std::sync::atomic::AtomicU64::new(0),
+                unanswered: std::sync::atomic::AtomicU64::new(0),
+                breaker,
+                target,
+                #[cfg(feature = "bench")]
+                old_gcra_sha: None,
+            }),
+        }
+    }
+
+    /// [`crate::RedisStoreBuilder::old_gcra_script`], on a store just built (its only handle).
+    #[cfg(feature = "bench")]
+    pub(crate) fn with_old_gcra_script(mut self, sha: Option<String>) -> RedisStore {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.old_gcra_sha = sha;
+        }
+        self
+    }
+
+    /// Whether this store talks to a cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.connection, Connection::Cluster(_))
+    }
+
+    /// Why the circuit breaker is open (the kind and message of the last failure it
+    /// counted); `None` while closed. For status pages: the error shows no URL or password.
+    pub fn circuit_cause(&self) -> Option<String> {
+        self.inner.breaker.cause()
+    }
+
+    /// Scripts that ran after their deadline and charged nothing, and charges given back
+    /// because their caller had stopped waiting (`tollgate_redis_late_scripts_total`,
+    /// `tollgate_redis_unanswered_give_backs_total`, for this store): for the tests.
+    #[doc(hidden)]
+    pub fn late_and_unanswered(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.late.load(Relaxed),
+            self.inner.unanswered.load(Relaxed),
+        )
+    }
+
+    /// Counts a script that ran after its deadline.
+    pub(crate) fn count_late(&self) {
+        metrics::counter!("tollgate_redis_late_scripts_total").increment(1);
+        self.inner
+            .late
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a give-back of an unanswered charge (`unanswered.rs`).
+    pub(crate) fn gave_back_unanswered(&self) {
+        metrics::counter!("tollgate_redis_unanswered_give_backs_total").increment(1);
+        self.inner
+            .unanswered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the circuit breaker is open: enough consecutive failures were counted that
+    /// calls are refused at once (or only the probe is let through) until one succeeds.
+    /// For status pages and gauges; a call never needs to ask.
+    pub fn circuit_open(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
+    /// The queues of coalesced calls, when coalescing is on.
+    pub(crate) fn coalescer(&self) -> Option<&Coalescer> {
+        self.inner.coalescer.as_ref()
+    }
+
+    /// Runs `call` under the breaker and the timeout.
+    pub(super) async fn guarded<T, F>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let permit = self.inner.breaker.admit()?;
+        let result = match self.inner.patience.wait(self.inner.timeout, call).await {
+            Ok(r) => r,
+            Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
+        };
+        if let Err(e) = &result {
+            tracing::debug!(target_redis = %self.inner.target, kind = e.kind().as_str(), cause = ?e, "redis call failed");
+            self.failed(e);
+        }
+        self.inner.breaker.record(permit, &result);
+        result
+    }
+
+    /// Behind Sentinel, a failure that a failover explains (the master gone, silent, or now
+    /// a replica) makes the store look for the master again.
+    pub(super) fn failed(&self, error: &StoreError) {
+        if let Connection::Sentinel(s) = &self.inner.connection
+            && matches!(
+                error,
+                StoreError::Connection(_) | StoreError::Timeout(_) | StoreError::ReadOnly(_)
+            )
+        {
+            s.suspect();
+        }
+    }
+
+    /// Runs a script's `EVALSHA`. On `NOSCRIPT` (a restarted node, `SCRIPT FLUSH`) every
+    /// script is loaded again, by one call while the others that met the same loss wait for
+    /// it (`reload_scripts`), and the call is sent again; should the cache be flushed again
+    /// meanwhile, this tries twice more before giving up.
+    ///
+    /// On a cluster, a script refused before it runs because its slot is being moved (`ASK`,
+    /// `MOVED`, or `TRYAGAIN` while its keys are split between the two nodes) or has no master
+    /// for a moment (`CLUSTERDOWN` in a failover) is sent again after a short wait (10 ms,
+    /// doubling to 100 ms), for as long as the caller's timeout allows. Safe: a refused
+    /// script charged nothing. The `redis` crate's own retries are off (see
+    /// `store_builder.rs`): they also sent a call again after a lost connection, when its
+    /// script may have run.
+    pub(crate) async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        let mut attempts = 0;
+        let mut moving = 0u32;
+        loop {
+            let loaded = self.inner.scripts.generation();
+            let result: Result<Value, redis::RedisError> = self.inner.connection.query(cmd).await;
+            self.heard(&result);
+            match result {
+                Err(e)
+                    if attempts < 2 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    attempts += 1;
+                    // Boxed: rare, and inline it would make every call's state larger.
+                    Box::pin(self.inner.scripts.reload(&self.inner.connection, loaded)).await?;
+                }
+                Err(e) if moving < MAX_SLOT_MOVE_RETRIES && slot_moving(&e) => {
+                    let wait =
+                        Duration::from_millis(10 << moving.min(4)).min(Duration::from_millis(100));
+                    moving += 1;
+                    tracing::debug!(cause = %e, "slot being moved; sending the script again");
+                    Box::pin(tokio::time::sleep(wait)).await;
+                }
+                other => return other.map_err(classify),
+            }
+        }
+    }
+
+    /// Loads every script (at connect time, so that the first calls find them).
+    pub(crate) async fn load_scripts(&self) -> Result<(), StoreError> {
+        let loaded = self.inner.scripts.generation();
+        self.inner
+            .scripts
+            .reload(&self.inner.connection, loaded)
+            .await
+    }
+
+    /// Counts a reply (or a server error: Redis answered) for the calls waiting on theirs.
+    pub(super) fn heard<T>(&self, result: &Result<T, redis::RedisError>) {
+        let answered = match result {
+            Ok(_) => true,
+            Err(e) => !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()),
+        };
+        if answered {
+            self.inner.patience.heard();
+            self.inner.clock.heard();
+        }
+    }
+}
+
+/// How many times [`RedisStore::eval`] sends a script again while its slot is being moved
+/// (about 5 s of waits; the store's timeout usually ends the call first).
+const MAX_SLOT_MOVE_RETRIES: u32 = 50;
+
+/// Whether a cluster refused a call before running it, for a while: its slot is being moved
+/// (`TRYAGAIN`, `ASK`, `MOVED`) or is between two masters in a failover (`CLUSTERDOWN`,
+/// `MASTERDOWN`).
+fn slot_moving(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::Ask
+                | ServerErrorKind::Moved
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+        )
+    )
+}
+
+/// Redis Cluster's hash slots: one coalescing queue each.
+const SLOTS: usize = 16_384;
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("target", &self.inner.target)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}

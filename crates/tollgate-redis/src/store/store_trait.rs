@@ -1,0 +1,62 @@
+//! [`tollgate::Store`] for [`RedisStore`]: each operation under the breaker and the timeout.
+
+use tokio::time::Instant;
+use tollgate::{Decisions, Key, LeaseGrant, LeaseTake, Request, Store, StoreError, Timestamp};
+
+use super::redis_store::RedisStore;
+use super::unanswered::{Charges, Unanswered};
+use crate::deadline::late;
+use crate::script::Op;
+
+impl Store for RedisStore {
+    async fn decide(
+        &self,
+        request: &Request<'_>,
+        op: tollgate::Op,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, StoreError> {
+        // Pinned here and handed on as a pointer: each `async fn` that takes a future by
+        // value keeps its own copy of it (the argument, then the awaited local), and this one
+        // is the whole decision's state, so passed by value it was copied three times per
+        // decision (docs/benchmarks.md, "Smaller futures").
+        let deadline = self.deadline_from(Instant::now());
+        let call = std::pin::pin!(self.decide(request, now, Op::from(op), deadline));
+        self.guarded(call).await
+    }
+
+    async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
+        self.guarded(async {
+            for group in self.groups(request.entries()) {
+                let keys: Vec<&Key> = group.iter().map(|&i| request.entries()[i].key()).collect();
+                self.delete(&keys).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn take_lease(
+        &self,
+        take: &LeaseTake<'_>,
+        now: Option<Timestamp>,
+    ) -> Result<LeaseGrant, StoreError> {
+        let mut deadline = self.deadline_from(Instant::now());
+        let call = crate::lease::LeaseCall::new(take, now);
+        self.guarded(async {
+            loop {
+                let cmd = call.invocation(deadline);
+                let reply = Unanswered::new(self, cmd, Charges::Lease(&call)).await?;
+                match late(&reply) {
+                    // Nothing was taken nor given back: the same take again, still awaited.
+                    Some(server_now) => deadline = Some(self.too_late(server_now)),
+                    None => return crate::lease::decode(reply),
+                }
+            }
+        })
+        .await
+    }
+
+    fn in_process(&self) -> bool {
+        false
+    }
+}
