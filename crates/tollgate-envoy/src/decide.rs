@@ -58,12 +58,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::{Ask, LimitDecision, Limiter, Need, Op, Outcome, Store, Verdict};
 use tonic::Status;
 
-use crate::snapshot::{Found, Rule};
+use crate::matching::{Found, Rule};
+use crate::metrics::Counted;
 use crate::{Snapshot, Unit};
 
 /// The answer to a request before it is put in protobuf.
 #[derive(Debug)]
-pub(crate) struct Answer {
+pub(crate) struct Answer<'a> {
     /// Whether every enforced descriptor admits.
     pub(crate) allowed: bool,
     /// One per descriptor, in order; `None` where no rule matched.
@@ -77,6 +78,9 @@ pub(crate) struct Answer {
     /// One per descriptor: whether it is a quota descriptor (its own `quota_mode` or global),
     /// whose refusal does not choose the limit headers' descriptor on its own.
     pub(crate) quota: Vec<bool>,
+    /// One per descriptor: how it counts in the reference's statistics, as the match that
+    /// decided it found (`None`: matched nothing, or not counted).
+    pub(crate) counted: Vec<Option<Counted<'a>>>,
 }
 
 /// What a decided descriptor's status shows of its rule, and how its statistics count.
@@ -133,10 +137,10 @@ struct Item<'a> {
 /// the snapshot's caps allow, or a descriptor the limiter refuses (a value longer than
 /// [`tollgate::MAX_KEY_VALUE`]); `UNAVAILABLE` when the store failed and a limit's `deny`
 /// policy refused.
-pub(crate) async fn decide<St: Store>(
-    snapshot: &Snapshot<St>,
-    request: &RateLimitRequest,
-) -> Result<Answer, Status> {
+pub(crate) async fn decide<'a, St: Store>(
+    snapshot: &'a Snapshot<St>,
+    request: &'a RateLimitRequest,
+) -> Result<Answer<'a>, Status> {
     if request.domain.is_empty() {
         return Err(Status::invalid_argument("domain must not be empty"));
     }
@@ -144,7 +148,7 @@ pub(crate) async fn decide<St: Store>(
         return Err(Status::invalid_argument("descriptors must not be empty"));
     }
     snapshot.caps().check(request)?;
-    // Per-request limit overrides (overrides.rs), validated before anything is decided.
+    // Per-request limit overrides (matching/overrides.rs), validated before anything is decided.
     let overrides = snapshot.overrides(request)?;
     let default_cost = u64::from(request.hits_addend.max(1));
     let now = snapshot.now();
@@ -153,20 +157,27 @@ pub(crate) async fn decide<St: Store>(
     let mut group = Group::default();
     let mut fixed = Vec::new();
     let mut found: Vec<Item<'_>> = Vec::new();
+    let mut counted = Vec::with_capacity(request.descriptors.len());
+    counted.resize_with(request.descriptors.len(), || None);
     for (slot, d) in request.descriptors.iter().enumerate() {
         if d.is_negative_hits {
             continue;
         }
-        match snapshot.find_for(&request.domain, d, overrides[slot].as_deref()) {
-            None => {}
-            Some(Found::Unlimited) => fixed.push((slot, Fixed::Unlimited)),
-            Some(Found::Blocked {
+        let Some((matched, counts)) =
+            snapshot.find_for(&request.domain, d, overrides[slot].as_deref())
+        else {
+            continue;
+        };
+        counted[slot] = counts;
+        match matched {
+            Found::Unlimited => fixed.push((slot, Fixed::Unlimited)),
+            Found::Blocked {
                 unit,
                 shadow,
                 own_shadow,
                 quota_mode,
                 name,
-            }) => {
+            } => {
                 quota[slot] = quota_mode || global_quota;
                 if quota[slot] {
                     group.outside(shadow);
@@ -183,7 +194,7 @@ pub(crate) async fn decide<St: Store>(
                     },
                 ));
             }
-            Some(Found::Limited(rule, parts)) => {
+            Found::Limited(rule, parts) => {
                 let cost = descriptor_cost(d, default_cost);
                 quota[slot] = rule.quota_mode || global_quota;
                 found.push(Item {
@@ -241,6 +252,7 @@ pub(crate) async fn decide<St: Store>(
         shown: vec![None; request.descriptors.len()],
         fixed,
         quota,
+        counted,
     };
     let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
         charged.iter().partition(|i| i.cost <= i.rule.capacity);
@@ -352,7 +364,7 @@ pub(crate) fn window_reset(unit: Unit, now: tollgate::Timestamp) -> Duration {
     Duration::from_secs(period - secs % period)
 }
 
-impl Answer {
+impl Answer<'_> {
     fn fill(&mut self, batch: &[&Item<'_>], verdict: &Verdict) {
         for (item, d) in batch.iter().zip(verdict.decisions()) {
             for &slot in &item.slots {
@@ -462,7 +474,7 @@ async fn run<St: Store>(
     let asks = batch.iter().map(|item| {
         let rule = item.rule;
         let ask = match &rule.own {
-            // A descriptor's `limit` override: a limit made for this request (overrides.rs).
+            // A descriptor's `limit` override: a limit made for this request (matching/overrides.rs).
             Some(own) => Ask::limit(own, &item.parts),
             None => Ask::named(&rule.limit, &item.parts),
         };

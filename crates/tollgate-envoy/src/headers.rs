@@ -12,7 +12,7 @@ use tollgate::{longest_refusal, wire};
 use crate::decide::Answer;
 
 /// The headers for `answer`; empty when no enforced limit decided anything.
-pub(crate) fn response_headers(answer: &Answer) -> Vec<HeaderValue> {
+pub(crate) fn response_headers(answer: &Answer<'_>) -> Vec<HeaderValue> {
     let decisions = || answer.outcomes.iter().flatten();
     let mut headers = Vec::new();
     let policy = wire::policy_of(decisions());

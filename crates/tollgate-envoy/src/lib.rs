@@ -29,13 +29,13 @@
 //! - descriptors that match no rule are `OK` and charge nothing;
 //! - a request's `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides it, and
 //!   0 there means check only (peeked, charged nothing), as in the reference;
-//! - a descriptor's `limit` override decides it, on a counter of its own (`overrides.rs`);
+//! - a descriptor's `limit` override decides it, on a counter of its own (`matching/overrides.rs`);
 //! - one call's work is bounded: at most `[envoy] max_descriptors` descriptors of at most
 //!   `max_entries` entries each, else `INVALID_ARGUMENT` before anything is decided
 //!   (`caps.rs`), and every step over the descriptors is linear in their number.
 //!
 //! For a migration from the reference it also counts the reference's per-rule and
-//! service-level statistics under its Prometheus names (`reference_metrics.rs`), can add its
+//! service-level statistics under its Prometheus names (`metrics/`, counted by `record.rs`), can add its
 //! limit headers (`limit_headers.rs`) and its response dynamic metadata
 //! (`dynamic_metadata.rs`), and maps a request and its response to and from JSON for the
 //! server's `POST /json` (`json.rs`, [`should_rate_limit`]).
@@ -86,14 +86,12 @@ mod imported;
 mod json;
 mod limit_headers;
 mod limit_names;
-mod overrides;
-mod reference_metrics;
-mod rule_counters;
+mod matching;
+mod metrics;
+mod record;
 mod rules_error;
 mod serve;
 mod service;
-mod snapshot;
-mod tree;
 mod unit;
 mod yaml;
 
@@ -107,8 +105,10 @@ pub use envoy_types;
 pub use import_error::ImportError;
 pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
 pub use json::{JsonRateLimitRequest, response_json};
-pub use overrides::{MAX_CACHED as MAX_CACHED_OVERRIDES, limit_name as override_limit_name};
-pub use reference_metrics::{
+pub use matching::{
+    KeyParts, MAX_CACHED as MAX_CACHED_OVERRIDES, Snapshot, limit_name as override_limit_name,
+};
+pub use metrics::{
     CONFIG_LOAD_ERROR, CONFIG_LOAD_SUCCESS, GLOBAL_SHADOW_MODE,
     MAX_DYNAMIC as MAX_DYNAMIC_METRIC_KEYS, NEAR_LIMIT, NEAR_LIMIT_RATIO, OVER_LIMIT,
     RESPONSE_TIME, SHADOW_MODE, SHOULD_RATE_LIMIT_ERROR, TOTAL_HITS, TOTAL_REQUESTS, WITHIN_LIMIT,
@@ -117,7 +117,6 @@ pub use reference_metrics::{
 pub use rules_error::RulesError;
 pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
-pub use snapshot::{KeyParts, Snapshot};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
 pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, dir_contents, load_dir, load_dir_with, parse_file};

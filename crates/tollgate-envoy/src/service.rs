@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 use crate::decide::{Answer, Fixed, Shown, decide};
 use crate::dynamic_metadata;
 use crate::headers::response_headers;
-use crate::{Snapshot, rate_unit, reference_metrics};
+use crate::{Snapshot, rate_unit, record};
 
 type Source<St> = Arc<dyn Fn() -> Arc<Snapshot<St>> + Send + Sync>;
 
@@ -80,7 +80,7 @@ impl<St: Store> rate_limit_service_server::RateLimitService for RateLimitService
         let answer = should_rate_limit(&snapshot, &request).await;
         // The reference's gRPC server counts every call and its time (its `POST /json` calls
         // the service directly, past these counters, and so does tollgate's).
-        reference_metrics::grpc_call("ShouldRateLimit", started.elapsed());
+        crate::metrics::grpc_call("ShouldRateLimit", started.elapsed());
         Ok(Response::new(answer?))
     }
 }
@@ -102,7 +102,7 @@ pub async fn should_rate_limit<St: Store>(
     let answer = match decide(snapshot, request).await {
         Ok(answer) => answer,
         Err(status) => {
-            reference_metrics::call_error(if status.code() == tonic::Code::Unavailable {
+            crate::metrics::call_error(if status.code() == tonic::Code::Unavailable {
                 "redis_error"
             } else {
                 "service_error"
@@ -119,12 +119,12 @@ pub async fn should_rate_limit<St: Store>(
         .flatten()
         .any(|o| matches!(o.source, tollgate::Source::Policy { .. }));
     if store_failed {
-        reference_metrics::call_error("redis_error");
+        crate::metrics::call_error("redis_error");
     }
-    reference_metrics::record(
+    record::record(
         request,
         &answer,
-        &snapshot.counted(request),
+        &answer.counted,
         snapshot.global_shadow(),
         snapshot.near_ratio(),
     );
@@ -132,7 +132,7 @@ pub async fn should_rate_limit<St: Store>(
 }
 
 fn response<St>(
-    answer: &Answer,
+    answer: &Answer<'_>,
     snapshot: &Snapshot<St>,
     request: &RateLimitRequest,
 ) -> RateLimitResponse {
@@ -185,7 +185,7 @@ fn response<St>(
 /// decided by a limit (not unmatched, `unlimited` or replaced) whose status is not
 /// `OVER_LIMIT`, less those only global shadow mode answered `OK` (the reference keeps their
 /// `OVER_LIMIT` status and changes only the overall code).
-fn passed(answer: &Answer, statuses: &[DescriptorStatus]) -> Vec<usize> {
+fn passed(answer: &Answer<'_>, statuses: &[DescriptorStatus]) -> Vec<usize> {
     let mut decided: Vec<Option<bool>> = answer
         .outcomes
         .iter()

@@ -87,7 +87,7 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
                         format!("descriptors[{i}]"),
                         format!(
                             "duplicate key {:?} in domain {:?} (already in {} at {})",
-                            crate::reference_metrics::level(&d.key, d.value.as_deref()),
+                            crate::metrics::level(&d.key, d.value.as_deref()),
                             domain.name,
                             other.file.display(),
                             o.path

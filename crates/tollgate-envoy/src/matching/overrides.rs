@@ -33,7 +33,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::{Algorithm, Limit, OnStoreError, Quota};
 use tonic::Status;
 
-use crate::snapshot::Rule;
+use super::rule::Rule;
 use crate::{CurrentLimitName, Unit};
 
 /// Most override rates whose rule is kept between calls.

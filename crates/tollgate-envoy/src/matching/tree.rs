@@ -18,9 +18,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::google::protobuf::Struct;
 use tollgate::{Limiter, Store};
 
+use super::rule::Rule;
 use crate::imported::{Descriptor, Domain, part_name};
-use crate::reference_metrics::{Stat, StatKey, level as stat_level};
-use crate::snapshot::Rule;
+use crate::metrics::{Stat, StatKey, level as stat_level};
 use crate::{CurrentLimitName, RulesError, Unit};
 
 /// One level of a tree.

@@ -9,7 +9,9 @@
 
 use metrics::Counter;
 
-use crate::reference_metrics::{Hits, RULE_SERIES, Stat};
+use super::hits::Hits;
+use super::names::RULE_SERIES;
+use super::stat::Stat;
 
 /// The five counters of one rule's statistics key, in the order of [`RULE_SERIES`].
 #[derive(Debug)]
