@@ -1,0 +1,170 @@
+//! Each algorithm's own bound: a fixed window's edge, a sliding log's exactness, a sliding
+//! window's one-bucket error, checked over random arrivals.
+
+use std::time::Duration;
+
+use tollgate::{Algorithm, FakeClock, Limit, Outcome, Quota, Store};
+
+use super::START;
+use super::harness::{Harness, five_per_minute, from_store, limit_for, name};
+use crate::Fixture;
+
+/// The fixed window lets 2 × limit through across a window edge; the sliding log does not.
+pub async fn fixed_window_admits_twice_the_limit_across_an_edge<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let h = Harness::new(clock, fixture, five_per_minute("edge"));
+    let fixed = name("edge", Algorithm::FixedWindow);
+    let log = name("edge", Algorithm::SlidingLog);
+    // 1 ms before the window ends.
+    h.advance(Duration::from_millis(59_999));
+    let mut admitted = (0, 0);
+    for _ in 0..5 {
+        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.outcome() == Outcome::Allowed);
+        admitted.1 += usize::from(h.check(&log, "u", 1).await.outcome() == Outcome::Allowed);
+    }
+    h.advance(Duration::from_millis(1));
+    for _ in 0..5 {
+        admitted.0 += usize::from(h.check(&fixed, "u", 1).await.outcome() == Outcome::Allowed);
+        admitted.1 += usize::from(h.check(&log, "u", 1).await.outcome() == Outcome::Allowed);
+    }
+    assert_eq!(
+        admitted,
+        (10, 5),
+        "(fixed window, sliding log) admitted within 2 ms"
+    );
+}
+
+/// A deterministic pseudo-random sequence of (gap ms, cost), the same for every store.
+fn arrivals(seed: u64, n: usize) -> Vec<(u64, u64)> {
+    let mut x = seed;
+    let mut next = move || {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    (0..n)
+        .map(|_| {
+            let r = next();
+            let gap = match r % 4 {
+                0 => 0,
+                1 => r % 300,
+                2 => r % 2_000,
+                _ => r % 7_000,
+            };
+            (gap, 1 + (r >> 32) % 2)
+        })
+        .collect()
+}
+
+/// Units admitted in `(t - period, t]` of `history` (time µs, cost).
+fn in_window(history: &[(u64, u64)], t: u64, period: u64) -> u64 {
+    history
+        .iter()
+        .filter(|&&(at, _)| at + period > t && at <= t)
+        .map(|&(_, c)| c)
+        .sum()
+}
+
+/// Random arrivals: the sliding log never has more than `limit` in any period, and refuses
+/// only when the limit is really reached.
+pub async fn sliding_log_never_exceeds_the_limit_in_any_period<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let period = Duration::from_secs(10);
+    let limit = limit_for("rand", Algorithm::SlidingLog, 7, period);
+    let n = limit.name().to_owned();
+    let h = Harness::new(clock, fixture, vec![limit]);
+    let p = period.as_micros() as u64;
+    let mut history = Vec::new();
+    for (gap, cost) in arrivals(7, 400) {
+        h.advance(Duration::from_millis(gap));
+        let t = h.now().as_micros();
+        let exact = in_window(&history, t, p);
+        let v = h.check(&n, "u", cost).await;
+        from_store(&v, &n);
+        assert_eq!(
+            v.outcome() == Outcome::Allowed,
+            exact + cost <= 7,
+            "{n}: at +{} µs with {exact} in the window, cost {cost}: {v:?}",
+            t - START.as_micros()
+        );
+        if v.outcome() == Outcome::Allowed {
+            history.push((t, cost));
+        }
+    }
+    for &(t, _) in &history {
+        assert!(
+            in_window(&history, t, p) <= 7,
+            "{n}: more than 7 in a period"
+        );
+    }
+    assert!(
+        history.len() > 100,
+        "{n}: the sequence exercised admissions"
+    );
+}
+
+/// Random arrivals: the sliding window never has more than `limit` in any period, and
+/// refuses only within one bucket of the exact log's answer.
+pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let period = Duration::from_secs(10);
+    let buckets = 10; // 1 s buckets
+    let limit = Limit::new(
+        "rand-sw",
+        Algorithm::SlidingWindow { buckets },
+        Quota::new(7, period).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid");
+    let h = Harness::new(clock, fixture, vec![limit]);
+    let p = period.as_micros() as u64;
+    let width = p / u64::from(buckets);
+    let mut history = Vec::new();
+    let mut early_refusals = 0;
+    for (gap, cost) in arrivals(11, 400) {
+        h.advance(Duration::from_millis(gap));
+        let t = h.now().as_micros();
+        let exact = in_window(&history, t, p);
+        let v = h.check("rand-sw", "u", cost).await;
+        from_store(&v, "rand-sw");
+        if v.outcome() == Outcome::Allowed {
+            assert!(
+                exact + cost <= 7,
+                "admitted over the limit at +{} µs",
+                t - START.as_micros()
+            );
+            history.push((t, cost));
+        } else if exact + cost <= 7 {
+            // Refused early: only units of the oldest bucket (within one bucket width before
+            // the exact window) may explain it.
+            early_refusals += 1;
+            let lingering: u64 = history
+                .iter()
+                .filter(|&&(at, _)| at + p <= t && at + p + width > t)
+                .map(|&(_, c)| c)
+                .sum();
+            assert!(
+                exact + lingering + cost > 7,
+                "refused beyond one bucket's error at +{} µs: exact {exact}, lingering {lingering}",
+                t - START.as_micros()
+            );
+        }
+    }
+    for &(t, _) in &history {
+        assert!(in_window(&history, t, p) <= 7, "more than 7 in a period");
+    }
+    assert!(history.len() > 100, "the sequence exercised admissions");
+    assert!(
+        early_refusals > 0,
+        "the sequence exercised the quantization error"
+    );
+}
