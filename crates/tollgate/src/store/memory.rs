@@ -36,7 +36,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -49,8 +49,11 @@ use crate::{
     Status, Store, StoreError, SystemClock, Timestamp,
 };
 
+mod builder;
 mod lease;
 mod shard;
+
+pub use self::builder::MemoryStoreBuilder;
 
 /// Default key cap.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -86,77 +89,6 @@ impl<T> std::ops::Deref for Padded<T> {
     fn deref(&self) -> &T {
         &self.0
     }
-}
-
-/// Configures a [`MemoryStore`].
-#[derive(Debug)]
-pub struct MemoryStoreBuilder {
-    max_keys: usize,
-    sweep_interval: Option<Duration>,
-    clock: Arc<dyn Clock>,
-}
-
-impl MemoryStoreBuilder {
-    /// The most keys held at once (default [`DEFAULT_MAX_KEYS`]).
-    ///
-    /// At the cap, a new key takes the place of the key of its shard (one of 64, by hash) that
-    /// replenishes soonest: a replenished key if there is one (nothing lost), else the one
-    /// closest to replenishing, which then starts again from a full quota early (the least
-    /// over-admission possible). This costs O(log n) and never sweeps the store. A new key is
-    /// refused with [`StoreError::Full`] only when its shard holds no key to give up (a cap
-    /// far below 64). Counted as `tollgate_store_full_total{limit, result}`.
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
-        self
-    }
-
-    /// How often a background thread drops replenished keys (default
-    /// [`DEFAULT_SWEEP_INTERVAL`]); `None` for no thread (replenished keys then go only when a
-    /// new key at the cap takes the place of one of its shard, or by calling
-    /// [`MemoryStore::sweep`]).
-    ///
-    /// The thread locks one shard at a time, and visits only the keys it drops.
-    pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
-        self.sweep_interval = interval;
-        self
-    }
-
-    /// The clock for `now: None` calls and for the sweeper (default [`SystemClock`]).
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// Builds the store and starts its sweeper thread, which ends when the store is dropped.
-    pub fn build(self) -> MemoryStore {
-        let inner = Arc::new(Inner {
-            shards: (0..SHARDS)
-                .map(|_| Padded(Mutex::new(Shard::default())))
-                .collect(),
-            len: AtomicUsize::new(0),
-            max_keys: self.max_keys,
-            clock: self.clock,
-            full_warnings: LogThrottle::default(),
-        });
-        if let Some(interval) = self.sweep_interval {
-            spawn_sweeper(Arc::downgrade(&inner), interval);
-        }
-        MemoryStore { inner }
-    }
-}
-
-fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
-    let spawned = std::thread::Builder::new()
-        .name("tollgate-sweeper".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(interval);
-                let Some(inner) = inner.upgrade() else { return };
-                inner.sweep_all(inner.clock.now().as_micros());
-            }
-        });
-    // Without a thread the store still works: a new key at the cap evicts.
-    drop(spawned);
 }
 
 impl MemoryStore {
