@@ -1,8 +1,8 @@
 -- token_bucket.lua: whole tokens refilled one per emission interval, up to `burst`.
 -- Mirrors crates/tollgate/src/rules/token_bucket.rs exactly.
 --
--- KEYS[i]  the key, a hash {tokens = whole tokens, last = µs when that count was reached};
---          no key = a full bucket
+-- KEYS[i]  the key, a hash {tokens = whole tokens, negative while owed (pace.lua), last =
+--          µs when that count was reached}; no key = a full bucket
 -- ARGV     (per entry, see check.lua) 'tb', burst (units), T = emission interval
 --          (µs, ceil(period/limit)), unused
 -- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
@@ -50,5 +50,8 @@ local function token_bucket(key, now, cost, burst, t, _, op)
     reset = (burst - tokens) * t + last - now
     if reset < 0 then reset = 0 end
   end
-  return allowed, tokens, reset, retry
+  -- Below zero while reservations or settlements owe tokens (pace.lua): none remain.
+  local remaining = tokens
+  if remaining < 0 then remaining = 0 end
+  return allowed, remaining, reset, retry
 end

@@ -69,6 +69,7 @@ mod deadline;
 mod error;
 mod lease;
 mod node_options;
+mod pace;
 mod patience;
 mod permissions;
 mod resets;

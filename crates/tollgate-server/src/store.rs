@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tollgate::{
-    BoxStore, Clock, Decisions, LeaseGrant, LeaseTake, Limiter, MemoryStore, Op, Request, Store,
-    StoreError, Timestamp,
+    BoxStore, Clock, Decisions, Entry, LeaseGrant, LeaseTake, Limiter, MemoryStore, Op, Pace,
+    Paced, Request, Store, StoreError, Timestamp,
 };
 use tollgate_redis::{RedisStore, RedisStoreBuilder};
 
@@ -235,6 +235,15 @@ impl Store for Connecting {
         now: Option<Timestamp>,
     ) -> Result<LeaseGrant, StoreError> {
         self.get()?.take_lease(take, now).await
+    }
+
+    async fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        self.get()?.pace(entry, pace, now).await
     }
 
     fn in_process(&self) -> bool {

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use tollgate::{Decisions, LeaseGrant, LeaseTake, Op, Request, Store, StoreError, Timestamp};
+use tollgate::{
+    Decisions, Entry, LeaseGrant, LeaseTake, Op, Pace, Paced, Request, Store, StoreError, Timestamp,
+};
 
 /// Counts the calls that reach `inner`. Clones share the counts and the gate.
 #[derive(Debug, Clone)]
@@ -16,6 +18,8 @@ pub struct CountingStore<S> {
     pub resets: Arc<AtomicUsize>,
     /// [`Store::take_lease`] calls (counted when they start, before the gate).
     pub takes: Arc<AtomicUsize>,
+    /// [`Store::pace`] calls.
+    pub paces: Arc<AtomicUsize>,
     /// While false, `take_lease` yields instead of answering (open by default).
     pub open: Arc<AtomicBool>,
     /// Times `take_lease` yields before answering, as a store across a network would.
@@ -30,6 +34,7 @@ impl<S: Store> CountingStore<S> {
             decides: Arc::default(),
             resets: Arc::default(),
             takes: Arc::default(),
+            paces: Arc::default(),
             open: Arc::new(AtomicBool::new(true)),
             round_trip: 0,
         }
@@ -40,6 +45,7 @@ impl<S: Store> CountingStore<S> {
         self.decides.load(Ordering::SeqCst)
             + self.resets.load(Ordering::SeqCst)
             + self.takes.load(Ordering::SeqCst)
+            + self.paces.load(Ordering::SeqCst)
     }
 
     /// The store it counts for.
@@ -77,6 +83,16 @@ impl<S: Store> Store for CountingStore<S> {
             tokio::task::yield_now().await;
         }
         self.inner.take_lease(take, now).await
+    }
+
+    async fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        self.paces.fetch_add(1, Ordering::SeqCst);
+        self.inner.pace(entry, pace, now).await
     }
 
     fn in_process(&self) -> bool {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tollgate::{
-    Decisions, LeaseGrant, LeaseTake, MemoryStore, Op, Request, Store, StoreError, Timestamp,
+    Decisions, Entry, LeaseGrant, LeaseTake, MemoryStore, Op, Pace, Paced, Request, Store,
+    StoreError, Timestamp,
 };
 
 /// A [`MemoryStore`] that fails every call with a connection error while it is down. Cheap to
@@ -73,6 +74,16 @@ impl Store for FailingStore {
     ) -> Result<LeaseGrant, StoreError> {
         self.failure()?;
         self.memory.take_lease(take, now).await
+    }
+
+    async fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        self.failure()?;
+        self.memory.pace(entry, pace, now).await
     }
 
     fn in_process(&self) -> bool {

@@ -57,6 +57,12 @@ impl Algorithm {
         }
     }
 
+    /// Whether it can hand out future slots ([`crate::Limiter::reserve`]): GCRA and the token
+    /// bucket, whose state is a point in time (see [`crate::rules::Schedule`]).
+    pub const fn reserves(&self) -> bool {
+        matches!(self, Algorithm::Gcra | Algorithm::TokenBucket)
+    }
+
     /// A short tag that ends every key of this algorithm, so that changing a limit's algorithm
     /// starts from fresh state instead of misreading the old one.
     pub const fn key_tag(&self) -> &'static str {

@@ -48,6 +48,17 @@ pub enum CheckError {
         /// Why not.
         reason: &'static str,
     },
+    /// A reservation ([`crate::Limiter::reserve`], [`crate::Limiter::acquire`]) on a limit
+    /// whose algorithm has no future slots to hand out: only GCRA and the token bucket do.
+    #[error(
+        "limit {limit:?} cannot reserve a slot: its algorithm is {algorithm}; use gcra or token_bucket"
+    )]
+    CannotReserve {
+        /// The limit.
+        limit: String,
+        /// Its algorithm's name.
+        algorithm: String,
+    },
     /// A key part value longer than [`crate::MAX_KEY_VALUE`] bytes.
     #[error("key part {part:?} is longer than {max} bytes")]
     KeyPartTooLong {

@@ -30,19 +30,22 @@ use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::{LimitDecision, Source};
 use crate::{
     Ask, CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
-    MemoryStore, Namespace, Need, OnStoreError, Op, Request, Store, StoreError, SystemClock,
+    MemoryStore, Namespace, Need, OnStoreError, Op, Request, Slot, Store, StoreError, SystemClock,
     Timestamp, Verdict,
 };
 
+#[cfg(feature = "tokio")]
+mod acquire;
 mod builder;
 mod leased;
 mod name_copy;
+mod pacing;
 mod prepare;
 mod store_call;
 
 pub use builder::LimiterBuilder;
-use store_call::limit_decision;
 pub(crate) use store_call::store_latency;
+use store_call::{limit_decision, policy_denial};
 
 /// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
 pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);

@@ -16,7 +16,9 @@ mod memory;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::{Decisions, LeaseGrant, LeaseTake, Op, Request, StoreError, Timestamp};
+use crate::{
+    Decisions, Entry, LeaseGrant, LeaseTake, Op, Pace, Paced, Request, StoreError, Timestamp,
+};
 
 pub use boxed::BoxStore;
 pub use memory::{DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder};
@@ -52,6 +54,17 @@ pub trait Store: Send + Sync + 'static {
         now: Option<Timestamp>,
     ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send;
 
+    /// A pacing call on one (limit, key) pair, atomically ([`Pace`]): a reservation of the
+    /// key's next slot for the entry's cost, its cancellation, or a settlement. Stores never
+    /// see a reservation on a limit that cannot hand out slots (the [`crate::Limiter`]
+    /// refuses it), and answer one with an error if they do.
+    fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> impl Future<Output = Result<Paced, StoreError>> + Send;
+
     /// Whether this store answers in this process, without I/O (the memory store). The
     /// limiter times only the calls of stores that do not (`tollgate_store_latency_seconds`):
     /// an in-process decision takes well under a microsecond, less than reading the clock
@@ -79,6 +92,15 @@ impl<S: Store> Store for Arc<S> {
         now: Option<Timestamp>,
     ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send {
         (**self).take_lease(take, now)
+    }
+
+    fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> impl Future<Output = Result<Paced, StoreError>> + Send {
+        (**self).pace(entry, pace, now)
     }
 
     fn in_process(&self) -> bool {

@@ -64,6 +64,6 @@ pub(crate) use invocation::invocation;
 pub(crate) use invocation::old_gcra_invocation;
 pub(crate) use op::Op;
 pub(crate) use part::Part;
-pub(crate) use port::all_scripts;
+pub(crate) use port::{PACE_SCRIPT, all_scripts, pace_params};
 pub use script_call::ScriptCall;
 pub(crate) use time_source::TimeSource;

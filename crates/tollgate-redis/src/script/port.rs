@@ -21,6 +21,7 @@ const BATCH: &str = include_str!("../../lua/batch.lua");
 const ONE: &str = include_str!("../../lua/one.lua");
 const ONE_GCRA: &str = include_str!("../../lua/one_gcra.lua");
 const BATCH_GCRA: &str = include_str!("../../lua/batch_gcra.lua");
+const PACE: &str = include_str!("../../lua/pace.lua");
 
 /// One algorithm on Redis: everything that differs between algorithms, in one row.
 pub(super) struct Port {
@@ -177,6 +178,21 @@ static BATCH_SOURCE: LazyLock<String> = LazyLock::new(|| general(BATCH));
 /// The batch script: several requests in one call (`lua/batch.lua`).
 pub(super) static BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&BATCH_SOURCE));
 
+/// The pacing script (`lua/pace.lua`): reservations, cancellations and settlements, over the
+/// same algorithm functions as the general script.
+pub(crate) static PACE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&general(PACE)));
+
+/// The pacing script's tag and three parameters for `limit`: the general script's, except
+/// GCRA's third, whether T is a whole number of ms (gcra.lua's `whole`).
+pub(crate) fn pace_params(limit: &Limit) -> (&'static str, [u64; 3]) {
+    let row = port(limit.algorithm());
+    let mut params = (row.params)(limit);
+    if limit.algorithm() == Algorithm::Gcra {
+        params[2] = u64::from(params[0] % 1000 == 0);
+    }
+    (row.tag, params)
+}
+
 /// The general script, loaded once per process; `invoke_async` sends EVALSHA and loads the
 /// script when a node answers NOSCRIPT (after a restart or `SCRIPT FLUSH`, on any cluster
 /// node).
@@ -205,6 +221,7 @@ pub(crate) fn all_scripts() -> impl Iterator<Item = &'static Script> {
         .chain(PORTS.iter().map(|p| &p.single))
         .chain(PORTS.iter().filter_map(|p| p.lone_batch.as_ref()))
         .chain(std::iter::once(&*crate::lease::LEASE_SCRIPT))
+        .chain(std::iter::once(&*PACE_SCRIPT))
         .chain(std::iter::once(&*crate::permissions::PERMISSIONS_SCRIPT))
 }
 

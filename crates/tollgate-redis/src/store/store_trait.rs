@@ -1,7 +1,10 @@
 //! [`tollgate::Store`] for [`RedisStore`]: each operation under the breaker and the timeout.
 
 use tokio::time::Instant;
-use tollgate::{Decisions, Key, LeaseGrant, LeaseTake, Request, Store, StoreError, Timestamp};
+use tollgate::{
+    Decisions, Entry, Key, LeaseGrant, LeaseTake, Pace, Paced, Request, Store, StoreError,
+    Timestamp,
+};
 
 use super::redis_store::RedisStore;
 use super::unanswered::{Charges, Unanswered};
@@ -50,6 +53,28 @@ impl Store for RedisStore {
                     // Nothing was taken nor given back: the same take again, still awaited.
                     Some(server_now) => deadline = Some(self.too_late(server_now)),
                     None => return crate::lease::decode(reply),
+                }
+            }
+        })
+        .await
+    }
+
+    async fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        let mut deadline = self.deadline_from(Instant::now());
+        let call = crate::pace::PaceCall::new(entry, pace, now);
+        self.guarded(async {
+            loop {
+                let cmd = call.invocation(deadline);
+                let reply = Unanswered::new(self, cmd, Charges::Pace(&call)).await?;
+                match late(&reply) {
+                    // Nothing was written: the same call again, still awaited.
+                    Some(server_now) => deadline = Some(self.too_late(server_now)),
+                    None => return call.decode(reply),
                 }
             }
         })

@@ -31,6 +31,7 @@ use tollgate::StoreError;
 
 use super::redis_store::RedisStore;
 use crate::lease::LeaseCall;
+use crate::pace::PaceCall;
 use crate::patience::GaveUp;
 use crate::script::{Part, invocation, split_batch};
 
@@ -49,6 +50,9 @@ pub(crate) enum Charges<'a> {
     Batch(&'a [&'a Part]),
     /// A lease take: a grant is given back whole.
     Lease(&'a LeaseCall),
+    /// A pacing call: a reservation's slot is given back (settlements are not undone: the
+    /// caller is told the store failed, and the units may or may not have been settled).
+    Pace(&'a PaceCall),
 }
 
 /// Owned [`Charges`], for the task that settles.
@@ -56,6 +60,7 @@ enum Owned {
     One(Part),
     Batch(Vec<Part>),
     Lease(LeaseCall),
+    Pace(PaceCall),
 }
 
 /// A call that, dropped before it ends, is finished and settled in the background.
@@ -140,6 +145,7 @@ impl Drop for Unanswered<'_> {
             Charges::One(part) => Owned::One(part.clone()),
             Charges::Batch(parts) => Owned::Batch(parts.iter().map(|&p| p.clone()).collect()),
             Charges::Lease(take) => Owned::Lease(take.clone()),
+            Charges::Pace(call) => Owned::Pace(call.clone()),
         };
         let store = self.store.clone();
         runtime.spawn(async move {
@@ -159,6 +165,13 @@ impl Drop for Unanswered<'_> {
                     }
                 }
                 Owned::Lease(take) => settle_lease(&store, &take, reply).await,
+                Owned::Pace(call) => {
+                    if crate::deadline::is_late(&reply) {
+                        store.count_late();
+                    } else if let Some(cancel) = call.cancel_of(reply) {
+                        give_back(&store, &cancel).await;
+                    }
+                }
             }
         });
     }

@@ -3,10 +3,12 @@
 //! Dispatch is a `match`, not a trait object: the five cases are closed and the compiler
 //! inlines each arm.
 
+use std::time::Duration;
+
 use crate::rules::{
-    AnyState, FixedWindow, Gcra, Rule, SlidingLog, SlidingWindow, TokenBucket, decision,
+    AnyState, FixedWindow, Gcra, Rule, Schedule, SlidingLog, SlidingWindow, TokenBucket, decision,
 };
-use crate::{Algorithm, Decision, Op, Quota, Status};
+use crate::{Algorithm, Decision, Op, Pace, Paced, Quota, Slot, Status};
 
 /// An algorithm with its quota applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +148,28 @@ impl AnyRule {
         }
     }
 
+    /// Runs a pacing call for `cost` units at `now` ([`Pace`]); `None` when the rule cannot
+    /// hand out slots and `pace` asks for one (a window algorithm and a reservation or its
+    /// cancellation), changing nothing.
+    pub fn pace(&self, state: &mut AnyState, now: u64, cost: u64, pace: Pace) -> Option<Paced> {
+        let (retry, slot, given_back) = match (pace, self) {
+            (Pace::Adjust { delta }, _) => {
+                with_rule!(self, state, |rule, s| rule.adjust(s, now, delta));
+                (None, None, false)
+            }
+            (pace, AnyRule::Gcra(rule)) => scheduled(rule, state_of!(state, Gcra), now, cost, pace),
+            (pace, AnyRule::TokenBucket(rule)) => {
+                scheduled(rule, state_of!(state, TokenBucket), now, cost, pace)
+            }
+            (Pace::Reserve { .. } | Pace::Cancel { .. }, _) => return None,
+        };
+        Some(Paced {
+            decision: self.decision(state, now, retry),
+            slot,
+            given_back,
+        })
+    }
+
     /// The quota's limit.
     #[inline]
     pub fn limit(&self) -> u64 {
@@ -162,5 +186,34 @@ impl AnyRule {
     #[inline]
     pub fn decision(&self, state: &mut AnyState, now: u64, retry_us: Option<u64>) -> Decision {
         decision(self.limit(), self.status(state, now), retry_us)
+    }
+}
+
+/// A reservation or its cancellation on a rule that hands out slots: the refusal's wait (µs),
+/// the slot taken, and whether units went back.
+fn scheduled<R: Schedule>(
+    rule: &R,
+    state: &mut R::State,
+    now: u64,
+    cost: u64,
+    pace: Pace,
+) -> (Option<u64>, Option<Slot>, bool) {
+    match pace {
+        Pace::Reserve { max_wait } => {
+            let max_wait = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+            match rule.reserve(state, now, cost, max_wait) {
+                Ok((wait, ticket)) => (
+                    None,
+                    Some(Slot::new(Duration::from_micros(wait), ticket)),
+                    false,
+                ),
+                Err(retry) => (Some(retry), None, false),
+            }
+        }
+        Pace::Cancel { ticket } => (None, None, rule.cancel(state, now, cost, ticket)),
+        Pace::Adjust { delta } => {
+            rule.adjust(state, now, delta);
+            (None, None, false)
+        }
     }
 }

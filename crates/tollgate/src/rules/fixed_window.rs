@@ -90,6 +90,14 @@ impl Rule for FixedWindow {
         state.count += cost;
     }
 
+    fn refund(&self, state: &mut FixedWindowState, now: u64, units: u64) {
+        // Only the current window's count: a past window's units were never going to count
+        // again.
+        if self.live_count(state, now) > 0 {
+            state.count = state.count.saturating_sub(units);
+        }
+    }
+
     #[inline]
     fn status(&self, state: &FixedWindowState, now: u64) -> Status {
         let count = self.live_count(state, now);

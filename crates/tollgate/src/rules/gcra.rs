@@ -6,7 +6,7 @@
 //! bucket of the same rate and burst (a property test holds both to it) with half the state,
 //! and it is the cheapest script on Redis.
 
-use crate::rules::Rule;
+use crate::rules::{Rule, Schedule};
 use crate::{Quota, Status};
 
 /// GCRA for one quota.
@@ -61,6 +61,13 @@ impl Rule for Gcra {
         state.tat = state.tat.max(now) + cost * self.t;
     }
 
+    fn refund(&self, state: &mut GcraState, now: u64, units: u64) {
+        // Never before now: time already past is not owed, so it cannot be given back.
+        if state.tat > now {
+            state.tat = state.tat.saturating_sub(units * self.t).max(now);
+        }
+    }
+
     #[inline]
     fn status(&self, state: &GcraState, now: u64) -> Status {
         let used = state.tat.saturating_sub(now);
@@ -68,5 +75,11 @@ impl Rule for Gcra {
             remaining: self.tau.saturating_sub(used) / self.t,
             reset_after_us: used,
         }
+    }
+}
+
+impl Schedule for Gcra {
+    fn tat(&self, state: &GcraState, now: u64) -> u64 {
+        state.tat.max(now)
     }
 }

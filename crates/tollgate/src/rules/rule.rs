@@ -28,11 +28,29 @@ pub trait Rule {
     /// `Err(retry_after_us)` when the cost does not pass now.
     fn admits(&self, state: &Self::State, now: u64, cost: u64) -> Result<(), u64>;
 
-    /// Records `cost` admitted units at `now`. Called only after [`Rule::admits`] said yes.
+    /// Records `cost` units at `now`: an admitted cost (after [`Rule::admits`] said yes), or a
+    /// settlement's extra charge ([`Rule::adjust`]), which may take the state past the limit.
     fn charge(&self, state: &mut Self::State, now: u64, cost: u64);
 
     /// Remaining units and time to a full quota at `now`.
     fn status(&self, state: &Self::State, now: u64) -> Status;
+
+    /// Gives back up to `units` units that are still counted at `now`, newest first, never
+    /// past a full quota: a refund takes back a charge the quota still holds, and creates no
+    /// capacity the quota would not have had without that charge (units that already left
+    /// the window, or refilled, are not given twice).
+    fn refund(&self, state: &mut Self::State, now: u64, units: u64);
+
+    /// Settles a cost known only afterwards: `delta > 0` charges that many more units
+    /// whatever the quota says (past the limit, a debt later callers wait out), `delta < 0`
+    /// refunds `-delta` ([`Rule::refund`]), 0 changes nothing.
+    fn adjust(&self, state: &mut Self::State, now: u64, delta: i64) {
+        match delta.signum() {
+            1 => self.charge(state, now, delta.unsigned_abs()),
+            -1 => self.refund(state, now, delta.unsigned_abs()),
+            _ => {}
+        }
+    }
 
     /// Decides and, when admitted, consumes: `(state, now, cost) -> (decision, new state)`.
     /// A denied call returns the state unchanged.

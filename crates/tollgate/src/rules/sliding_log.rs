@@ -72,6 +72,15 @@ impl Rule for SlidingLog {
         }
     }
 
+    fn refund(&self, state: &mut SlidingLogState, now: u64, units: u64) {
+        // The newest live entries: the ones that would have counted longest.
+        let first = self.first_live(state, now);
+        let live = (state.entries.len() - first) as u64;
+        for _ in 0..units.min(live) {
+            state.entries.pop_back();
+        }
+    }
+
     #[inline]
     fn status(&self, state: &SlidingLogState, now: u64) -> Status {
         let first = self.first_live(state, now);

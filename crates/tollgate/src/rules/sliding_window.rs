@@ -105,6 +105,23 @@ impl Rule for SlidingWindow {
         }
     }
 
+    fn refund(&self, state: &mut SlidingWindowState, now: u64, units: u64) {
+        // Newest buckets first, down to the oldest still counted.
+        let (first, _) = self.live(state, now);
+        let mut left = units;
+        while left > 0 && state.buckets.len() > first {
+            let Some((_, n)) = state.buckets.back_mut() else {
+                break;
+            };
+            let taken = left.min(*n);
+            *n -= taken;
+            left -= taken;
+            if *n == 0 {
+                state.buckets.pop_back();
+            }
+        }
+    }
+
     #[inline]
     fn status(&self, state: &SlidingWindowState, now: u64) -> Status {
         let (_, count) = self.live(state, now);

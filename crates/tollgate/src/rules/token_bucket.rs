@@ -6,15 +6,19 @@
 //! integer arithmetic runs in `token_bucket.lua`. Its answers equal [`Gcra`](super::Gcra)'s for the
 //! same quota; it exists because it is the algorithm people know and can inspect
 //! (`HGETALL` shows the tokens left).
+//!
+//! Tokens may go below zero: a reservation ([`Schedule`]) or a settlement's extra charge
+//! ([`Rule::adjust`]) takes tokens the bucket does not have yet, a debt the refill pays off
+//! before anything else passes.
 
-use crate::rules::Rule;
+use crate::rules::{Rule, Schedule};
 use crate::{Quota, Status};
 
 /// Token bucket for one quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
     limit: u64,
-    burst: u64,
+    burst: i64,
     /// Emission interval in µs: one token per `t`.
     t: u64,
 }
@@ -22,8 +26,9 @@ pub struct TokenBucket {
 /// Token bucket state. `None` (a key never seen, or refilled to the top) is a full bucket.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TokenBucketState {
-    /// `(tokens, last)`: `tokens` whole tokens were in the bucket at `last` (µs).
-    pub level: Option<(u64, u64)>,
+    /// `(tokens, last)`: `tokens` whole tokens were in the bucket at `last` (µs); negative
+    /// while the bucket owes tokens.
+    pub level: Option<(i64, u64)>,
 }
 
 impl TokenBucket {
@@ -31,22 +36,23 @@ impl TokenBucket {
     pub fn new(quota: &Quota) -> Self {
         TokenBucket {
             limit: quota.limit(),
-            burst: quota.burst(),
+            // A quota's burst is at most `MAX_UNITS`, far below `i64::MAX`.
+            burst: i64::try_from(quota.burst()).unwrap_or(i64::MAX),
             t: quota.emission_interval_micros(),
         }
     }
 
     /// Tokens at `now` and the instant that count was reached (`now` when full).
-    fn refill(&self, state: &TokenBucketState, now: u64) -> (u64, u64) {
+    fn refill(&self, state: &TokenBucketState, now: u64) -> (i64, u64) {
         match state.level {
             None => (self.burst, now),
             Some((tokens, last)) if now <= last => (tokens, last),
             Some((tokens, last)) => {
-                let earned = (now - last) / self.t;
+                let earned = i64::try_from((now - last) / self.t).unwrap_or(i64::MAX);
                 if tokens + earned >= self.burst {
                     (self.burst, now)
                 } else {
-                    (tokens + earned, last + earned * self.t)
+                    (tokens + earned, last + earned.unsigned_abs() * self.t)
                 }
             }
         }
@@ -64,31 +70,57 @@ impl Rule for TokenBucket {
     #[inline]
     fn admits(&self, state: &TokenBucketState, now: u64, cost: u64) -> Result<(), u64> {
         let (tokens, last) = self.refill(state, now);
+        let cost = signed(cost);
         if tokens >= cost {
             Ok(())
         } else {
             // `now - last < t` after a refill, so this is positive.
-            Err((cost - tokens) * self.t + last - now)
+            Err((cost - tokens).unsigned_abs() * self.t + last - now)
         }
     }
 
     #[inline]
     fn charge(&self, state: &mut TokenBucketState, now: u64, cost: u64) {
         let (tokens, last) = self.refill(state, now);
-        state.level = Some((tokens - cost, last));
+        state.level = Some((tokens - signed(cost), last));
+    }
+
+    fn refund(&self, state: &mut TokenBucketState, now: u64, units: u64) {
+        let (tokens, last) = self.refill(state, now);
+        let tokens = tokens.saturating_add(signed(units));
+        // Never past a full bucket: a refund does not bring back tokens that already refilled.
+        state.level = (tokens < self.burst).then_some((tokens, last));
     }
 
     #[inline]
     fn status(&self, state: &TokenBucketState, now: u64) -> Status {
         let (tokens, last) = self.refill(state, now);
-        let reset_after_us = if tokens >= self.burst {
-            0
-        } else {
-            ((self.burst - tokens) * self.t + last).saturating_sub(now)
-        };
         Status {
-            remaining: tokens,
-            reset_after_us,
+            remaining: tokens.max(0).unsigned_abs(),
+            reset_after_us: self.tat_of(tokens, last).saturating_sub(now),
         }
     }
+}
+
+impl TokenBucket {
+    /// When a bucket of `tokens` at `last` is full again: GCRA's theoretical arrival time.
+    fn tat_of(&self, tokens: i64, last: u64) -> u64 {
+        if tokens >= self.burst {
+            last
+        } else {
+            last + (self.burst - tokens).unsigned_abs() * self.t
+        }
+    }
+}
+
+impl Schedule for TokenBucket {
+    fn tat(&self, state: &TokenBucketState, now: u64) -> u64 {
+        let (tokens, last) = self.refill(state, now);
+        self.tat_of(tokens, last).max(now)
+    }
+}
+
+/// A cost or a refund as a token count (both are at most `MAX_UNITS`, validated).
+fn signed(units: u64) -> i64 {
+    i64::try_from(units).unwrap_or(i64::MAX)
 }

@@ -13,7 +13,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::{Decisions, LeaseGrant, LeaseTake, Op, Request, Store, StoreError, Timestamp};
+use crate::{
+    Decisions, Entry, LeaseGrant, LeaseTake, Op, Pace, Paced, Request, Store, StoreError, Timestamp,
+};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -33,6 +35,13 @@ trait DynStore: Send + Sync + 'static {
         take: &'a LeaseTake<'_>,
         now: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<LeaseGrant, StoreError>>;
+
+    fn pace<'a>(
+        &'a self,
+        entry: &'a Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> BoxFuture<'a, Result<Paced, StoreError>>;
 
     fn in_process(&self) -> bool;
 
@@ -61,6 +70,15 @@ impl<S: Store> DynStore for S {
         now: Option<Timestamp>,
     ) -> BoxFuture<'a, Result<LeaseGrant, StoreError>> {
         Box::pin(Store::take_lease(self, take, now))
+    }
+
+    fn pace<'a>(
+        &'a self,
+        entry: &'a Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> BoxFuture<'a, Result<Paced, StoreError>> {
+        Box::pin(Store::pace(self, entry, pace, now))
     }
 
     fn in_process(&self) -> bool {
@@ -123,6 +141,15 @@ impl Store for BoxStore {
         now: Option<Timestamp>,
     ) -> Result<LeaseGrant, StoreError> {
         self.inner.take_lease(take, now).await
+    }
+
+    async fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        self.inner.pace(entry, pace, now).await
     }
 
     fn in_process(&self) -> bool {

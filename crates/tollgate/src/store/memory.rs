@@ -45,12 +45,13 @@ use self::shard::{AtCap, Shard, Slot};
 
 use crate::log_throttle::LogThrottle;
 use crate::{
-    Clock, Decision, Decisions, Key, LeaseGrant, LeaseTake, Limit, Op, Request, SingleRequest,
-    Status, Store, StoreError, SystemClock, Timestamp,
+    Clock, Decision, Decisions, Entry, Key, LeaseGrant, LeaseTake, Limit, Op, Pace, Paced, Request,
+    SingleRequest, Status, Store, StoreError, SystemClock, Timestamp,
 };
 
 mod builder;
 mod lease;
+mod pace;
 mod shard;
 
 pub use self::builder::MemoryStoreBuilder;
@@ -200,6 +201,22 @@ impl MemoryStore {
             .map_err(|NoRoom| self.inner.full())
     }
 
+    /// [`Store::pace`] at `now`, synchronously (what the `local` failure policy and tests
+    /// use).
+    ///
+    /// # Errors
+    /// [`StoreError::Full`] when a new key meets the key cap, and a protocol error for a
+    /// reservation on a limit that cannot hand out slots (the [`crate::Limiter`] refuses it
+    /// before: [`crate::CheckError::CannotReserve`]).
+    pub fn pace_at(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Timestamp,
+    ) -> Result<Paced, StoreError> {
+        self.inner.pace(entry, pace, now.as_micros())
+    }
+
     /// [`Store::reset`] without the future.
     pub fn reset_now(&self, request: &Request<'_>) {
         for e in request.entries() {
@@ -253,6 +270,15 @@ impl Store for MemoryStore {
         self.inner
             .take_lease(take, self.now(now).as_micros())
             .map_err(|NoRoom| self.inner.full())
+    }
+
+    async fn pace(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        self.pace_at(entry, pace, self.now(now))
     }
 
     fn in_process(&self) -> bool {

@@ -1,0 +1,214 @@
+//! Reservations and settlements through the limiter: validated like a check, one store call
+//! each, the limit's failure policy when a reservation's store call fails.
+//!
+//! A reservation of a shadow limit is a check of it (counted, never waited for): a shadow
+//! limit must not change what callers do, and making them sleep would.
+
+use super::*;
+use crate::{Pace, Paced, Reservation, SettleError};
+
+impl<S: Store> Limiter<S> {
+    /// Reserves `cost` units of `limit` for `key`: the key's next free slot when it begins
+    /// within `max_wait`, and the wait until it ([`Reservation::wait`]); a slot further away
+    /// is refused ([`crate::Outcome::Limited`], charging nothing). Concurrent reservations,
+    /// on every instance, get consecutive slots of the limit's schedule. The caller sleeps
+    /// the wait itself, or calls [`Limiter::acquire`], which does.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, FakeClock, Limit, Limiter, MemoryStore, Outcome, Quota, Timestamp};
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let clock = FakeClock::new(Timestamp::from_secs(1_000));
+    /// let limiter = Limiter::builder(MemoryStore::builder().clock(clock.clone()).build())
+    ///     .clock(clock)
+    ///     .limit(Limit::new("upstream", Algorithm::Gcra, Quota::per_minute(60)?)?)
+    ///     .build()?;
+    /// let no_key: [(&str, &str); 0] = [];
+    /// let wait = |r: &tollgate::Reservation| r.wait();
+    /// let first = limiter.reserve("upstream", &no_key, 1, Duration::from_secs(5)).await?;
+    /// assert_eq!(wait(&first), Some(Duration::ZERO));
+    /// let second = limiter.reserve("upstream", &no_key, 1, Duration::from_secs(5)).await?;
+    /// assert_eq!(wait(&second), Some(Duration::from_secs(1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Limiter::check_n`], and [`CheckError::CannotReserve`] for a limit whose algorithm
+    /// has no slots to hand out (only GCRA and the token bucket do).
+    pub async fn reserve<V: AsRef<[u8]>>(
+        &self,
+        limit: &str,
+        key: &[(&str, V)],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation, CheckError> {
+        let request = self.prepare(&[limit], key, cost)?;
+        let entry = &request.entries()[0];
+        if !entry.limit.algorithm().reserves() {
+            return Err(CheckError::CannotReserve {
+                limit: limit.to_owned(),
+                algorithm: entry.limit.algorithm().name().to_owned(),
+            });
+        }
+        let now = self.now();
+        let (decision, slot) = if entry.shadow {
+            let d = self.run(&request, Op::Check, now).await.remove(0);
+            if d.shadow_refused() {
+                count_shadow_denial(&d);
+            }
+            (d, None)
+        } else {
+            let pace = Pace::Reserve { max_wait };
+            self.pace_or_policy(entry, pace, now).await
+        };
+        metrics::counter!(
+            "tollgate_reservations_total",
+            "limit" => Arc::clone(entry.limit.name_arc()),
+            "result" => if decision.shown_allowed() { "reserved" } else { "refused" }
+        )
+        .increment(1);
+        Ok(Reservation {
+            limit: entry.limit.clone(),
+            key: entry.key.clone(),
+            cost,
+            decision,
+            slot,
+        })
+    }
+
+    /// Gives back a reservation's slot the caller will not use (it gave up waiting, it is
+    /// shutting down): the units return to the key when no later slot was handed out after
+    /// this one, and are lost otherwise (the upstream then sees one idle slot). Returns
+    /// whether they returned. A reservation that took no slot gives nothing back.
+    ///
+    /// # Errors
+    /// The store's failure (counted and logged); the slot is then lost.
+    pub async fn cancel(&self, reservation: &Reservation) -> Result<bool, StoreError> {
+        let Some(slot) = reservation.slot else {
+            return Ok(false);
+        };
+        let entry =
+            Entry::new(&reservation.limit, reservation.key.clone()).with_cost(reservation.cost);
+        let pace = Pace::Cancel {
+            ticket: slot.ticket(),
+        };
+        let paced = if reservation.on_local() {
+            let now = self.now().unwrap_or_else(|| SystemClock.now());
+            let local = self.local.get_or_init(MemoryStore::new);
+            local.pace_at(&entry, pace, now)
+        } else {
+            self.pace_store(&entry, pace, self.now()).await
+        }?;
+        if paced.given_back {
+            self.forget_cached(&entry.key);
+        }
+        metrics::counter!(
+            "tollgate_reservations_total",
+            "limit" => Arc::clone(entry.limit.name_arc()),
+            "result" => if paced.given_back { "given_back" } else { "lost" }
+        )
+        .increment(1);
+        Ok(paced.given_back)
+    }
+
+    /// Settles a cost known only afterwards: `delta > 0` charges that many more units of
+    /// `limit` for `key` whatever the quota says (past the limit it is a debt that later
+    /// callers wait out), `delta < 0` gives back `-delta` units the key still counts (never
+    /// past a full quota, never units that already left the window or refilled). Every
+    /// algorithm; docs/algorithms.md says what each does. Answers the key's state after.
+    ///
+    /// # Errors
+    /// [`SettleError::Check`] as for [`Limiter::check_n`] (`|delta|` must be at most the
+    /// limit's capacity, one call's worth); [`SettleError::Store`] when the store fails:
+    /// nothing was settled, and no policy can settle in its place.
+    pub async fn adjust<V: AsRef<[u8]>>(
+        &self,
+        limit: &str,
+        key: &[(&str, V)],
+        delta: i64,
+    ) -> Result<Decision, SettleError> {
+        let request = self.prepare(&[limit], key, delta.unsigned_abs().max(1))?;
+        let entry = &request.entries()[0];
+        let paced = self
+            .pace_store(entry, Pace::Adjust { delta }, self.now())
+            .await?;
+        if delta < 0 {
+            self.forget_cached(&entry.key);
+        }
+        metrics::counter!(
+            "tollgate_adjusted_units_total",
+            "limit" => Arc::clone(entry.limit.name_arc()),
+            "direction" => if delta < 0 { "refund" } else { "charge" }
+        )
+        .increment(delta.unsigned_abs());
+        Ok(paced.decision)
+    }
+
+    /// One pacing call to the store, timed like a check's; a failure counted and logged.
+    async fn pace_store(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> Result<Paced, StoreError> {
+        let started = (!self.store.in_process()).then(Instant::now);
+        let result = self.store.pace(entry, pace, now).await;
+        if let Some(started) = started {
+            store_latency(started, result.as_ref().err());
+        }
+        if let Err(error) = &result {
+            metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().as_str())
+                .increment(1);
+            self.warn_rate_limited(error);
+        }
+        result
+    }
+
+    /// A reservation in the store, or the limit's failure policy when the store fails:
+    /// `allow` goes now, `deny` refuses ([`POLICY_RETRY_AFTER`]), `local` reserves on this
+    /// instance's memory store.
+    async fn pace_or_policy(
+        &self,
+        entry: &Entry<'_>,
+        pace: Pace,
+        now: Option<Timestamp>,
+    ) -> (LimitDecision, Option<Slot>) {
+        let error = match self.pace_store(entry, pace, now).await {
+            Ok(paced) => {
+                return (
+                    limit_decision(entry, paced.decision, Source::Store),
+                    paced.slot,
+                );
+            }
+            Err(error) => error,
+        };
+        let policy = entry.limit.policy();
+        let limit = entry.limit.quota().limit();
+        let (decision, slot) = match policy {
+            OnStoreError::Allow => (Decision::allowed(limit, limit, Duration::ZERO), None),
+            OnStoreError::Deny => (policy_denial(limit), None),
+            OnStoreError::Local => {
+                let now = self.now().unwrap_or_else(|| SystemClock.now());
+                let local = self.local.get_or_init(MemoryStore::new);
+                match local.pace_at(entry, pace, now) {
+                    Ok(paced) => (paced.decision, paced.slot),
+                    Err(_) => (policy_denial(limit), None),
+                }
+            }
+        };
+        let source = Source::Policy {
+            policy,
+            error: error.kind(),
+        };
+        (limit_decision(entry, decision, source), slot)
+    }
+
+    /// Forgets a refusal the deny cache holds for `key`: units went back to it.
+    fn forget_cached(&self, key: &Key) {
+        if let Some(cache) = &self.deny_cache {
+            cache.forget(key);
+        }
+    }
+}

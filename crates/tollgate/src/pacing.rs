@@ -1,0 +1,16 @@
+//! Pacing and settling: what a caller may ask of a limit besides "may I, now?".
+//!
+//! A check answers now or never; an outbound client in front of a paid API wants a *queue in
+//! time* instead: its own slot in the limit's schedule, slept until, so that the upstream sees
+//! a smooth, exact rate and nobody asks twice ([`Pace::Reserve`], [`Pace::Cancel`]; see
+//! [`crate::rules::Schedule`]). A client whose cost is known only afterwards (tokens of an LLM
+//! call) charges an estimate up front and settles the difference after ([`Pace::Adjust`]).
+//! Each is one store call on one (limit, key) pair, atomic like a check: [`crate::Store::pace`].
+
+mod pace;
+mod paced;
+mod slot;
+
+pub use pace::Pace;
+pub use paced::Paced;
+pub use slot::Slot;

@@ -1,0 +1,83 @@
+//! The answer to a reservation: a slot to wait for, or a refusal.
+
+use std::time::Duration;
+
+use crate::verdict::{LimitDecision, Source};
+use crate::{Key, Limit, OnStoreError, Outcome, Slot, StoreErrorKind};
+
+/// What [`crate::Limiter::reserve`] (or [`crate::Limiter::acquire`]) got: a slot to go at, or
+/// a refusal, as a check's [`Outcome`]. Keep it to give the slot back
+/// ([`crate::Limiter::cancel`]) when the caller will not use it.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Reservation {
+    pub(crate) limit: Limit,
+    pub(crate) key: Key,
+    pub(crate) cost: u64,
+    pub(crate) decision: LimitDecision,
+    pub(crate) slot: Option<Slot>,
+}
+
+impl Reservation {
+    /// Allowed (go after [`Reservation::wait`]), limited (the next slot begins later than the
+    /// wait the caller accepts: retry after the given wait to be offered one within it), or
+    /// unavailable (the store failed and the limit's policy denies).
+    pub fn outcome(&self) -> Outcome {
+        if self.decision.shown_allowed() {
+            return Outcome::Allowed;
+        }
+        let retry_after = self.decision.decision.retry_after().unwrap_or_default();
+        match self.decision.source {
+            Source::Policy { error, .. } => Outcome::Unavailable { error, retry_after },
+            Source::Store | Source::DenyCache | Source::Lease => Outcome::Limited { retry_after },
+        }
+    }
+
+    /// When allowed: how long from the reservation until the slot begins (zero: go now; a
+    /// shadow limit and an `allow` policy always say zero).
+    pub fn wait(&self) -> Option<Duration> {
+        if !self.decision.shown_allowed() {
+            return None;
+        }
+        Some(
+            self.slot
+                .filter(|_| !self.decision.shadow)
+                .map_or(Duration::ZERO, |s| s.wait()),
+        )
+    }
+
+    /// The slot taken in the store (or in the `local` fallback), `None` when no slot was
+    /// taken (refused, a shadow limit, an `allow` policy).
+    pub fn slot(&self) -> Option<Slot> {
+        self.slot
+    }
+
+    /// The limit's decision: the key's state after the reservation, and how it was reached.
+    pub fn decision(&self) -> &LimitDecision {
+        &self.decision
+    }
+
+    /// The store failure a policy answered for, if any.
+    pub fn store_error(&self) -> Option<StoreErrorKind> {
+        match self.decision.source {
+            Source::Policy { error, .. } => Some(error),
+            Source::Store | Source::DenyCache | Source::Lease => None,
+        }
+    }
+
+    /// Units reserved.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// Where the slot was taken: the `local` fallback when the store failed.
+    pub(crate) fn on_local(&self) -> bool {
+        matches!(
+            self.decision.source,
+            Source::Policy {
+                policy: OnStoreError::Local,
+                ..
+            }
+        )
+    }
+}
