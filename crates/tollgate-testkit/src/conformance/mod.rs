@@ -21,6 +21,7 @@ mod costs;
 mod harness;
 mod modes;
 mod numbers;
+mod pacing;
 
 pub use algorithms::{
     fixed_window_admits_twice_the_limit_across_an_edge,
@@ -41,6 +42,11 @@ pub use modes::{
     lease_mode_counts_every_unit_taken,
 };
 pub use numbers::{remaining_and_reset_after_track_each_call, retry_after_is_exact};
+pub use pacing::{
+    adjust_charges_debt_and_refunds_within_full, cancel_gives_back_only_the_last_slot,
+    concurrent_reservations_are_the_schedule, reservations_take_consecutive_slots,
+    window_algorithms_cannot_reserve,
+};
 
 /// Every test's start: 2030-01-01T00:00:00Z, aligned to every window used here.
 pub const START: Timestamp = Timestamp::from_micros(1_893_456_000_000_000);
@@ -71,6 +77,11 @@ macro_rules! conformance_suite {
             lease_mode_counts_every_unit_taken,
             any_of_group_refuses_only_when_all_refuse,
             counted_refusals_charge_every_entry,
+            reservations_take_consecutive_slots,
+            concurrent_reservations_are_the_schedule,
+            cancel_gives_back_only_the_last_slot,
+            window_algorithms_cannot_reserve,
+            adjust_charges_debt_and_refunds_within_full,
         );
     };
     (@each $fixture:path; $($test:ident),* $(,)?) => {
