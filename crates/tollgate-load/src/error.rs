@@ -34,6 +34,19 @@ pub enum LoadError {
     /// The service lists no limit at all.
     #[error("the service has no limits")]
     NoLimits,
+    /// A TLS file of [`crate::ClientTls`] cannot be used.
+    #[error("{what} {}: {reason}", path.display())]
+    TlsFile {
+        /// `--cacert`, `--cert` or `--key`.
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// An `https://` URL without `--cacert`.
+    #[error("an https:// URL needs --cacert (the CA that signed the service's certificate)")]
+    NoCa,
     /// A gRPC run without a descriptor entry.
     #[error("a gRPC bench needs at least one descriptor entry (--descriptor key=value)")]
     NoDescriptor,

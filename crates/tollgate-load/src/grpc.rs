@@ -1,6 +1,9 @@
 //! The gRPC mode: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, one HTTP/2
-//! channel per task, one descriptor whose last value varies over the keys.
+//! channel per task, one descriptor whose last value varies over the keys; over TLS for an
+//! `https://` URL (`GrpcTarget::tls`), the handshake made by the connector (tonic is built
+//! without its own TLS, and is handed the encrypted stream as a plain one).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -30,10 +33,17 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
         return Err(LoadError::NoDescriptor);
     }
     let url = &options.url;
-    let endpoint = Endpoint::from_shared(url.clone()).map_err(|source| LoadError::Endpoint {
+    let tls = match (url.strip_prefix("https://"), &target.tls) {
+        (Some(_), Some(tls)) => Some(crate::tls::client_config(tls)?),
+        (Some(_), None) => return Err(LoadError::NoCa),
+        (None, _) => None,
+    };
+    let plain = url.replacen("https://", "http://", 1);
+    let endpoint = Endpoint::from_shared(plain).map_err(|source| LoadError::Endpoint {
         url: url.clone(),
         source,
     })?;
+    let endpoint = Dial { endpoint, tls };
     // One call before the clock starts: an unreachable service fails here, by name.
     let channel = connect(&endpoint)
         .await
@@ -73,20 +83,94 @@ pub async fn run_grpc(options: BenchOptions, target: GrpcTarget) -> Result<Repor
     .await
 }
 
-/// A channel to `endpoint` whose connection's writes take turns ([`DeferredWriteIo`]): the
-/// calls of the tasks that ran in one turn of the scheduler leave in one write, where tonic's
-/// own connector would send one `writev` per call (and so would cost the machine the service
-/// shares more than the service does).
-async fn connect(endpoint: &Endpoint) -> Result<Channel, tonic::transport::Error> {
-    endpoint
-        .connect_with_connector(tower::service_fn(|uri: Uri| async move {
-            let host = uri.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
-            let port = uri.port_u16().unwrap_or(80);
-            let stream = TcpStream::connect((host, port)).await?;
-            stream.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(TokioIo::new(DeferredWriteIo::new(stream)))
+/// Where to connect: the endpoint, and the TLS configuration for an `https://` URL.
+#[derive(Clone)]
+struct Dial {
+    endpoint: Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// A connection, in plaintext or through TLS.
+enum Stream {
+    Plain(DeferredWriteIo<TcpStream>),
+    Tls(Box<tokio_rustls::client::TlsStream<DeferredWriteIo<TcpStream>>>),
+}
+
+/// A channel to `dial`'s endpoint whose connection's writes take turns ([`DeferredWriteIo`]):
+/// the calls of the tasks that ran in one turn of the scheduler leave in one write, where
+/// tonic's own connector would send one `writev` per call (and so would cost the machine the
+/// service shares more than the service does). Through TLS, the records of one turn leave
+/// together the same way.
+async fn connect(dial: &Dial) -> Result<Channel, tonic::transport::Error> {
+    let tls = dial.tls.clone();
+    dial.endpoint
+        .connect_with_connector(tower::service_fn(move |uri: Uri| {
+            let tls = tls.clone();
+            async move {
+                let host = uri.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
+                let port = uri.port_u16().unwrap_or(80);
+                let stream = TcpStream::connect((host, port)).await?;
+                stream.set_nodelay(true)?;
+                let io = DeferredWriteIo::new(stream);
+                let stream = match tls {
+                    None => Stream::Plain(io),
+                    Some(config) => {
+                        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                            .map_err(std::io::Error::other)?;
+                        let connector = tokio_rustls::TlsConnector::from(config);
+                        Stream::Tls(Box::new(connector.connect(name, io).await?))
+                    }
+                };
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
         }))
         .await
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => std::pin::Pin::new(io).poll_read(cx, buf),
+            Stream::Tls(io) => std::pin::Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(io) => std::pin::Pin::new(io).poll_write(cx, buf),
+            Stream::Tls(io) => std::pin::Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => std::pin::Pin::new(io).poll_flush(cx),
+            Stream::Tls(io) => std::pin::Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => std::pin::Pin::new(io).poll_shutdown(cx),
+            Stream::Tls(io) => std::pin::Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// What a task sends its calls on.
@@ -94,7 +178,7 @@ enum Connection {
     /// A channel other tasks send on too, each call an HTTP/2 stream of its own.
     Shared(Channel),
     /// A connection of the task's own, to open (boxed: an endpoint is large).
-    Own(Box<Endpoint>),
+    Own(Box<Dial>),
 }
 
 /// One task sending `ShouldRateLimit`, one call in flight, until `deadline`.
@@ -175,6 +259,7 @@ mod tests {
             domain: "edge".into(),
             descriptor: vec![("route".into(), "/x".into()), ("user".into(), "u".into())],
             channels: 0,
+            tls: None,
         };
         let values = |r: RateLimitRequest| -> Vec<String> {
             r.descriptors[0]
@@ -206,6 +291,7 @@ mod tests {
             domain: "edge".into(),
             descriptor: vec![("user".into(), "u".into())],
             channels: 0,
+            tls: None,
         };
         let error = run_grpc(options, target)
             .await

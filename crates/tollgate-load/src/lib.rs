@@ -20,9 +20,10 @@ mod http;
 mod options;
 mod report;
 mod tally;
+mod tls;
 
 pub use error::LoadError;
 pub use grpc::run_grpc;
 pub use http::run;
-pub use options::{BenchOptions, GrpcTarget};
+pub use options::{BenchOptions, ClientTls, GrpcTarget};
 pub use report::Report;

@@ -1,5 +1,6 @@
 //! What to run: [`BenchOptions`] for both modes, [`GrpcTarget`] for the gRPC call.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// What to run.
@@ -29,4 +30,16 @@ pub struct GrpcTarget {
     /// streams, as Envoy multiplexes its calls to a rate limit service; 0 = one connection per
     /// task.
     pub channels: usize,
+    /// For an `https://` URL: whom to trust, and the client certificate to present (mTLS).
+    pub tls: Option<ClientTls>,
+}
+
+/// The client side of TLS: the CA bundle the service's certificate must chain to, and a
+/// client certificate and key (PEM files) when the service asks for one.
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    /// The CA bundle (PEM).
+    pub ca: PathBuf,
+    /// The client certificate and its key (PEM), for a service with `tls_client_ca`.
+    pub identity: Option<(PathBuf, PathBuf)>,
 }

@@ -13,6 +13,8 @@
 //! - [`status`]: what the service remembers of itself for the status page (history, rates,
 //!   latencies, the store's probe, the last reload) and the page's assets;
 //! - [`metrics`]: the Prometheus recorder and the service's own series;
+//! - [`tls`]: the listeners' certificates, checked, built into rustls configurations and
+//!   swapped when they change;
 //! - [`http`]: the HTTP API: JSON bodies, status codes, the shared state, the handlers;
 //! - `connection`: what a client may hold (timeouts, the connection cap, the drain), under
 //!   both listeners;
@@ -32,3 +34,4 @@ pub mod metrics;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod tls;

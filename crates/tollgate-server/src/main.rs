@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use tollgate_server::cli::{self, Cli, Command};
 use tollgate_server::config::{Config, ConfigError, Overrides};
-use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, listen, shutdown_signal};
+use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, bind, shutdown_signal};
 
 /// mimalloc rather than the system's allocator. The service allocates and frees a few small
 /// buffers per request, often on another worker thread than the one that allocated them, and
@@ -68,6 +68,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.envoy.rules.len(),
                 config.store.backend.name()
             );
+            if let Some(tls) = &config.server.tls {
+                let expires = tollgate_server::tls::check(tls)?;
+                println!(
+                    "{}: certificate ok, expires {}",
+                    tls.cert.display(),
+                    tollgate_server::tls::format_time(expires)
+                );
+            }
             print!("{}", cli::imported_table(&config));
             Ok(())
         }
@@ -89,8 +97,8 @@ async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()
         Some(path) => Config::load(path, &overrides)?,
         None => Config::without_file(&overrides)?,
     };
-    let listener = listen(config.server.http)
-        .with_context(|| format!("cannot listen on {}", config.server.http))?;
+    let listener = bind(&config.server.http, config.server.unix_mode)
+        .with_context(|| format!("cannot listen on {} (server.http)", config.server.http))?;
     let mut server = Server::new(config);
     if let Some(path) = path {
         server = server.watch(path, overrides, DEFAULT_WATCH_INTERVAL);

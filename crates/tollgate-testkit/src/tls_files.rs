@@ -1,5 +1,7 @@
 //! Certificates for the TLS tests, made at run time: a test CA, a server and a client
-//! certificate it signed, an expired server certificate, and a second CA that signed nothing.
+//! certificate it signed, a second server certificate (a rotation's), a client certificate
+//! with a name (`envoy.tollgate.test`), an expired server certificate, and a second CA that
+//! signed nothing.
 //!
 //! Made fresh per test rather than checked in, so that nothing in the repository expires, no
 //! private key is committed, and no test depends on OpenSSL: rcgen (on ring) signs them, and
@@ -38,6 +40,10 @@ pub struct TlsFiles {
     other_client_key: PathBuf,
     expired_cert: PathBuf,
     expired_key: PathBuf,
+    second_server_cert: PathBuf,
+    second_server_key: PathBuf,
+    named_client_cert: PathBuf,
+    named_client_key: PathBuf,
 }
 
 impl TlsFiles {
@@ -77,6 +83,8 @@ impl TlsFiles {
         let client = leaf(&ca_issuer, Leaf::Client, now - DAY, now + 365 * DAY);
         let other_client = leaf(&other_issuer, Leaf::Client, now - DAY, now + 365 * DAY);
         let expired = leaf(&ca_issuer, Leaf::Server, now - 730 * DAY, now - 365 * DAY);
+        let second = leaf(&ca_issuer, Leaf::Server, now - DAY, now + 365 * DAY);
+        let named = leaf(&ca_issuer, Leaf::NamedClient, now - DAY, now + 365 * DAY);
 
         TlsFiles {
             ca: write("ca.crt", &ca_pem),
@@ -89,6 +97,10 @@ impl TlsFiles {
             other_client_key: write("other-client.key", &other_client.1),
             expired_cert: write("expired.crt", &expired.0),
             expired_key: write("expired.key", &expired.1),
+            second_server_cert: write("second-server.crt", &second.0),
+            second_server_key: write("second-server.key", &second.1),
+            named_client_cert: write("named-client.crt", &named.0),
+            named_client_key: write("named-client.key", &named.1),
             dir,
         }
     }
@@ -152,6 +164,28 @@ impl TlsFiles {
     pub fn expired_key(&self) -> &Path {
         &self.expired_key
     }
+
+    /// A second server certificate like [`TlsFiles::server_cert`] (same CA, names and
+    /// validity, its own key): what a rotation replaces the first with.
+    pub fn second_server_cert(&self) -> &Path {
+        &self.second_server_cert
+    }
+
+    /// The private key of [`TlsFiles::second_server_cert`] (PEM, PKCS#8).
+    pub fn second_server_key(&self) -> &Path {
+        &self.second_server_key
+    }
+
+    /// A client certificate signed by [`TlsFiles::ca`] whose subject alternative names are
+    /// the DNS name `envoy.tollgate.test` and the URI `spiffe://tollgate.test/envoy`.
+    pub fn named_client_cert(&self) -> &Path {
+        &self.named_client_cert
+    }
+
+    /// The private key of [`TlsFiles::named_client_cert`] (PEM, PKCS#8).
+    pub fn named_client_key(&self) -> &Path {
+        &self.named_client_key
+    }
 }
 
 impl Default for TlsFiles {
@@ -176,6 +210,8 @@ enum Leaf {
     Server,
     /// No names; clientAuth.
     Client,
+    /// `envoy.tollgate.test` and `spiffe://tollgate.test/envoy`; clientAuth.
+    NamedClient,
 }
 
 /// The time now, since the Unix epoch. Times stay `Duration`s since the epoch until they are
@@ -216,15 +252,22 @@ fn leaf(
     let names = match kind {
         Leaf::Server => vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
         Leaf::Client => Vec::new(),
+        Leaf::NamedClient => vec!["envoy.tollgate.test".to_owned()],
     };
     let mut params = CertificateParams::new(names)
         .unwrap_or_else(|e| panic!("invalid subject alternative names: {e}"));
+    if kind == Leaf::NamedClient {
+        let uri = "spiffe://tollgate.test/envoy"
+            .try_into()
+            .unwrap_or_else(|e| panic!("invalid URI name: {e}"));
+        params.subject_alt_names.push(rcgen::SanType::URI(uri));
+    }
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(
         DnType::CommonName,
         match kind {
             Leaf::Server => "localhost",
-            Leaf::Client => "tollgate test client",
+            Leaf::Client | Leaf::NamedClient => "tollgate test client",
         },
     );
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -233,7 +276,7 @@ fn leaf(
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ],
-        Leaf::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        Leaf::Client | Leaf::NamedClient => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
     params.use_authority_key_identifier_extension = true;
     params.not_before = rcgen::date_time_ymd(1970, 1, 1) + not_before;

@@ -91,6 +91,16 @@ pub struct BenchArgs {
     /// multiplexes its calls (with --grpc; 0 = a connection per task).
     #[arg(long, requires = "grpc", default_value_t = 0)]
     channels: usize,
+    /// With an https:// URL (with --grpc): the CA bundle (PEM) the service's certificate
+    /// must chain to.
+    #[arg(long, requires = "grpc")]
+    cacert: Option<PathBuf>,
+    /// With an https:// URL: a client certificate (PEM) for a service with tls_client_ca.
+    #[arg(long, requires = "cacert", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
 }
 
 /// `key=value`, the key not empty.
@@ -127,6 +137,10 @@ impl BenchArgs {
                 domain: self.domain.unwrap_or_default(),
                 descriptor: self.descriptor,
                 channels: self.channels,
+                tls: self.cacert.map(|ca| tollgate_load::ClientTls {
+                    ca,
+                    identity: self.cert.zip(self.key),
+                }),
             };
             tollgate_load::run_grpc(options, target).await
         } else {

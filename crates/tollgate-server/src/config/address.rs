@@ -1,23 +1,39 @@
 //! Listen addresses (`server.http`, `server.grpc`) as written in the config, with an error
-//! that shows the accepted form.
+//! that shows the accepted forms.
 
-use std::net::{AddrParseError, SocketAddr};
+use std::net::AddrParseError;
+use std::path::PathBuf;
 
-/// A listen address that is not `host:port`.
+use super::ListenAddress;
+
+/// A listen address that is neither `host:port` nor `unix:/path`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{text:?} is not a listen address: write host:port, e.g. \"127.0.0.1:8080\"")]
+#[error(
+    "{text:?} is not a listen address: write host:port, e.g. \"127.0.0.1:8080\", or unix:/path"
+)]
 pub struct AddressError {
     /// What was written.
     pub text: String,
-    /// The parser's reason.
+    /// The parser's reason (`None` for an empty `unix:` path).
     #[source]
-    pub source: AddrParseError,
+    pub source: Option<AddrParseError>,
 }
 
-/// Parses `host:port`.
-pub(super) fn parse(text: &str) -> Result<SocketAddr, AddressError> {
-    text.parse().map_err(|source| AddressError {
-        text: text.to_owned(),
-        source,
-    })
+/// Parses `host:port` or `unix:/path/to.sock`.
+pub(super) fn parse(text: &str) -> Result<ListenAddress, AddressError> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(AddressError {
+                text: text.to_owned(),
+                source: None,
+            });
+        }
+        return Ok(ListenAddress::Unix(PathBuf::from(path)));
+    }
+    text.parse()
+        .map(ListenAddress::Tcp)
+        .map_err(|source| AddressError {
+            text: text.to_owned(),
+            source: Some(source),
+        })
 }

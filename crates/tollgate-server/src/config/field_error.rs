@@ -73,6 +73,9 @@ pub enum FieldError {
         /// `certificate` or `private key`.
         what: &'static str,
     },
+    /// `server.unix_mode` beyond the permission bits (`660` written for `0o660`).
+    #[error("{0:#o} is not a file mode: write permission bits in octal, e.g. 0o660")]
+    NotAMode(u32),
     /// An empty value where one is required.
     #[error("must not be empty")]
     Empty,

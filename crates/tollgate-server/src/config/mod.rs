@@ -20,16 +20,17 @@
 mod address;
 mod error;
 mod field_error;
+mod listen_address;
 mod overrides;
 mod raw;
 mod redis_connection;
 mod redis_url;
 mod secret;
+mod server_tls;
 mod store_section;
 mod validate;
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -39,11 +40,13 @@ pub use tollgate_envoy::EnvoyRules;
 pub use address::AddressError;
 pub use error::ConfigError;
 pub use field_error::FieldError;
+pub use listen_address::ListenAddress;
 pub use overrides::Overrides;
 use raw::RawConfig;
 pub use redis_connection::RedisConnection;
 pub use redis_url::{RedisUrl, RedisUrlError};
 pub use secret::Secret;
+pub use server_tls::{DEFAULT_UNIX_MODE, ServerTls};
 
 /// The largest config file read (a limits file is a few KiB); a larger one is refused unread,
 /// at start and on reload, as `envoy.config_dir`'s YAML files are
@@ -109,9 +112,13 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// HTTP API, metrics and health checks.
-    pub http: SocketAddr,
+    pub http: ListenAddress,
     /// Envoy rate limit service (gRPC, with the gRPC health service); none: not served.
-    pub grpc: Option<SocketAddr>,
+    pub grpc: Option<ListenAddress>,
+    /// TLS (and mTLS) on the TCP listeners; none: plaintext.
+    pub tls: Option<ServerTls>,
+    /// The file mode of the `unix:` sockets ([`DEFAULT_UNIX_MODE`] unless set).
+    pub unix_mode: u32,
     /// Bearer token for `POST /v1/reset`; without one, reset is refused.
     pub admin_token: Option<Secret>,
     /// A request's head must arrive within this, from its first byte (or the accept).
@@ -288,7 +295,10 @@ impl Config {
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         overrides.apply(&mut raw);
-        let server = validate::server(&raw, origin)?;
+        let mut server = validate::server(&raw, origin)?;
+        let base = Path::new(origin).parent().unwrap_or(Path::new(""));
+        server.tls = server_tls::server_tls(&raw, origin, base)?;
+        server.unix_mode = server_tls::unix_mode(&raw, origin)?;
         let store = store_section::store(&raw, origin)?;
         let mut limits = validate::limits(&raw.limits, origin)?;
         validate::imported_limits(&raw.envoy, &mut limits, origin)?;

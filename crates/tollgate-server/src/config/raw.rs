@@ -78,6 +78,15 @@ pub(super) struct RawServer {
     pub(super) max_connections: Option<usize>,
     pub(super) shutdown_timeout: Option<String>,
     pub(super) history_interval: Option<String>,
+    /// TLS on the TCP listeners: the certificate chain (PEM) and its key.
+    pub(super) tls_cert: Option<String>,
+    pub(super) tls_key: Option<String>,
+    /// mTLS: the CAs (PEM) a client certificate must chain to.
+    pub(super) tls_client_ca: Option<String>,
+    /// mTLS on the gRPC listener: the names a client certificate must carry one of.
+    pub(super) tls_client_names: Option<Vec<String>>,
+    /// The mode of `unix:` sockets (TOML octal, `0o660`).
+    pub(super) unix_mode: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

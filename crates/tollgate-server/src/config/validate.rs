@@ -22,7 +22,8 @@ use super::{
 };
 use crate::duration;
 
-/// `[server]` (with `TOLLGATE_HTTP`, `TOLLGATE_GRPC`, `TOLLGATE_ADMIN_TOKEN` applied).
+/// `[server]` (with `TOLLGATE_HTTP`, `TOLLGATE_GRPC`, `TOLLGATE_ADMIN_TOKEN` applied), but for
+/// its TLS and Unix socket fields (`server_tls`).
 pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, ConfigError> {
     let invalid = |field, e| ConfigError::invalid(origin, raw.name_of(field), e);
     let http = address::parse(raw.server.http.as_deref().unwrap_or(DEFAULT_HTTP))
@@ -61,6 +62,8 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
     Ok(ServerConfig {
         http,
         grpc,
+        tls: None,
+        unix_mode: super::DEFAULT_UNIX_MODE,
         admin_token,
         header_timeout: timeout(
             "server.header_timeout",

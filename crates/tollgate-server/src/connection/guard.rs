@@ -21,7 +21,6 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Sleep;
 use tollgate_envoy::DeferredWrite;
@@ -30,6 +29,7 @@ use super::Settings;
 use super::auto_error;
 use super::listener::Slot;
 use super::phase::{Mode, Phase, State, bytes_waiting};
+use super::socket::Socket;
 use crate::http::ApiError;
 
 /// Where a listener is in its life: connections follow it.
@@ -47,7 +47,10 @@ pub(crate) enum Lifecycle {
 
 /// A connection's socket with its permit, phase and deadlines.
 pub(crate) struct GuardedIo {
-    inner: TcpStream,
+    inner: Socket,
+    /// TLS runs above: the bytes here are records, so HTTP answers are neither read nor
+    /// written here (no rewritten error answer, no 408 on a cut head).
+    under_tls: bool,
     phase: Arc<Phase>,
     settings: Settings,
     lifecycle: Watch,
@@ -80,7 +83,7 @@ impl std::fmt::Debug for GuardedIo {
 
 impl GuardedIo {
     pub(crate) fn new(
-        inner: TcpStream,
+        inner: impl Into<Socket>,
         slot: impl Into<Slot>,
         mode: Mode,
         settings: Settings,
@@ -92,7 +95,8 @@ impl GuardedIo {
             shed.register(&phase);
         }
         GuardedIo {
-            inner,
+            inner: inner.into(),
+            under_tls: false,
             phase,
             settings,
             lifecycle: Watch::new(lifecycle),
@@ -103,6 +107,16 @@ impl GuardedIo {
             turn: DeferredWrite::new(),
             _permit: permit,
         }
+    }
+
+    /// TLS will run above this socket: its handshake starts now, and until
+    /// [`Phase::handshaken`] the connection stays "accepted, nothing read" (the handshake
+    /// must end, and the first head arrive, within `header_timeout` of the accept; and a
+    /// connection stalled in its handshake may be shed like a silent one).
+    pub(crate) fn under_tls(mut self) -> GuardedIo {
+        self.under_tls = true;
+        self.phase.handshaking();
+        self
     }
 
     /// The phase, for the service.
@@ -212,7 +226,7 @@ impl AsyncRead for GuardedIo {
             // The grace is over with nothing sent: end of stream, as for an idle connection.
             return Poll::Ready(Ok(()));
         }
-        if cuts_head && !this.unflushed && this.pending.is_empty() {
+        if cuts_head && !this.under_tls && !this.unflushed && this.pending.is_empty() {
             // One attempt: a client that reads nothing gets nothing.
             let answer = ApiError::HeaderTimeout.raw_http1();
             let _ = Pin::new(&mut this.inner).poll_write(cx, &answer);
@@ -236,6 +250,7 @@ impl AsyncWrite for GuardedIo {
         }
         std::task::ready!(this.poll_pending(cx))?;
         if this.phase.mode == Mode::Http1
+            && !this.under_tls
             && let Some(answer) = auto_error::rewrite(buf)
         {
             this.pending = answer;
@@ -350,7 +365,7 @@ mod tests {
             .acquire_owned()
             .await
             .expect("permit");
-        let mut io = GuardedIo::new(stream, permit, Mode::Http1, settings, watcher);
+        let mut io = GuardedIo::new(Socket::Tcp(stream), permit, Mode::Http1, settings, watcher);
         let mut buf = [0u8; 64];
         let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
             .await
@@ -367,7 +382,7 @@ mod tests {
             .acquire_owned()
             .await
             .expect("permit");
-        let mut io = GuardedIo::new(stream, permit, Mode::Http1, settings, watcher);
+        let mut io = GuardedIo::new(Socket::Tcp(stream), permit, Mode::Http1, settings, watcher);
         let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
             .await
             .expect("read within 5 s")

@@ -25,14 +25,17 @@ use hyper::body::Incoming;
 use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::body::TimeoutBody;
 use super::listener::{Slot, pause_after};
-use super::{CappedListener, GuardedIo, Lifecycle, Mode, Settings};
+use super::phase::Phase;
+use super::socket::Socket;
+use super::{CappedListener, GuardedIo, Lifecycle, Mode, Settings, handshake};
 use crate::http::ApiError;
+use crate::tls::TlsAcceptors;
 
 /// The largest request head (request line and headers) read; larger ones are answered 431.
 pub(crate) const MAX_HEAD: usize = 32 * 1024;
@@ -44,7 +47,8 @@ pub(crate) const MAX_HEAD: usize = 32 * 1024;
 /// near the limit.
 pub(crate) const MAX_URI: usize = 8 * 1024;
 
-/// Serves `router` on `listener` until `shutdown` resolves, then drains (see the module docs).
+/// Serves `router` on `listener` until `shutdown` resolves, then drains (see the module docs);
+/// through TLS when `tls` is given and the listener is TCP.
 ///
 /// # Errors
 /// None today: accept errors are logged and retried. The `Result` keeps the caller's shape.
@@ -52,21 +56,34 @@ pub(crate) async fn serve(
     listener: CappedListener,
     router: Router,
     settings: Settings,
+    tls: Option<TlsAcceptors>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let tls = tls.filter(|_| listener.is_tcp());
     let (lifecycle, watcher) = watch::channel(Lifecycle::Serving);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.max_header_size(MAX_HEAD).writev(false);
     let mut connections = JoinSet::new();
     let spawn = |connections: &mut JoinSet<()>, (stream, peer, permit)| {
         let io = GuardedIo::new(stream, permit, Mode::Http1, settings, watcher.clone());
-        connections.spawn(connection(
-            builder.clone(),
-            io,
-            peer,
-            router.clone(),
-            settings.body_timeout,
-        ));
+        let peer = Peer {
+            addr: peer,
+            router: router.clone(),
+            body_timeout: settings.body_timeout,
+        };
+        let builder = builder.clone();
+        match &tls {
+            None => connections.spawn(connection(builder, io, peer)),
+            Some(tls) => {
+                let acceptor = tls.http();
+                connections.spawn(async move {
+                    if let Ok(io) = handshake(acceptor, io, settings, "http").await {
+                        let phase = io.get_ref().0.phase();
+                        serve_one(builder, io, phase, peer).await;
+                    }
+                })
+            }
+        };
     };
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -79,7 +96,7 @@ pub(crate) async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    let queued: Vec<(TcpStream, SocketAddr, Slot)> = listener.backlog();
+    let queued: Vec<(Socket, SocketAddr, Slot)> = listener.backlog();
     for accepted in queued {
         spawn(&mut connections, accepted);
     }
@@ -120,15 +137,32 @@ fn uri_len(uri: &hyper::Uri) -> usize {
     scheme + authority + path
 }
 
-/// Serves one connection to its end.
-async fn connection(
-    builder: hyper::server::conn::http1::Builder,
-    io: GuardedIo,
-    peer: SocketAddr,
+/// What serving one connection needs besides its socket.
+struct Peer {
+    addr: SocketAddr,
     router: Router,
     body_timeout: Duration,
-) {
+}
+
+/// Serves one plaintext connection to its end.
+async fn connection(builder: hyper::server::conn::http1::Builder, io: GuardedIo, peer: Peer) {
     let phase = io.phase();
+    serve_one(builder, io, phase, peer).await;
+}
+
+/// Serves one connection (`io`, plaintext or TLS, over the socket whose phase is `phase`) to
+/// its end.
+async fn serve_one(
+    builder: hyper::server::conn::http1::Builder,
+    io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    phase: std::sync::Arc<Phase>,
+    peer: Peer,
+) {
+    let Peer {
+        addr: peer,
+        router,
+        body_timeout,
+    } = peer;
     let router = TowerToHyperService::new(router);
     let service = service_fn(move |request: hyper::Request<Incoming>| {
         let busy = phase.begin();

@@ -1,4 +1,5 @@
-//! [`CappedListener`]: a TCP listener that holds at most `max_connections` connections open.
+//! [`CappedListener`]: a listener (TCP or Unix) that holds at most `max_connections`
+//! connections open.
 //!
 //! The permit is taken before `accept()` while there is one: then new connections stay in
 //! the kernel's accept queue (the listen backlog), costing us no file descriptor and no
@@ -18,16 +19,17 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::bound::Listener;
 use super::shed::{GRACE, Shed};
+use super::socket::Socket;
 
 /// A listener with a cap on open connections.
 #[derive(Debug)]
 pub(crate) struct CappedListener {
-    listener: TcpListener,
+    listener: Listener,
     permits: Arc<Semaphore>,
     shed: Arc<Shed>,
     /// The connection accepted over the cap, waiting for the slot shed for it.
@@ -37,7 +39,7 @@ pub(crate) struct CappedListener {
 /// A connection accepted over the cap, and when to shed again if no slot has freed by then.
 #[derive(Debug)]
 struct Over {
-    stream: TcpStream,
+    stream: Socket,
     peer: SocketAddr,
     shed_again: Instant,
 }
@@ -65,9 +67,9 @@ impl From<OwnedSemaphorePermit> for Slot {
 
 impl CappedListener {
     /// `listener` capped at `max_connections`.
-    pub(crate) fn new(listener: TcpListener, max_connections: usize) -> CappedListener {
+    pub(crate) fn new(listener: impl Into<Listener>, max_connections: usize) -> CappedListener {
         CappedListener {
-            listener,
+            listener: listener.into(),
             permits: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
             shed: Shed::new(),
             over: Mutex::new(None),
@@ -76,7 +78,7 @@ impl CappedListener {
 
     /// The next connection, with its slot under the cap (see the module docs for a full
     /// listener). Cancel-safe.
-    pub(crate) async fn accept(&self) -> std::io::Result<(TcpStream, SocketAddr, Slot)> {
+    pub(crate) async fn accept(&self) -> std::io::Result<(Socket, SocketAddr, Slot)> {
         loop {
             if let Some(shed_again) = self.over_deadline() {
                 // A connection waits for the slot shed for it; until one frees, shed again
@@ -119,6 +121,11 @@ impl CappedListener {
         }
     }
 
+    /// Whether its connections are TCP (TLS applies to those only).
+    pub(crate) fn is_tcp(&self) -> bool {
+        self.listener.is_tcp()
+    }
+
     fn over(&self) -> std::sync::MutexGuard<'_, Option<Over>> {
         self.over
             .lock()
@@ -133,7 +140,7 @@ impl CappedListener {
         self.over().take()
     }
 
-    fn hold_over(&self, stream: TcpStream, peer: SocketAddr) {
+    fn hold_over(&self, stream: Socket, peer: SocketAddr) {
         *self.over() = Some(Over {
             stream,
             peer,
@@ -162,53 +169,21 @@ impl CappedListener {
     /// `poll_accept`: the latter trusts tokio's cached readiness, which can still say "not
     /// ready" for connections the kernel queued a moment ago (their event not yet seen by the
     /// driver), and those clients would be reset with their request unanswered.
-    pub(crate) fn backlog(self) -> Vec<(TcpStream, SocketAddr, Slot)> {
+    pub(crate) fn backlog(self) -> Vec<(Socket, SocketAddr, Slot)> {
         let mut queued = Vec::new();
-        let over = self.take_over();
-        let listener = match self.listener.into_std() {
-            Ok(listener) => listener,
-            Err(e) => {
-                tracing::warn!(cause = %e, "could not take the accept queue on shutdown");
-                return queued;
-            }
-        };
-        if let Err(e) = listener.set_nonblocking(true) {
-            tracing::warn!(cause = %e, "could not take the accept queue on shutdown");
-            return queued;
-        }
         // The connection held over the cap first: it was accepted before the rest.
-        if let Some(over) = over
+        if let Some(over) = self.take_over()
             && let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned()
         {
             queued.push((over.stream, over.peer, permit.into()));
         }
-        while let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
-            let (stream, peer) = match listener.accept() {
-                Ok(accepted) => accepted,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(cause = %e, "accept on shutdown failed; queued clients dropped");
-                    break;
-                }
+        let room = self.permits.available_permits();
+        for (stream, peer) in self.listener.take_queued(room) {
+            let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+                break;
             };
-            let stream = stream
-                .set_nonblocking(true)
-                .and_then(|()| TcpStream::from_std(stream));
-            match stream {
-                Ok(stream) => {
-                    no_delay(&stream, peer);
-                    queued.push((stream, peer, permit.into()));
-                }
-                Err(e) => tracing::debug!(cause = %e, "queued connection dropped on shutdown"),
-            }
+            no_delay(&stream, peer);
+            queued.push((stream, peer, permit.into()));
         }
         queued
     }
@@ -232,15 +207,27 @@ pub(crate) async fn pause_after(e: &std::io::Error) {
 /// decided, and an HTTP/2 reply is several frames (headers, message, trailers), often several
 /// writes: with Nagle on, a write made while an earlier one is still unacknowledged waits for
 /// the peer's delayed ACK, up to 40 ms on Linux, which put a 40 ms tail on gRPC calls.
-fn no_delay(stream: &TcpStream, peer: SocketAddr) {
-    if let Err(e) = stream.set_nodelay(true) {
+/// (A Unix socket has no Nagle.)
+fn no_delay(stream: &Socket, peer: SocketAddr) {
+    if let Socket::Tcp(stream) = stream
+        && let Err(e) = stream.set_nodelay(true)
+    {
         tracing::debug!(%peer, cause = %e, "could not set TCP_NODELAY");
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio::net::TcpListener;
+
     use super::*;
+
+    fn nodelay(stream: &Socket) -> bool {
+        match stream {
+            Socket::Tcp(s) => s.nodelay().expect("nodelay"),
+            Socket::Unix(_) => panic!("a unix socket from a TCP listener"),
+        }
+    }
 
     /// Connections queued by the kernel are taken even when tokio's driver has not yet seen
     /// them (here it never ran: nothing awaited since they connected).
@@ -255,7 +242,7 @@ mod tests {
         let queued = capped.backlog();
         assert_eq!(queued.len(), clients.len());
         for (stream, peer, _) in &queued {
-            assert!(stream.nodelay().expect("nodelay"), "Nagle on for {peer}");
+            assert!(nodelay(stream), "Nagle on for {peer}");
         }
     }
 
@@ -268,7 +255,7 @@ mod tests {
         let capped = CappedListener::new(listener, 100);
         let _client = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let (stream, peer, _permit) = capped.accept().await.expect("accept");
-        assert!(stream.nodelay().expect("nodelay"), "Nagle on for {peer}");
+        assert!(nodelay(&stream), "Nagle on for {peer}");
     }
 
     /// A connection accepted over the cap survives the accept future being dropped while it

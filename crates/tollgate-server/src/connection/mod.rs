@@ -24,26 +24,44 @@
 //!   error body;
 //! - [`http1::serve`]: the HTTP API's accept loop and graceful drain, and its answer (414) to
 //!   a request target over `http1::MAX_URI`, which hyper would route; [`grpc_incoming`]: the
-//!   connections handed to tonic for the Envoy service (which keeps its own HTTP/2 loop).
+//!   connections handed to tonic for the Envoy service (which keeps its own HTTP/2 loop);
+//! - `handshake`: TLS above [`GuardedIo`], so the handshake is under the same deadlines, cap
+//!   and shed as a request head; `transport`: a gRPC connection with or without TLS;
+//! - `bound`: [`Listener`], TCP or a Unix socket (removed when dropped); `socket`: an
+//!   accepted connection of either.
+//!
+//! TLS applies to TCP listeners only: a Unix socket's file mode decides who may connect.
+//! Under TLS, hyper's own answers to a malformed head (400, 431) go out as hyper writes them
+//! (empty bodies), and a head cut short by `header_timeout` gets no 408: both are rewritten
+//! or written on the socket, below the encryption.
 //!
 //! Why not hyper's `header_read_timeout`: it also runs between keep-alive requests, so an idle
 //! connection would be closed after `header_timeout` and `idle_timeout` could never be longer.
 
 mod auto_error;
 mod body;
+mod bound;
 mod guard;
+mod handshake;
 pub(crate) mod http1;
 mod listener;
 mod phase;
 mod shed;
+mod socket;
+mod transport;
 
 use std::time::Duration;
 
+pub(crate) use bound::bind_unix;
+pub use bound::{Listener, UnixSocket};
 pub(crate) use guard::{GuardedIo, Lifecycle};
+pub(crate) use handshake::handshake;
 pub(crate) use listener::CappedListener;
 pub(crate) use phase::Mode;
+pub(crate) use transport::Transport;
 
 use crate::config::ServerConfig;
+use crate::tls::TlsAcceptors;
 
 /// The `[server]` settings the connection layer enforces.
 #[derive(Debug, Clone, Copy)]
@@ -69,29 +87,44 @@ impl Settings {
 
 /// The connections of `listener` for tonic: each accepted under the cap and guarded with the
 /// idle rule of HTTP/2 (every byte read restarts `idle_timeout`; the server's keep-alive pings
-/// make a healthy client answer well within it). Accepting stops when tonic drops the stream.
+/// make a healthy client answer well within it), through TLS when `tls` is given (and the
+/// listener is TCP), each handshake in a task of its own. Accepting stops when tonic drops the
+/// stream.
 pub(crate) fn grpc_incoming(
     listener: CappedListener,
     settings: Settings,
+    tls: Option<TlsAcceptors>,
     lifecycle: tokio::sync::watch::Receiver<Lifecycle>,
-) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<GuardedIo>> {
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Transport>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let tls = tls.filter(|_| listener.is_tcp());
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 () = tx.closed() => return,
             };
-            let item = accepted.map(|(stream, _, permit)| {
-                GuardedIo::new(stream, permit, Mode::Quiet, settings, lifecycle.clone())
-            });
-            if let Err(e) = &item {
-                listener::pause_after(e).await;
+            let io = match accepted {
+                Ok((stream, _, permit)) => {
+                    GuardedIo::new(stream, permit, Mode::Quiet, settings, lifecycle.clone())
+                }
+                Err(e) => {
+                    listener::pause_after(&e).await;
+                    continue;
+                }
+            };
+            let Some(tls) = &tls else {
+                if tx.send(Ok(Transport::Plain(io))).await.is_err() {
+                    return;
+                }
                 continue;
-            }
-            if tx.send(item).await.is_err() {
-                return;
-            }
+            };
+            let (acceptor, tx) = (tls.grpc(), tx.clone());
+            tokio::spawn(async move {
+                if let Ok(stream) = handshake(acceptor, io, settings, "grpc").await {
+                    let _ = tx.send(Ok(Transport::Tls(Box::new(stream)))).await;
+                }
+            });
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Instant;
 
-use tokio::net::TcpStream;
+use std::os::fd::AsFd;
 
 /// Which rule a connection's reads follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,8 @@ pub(crate) struct Phase {
     shed: AtomicBool,
     /// The task waiting on the socket, woken when the connection is shed.
     parked: Mutex<Option<Waker>>,
+    /// A TLS handshake is under way: reads do not move the phase on (it stays `Fresh`).
+    handshaking: AtomicBool,
 }
 
 /// What a connection that may be shed is doing, in the order they are shed.
@@ -78,6 +80,7 @@ impl Phase {
             mode,
             shed: AtomicBool::new(false),
             parked: Mutex::new(None),
+            handshaking: AtomicBool::new(false),
         })
     }
 
@@ -111,7 +114,7 @@ impl Phase {
     /// A connection chosen to be shed whose client has in fact sent bytes (they wait in the
     /// kernel, not yet seen by this task on a loaded process) is kept: the shed is taken back
     /// and the listener chooses again. Otherwise the shed stands, and is counted.
-    pub(super) fn keep_if_speaking(&self, stream: &TcpStream) -> bool {
+    pub(super) fn keep_if_speaking(&self, stream: &impl AsFd) -> bool {
         if bytes_waiting(stream) {
             self.shed.store(false, Ordering::Release);
             return true;
@@ -152,8 +155,21 @@ impl Phase {
         Busy(Arc::clone(self))
     }
 
+    /// A TLS handshake starts: until [`Phase::handshaken`], reads leave the phase as it is.
+    pub(super) fn handshaking(&self) {
+        self.handshaking.store(true, Ordering::Release);
+    }
+
+    /// The TLS handshake is over: reads move the phase on again.
+    pub(super) fn handshaken(&self) {
+        self.handshaking.store(false, Ordering::Release);
+    }
+
     /// Bytes were read.
     pub(super) fn read(&self) {
+        if self.handshaking.load(Ordering::Acquire) {
+            return;
+        }
         let mode = self.mode;
         self.update(|state| match (mode, state) {
             (Mode::Quiet, _) => State::Idle(Instant::now()),
@@ -170,7 +186,7 @@ impl Phase {
 /// once its driver has seen the socket readable, and on a loaded process (or a socket accepted
 /// a moment ago) it may not have yet. Draining would then close a connection whose request
 /// was sent before the signal. With bytes waiting, the read stays pending: the driver wakes it.
-pub(super) fn bytes_waiting(stream: &TcpStream) -> bool {
+pub(super) fn bytes_waiting(stream: &impl AsFd) -> bool {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
     matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
 }

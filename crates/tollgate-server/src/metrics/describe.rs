@@ -10,7 +10,8 @@ use tollgate_envoy as envoy;
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DECISIONS, DENY_CACHE_ENTRIES, DENY_RATIO,
     HTTP_DURATION, HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, SHADOW_DENIED,
-    STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP,
+    STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY,
+    TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
 /// Describes every series to the installed recorder.
@@ -38,6 +39,15 @@ const COUNTERS: &[(&str, &str)] = &[
     ("tollgate_store_errors_total", "Store failures by kind"),
     (SHADOW_DENIED, "Requests a shadow limit would have denied"),
     (CONFIG_RELOAD, "Config reloads by result (ok, error)"),
+    (
+        TLS_RELOAD,
+        "Reloads of the listeners' certificate files (server.tls_*) by result (ok, error)",
+    ),
+    (
+        "tollgate_tls_handshakes_total",
+        "TLS handshakes by listener (http, grpc) and result (ok, error: refused, stalled, \
+         garbled)",
+    ),
     (HTTP_REQUESTS, "HTTP API requests by route and status"),
     (
         "tollgate_lease_takes_total",
@@ -179,11 +189,21 @@ const GAUGES: &[(&str, &str)] = &[
         LAST_RELOAD_SUCCESSFUL,
         "0 when the last config reload was refused, else 1",
     ),
+    (
+        TLS_LAST_RELOAD_SUCCESSFUL,
+        "0 when the last reload of the certificate files was refused (the previous \
+         certificate is still served), else 1",
+    ),
 ];
 
 /// Gauges in seconds.
-const SECONDS_GAUGES: &[(&str, &str)] =
-    &[(STORE_TIMEOUT, "The store call timeout (store.timeout)")];
+const SECONDS_GAUGES: &[(&str, &str)] = &[
+    (STORE_TIMEOUT, "The store call timeout (store.timeout)"),
+    (
+        TLS_CERT_EXPIRY,
+        "When the served certificate (server.tls_cert) expires, as a Unix time",
+    ),
+];
 
 /// Histograms in seconds.
 const SECONDS_HISTOGRAMS: &[(&str, &str)] = &[

@@ -17,6 +17,13 @@ pub const CONFIG_RELOAD: &str = "tollgate_reloads_total";
 /// Whether the last reload was applied.
 pub const LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
 
+/// Reloads of the listeners' certificate files, by result (`ok`, `error`).
+pub const TLS_RELOAD: &str = "tollgate_tls_reloads_total";
+/// Whether the last reload of the certificate files was applied.
+pub const TLS_LAST_RELOAD_SUCCESSFUL: &str = "tollgate_tls_last_reload_successful";
+/// When the served certificate expires (Unix time).
+pub const TLS_CERT_EXPIRY: &str = "tollgate_tls_certificate_expiry_timestamp_seconds";
+
 /// Keys held by the memory store per limit (sampled at each scrape).
 pub const KEYS: &str = "tollgate_keys";
 /// Whether the store answered the health probe (set at each scrape).

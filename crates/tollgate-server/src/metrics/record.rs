@@ -3,12 +3,12 @@
 //! lease sweep. Each function sets one idea, by the names in [`super::names`]; none counts a
 //! decision (the core limiter does).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DENY_CACHE_ENTRIES, DENY_RATIO, HTTP_DURATION,
     HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, STORE_MAX_KEYS, STORE_TIMEOUT,
-    STORE_UP,
+    STORE_UP, TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
 /// The route label of a request path: the API's own routes by name, anything else `other`
@@ -116,6 +116,29 @@ pub fn deny_cache_entries(entries: usize) {
 pub fn config_reload(ok: bool) {
     metrics::counter!(CONFIG_RELOAD, "result" => if ok { "ok" } else { "error" }).increment(1);
     metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(if ok { 1.0 } else { 0.0 });
+}
+
+/// Makes the certificate reload series exist from start-up (at 0 and "successful"), as
+/// [`reloads_watched`] does for the config file's.
+pub fn tls_reloads_watched() {
+    for result in ["ok", "error"] {
+        metrics::counter!(TLS_RELOAD, "result" => result).increment(0);
+    }
+    metrics::gauge!(TLS_LAST_RELOAD_SUCCESSFUL).set(1.0);
+}
+
+/// Counts a reload of the certificate files, as [`config_reload`] counts the config file's.
+pub fn tls_reload(ok: bool) {
+    metrics::counter!(TLS_RELOAD, "result" => if ok { "ok" } else { "error" }).increment(1);
+    metrics::gauge!(TLS_LAST_RELOAD_SUCCESSFUL).set(if ok { 1.0 } else { 0.0 });
+}
+
+/// Records when the served certificate expires.
+pub fn tls_certificate_expiry(not_after: SystemTime) {
+    let at = not_after
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(TLS_CERT_EXPIRY).set(at);
 }
 
 /// Records the memory store's key count for `limit`.

@@ -4,6 +4,7 @@ use tollgate::StoreError;
 use tollgate_envoy::tonic::transport::Error as GrpcError;
 
 use crate::limits::LimitsError;
+use crate::tls::TlsError;
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -22,11 +23,14 @@ pub enum ServeError {
     /// The limits or the Envoy rules could not be built.
     #[error("invalid limits")]
     Limits(#[from] LimitsError),
+    /// The certificate, key or client CA cannot be served (the message names the file).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The gRPC listen address could not be bound.
     #[error("cannot listen on {addr} (server.grpc)")]
     GrpcBind {
-        /// The address.
-        addr: std::net::SocketAddr,
+        /// The address (`unix:` and a path for a Unix socket).
+        addr: crate::config::ListenAddress,
         /// Why.
         #[source]
         source: std::io::Error,

@@ -1,11 +1,13 @@
 //! Binding: the listeners `main` binds and the gRPC one `run` binds itself, with an accept
-//! queue a flood does not fill.
+//! queue a flood does not fill; a `unix:` address becomes a Unix socket with `unix_mode`.
 
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
 
 use super::error::ServeError;
+use crate::config::ListenAddress;
+use crate::connection::{Listener, bind_unix};
 
 /// The accept queue asked of the kernel for each listener ([`listen`]), which caps it at
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
@@ -37,16 +39,34 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// A listener on `addr`: TCP ([`listen`]), or a Unix socket of file mode `unix_mode`
+/// (removed when the listener is dropped; one left by a process that died is replaced).
+///
+/// # Errors
+/// When the address cannot be bound, or a live socket or another file is at the path.
+pub fn bind(addr: &ListenAddress, unix_mode: u32) -> std::io::Result<Listener> {
+    match addr {
+        ListenAddress::Tcp(addr) => listen(*addr).map(Listener::Tcp),
+        ListenAddress::Unix(path) => bind_unix(path, unix_mode),
+    }
+}
+
 /// The gRPC listener: the one `given`, else `addr` bound here, else none.
-pub(super) async fn bind_grpc(
-    given: Option<TcpListener>,
-    addr: Option<SocketAddr>,
-) -> Result<Option<TcpListener>, ServeError> {
+pub(super) fn bind_grpc(
+    given: Option<Listener>,
+    addr: Option<&ListenAddress>,
+    unix_mode: u32,
+) -> Result<Option<Listener>, ServeError> {
     match (given, addr) {
         (Some(listener), _) => Ok(Some(listener)),
-        (None, Some(addr)) => listen(addr)
-            .map(Some)
-            .map_err(|source| ServeError::GrpcBind { addr, source }),
+        (None, Some(addr)) => {
+            bind(addr, unix_mode)
+                .map(Some)
+                .map_err(|source| ServeError::GrpcBind {
+                    addr: addr.clone(),
+                    source,
+                })
+        }
         (None, None) => Ok(None),
     }
 }

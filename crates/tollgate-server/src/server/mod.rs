@@ -18,7 +18,8 @@
 //! - `listen`: [`listen`] and the gRPC listener; `signal`: [`shutdown_signal`];
 //! - `serve`: the HTTP and gRPC servers and their drain; `stop`: the one stop signal;
 //! - `tasks`: the lease sweep, the history sampler, the reloader's start;
-//! - `reload`: hot reload of the limits and Envoy rules; `error`: [`ServeError`].
+//! - `reload`: hot reload of the limits and Envoy rules; `tls_reload`: the certificate files
+//!   loaded at start and re-read when they change; `error`: [`ServeError`].
 
 mod clock;
 mod error;
@@ -29,6 +30,7 @@ mod signal;
 mod start;
 mod stop;
 mod tasks;
+mod tls_reload;
 
 use std::fmt;
 use std::future::Future;
@@ -36,12 +38,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tollgate::Clock;
 
+pub use crate::connection::{Listener, UnixSocket};
 pub use clock::SharedClock;
 pub use error::ServeError;
-pub use listen::{LISTEN_BACKLOG, listen};
+pub use listen::{LISTEN_BACKLOG, bind, listen};
 pub use signal::shutdown_signal;
 
 use crate::config::{Config, Overrides};
@@ -60,7 +62,7 @@ pub struct Server {
     config: Config,
     clock: Option<SharedClock>,
     watch: Option<(PathBuf, Overrides, Duration)>,
-    grpc: Option<TcpListener>,
+    grpc: Option<Listener>,
 }
 
 impl Server {
@@ -77,8 +79,8 @@ impl Server {
     /// Serve the Envoy rate limit service on `listener` (already bound, e.g. to
     /// `127.0.0.1:0` in tests) instead of binding `server.grpc`; given one, it is served
     /// even when `server.grpc` is not set.
-    pub fn grpc_listener(mut self, listener: TcpListener) -> Server {
-        self.grpc = Some(listener);
+    pub fn grpc_listener(mut self, listener: impl Into<Listener>) -> Server {
+        self.grpc = Some(listener.into());
         self
     }
 
@@ -106,7 +108,7 @@ impl Server {
     /// [`ServeError`] when the store cannot be opened or serving fails.
     pub async fn run(
         self,
-        listener: TcpListener,
+        listener: impl Into<Listener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let Server {
@@ -115,19 +117,23 @@ impl Server {
             watch,
             grpc,
         } = self;
-        let grpc = bind_grpc(grpc, config.server.grpc).await?;
+        let listener = listener.into();
+        let stop = Stop::new();
+        let interval = watch.as_ref().map_or(DEFAULT_WATCH_INTERVAL, |w| w.2);
+        let (tls, tls_reloader) =
+            tls_reload::start(config.server.tls.as_ref(), interval, stop.receiver())?.unzip();
+        let grpc = bind_grpc(grpc, config.server.grpc.as_ref(), config.server.unix_mode)?;
         let state = build_state(&config, clock.clone()).await?;
         if grpc.is_none() && !config.envoy.rules.is_empty() {
             tracing::warn!("[envoy] rules are configured but server.grpc is not set: not served");
         }
-        let stop = Stop::new();
         let reloader = spawn_reload(watch, &config, clock, &state, &stop);
         let addr = listener.local_addr()?;
         let grpc_addr = match &grpc {
-            Some(l) => l.local_addr()?.to_string(),
+            Some(l) => l.local_addr()?,
             None => "off".to_owned(),
         };
-        tracing::info!(%addr, grpc = %grpc_addr, store = state.store.kind(), limits = config.limits.len(), "listening");
+        tracing::info!(%addr, grpc = %grpc_addr, tls = tls.is_some(), store = state.store.kind(), limits = config.limits.len(), "listening");
 
         let settings = Settings::new(&config.server);
         let grpc_task = grpc.map(|listener| {
@@ -136,12 +142,15 @@ impl Server {
             let call_timeout = settings.body_timeout
                 + tollgate_redis::longest_wait(config.store.timeout)
                 + std::time::Duration::from_millis(10);
-            spawn_grpc(listener, &state, settings, call_timeout, &stop)
+            spawn_grpc(listener, &state, settings, tls.clone(), call_timeout, &stop)
         });
         let leases = spawn_lease_sweep(&state, &stop);
         let history = spawn_history(&state, &stop);
-        let served = serve_http(listener, Arc::clone(&state), settings, shutdown, &stop).await;
+        let served = serve_http(listener, Arc::clone(&state), settings, tls, shutdown, &stop).await;
         let grpc_served = wind_down(&stop, grpc_task, reloader).await;
+        if let Some(task) = tls_reloader {
+            let _ = task.await;
+        }
         let _ = leases.await;
         let _ = history.await;
         // Every request has been answered: what the leases hold goes back to the store.
@@ -169,7 +178,7 @@ impl fmt::Debug for Server {
 /// # Errors
 /// As [`Server::run`].
 pub async fn run(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {

@@ -199,6 +199,8 @@ impl Reloader {
             || config.store.namespace != self.running.store.namespace
             || config.server.http != self.running.server.http
             || config.server.grpc != self.running.server.grpc
+            || config.server.tls != self.running.server.tls
+            || config.server.unix_mode != self.running.server.unix_mode
             || config.server.admin_token != self.running.server.admin_token
         {
             tracing::warn!(

@@ -6,15 +6,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tollgate_envoy::RateLimitService;
 use tollgate_envoy::tonic::transport::Error as GrpcError;
 
 use super::stop::Stop;
-use crate::connection::{self, CappedListener, Lifecycle, Settings};
+use crate::connection::{self, CappedListener, Lifecycle, Listener, Settings};
 use crate::http::{self, AppState};
+use crate::tls::TlsAcceptors;
 
 /// Serves the Envoy rate limit service over the current limits until `stop`, then drains
 /// within `shutdown_timeout` (after which the remaining connections are closed); stops
@@ -22,9 +22,10 @@ use crate::http::{self, AppState};
 /// must be answered within `header_timeout`; a connection silent for `idle_timeout` is
 /// closed by its [`connection::GuardedIo`].
 pub(super) fn spawn_grpc(
-    listener: TcpListener,
+    listener: Listener,
     state: &Arc<AppState>,
     settings: Settings,
+    tls: Option<TlsAcceptors>,
     call_timeout: Duration,
     stop: &Stop,
 ) -> JoinHandle<Result<(), GrpcError>> {
@@ -40,6 +41,7 @@ pub(super) fn spawn_grpc(
     let incoming = connection::grpc_incoming(
         CappedListener::new(listener, settings.max_connections),
         settings,
+        tls,
         watcher,
     );
     let stop = stop.clone();
@@ -69,15 +71,16 @@ const MAX_CONCURRENT_STREAMS: u32 = 1024;
 /// Serves the HTTP API until `shutdown` resolves or the gRPC server stops (then stops
 /// everything), and drains.
 pub(super) async fn serve_http(
-    listener: TcpListener,
+    listener: Listener,
     state: Arc<AppState>,
     settings: Settings,
+    tls: Option<TlsAcceptors>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop: &Stop,
 ) -> std::io::Result<()> {
     let stop = stop.clone();
     let listener = CappedListener::new(listener, settings.max_connections);
-    connection::http1::serve(listener, http::router(state), settings, async move {
+    connection::http1::serve(listener, http::router(state), settings, tls, async move {
         tokio::select! {
             () = shutdown => tracing::info!("shutting down"),
             () = stop.stopped() => tracing::error!("the gRPC server stopped; shutting down"),

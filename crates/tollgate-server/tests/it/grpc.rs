@@ -106,7 +106,7 @@ async fn run_serves_grpc_until_shutdown() {
         user_rule("per_user")
     );
     let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
-    assert_eq!(config.server.grpc, Some(grpc));
+    assert_eq!(config.server.grpc, Some(grpc.into()));
     let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server::run(http, config, async {
@@ -576,6 +576,7 @@ async fn grpc_bench_counts_ok_and_over_limit() {
                 domain: "edge".into(),
                 descriptor: vec![("user".into(), user.into())],
                 channels,
+                tls: None,
             },
         )
         .await

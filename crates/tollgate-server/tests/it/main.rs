@@ -25,4 +25,5 @@ mod status;
 mod status_page;
 mod strict_http;
 mod support;
+mod tls;
 mod what_if;

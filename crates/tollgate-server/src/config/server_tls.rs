@@ -1,0 +1,162 @@
+//! [`ServerTls`]: `[server] tls_cert`, `tls_key`, `tls_client_ca`, `tls_client_names`, as
+//! paths, checked for what goes with what.
+//!
+//! The config only names the files; they are read when the service starts and whenever they
+//! change (`crate::tls`), not here. So `check-config` and a config reload never fail on a
+//! certificate being rotated at that moment, and a broken certificate keeps the old one
+//! serving instead of refusing the whole config.
+
+use std::path::{Path, PathBuf};
+
+use super::raw::RawConfig;
+use super::{ConfigError, FieldError};
+
+/// The TLS of the TCP listeners (a `unix:` listener is served in plaintext).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    /// `tls_cert`: the certificate chain (PEM), the server's own first.
+    pub cert: PathBuf,
+    /// `tls_key`: its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// `tls_client_ca`: when set, every client must present a certificate that chains to one
+    /// of these CAs (PEM), on both listeners (mTLS).
+    pub client_ca: Option<PathBuf>,
+    /// `tls_client_names`: when not empty, a gRPC client's certificate must also carry one of
+    /// these names: a DNS or URI subject alternative name (a SPIFFE ID), or its subject's
+    /// common name. The HTTP API's admin calls have their own token.
+    pub client_names: Vec<String>,
+}
+
+/// `[server]`'s TLS fields: `None` without `tls_cert`; paths taken from `base` (the config
+/// file's directory) when relative.
+pub(super) fn server_tls(
+    raw: &RawConfig,
+    origin: &str,
+    base: &Path,
+) -> Result<Option<ServerTls>, ConfigError> {
+    let invalid = |field, e| ConfigError::invalid(origin, raw.name_of(field), e);
+    let s = &raw.server;
+    let path = |field: &'static str, given: &str| {
+        if given.is_empty() {
+            return Err(invalid(field, FieldError::Empty));
+        }
+        Ok(base.join(given))
+    };
+    let names = s.tls_client_names.clone().unwrap_or_default();
+    if let Some(i) = names.iter().position(String::is_empty) {
+        let field = format!("server.tls_client_names[{i}]");
+        return Err(ConfigError::invalid(origin, field, FieldError::Empty));
+    }
+    let (cert, key) = match (&s.tls_cert, &s.tls_key) {
+        (None, None) => {
+            if s.tls_client_ca.is_some() {
+                return Err(invalid(
+                    "server.tls_client_ca",
+                    FieldError::Needs("tls_cert"),
+                ));
+            }
+            if s.tls_client_names.is_some() {
+                return Err(invalid(
+                    "server.tls_client_names",
+                    FieldError::Needs("tls_client_ca"),
+                ));
+            }
+            return Ok(None);
+        }
+        (Some(_), None) => return Err(invalid("server.tls_cert", FieldError::Needs("tls_key"))),
+        (None, Some(_)) => return Err(invalid("server.tls_key", FieldError::Needs("tls_cert"))),
+        (Some(cert), Some(key)) => (path("server.tls_cert", cert)?, path("server.tls_key", key)?),
+    };
+    let client_ca = s
+        .tls_client_ca
+        .as_deref()
+        .map(|ca| path("server.tls_client_ca", ca))
+        .transpose()?;
+    if client_ca.is_none() && s.tls_client_names.is_some() {
+        return Err(invalid(
+            "server.tls_client_names",
+            FieldError::Needs("tls_client_ca"),
+        ));
+    }
+    Ok(Some(ServerTls {
+        cert,
+        key,
+        client_ca,
+        client_names: names,
+    }))
+}
+
+/// The default `server.unix_mode`: the owner and its group may connect.
+pub const DEFAULT_UNIX_MODE: u32 = 0o660;
+
+/// `server.unix_mode`: permission bits only (`0o660`; a decimal `660` is refused, it is not
+/// what was meant).
+pub(super) fn unix_mode(raw: &RawConfig, origin: &str) -> Result<u32, ConfigError> {
+    match raw.server.unix_mode {
+        None => Ok(DEFAULT_UNIX_MODE),
+        Some(mode) if mode <= 0o777 => Ok(mode),
+        Some(mode) => Err(ConfigError::invalid(
+            origin,
+            raw.name_of("server.unix_mode"),
+            FieldError::NotAMode(mode),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, Overrides};
+
+    const LIMIT: &str = "[[limits]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\non_store_error = \"deny\"\n";
+
+    fn error(server: &str) -> String {
+        let text = format!("[server]\n{server}\n{LIMIT}");
+        Config::parse(&text, "/etc/t/t.toml", &Overrides::default())
+            .expect_err("invalid")
+            .to_string()
+    }
+
+    /// Each TLS field that needs another is named, with what it needs; a decimal mode is
+    /// refused with the octal form to write.
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            error("tls_cert = \"c\""),
+            "/etc/t/t.toml: server.tls_cert: needs tls_key too"
+        );
+        assert_eq!(
+            error("tls_key = \"k\""),
+            "/etc/t/t.toml: server.tls_key: needs tls_cert too"
+        );
+        assert_eq!(
+            error("tls_client_ca = \"ca\""),
+            "/etc/t/t.toml: server.tls_client_ca: needs tls_cert too"
+        );
+        assert_eq!(
+            error("tls_cert = \"c\"\ntls_key = \"k\"\ntls_client_names = [\"x\"]"),
+            "/etc/t/t.toml: server.tls_client_names: needs tls_client_ca too"
+        );
+        assert_eq!(
+            error("unix_mode = 660"),
+            "/etc/t/t.toml: server.unix_mode: 0o1224 is not a file mode: write permission bits in octal, e.g. 0o660"
+        );
+        assert!(error("grpc = \"unix:\"").contains("server.grpc"));
+    }
+
+    /// Relative paths are taken from the config file's directory; `unix:` addresses parse.
+    #[test]
+    fn paths_are_relative_to_the_file() {
+        let text = format!(
+            "[server]\ngrpc = \"unix:/run/t.sock\"\nunix_mode = 0o600\ntls_cert = \"c.pem\"\ntls_key = \"/k.pem\"\n{LIMIT}"
+        );
+        let config = Config::parse(&text, "/etc/t/t.toml", &Overrides::default()).expect("valid");
+        let tls = config.server.tls.expect("tls");
+        assert_eq!(tls.cert, std::path::Path::new("/etc/t/c.pem"));
+        assert_eq!(tls.key, std::path::Path::new("/k.pem"));
+        assert_eq!(config.server.unix_mode, 0o600);
+        assert_eq!(
+            config.server.grpc.map(|a| a.to_string()).as_deref(),
+            Some("unix:/run/t.sock")
+        );
+    }
+}
