@@ -59,6 +59,21 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
     for _ in 0..5 {
         // Pacing of the fault injection, not a wait for a window: load runs meanwhile.
         tokio::time::sleep(Duration::from_millis(300)).await;
+        // And our connection is back (a loaded machine may take longer than the pacing to
+        // reconnect): a kill that finds no connection of ours tests nothing.
+        let back = tokio::time::Instant::now() + Duration::from_secs(10);
+        while server
+            .cmd(&["CLIENT", "LIST", "TYPE", "normal"])
+            .matches("id=")
+            .count()
+            < 2
+        {
+            assert!(
+                tokio::time::Instant::now() < back,
+                "the store never reconnected"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let reply = server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
         killed += reply
             .trim()
@@ -79,13 +94,15 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn five_kills_under_load_fail_under_half_a_percent() {
+async fn five_kills_under_load_fail_only_the_calls_in_flight() {
     let (total, failed, killed) = under_kills(Op::Check).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
+    // At most the 32 callers' calls in flight at each kill: not a share of the load, which
+    // depends on how fast a shared machine runs it.
     assert!(
-        failed * 200 < total,
-        "{failed} of {total} checks failed (≥ 0.5 %)"
+        failed <= killed * 32,
+        "{failed} of {total} checks failed over {killed} kills (more than the 32 in flight at each)"
     );
 }
 

@@ -385,3 +385,74 @@ async fn a_batch_writes_each_keys_own_expiry() {
         ttl(&fresh)
     );
 }
+
+/// Reservations on the server's clock (`lua/pace.lua` reads and writes the expiry-encoded
+/// state as an absolute instant): consecutive slots that the ordinary check script sees as
+/// spent, a cancellation of the last slot gives it back exactly (the next reservation gets the
+/// same ticket), and the key keeps an expiry. For T a whole number of ms (the value unread)
+/// and not (the value holds the µs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_on_the_servers_clock() {
+    // 10 per second (T = 100 ms, whole) and 3 per second (T = 333 334 µs, not whole).
+    for (per_second, what) in [(10, "pace-whole"), (3, "pace-sub-ms")] {
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+            let limit = Limit::new(
+                "p",
+                algorithm,
+                Quota::per_second(per_second).expect("valid"),
+            )
+            .expect("valid")
+            .keyed_by(["user"])
+            .expect("valid");
+            let t = Duration::from_micros(limit.quota().emission_interval_micros());
+            let limiter = tollgate::Limiter::builder(redis_store().await)
+                .namespace(unique_namespace(what))
+                .limit(limit)
+                .build()
+                .expect("valid");
+            let key = [("user", "1")];
+            let hour = Duration::from_secs(3_600);
+            for _ in 0..per_second {
+                let r = limiter.reserve("p", &key, 1, hour).await.expect("valid");
+                assert_eq!(r.wait(), Some(Duration::ZERO), "{what} {algorithm}: burst");
+            }
+            let first = limiter.reserve("p", &key, 1, hour).await.expect("valid");
+            let second = limiter.reserve("p", &key, 1, hour).await.expect("valid");
+            let (w1, w2) = (first.wait().expect("slot"), second.wait().expect("slot"));
+            assert!(
+                within(w1, t),
+                "{what} {algorithm}: first wait {w1:?}, T {t:?}"
+            );
+            assert!(within(w2, 2 * t), "{what} {algorithm}: second wait {w2:?}");
+            let (t1, t2) = (first.slot().expect("slot"), second.slot().expect("slot"));
+            assert_eq!(
+                t2.ticket() - t1.ticket(),
+                t.as_micros() as u64,
+                "{what} {algorithm}"
+            );
+            let v = limiter.check("p", &key).await.expect("valid");
+            let retry = v.retry_after().expect("refused behind the reservations");
+            assert!(
+                within(retry, 3 * t),
+                "{what} {algorithm}: check waits {retry:?}"
+            );
+            assert!(
+                !limiter.cancel(&first).await.expect("cancel"),
+                "{what} {algorithm}"
+            );
+            assert!(
+                limiter.cancel(&second).await.expect("cancel"),
+                "{what} {algorithm}"
+            );
+            let again = limiter.reserve("p", &key, 1, hour).await.expect("valid");
+            assert_eq!(
+                again.slot().map(|s| s.ticket()),
+                Some(t2.ticket()),
+                "{what} {algorithm}: the given-back slot again"
+            );
+            let request = limiter.prepare(&["p"], &key, 1).expect("valid");
+            let k = request.entries()[0].key().clone();
+            assert!(pttl_ms(&k) > 0, "{what} {algorithm}: the key expires");
+        }
+    }
+}

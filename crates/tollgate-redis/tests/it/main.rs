@@ -19,6 +19,7 @@ mod future_size;
 mod gcra_rounding;
 mod gcra_server_clock;
 mod lease;
+mod pacing_processes;
 mod resets;
 mod resharding;
 mod sentinel;

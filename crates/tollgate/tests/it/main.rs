@@ -6,3 +6,4 @@ mod lease;
 mod policies;
 mod properties;
 mod protocol;
+mod settlement;
