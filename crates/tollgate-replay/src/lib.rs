@@ -19,6 +19,7 @@ pub mod log_format;
 pub mod log_reader;
 pub mod log_time;
 pub mod naive_fixed_window;
+mod pacing_sim;
 pub mod printable;
 pub mod replay_error;
 pub mod replay_log;

@@ -49,6 +49,9 @@ pub enum ReplayError {
     /// A limit of a simulation could not be built.
     #[error(transparent)]
     Limit(#[from] tollgate::LimitError),
+    /// A simulation's call was refused as invalid (a bug of the simulation, said plainly).
+    #[error("a simulated call was invalid: {0}")]
+    Check(#[from] tollgate::CheckError),
     /// Writing the report failed.
     #[error("writing the report to {path}: {source}")]
     Write {

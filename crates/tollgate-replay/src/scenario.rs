@@ -18,6 +18,10 @@ pub enum Scenario {
     /// Clients sharing one limit, each retrying when refused after `retry_after`: all at the
     /// same instant without jitter, spread with it.
     RetryStorm,
+    /// 4 instances × `--workers` workers sending calls to an upstream at the first limit's
+    /// rate: reserving slots of the limit's schedule against refuse-and-retry (with and
+    /// without jitter).
+    Pacing,
     /// Workers all asking at the same instant: exactly the limit passes (with `--redis`, on a
     /// real Redis with real concurrency too).
     Concurrent,
@@ -32,6 +36,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::BurstAtEdge,
     Scenario::Bots,
     Scenario::RetryStorm,
+    Scenario::Pacing,
     Scenario::Concurrent,
     Scenario::ImmortalKey,
 ];
@@ -44,6 +49,7 @@ impl Scenario {
             Scenario::BurstAtEdge => "burst-at-edge",
             Scenario::Bots => "bots",
             Scenario::RetryStorm => "retry-storm",
+            Scenario::Pacing => "pacing",
             Scenario::Concurrent => "concurrent",
             Scenario::ImmortalKey => "immortal-key",
         }

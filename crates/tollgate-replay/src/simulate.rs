@@ -96,6 +96,7 @@ pub async fn simulate(scenario: Scenario, options: &SimOptions) -> Result<Report
         Scenario::BurstAtEdge => burst_at_edge(options, &mut report)?,
         Scenario::Bots => bots(options, &mut report)?,
         Scenario::RetryStorm => retry_storm(options, &mut report)?,
+        Scenario::Pacing => crate::pacing_sim::pacing(options, &mut report).await?,
         Scenario::Concurrent => {
             concurrent(options, &mut report)?;
             if let Some(url) = &options.redis {
@@ -486,10 +487,10 @@ fn unix_us() -> u64 {
 
 /// xorshift64*: the jitter's random numbers, reproducible from a seed.
 #[derive(Debug)]
-struct XorShift(u64);
+pub(crate) struct XorShift(pub(crate) u64);
 
 impl XorShift {
-    fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;

@@ -138,3 +138,34 @@ async fn immortal_key_needs_a_redis() {
         .expect_err("no redis");
     assert!(err.to_string().contains("--redis"), "{err}");
 }
+
+/// Pacing: reserving slots keeps the upstream at its limit with no idle slot and one store
+/// call per call sent; refusing and retrying sends the same calls with two orders of
+/// magnitude more store calls.
+#[tokio::test]
+async fn reserving_slots_paces_exactly_with_one_call_each() {
+    let report = run(Scenario::Pacing).await;
+    let by = |name: &str| {
+        report
+            .limits
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("{name} in the report"))
+    };
+    for name in ["reserve", "retry", "retry-jitter"] {
+        assert_eq!(by(name).admitted, 600, "{name}: 4 × 50 workers × 3 calls");
+        assert!(
+            by(name).max_in_any_period().expect("tracked") <= 100,
+            "{name}"
+        );
+    }
+    assert_eq!(
+        by("reserve").denied(),
+        0,
+        "a reservation is never refused here"
+    );
+    assert!(
+        by("retry").denied() > 10 * 600,
+        "retries refused again and again"
+    );
+}

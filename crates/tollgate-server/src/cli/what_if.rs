@@ -95,7 +95,7 @@ fn parse_share(text: &str) -> Result<f64, String> {
 /// `tollgate simulate` options.
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// steady, burst-at-edge, bots, retry-storm, concurrent or immortal-key.
+    /// steady, burst-at-edge, bots, retry-storm, pacing, concurrent or immortal-key.
     scenario: Scenario,
     /// The algorithms to run side by side [default: all five].
     #[arg(long, value_delimiter = ',')]
@@ -116,7 +116,7 @@ pub struct SimulateArgs {
     /// How many periods to simulate.
     #[arg(long, default_value_t = 4)]
     periods: u32,
-    /// concurrent: workers; retry-storm: clients.
+    /// concurrent: workers; retry-storm: clients; pacing: workers per instance (4 instances).
     #[arg(long, default_value_t = 50)]
     workers: usize,
     /// A Redis to run on for real: `concurrent` runs there too, `immortal-key` needs it
