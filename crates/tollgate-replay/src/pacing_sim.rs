@@ -141,6 +141,10 @@ async fn run(way: Way, quota: Quota, workers: usize, seed: u64) -> Result<Run, R
     let limit = Limit::new(way.name(), Algorithm::Gcra, quota)?;
     let mut stats = LimitStats::new(&limit, true);
     stats.start_us = T0_US;
+    // Every worker asks for the same key: the upstream's one limit.
+    stats
+        .keys_seen
+        .add(crate::key_count::hash_parts(["worker"]));
     let limiter = Limiter::builder(MemoryStore::builder().clock(clock.clone()).build())
         .clock(clock.clone())
         .limit(limit)
