@@ -38,6 +38,14 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     ("tollgate_store_errors_total", "Store failures by kind"),
     (SHADOW_DENIED, "Requests a shadow limit would have denied"),
+    (
+        "tollgate_reservations_total",
+        "Reservations of slots by limit and result (reserved, refused, given_back, lost)",
+    ),
+    (
+        "tollgate_adjusted_units_total",
+        "Units settled after the fact by limit and direction (charge, refund)",
+    ),
     (CONFIG_RELOAD, "Config reloads by result (ok, error)"),
     (
         TLS_RELOAD,
