@@ -188,7 +188,7 @@ pub(crate) fn pace_params(limit: &Limit) -> (&'static str, [u64; 3]) {
     let row = port(limit.algorithm());
     let mut params = (row.params)(limit);
     if limit.algorithm() == Algorithm::Gcra {
-        params[2] = u64::from(params[0] % 1000 == 0);
+        params[2] = u64::from(params[0].is_multiple_of(1000));
     }
     (row.tag, params)
 }
