@@ -20,10 +20,10 @@ impl<S: Store> Limiter<S> {
     ///
     /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     /// # rt.block_on(async {
-    /// let clock = FakeClock::new(Timestamp::from_secs(1_000));
+    /// let clock = FakeClock::new(Timestamp::from_micros(1_000_000_000));
     /// let limiter = Limiter::builder(MemoryStore::builder().clock(clock.clone()).build())
     ///     .clock(clock)
-    ///     .limit(Limit::new("upstream", Algorithm::Gcra, Quota::per_minute(60)?)?)
+    ///     .limit(Limit::new("upstream", Algorithm::Gcra, Quota::per_minute(60)?.with_burst(1)?)?)
     ///     .build()?;
     /// let no_key: [(&str, &str); 0] = [];
     /// let wait = |r: &tollgate::Reservation| r.wait();
