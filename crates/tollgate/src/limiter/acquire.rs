@@ -6,6 +6,7 @@
 //! dropped: a timeout, a shutdown) gives its slot back with a cancellation spawned on the
 //! runtime, since a destructor cannot wait for a store call.
 
+use super::pacing::given_back_or_lost;
 use super::*;
 use crate::{Pace, Reservation};
 
@@ -82,12 +83,7 @@ impl<S: Store + Clone> Drop for CancelOnDrop<'_, S> {
                 Entry::new(&reservation.limit, reservation.key.clone()).with_cost(reservation.cost);
             let result = store.pace(&entry, pace, now).await;
             let given_back = matches!(result, Ok(p) if p.given_back);
-            metrics::counter!(
-                "tollgate_reservations_total",
-                "limit" => Arc::clone(reservation.limit.name_arc()),
-                "result" => if given_back { "given_back" } else { "lost" }
-            )
-            .increment(1);
+            super::pacing::count_reservation(&reservation.limit, given_back_or_lost(given_back));
         });
     }
 }

@@ -63,12 +63,12 @@ impl<S: Store> Limiter<S> {
             let pace = Pace::Reserve { max_wait };
             self.pace_or_policy(entry, pace, now).await
         };
-        metrics::counter!(
-            "tollgate_reservations_total",
-            "limit" => Arc::clone(entry.limit.name_arc()),
-            "result" => if decision.shown_allowed() { "reserved" } else { "refused" }
-        )
-        .increment(1);
+        let result = if decision.shown_allowed() {
+            "reserved"
+        } else {
+            "refused"
+        };
+        count_reservation(entry.limit, result);
         Ok(Reservation {
             limit: entry.limit.clone(),
             key: entry.key.clone(),
@@ -104,12 +104,7 @@ impl<S: Store> Limiter<S> {
         if paced.given_back {
             self.forget_cached(&entry.key);
         }
-        metrics::counter!(
-            "tollgate_reservations_total",
-            "limit" => Arc::clone(entry.limit.name_arc()),
-            "result" => if paced.given_back { "given_back" } else { "lost" }
-        )
-        .increment(1);
+        count_reservation(entry.limit, given_back_or_lost(paced.given_back));
         Ok(paced.given_back)
     }
 
@@ -211,4 +206,19 @@ impl<S: Store> Limiter<S> {
             cache.forget(key);
         }
     }
+}
+
+/// Counts what became of a reservation in `tollgate_reservations_total{limit, result}`.
+pub(super) fn count_reservation(limit: &Limit, result: &'static str) {
+    metrics::counter!(
+        "tollgate_reservations_total",
+        "limit" => Arc::clone(limit.name_arc()),
+        "result" => result
+    )
+    .increment(1);
+}
+
+/// The `result` label of a cancellation.
+pub(super) fn given_back_or_lost(given_back: bool) -> &'static str {
+    if given_back { "given_back" } else { "lost" }
 }
