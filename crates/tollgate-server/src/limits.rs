@@ -14,10 +14,11 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tollgate::{
-    BoxStore, CheckError, Clock, LimitError, Limiter, Namespace, Op, Request, Span, StoreError,
-    TopKey, Verdict,
+    BoxStore, CheckError, Clock, Decision, LimitError, Limiter, Namespace, Op, Request,
+    Reservation, SettleError, Span, StoreError, TopKey, Verdict,
 };
 use tollgate_envoy::{EnvoyRules, RulesError, Snapshot};
 
@@ -121,17 +122,49 @@ impl Limits {
         if names.len() > MAX_LIMITS_PER_REQUEST {
             return Err(AskError::TooManyLimits);
         }
-        if key.len() > MAX_KEY_PARTS {
-            return Err(AskError::TooManyKeyParts);
-        }
+        let key = bounded_key(key)?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let key: Vec<(&str, &str)> = key.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         Ok(self.limiter.prepare(&names, &key, cost)?)
     }
 
     /// Checks (charging) or peeks a prepared request.
     pub async fn decide(&self, request: &Request<'_>, op: Op) -> Verdict {
         self.limiter.decide(request, op).await
+    }
+
+    /// Reserves `cost` units of `limit` for `key`, a slot within `max_wait`
+    /// ([`Limiter::reserve`]); with `hold`, sleeps until the slot begins, giving it back if
+    /// the caller goes away first ([`Limiter::acquire`]).
+    ///
+    /// # Errors
+    /// What the core refuses (as for a check), and a limit that hands out no slots.
+    pub async fn reserve(
+        &self,
+        limit: &str,
+        key: &[(&str, &str)],
+        cost: u64,
+        max_wait: Duration,
+        hold: bool,
+    ) -> Result<Reservation, CheckError> {
+        if hold {
+            self.limiter.acquire(limit, key, cost, max_wait).await
+        } else {
+            self.limiter.reserve(limit, key, cost, max_wait).await
+        }
+    }
+
+    /// Charges (`delta > 0`) or refunds (`delta < 0`) units of `limit` for `key`
+    /// ([`Limiter::adjust`]); answers the key's state after.
+    ///
+    /// # Errors
+    /// What the core refuses (as for a check), or the store's failure.
+    pub async fn adjust(
+        &self,
+        limit: &str,
+        key: &[(&str, &str)],
+        delta: i64,
+    ) -> Result<Decision, SettleError> {
+        self.limiter.adjust(limit, key, delta).await
     }
 
     /// Forgets the key's state for every limit of `request`.
@@ -181,6 +214,17 @@ impl Limits {
     pub fn leased_units(&self) -> u64 {
         self.limiter.leased_units()
     }
+}
+
+/// The key parts as the core takes them, at most [`MAX_KEY_PARTS`].
+///
+/// # Errors
+/// [`AskError::TooManyKeyParts`].
+pub fn bounded_key(key: &[(String, String)]) -> Result<Vec<(&str, &str)>, AskError> {
+    if key.len() > MAX_KEY_PARTS {
+        return Err(AskError::TooManyKeyParts);
+    }
+    Ok(key.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect())
 }
 
 impl fmt::Debug for Limits {

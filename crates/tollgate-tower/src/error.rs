@@ -179,6 +179,20 @@ pub enum ConfigError {
     /// Two extractors give a part of the same name.
     #[error("key part {0:?} is given by two extractors")]
     DuplicateKeyPart(String),
+    /// [`crate::RateLimitLayer::delay_up_to`] on a layer of several limits: a request waits
+    /// for the slot of one limit.
+    #[error("delay_up_to needs a layer of exactly one limit; this one checks {0}")]
+    DelayNeedsOneLimit(usize),
+    /// [`crate::RateLimitLayer::delay_up_to`] on a limit whose algorithm hands out no slots.
+    #[error(
+        "limit {limit:?} cannot delay requests: {algorithm} hands out no slots (gcra and token_bucket do)"
+    )]
+    CannotDelay {
+        /// The limit.
+        limit: String,
+        /// Its algorithm.
+        algorithm: String,
+    },
     /// The limiter refused to prepare a check for another reason.
     #[error("the limiter refuses this layer's check")]
     Invalid(#[source] CheckError),

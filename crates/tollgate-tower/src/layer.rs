@@ -15,6 +15,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderValue;
 use http::request::Parts;
@@ -22,6 +23,7 @@ use tollgate::{BoxStore, CheckError, Limiter, Store, wire};
 use tower_layer::Layer;
 
 use crate::headers::HeaderOptions;
+use crate::pacing::{Pacer, pacer};
 use crate::respond::{Responder, problem_json};
 use crate::{ConfigError, KeyExtractor, RateLimit, Rejection};
 
@@ -44,6 +46,8 @@ pub(crate) struct Config<St> {
     pub(crate) responder: Responder,
     /// Every limit is a shadow limit: a request with no key passes instead of being refused.
     pub(crate) all_shadow: bool,
+    /// Set by [`RateLimitLayer::delay_up_to`]: requests wait for their slot.
+    pub(crate) pacer: Option<Pacer>,
 }
 
 impl<St> Clone for RateLimitLayer<St> {
@@ -65,6 +69,7 @@ impl<St> Clone for Config<St> {
             policy: self.policy.clone(),
             responder: Arc::clone(&self.responder),
             all_shadow: self.all_shadow,
+            pacer: self.pacer.clone(),
         }
     }
 }
@@ -113,6 +118,7 @@ impl<St: Store> RateLimitLayer<St> {
                     .unwrap_or_else(|_| HeaderValue::from_static("")),
                 responder: Arc::new(problem_json),
                 all_shadow,
+                pacer: None,
             }),
         })
     }
@@ -155,6 +161,44 @@ impl<St: Store> RateLimitLayer<St> {
     /// The `RateLimit-Policy` value this layer sends.
     pub fn policy_header(&self) -> &HeaderValue {
         &self.config.policy
+    }
+}
+
+impl<St: Store + Clone> RateLimitLayer<St> {
+    /// Delays a request until its slot of the layer's limit instead of refusing it, when the
+    /// slot begins within `max_wait`: the request takes the key's next free slot
+    /// ([`Limiter::acquire`]), sleeps until it, then reaches the inner service. Requests whose
+    /// slot is further away are refused as usual (429 with `Retry-After`). A request dropped
+    /// while it waits (the client went away, a timeout layer above) gives its slot back when
+    /// no later slot was handed out after it. For a route in front of an upstream that must
+    /// see a smooth rate: concurrent requests, on every instance, go one slot apart.
+    ///
+    /// Only for a layer of one limit whose algorithm hands out slots (GCRA, token bucket).
+    /// A shadow limit never delays (it is checked). The layer's cost function still applies.
+    ///
+    /// # Errors
+    /// [`ConfigError::DelayNeedsOneLimit`] for a layer of several limits,
+    /// [`ConfigError::CannotDelay`] for a limit with another algorithm.
+    pub fn delay_up_to(mut self, max_wait: Duration) -> Result<Self, ConfigError> {
+        let [limit] = &*self.config.limits else {
+            return Err(ConfigError::DelayNeedsOneLimit(self.config.limits.len()));
+        };
+        let algorithm = self
+            .config
+            .limiter
+            .limits()
+            .find(|l| l.name() == &**limit)
+            .map(|l| l.algorithm())
+            .ok_or_else(|| ConfigError::UnknownLimit(limit.to_string()))?;
+        if !algorithm.reserves() {
+            return Err(ConfigError::CannotDelay {
+                limit: limit.to_string(),
+                algorithm: algorithm.name().to_owned(),
+            });
+        }
+        let pacer = pacer(&self.config.limiter, limit, max_wait);
+        Arc::make_mut(&mut self.config).pacer = Some(pacer);
+        Ok(self)
     }
 }
 

@@ -46,6 +46,7 @@ pub mod future;
 pub mod headers;
 pub mod key;
 mod layer;
+mod pacing;
 mod respond;
 mod service;
 

@@ -3,9 +3,10 @@
 //! The key comes from the request, so nothing can be decided in `poll_ready`, which only
 //! asks the inner service. `call` takes the inner service that was made ready and leaves a
 //! clone in its place (`std::mem::replace`), then, in the returned future: extracts the key,
-//! checks every limit of the layer in one store call, and either answers itself (429, 503, or
-//! the key error's status) or calls the inner service with the [`Verdict`] in the request's
-//! extensions. Every response it lets through or makes carries the rate-limit fields.
+//! checks every limit of the layer in one store call (or, with
+//! [`crate::RateLimitLayer::delay_up_to`], takes the key's next slot and sleeps until it), and
+//! either answers itself (429, 503, or the key error's status) or calls the inner service with
+//! the [`Verdict`] in the request's extensions. Every response it lets through or makes carries the rate-limit fields.
 
 use std::fmt;
 use std::sync::Arc;
@@ -122,13 +123,24 @@ impl<St: Store> Config<St> {
             tracing::debug!(cause = %error, "no rate-limit key");
             return Decided::Refuse(Rejection::NoKey(error), None);
         }
-        let names: Vec<&str> = self.limits.iter().map(|n| &**n).collect();
-        let key: Vec<(&str, &[u8])> = key.iter().collect();
-        let request = match self.limiter.prepare(&names, &key, cost) {
-            Ok(request) => request,
-            Err(error) => return Decided::Refuse(rejection_of(error), None),
+        let verdict = {
+            let names: Vec<&str> = self.limits.iter().map(|n| &**n).collect();
+            let parts: Vec<(&str, &[u8])> = key.iter().collect();
+            let request = match self.limiter.prepare(&names, &parts, cost) {
+                Ok(request) => request,
+                Err(error) => return Decided::Refuse(rejection_of(error), None),
+            };
+            match &self.pacer {
+                None => self.limiter.decide(&request, Op::Check).await,
+                Some(pacer) => {
+                    drop(request);
+                    match pacer(&key, cost).await {
+                        Ok(reservation) => reservation.verdict(),
+                        Err(error) => return Decided::Refuse(rejection_of(error), None),
+                    }
+                }
+            }
         };
-        let verdict = self.limiter.decide(&request, Op::Check).await;
         let rejection = match verdict.outcome() {
             Outcome::Allowed => return Decided::Pass(Some(verdict)),
             Outcome::Limited { retry_after } => Rejection::RateLimited(RateLimited {

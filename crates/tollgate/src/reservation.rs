@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::verdict::{LimitDecision, Source};
-use crate::{Key, Limit, OnStoreError, Outcome, Slot, StoreErrorKind};
+use crate::{Key, Limit, OnStoreError, Outcome, Slot, StoreErrorKind, Verdict};
 
 /// What [`crate::Limiter::reserve`] (or [`crate::Limiter::acquire`]) got: a slot to go at, or
 /// a refusal, as a check's [`Outcome`]. Keep it to give the slot back
@@ -21,16 +21,16 @@ pub struct Reservation {
 impl Reservation {
     /// Allowed (go after [`Reservation::wait`]), limited (the next slot begins later than the
     /// wait the caller accepts: retry after the given wait to be offered one within it), or
-    /// unavailable (the store failed and the limit's policy denies).
+    /// unavailable (the store failed and the limit's policy denies): the outcome of
+    /// [`Reservation::verdict`], so a reservation reads exactly as a check of one limit.
     pub fn outcome(&self) -> Outcome {
-        if self.decision.shown_allowed() {
-            return Outcome::Allowed;
-        }
-        let retry_after = self.decision.decision.retry_after().unwrap_or_default();
-        match self.decision.source {
-            Source::Policy { error, .. } => Outcome::Unavailable { error, retry_after },
-            Source::Store | Source::DenyCache | Source::Lease => Outcome::Limited { retry_after },
-        }
+        self.verdict().outcome()
+    }
+
+    /// The reservation as a check's [`Verdict`] of its one limit: what the faces turn into
+    /// statuses and rate-limit headers, the same way for a reservation as for a check.
+    pub fn verdict(&self) -> Verdict {
+        Verdict::new(smallvec::smallvec![self.decision.clone()])
     }
 
     /// When allowed: how long from the reservation until the slot begins (zero: go now; a

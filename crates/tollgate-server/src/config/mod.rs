@@ -79,6 +79,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default `server.shutdown_timeout`: on SIGTERM, requests in flight get this long to be
 /// answered before every connection is closed (below Kubernetes' 30 s grace period).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// The default `server.max_acquire_wait`: the longest wait for a slot `POST /v1/acquire` may
+/// ask (a minute: a queue of a minute's quota).
+pub const DEFAULT_MAX_ACQUIRE_WAIT: Duration = Duration::from_secs(60);
 
 /// The default `server.history_interval`: 360 points in the status page's hour.
 pub const DEFAULT_HISTORY_INTERVAL: Duration = Duration::from_secs(10);
@@ -131,6 +134,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// On shutdown, how long requests in flight get before every connection is closed.
     pub shutdown_timeout: Duration,
+    /// The longest `max_wait_ms` a `POST /v1/acquire` may ask (and so the longest a held
+    /// acquire holds its connection).
+    pub max_acquire_wait: Duration,
     /// How often the status page's hour of history is sampled (`crate::history`).
     pub history_interval: Duration,
 }

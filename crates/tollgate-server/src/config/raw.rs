@@ -77,6 +77,7 @@ pub(super) struct RawServer {
     pub(super) idle_timeout: Option<String>,
     pub(super) max_connections: Option<usize>,
     pub(super) shutdown_timeout: Option<String>,
+    pub(super) max_acquire_wait: Option<String>,
     pub(super) history_interval: Option<String>,
     /// TLS on the TCP listeners: the certificate chain (PEM) and its key.
     pub(super) tls_cert: Option<String>,

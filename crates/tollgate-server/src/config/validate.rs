@@ -78,6 +78,11 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
             &s.shutdown_timeout,
             DEFAULT_SHUTDOWN_TIMEOUT,
         )?,
+        max_acquire_wait: timeout(
+            "server.max_acquire_wait",
+            &s.max_acquire_wait,
+            super::DEFAULT_MAX_ACQUIRE_WAIT,
+        )?,
         history_interval: match &s.history_interval {
             None => DEFAULT_HISTORY_INTERVAL,
             Some(text) => {

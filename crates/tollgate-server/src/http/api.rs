@@ -36,6 +36,118 @@ pub struct ResetRequest {
     key: BTreeMap<String, KeyValue>,
 }
 
+/// `POST /v1/acquire`: `{"limit": "upstream", "key": {...}, "cost": 1, "max_wait_ms": 5000,
+/// "hold": false}`. One limit: a slot is one limit's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    limit: String,
+    #[serde(default, deserialize_with = "key_parts_once")]
+    key: BTreeMap<String, KeyValue>,
+    cost: Option<u64>,
+    max_wait_ms: u64,
+    #[serde(default)]
+    hold: bool,
+}
+
+/// What an acquire asks, validated.
+#[derive(Debug)]
+pub struct Acquire {
+    /// The limit.
+    pub limit: String,
+    /// The key parts.
+    pub key: Vec<(String, String)>,
+    /// Units (default 1).
+    pub cost: u64,
+    /// The longest wait for a slot the caller accepts.
+    pub max_wait: std::time::Duration,
+    /// Whether the service sleeps until the slot before answering.
+    pub hold: bool,
+}
+
+impl AcquireRequest {
+    /// The request, its wait bounded by `max_wait`.
+    ///
+    /// # Errors
+    /// A wait above `max_wait`, naming the field.
+    pub fn into_acquire(self, max_wait: std::time::Duration) -> Result<Acquire, String> {
+        let asked = std::time::Duration::from_millis(self.max_wait_ms);
+        if asked > max_wait {
+            return Err(format!(
+                "max_wait_ms: {} is above the most this service waits ({} ms)",
+                self.max_wait_ms,
+                max_wait.as_millis()
+            ));
+        }
+        Ok(Acquire {
+            limit: self.limit,
+            key: key_parts(self.key),
+            cost: self.cost.unwrap_or(1),
+            max_wait: asked,
+            hold: self.hold,
+        })
+    }
+}
+
+/// `POST /v1/adjust`: `{"limit": "tokens", "key": {...}, "delta": -120}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustRequest {
+    limit: String,
+    #[serde(default, deserialize_with = "key_parts_once")]
+    key: BTreeMap<String, KeyValue>,
+    delta: i64,
+}
+
+impl AdjustRequest {
+    /// The limit, key parts and delta.
+    pub fn into_parts(self) -> (String, Vec<(String, String)>, i64) {
+        (self.limit, key_parts(self.key), self.delta)
+    }
+}
+
+/// The key's state after a settlement.
+#[derive(Debug, Serialize)]
+pub struct AdjustBody {
+    /// The limit.
+    pub limit: String,
+    /// The units charged (positive) or given back (negative), as asked.
+    pub delta: i64,
+    /// Its quota.
+    pub quota: u64,
+    /// Unit-cost requests that would pass now.
+    pub remaining: u64,
+    /// Until the key is back to a full quota, ms (rounded up).
+    pub reset_after_ms: u64,
+}
+
+impl AdjustBody {
+    /// The body for `decision`, the key's state after adjusting `limit` by `delta`.
+    pub fn new(limit: String, delta: i64, decision: &tollgate::Decision) -> AdjustBody {
+        AdjustBody {
+            limit,
+            delta,
+            quota: decision.limit,
+            remaining: decision.remaining,
+            reset_after_ms: ceil_millis(decision.reset_after),
+        }
+    }
+}
+
+/// The answer to an acquire: a check's body, and the wait.
+#[derive(Debug, Serialize)]
+pub struct AcquireBody {
+    /// As a check of the one limit.
+    #[serde(flatten)]
+    pub verdict: VerdictBody,
+    /// When allowed: ms from the reservation until the slot begins (rounded up, so a caller
+    /// that sleeps it never goes early); 0 to go now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Whether the service already waited it (`"hold": true`): go now.
+    pub held: bool,
+}
+
 /// The `key` object, refusing a part named twice (`{"user": "A", "user": "B"}`), as serde
 /// refuses a top-level field given twice: a JSON parser would keep the last value silently,
 /// and which user is charged must not depend on that.

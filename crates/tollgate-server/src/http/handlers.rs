@@ -23,6 +23,7 @@ use sha2::{Digest, Sha256};
 use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 
 use super::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
+use super::pacing;
 use super::response::{ApiError, BodyTimedOut, Reply};
 use super::state::AppState;
 use super::status_body::{self as status, StatusBody};
@@ -38,6 +39,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/check", post(check))
         .route("/v1/peek", post(peek))
         .route("/v1/reset", post(reset))
+        .route("/v1/acquire", post(pacing::acquire))
+        .route("/v1/adjust", post(pacing::adjust))
         .route("/v1/limits", get(list_limits))
         .route("/v1/top", get(top_denied))
         .route("/metrics", get(render_metrics))
@@ -66,7 +69,7 @@ async fn observe_http(request: axum::extract::Request, next: axum::middleware::N
 }
 
 /// The body's bytes, or the API's error for an unreadable, oversized or late body.
-fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         if let Some(BodyTimedOut(after)) = cause::<BodyTimedOut>(&rejection) {
             return ApiError::BodyTimeout(*after);

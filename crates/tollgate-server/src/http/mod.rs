@@ -6,6 +6,7 @@
 //!   figures), built once at start-up and read by the reloader and the background tasks too;
 //! - `handlers`: the routes ([`router`]) and their handlers, thin glue between JSON and
 //!   [`crate::limits::Limits`];
+//! - `pacing`: `POST /v1/acquire` and `POST /v1/adjust`, slots and settlements;
 //! - `status_body`: `GET /v1/status` and `GET /v1/history`, the status page's JSON, built from
 //!   [`crate::status`]'s figures.
 //!
@@ -14,6 +15,7 @@
 
 pub mod api;
 mod handlers;
+mod pacing;
 pub mod response;
 pub mod state;
 pub mod status_body;

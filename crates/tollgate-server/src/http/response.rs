@@ -19,13 +19,23 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tollgate::{Outcome, Verdict, wire};
 
-use super::api::VerdictBody;
+use super::api::{AcquireBody, VerdictBody};
 
 /// A successful answer.
 #[derive(Debug)]
 pub enum Reply {
     /// A check or peek (boxed: a verdict holds its decisions inline).
     Verdict(Box<Verdict>),
+    /// An acquire: its reservation's verdict (statuses and headers as a check's), the wait
+    /// until its slot when allowed, and whether the service already waited it.
+    Acquired {
+        /// The reservation as a check of its one limit.
+        verdict: Box<Verdict>,
+        /// Until the slot, when allowed.
+        wait: Option<std::time::Duration>,
+        /// Whether the service slept the wait before answering.
+        held: bool,
+    },
     /// Any other JSON body, with 200.
     Json(serde_json::Value),
 }
@@ -170,30 +180,49 @@ impl IntoResponse for Reply {
         match self {
             Reply::Json(body) => Json(body).into_response(),
             Reply::Verdict(verdict) => {
-                // RateLimit-Policy, RateLimit, Retry-After, then axum's Content-Type.
-                let mut headers = HeaderMap::with_capacity(4);
-                let decisions = verdict.decisions();
-                insert(
-                    &mut headers,
-                    wire::RATELIMIT_POLICY,
-                    wire::policy_of(decisions),
-                );
-                if let Some(value) = wire::rate_limit(decisions, false) {
-                    insert(&mut headers, wire::RATELIMIT, value);
-                }
-                let status = match verdict.outcome() {
-                    Outcome::Allowed => StatusCode::OK,
-                    Outcome::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
-                    Outcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-                };
-                if let Some(secs) = wire::retry_after(&verdict) {
-                    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-                    tracing::debug!(status = status.as_u16(), "refused");
-                }
+                let (status, headers) = verdict_head(&verdict);
                 (status, headers, Json(VerdictBody::new(&verdict))).into_response()
+            }
+            Reply::Acquired {
+                verdict,
+                wait,
+                held,
+            } => {
+                let (status, headers) = verdict_head(&verdict);
+                let body = AcquireBody {
+                    verdict: VerdictBody::new(&verdict),
+                    wait_ms: wait.map(wire::ceil_millis),
+                    held,
+                };
+                (status, headers, Json(body)).into_response()
             }
         }
     }
+}
+
+/// A verdict's status (200, 429, 503) and its `RateLimit-Policy`, `RateLimit` and
+/// `Retry-After` fields (axum adds `Content-Type` after).
+fn verdict_head(verdict: &Verdict) -> (StatusCode, HeaderMap) {
+    let mut headers = HeaderMap::with_capacity(4);
+    let decisions = verdict.decisions();
+    insert(
+        &mut headers,
+        wire::RATELIMIT_POLICY,
+        wire::policy_of(decisions),
+    );
+    if let Some(value) = wire::rate_limit(decisions, false) {
+        insert(&mut headers, wire::RATELIMIT, value);
+    }
+    let status = match verdict.outcome() {
+        Outcome::Allowed => StatusCode::OK,
+        Outcome::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Outcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    if let Some(secs) = wire::retry_after(verdict) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        tracing::debug!(status = status.as_u16(), "refused");
+    }
+    (status, headers)
 }
 
 /// Inserts a `wire` value (printable ASCII, always a valid header value) unless it is empty.

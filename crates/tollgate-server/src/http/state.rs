@@ -45,6 +45,8 @@ pub struct AppState {
     pub(crate) rates: RateHistory,
     /// The last hour, and the store's outages, for the status page.
     pub(crate) history: History,
+    /// `server.max_acquire_wait`.
+    pub(crate) max_acquire_wait: Duration,
 }
 
 impl AppState {
@@ -67,6 +69,7 @@ impl AppState {
             probe: StoreProbe::new(&config.namespace),
             rates: RateHistory::default(),
             history: History::new(crate::config::DEFAULT_HISTORY_INTERVAL),
+            max_acquire_wait: crate::config::DEFAULT_MAX_ACQUIRE_WAIT,
         }
     }
 }

@@ -18,6 +18,8 @@ pub fn route_label(path: &str) -> &'static str {
         "/v1/check" => "/v1/check",
         "/v1/peek" => "/v1/peek",
         "/v1/reset" => "/v1/reset",
+        "/v1/acquire" => "/v1/acquire",
+        "/v1/adjust" => "/v1/adjust",
         "/v1/limits" => "/v1/limits",
         "/v1/top" => "/v1/top",
         "/v1/status" => "/v1/status",

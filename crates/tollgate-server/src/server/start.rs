@@ -39,6 +39,7 @@ pub(super) async fn build_state(
         config.server.admin_token.clone(),
     );
     state.history = crate::status::history::History::new(config.server.history_interval);
+    state.max_acquire_wait = config.server.max_acquire_wait;
     if config.envoy.config_dir.is_some() {
         // The reference's config load counters: this load, and the error series at 0.
         tollgate_envoy::config_loads_watched();

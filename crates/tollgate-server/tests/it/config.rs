@@ -185,6 +185,11 @@ fn errors_name_the_field() {
             "must be between 1ms and 1h",
         ),
         (
+            "[server]\nmax_acquire_wait = \"2h\"".into(),
+            "server.max_acquire_wait",
+            "must be between 1ms and 1h",
+        ),
+        (
             "[server]\nbody_timeout = \"soon\"".into(),
             "server.body_timeout",
             "is not a duration",
@@ -362,6 +367,7 @@ fn defaults() {
         (secs(10), secs(10), secs(60))
     );
     assert_eq!((s.max_connections, s.shutdown_timeout), (4096, secs(20)));
+    assert_eq!(s.max_acquire_wait, secs(60));
     assert_eq!(config.limits[1].limit.key_parts(), Some(&[][..]));
     assert!(!config.limits[1].shadow);
 }

@@ -15,6 +15,7 @@ mod grpc;
 mod hardening;
 mod lease;
 mod lease_reset;
+mod pacing;
 mod prometheus;
 mod redis;
 mod redis_down;

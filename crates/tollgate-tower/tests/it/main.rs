@@ -5,6 +5,7 @@ mod headers;
 mod keys;
 mod lease;
 mod limits;
+mod pacing;
 mod policy;
 mod redis;
 mod server;

@@ -1,0 +1,67 @@
+//! `POST /v1/acquire` and `POST /v1/adjust`: pacing and settling over HTTP, thin glue over
+//! [`crate::limits::Limits::reserve`] and [`crate::limits::Limits::adjust`].
+//!
+//! An acquire is answered as a check of its one limit (200, 429, 503, the same headers), with
+//! the wait until its slot. With `"hold": true` the service sleeps that wait before answering,
+//! and a client that goes away while held gives its slot back (the request's future is
+//! dropped, [`tollgate::Limiter::acquire`] cancels). Without it the client sleeps the wait
+//! itself; a slot it then does not use is lost (there is no cancel over HTTP). `max_wait_ms`
+//! is bounded by `server.max_acquire_wait`, so a held connection is held that long at most.
+//!
+//! An adjust answers the key's state after (200), 400 for what the core refuses (a `delta`
+//! beyond the limit's capacity, an unknown limit, a missing key part) and 503 when the store
+//! failed: a settlement has no failure policy, nothing was settled, and the caller decides.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use bytes::Bytes;
+use tollgate::SettleError;
+
+use super::api::{self, AcquireRequest, AdjustBody, AdjustRequest};
+use super::handlers::body;
+use super::response::{ApiError, Reply};
+use super::state::AppState;
+use crate::limits::bounded_key;
+
+/// `POST /v1/acquire`.
+pub(super) async fn acquire(
+    State(state): State<Arc<AppState>>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Reply, ApiError> {
+    let request: AcquireRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let asked = request
+        .into_acquire(state.max_acquire_wait)
+        .map_err(ApiError::BadRequest)?;
+    let key = bounded_key(&asked.key).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let limits = state.limits.load_full();
+    let reservation = limits
+        .reserve(&asked.limit, &key, asked.cost, asked.max_wait, asked.hold)
+        .await
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(Reply::Acquired {
+        verdict: Box::new(reservation.verdict()),
+        wait: reservation.wait(),
+        held: asked.hold && reservation.wait().is_some(),
+    })
+}
+
+/// `POST /v1/adjust`.
+pub(super) async fn adjust(
+    State(state): State<Arc<AppState>>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Reply, ApiError> {
+    let request: AdjustRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let (limit, key, delta) = request.into_parts();
+    let key = bounded_key(&key).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let limits = state.limits.load_full();
+    let decision = limits
+        .adjust(&limit, &key, delta)
+        .await
+        .map_err(|e| match e {
+            SettleError::Check(e) => ApiError::BadRequest(e.to_string()),
+            SettleError::Store(e) => ApiError::StoreUnavailable(e),
+        })?;
+    Ok(Reply::json(AdjustBody::new(limit, delta, &decision)))
+}
