@@ -11,6 +11,7 @@
 //! shadow = false                   # global shadow mode: every answer OK, still counting
 //! quota_mode = false               # global quota mode: every descriptor a quota descriptor
 //! refusals = "free"                # or "charged": refused descriptors counted, as the reference
+//! override_counters = "shared"     # or "per_rate": which counter a limit override counts on
 //! max_descriptors = 256            # most descriptors per call, 1..=4096 (default 256)
 //! max_entries = 32                 # most entries per descriptor, 1..=256 (default 32)
 //!
@@ -29,7 +30,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use tollgate::{Algorithm, OnStoreError};
 
-use crate::Imported;
+use crate::{Imported, OverrideCounters};
 
 /// The `[envoy]` section: response options and the rules.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -119,6 +120,12 @@ pub struct EnvoyRules {
     /// as `near_limit` (0 < r ≤ 1; default [`crate::NEAR_LIMIT_RATIO`], 0.8).
     #[serde(default)]
     pub near_limit_ratio: Option<f64>,
+    /// Which counter a descriptor's `limit` override counts on: `shared` (default, the
+    /// reference's: the descriptor's counter for the override's unit, whatever the rate,
+    /// shared with an imported limit of that unit; fixed windows only) or `per_rate` (a
+    /// counter per rate, shared with nothing).
+    #[serde(default)]
+    pub override_counters: OverrideCounters,
     /// The descriptor trees loaded from `config_dir` (not a config field).
     #[serde(skip)]
     pub imported: Imported,

@@ -15,7 +15,8 @@
 //! capped before anything else (`caps.rs`), and every step here is linear in it.
 //!
 //! A descriptor whose own `hits_addend` is 0 is **check only**, as in the reference: it asks
-//! whether its key has a unit left and charges nothing. Such descriptors are peeked (at one
+//! whether its key has a unit left (with counted refusals, whether its count is past the
+//! limit, below) and charges nothing. Such descriptors are peeked (at one
 //! unit, so a key with nothing left answers `OVER_LIMIT` and `limit_remaining` is the key's
 //! current remaining) in a store call of their own, before the charging one; an enforced one
 //! that is over makes the request over limit, and then, all or nothing, nothing is charged.
@@ -41,7 +42,12 @@
 //! **Counted refusals** (`[envoy] refusals = "charged"`): the charging call counts refusals
 //! ([`tollgate::Request::count_refusals`]): every descriptor's counter takes its hits, over
 //! limit or not, each on its own, even when another descriptor refuses the request; the
-//! overall code is then read from the answers by the same rules.
+//! overall code is then read from the answers by the same rules. The check-only peek counts
+//! too: there a counter can pass its limit, and the reference answers `hits_addend` 0 with
+//! `OVER_LIMIT` only when the count is **past** the limit (`limitAfterIncrease > limit`),
+//! `OK` with 0 remaining at it; a peek of a counting request answers exactly that. (By
+//! default a count never passes the limit, and a check-only descriptor is over once no unit
+//! is left: the only answer that lets the check-then-charge pattern admit exactly the limit.)
 //!
 //! Imported (YAML) entries follow the reference: an `unlimited` entry is OK and never counted;
 //! an entry of 0 requests per unit is over limit like a too costly one (nothing charged),
@@ -282,7 +288,9 @@ pub(crate) async fn decide<'a, St: Store>(
             answer.fill(&too_costly, &verdict);
         }
         if !peeked.is_empty() {
-            // Check only: whether a unit is left, charging nothing.
+            // Check only: whether a unit is left, charging nothing; when refusals are
+            // charged, whether the count is past the limit (the reference's answer).
+            let mode = Mode { counting, ..mode };
             let verdict = run(limiter, &peeked, Op::Peek, mode).await?;
             answer.fill(&peeked, &verdict);
             for (item, d) in peeked.iter().zip(verdict.decisions()) {
@@ -350,7 +358,8 @@ impl Group {
 /// How a call's request is prepared.
 #[derive(Debug, Clone, Copy)]
 struct Mode {
-    /// Count refusals (`[envoy] refusals = "charged"`).
+    /// Count refusals (`[envoy] refusals = "charged"`): a check charges every entry, a peek
+    /// answers from the count as it stands ([`tollgate::Request::count_refusals`]).
     counting: bool,
     /// A quota descriptor outside the call passed: the quota ones in it are optional.
     optional: bool,
@@ -488,7 +497,9 @@ async fn run<St: Store>(
     let mut request = limiter
         .prepare_with(asks)
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
-    if mode.counting && op == Op::Check {
+    if mode.counting {
+        // A check charges every descriptor; a peek (check only) answers from the count as
+        // it stands, refused only past the limit.
         request
             .count_refusals()
             .map_err(|error| Status::invalid_argument(error.to_string()))?;

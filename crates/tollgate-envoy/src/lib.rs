@@ -88,6 +88,7 @@ mod limit_headers;
 mod limit_names;
 mod matching;
 mod metrics;
+mod override_counters;
 mod record;
 mod rules_error;
 mod serve;
@@ -114,6 +115,7 @@ pub use metrics::{
     RESPONSE_TIME, SHADOW_MODE, SHOULD_RATE_LIMIT_ERROR, TOTAL_HITS, TOTAL_REQUESTS, WITHIN_LIMIT,
     config_load, config_loads_watched,
 };
+pub use override_counters::OverrideCounters;
 pub use rules_error::RulesError;
 pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};

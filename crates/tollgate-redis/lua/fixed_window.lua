@@ -6,7 +6,9 @@
 -- op       0 = decide only, 1 = decide and charge when admitted, 2 = give back `cost`
 --          charged at this same `now`, 3 = count (charge `cost` whether it fits or not, and
 --          decide from the count after: refused when it is above the limit, as
---          envoyproxy/ratelimit counts; mirrors FixedWindow::count)
+--          envoyproxy/ratelimit counts; mirrors FixedWindow::count), 4 = the count as it
+--          stands (decide, write nothing: refused only when the count is above the limit, as
+--          envoyproxy/ratelimit answers `hits_addend` 0; FixedWindow::count of 0 on a copy)
 -- returns  verdict (1 admitted, -1 refused), remaining (units), reset_after (µs),
 --          retry_after (µs, -1 if admitted)
 --
@@ -30,6 +32,13 @@ local function fixed_window(key, now, cost, limit, period, _, op)
     live = live + cost
     redis.call('SET', key, fmt(window) .. ':' .. fmt(live), 'PX', ttl_ms(window + period - now))
     local reset = window + period - now
+    local remaining = limit - live
+    if remaining < 0 then remaining = 0 end
+    if live > limit then return -1, remaining, reset, reset end
+    return 1, remaining, reset, -1
+  elseif op == 4 then
+    local reset = 0
+    if live > 0 then reset = window + period - now end
     local remaining = limit - live
     if remaining < 0 then remaining = 0 end
     if live > limit then return -1, remaining, reset, reset end

@@ -17,7 +17,8 @@
 -- (tollgate::Need): none = it must admit; '?' = one of the request's any-of group (the
 -- request is refused only when all of the group refuses); '~' = optional (never refuses the
 -- request); '+' = a fixed window entry of a request that counts refusals (charged whether
--- it admits or not, each entry on its own: every entry of such a request has it).
+-- it admits or not, each entry on its own: every entry of such a request has it; peeked, it
+-- answers from its count as it stands, refused only past the limit).
 --
 -- decide(k, a, n, op, now, server, reply) decides the n entries whose keys are
 -- KEYS[k+1 .. k+n] and whose arguments start at ARGV[a]; op: 0 = peek (decide, write nothing),
@@ -42,10 +43,11 @@ local function run(i, b, now, server, mode, reply)
   local mark = byte(tag, 1)
   if mark == ONE_OF or mark == OPTIONAL or mark == COUNT then
     tag = sub(tag, 2)
-    -- A check of a counting entry charges whatever it answers (fixed_window.lua, op 3).
+    -- A check of a counting entry charges whatever it answers (fixed_window.lua, op 3); a
+    -- peek of one answers from the count as it stands (op 4).
     if mark == COUNT then
       if tag ~= 'fw' then error('tollgate: only a fixed window counts refusals') end
-      if mode == 1 then mode = 3 end
+      if mode == 1 then mode = 3 elseif mode == 0 then mode = 4 end
     end
   else
     mark = nil

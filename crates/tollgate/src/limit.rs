@@ -32,6 +32,9 @@ pub struct Limit {
     on_store_error: OnStoreError,
     shadow: bool,
     lease: Option<Lease>,
+    /// Whether the limiter's deny cache may answer and remember this limit's refusals
+    /// ([`Limit::deny_cache`]).
+    deny_cache: bool,
 }
 
 impl Limit {
@@ -69,6 +72,7 @@ impl Limit {
             on_store_error: OnStoreError::Deny,
             shadow: false,
             lease: None,
+            deny_cache: true,
         })
     }
 
@@ -117,6 +121,33 @@ impl Limit {
     pub fn shadow(mut self, shadow: bool) -> Limit {
         self.shadow = shadow;
         self
+    }
+
+    /// Keeps this limit out of the limiter's deny cache when `on` is false (it is in by
+    /// default): its refusals are then neither answered from the cache nor remembered in
+    /// it, and every check of it reaches the store. The cache remembers a refusal by key and
+    /// cost, not by quota; a limit whose key other limits of other quotas share (an Envoy
+    /// limit override counting on the counter of the same descriptor at another rate) must
+    /// not be answered by a refusal remembered under another quota, nor leave one behind.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Limit, Quota};
+    ///
+    /// let shared = Limit::new("per_rate", Algorithm::FixedWindow, Quota::per_minute(5)?)?
+    ///     .deny_cache(false);
+    /// assert!(!shared.uses_deny_cache());
+    /// # Ok::<(), tollgate::LimitError>(())
+    /// ```
+    pub fn deny_cache(mut self, on: bool) -> Limit {
+        self.deny_cache = on;
+        self
+    }
+
+    /// Whether the limiter's deny cache may answer and remember this limit's refusals
+    /// ([`Limit::deny_cache`]).
+    #[inline]
+    pub fn uses_deny_cache(&self) -> bool {
+        self.deny_cache
     }
 
     /// Lease mode: each instance takes units from the store `k` at a time and hands them out

@@ -22,7 +22,8 @@
 //!
 //! [`Request::count_refusals`] makes a request count as envoyproxy/ratelimit does: every
 //! entry charged its cost whether it admits or not, each on its own, and answered from its
-//! count after (fixed windows only).
+//! count after (fixed windows only); a peek of it answers from the count as it stands,
+//! refused only past the limit (the reference's check-only `hits_addend` 0).
 
 use std::collections::HashSet;
 
@@ -270,7 +271,10 @@ impl<'a> Request<'a> {
     /// Makes a check of this request count as envoyproxy/ratelimit counts: every entry is
     /// charged its cost whether it admits or not, each on its own (no all or nothing, no
     /// [`Need`]), and decided from its count after the charge (refused when it is above the
-    /// limit). A peek is unchanged.
+    /// limit). A peek of such a request charges nothing and answers each entry from its
+    /// count as it stands, as the reference answers a descriptor of `hits_addend` 0: refused
+    /// only when the count is **above** the limit (a count at the limit is admitted, with 0
+    /// remaining), whatever the entries' costs.
     ///
     /// # Errors
     /// [`CheckError::RefusalsNotCountable`] when an entry's limit is not an exact fixed

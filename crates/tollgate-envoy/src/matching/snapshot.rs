@@ -23,7 +23,7 @@ use tonic::Status;
 
 use super::compile;
 use super::found::Found;
-use super::overrides::{Override, Overrides};
+use super::overrides::{Override, Overrides, SharedWith};
 use super::rule::Rule;
 use super::tree::{Level, Target};
 use crate::caps::DescriptorCaps;
@@ -89,6 +89,7 @@ impl<St: Store> Snapshot<St> {
                 config.on_store_error.unwrap_or(OnStoreError::Allow),
                 config.shadow,
                 config.current_limit_name,
+                config.override_counters,
             ),
             shadow: config.shadow,
             quota_mode: config.quota_mode,
@@ -199,7 +200,41 @@ impl<St> Snapshot<St> {
         if !self.knows(&request.domain) {
             return Ok(vec![None; request.descriptors.len()]);
         }
-        self.overrides.resolve(request)
+        self.overrides.resolve(request, |d, unit| {
+            let (rule, parts) = self.imported_counter(&request.domain, &d.entries, unit)?;
+            Some(SharedWith {
+                limit: rule.limit.clone(),
+                parts: parts.iter().map(|(p, _)| (*p).into()).collect(),
+            })
+        })
+    }
+
+    /// The imported limit whose counter an override of `unit` on a descriptor of `domain`
+    /// with these `entries` shares (`[envoy] override_counters = "shared"`), with its key
+    /// parts: the limit the descriptor would be decided by without the override, when it is
+    /// an imported one of the same unit, not in shadow mode of its own, keyed by the
+    /// descriptor's own values (not a `share_threshold` pattern, which the reference's key
+    /// of an override does not take). `None` otherwise, a `[[envoy.rules]]` rule's limit
+    /// included (tollgate's own, counted as it says).
+    fn imported_counter<'a>(
+        &'a self,
+        domain: &str,
+        entries: &'a [Entry],
+        unit: crate::Unit,
+    ) -> Option<(&'a Rule, Vec<(&'a str, &'a str)>)> {
+        if self
+            .domains
+            .get(domain)
+            .is_some_and(|rules| rules.iter().any(|rule| rule.matches(entries)))
+        {
+            return None;
+        }
+        let (Target::Limited(rule), parts) = self.trees.get(domain)?.find(entries)? else {
+            return None;
+        };
+        let own_values = parts.len() == entries.len()
+            && parts.iter().zip(entries).all(|((_, v), e)| *v == e.value);
+        (rule.unit == Some(unit) && !rule.own_shadow && own_values).then_some((rule, parts))
     }
 
     /// The limit that decides a descriptor of `domain` with these `(key, value)` entries, and
@@ -269,10 +304,19 @@ impl<St> Snapshot<St> {
         'a: 'o,
     {
         match limit_override {
-            Some(o) => Some((
-                Found::Limited(&o.rule, o.parts(domain, descriptor)),
-                Some(Counted::Override),
-            )),
+            Some(o) => {
+                let parts = match o.parts(domain, descriptor) {
+                    Some(parts) => parts,
+                    // On an imported limit's counter: its parts, as found when resolved.
+                    None => self
+                        .trees
+                        .get(domain)
+                        .and_then(|tree| tree.find(&descriptor.entries))
+                        .map(|(_, parts)| parts)
+                        .unwrap_or_default(),
+                };
+                Some((Found::Limited(&o.rule, parts), Some(Counted::Override)))
+            }
             None => self.find(domain, &descriptor.entries),
         }
     }

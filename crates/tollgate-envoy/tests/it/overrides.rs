@@ -1,6 +1,9 @@
 //! Per-request limit overrides on the in-process service, with the fake clock: the override's
 //! window is one of its unit, its cost is the descriptor's, descriptors with the same override
-//! and entries are one counter, and its failure policy is `[envoy] on_store_error`.
+//! and entries are one counter, its failure policy is `[envoy] on_store_error`, and its
+//! counter is the descriptor's whatever the rate (`[envoy] override_counters = "shared"`, the
+//! reference's) or one per rate (`per_rate`), never answered by a refusal remembered for
+//! another rate.
 
 use std::time::Duration;
 
@@ -12,6 +15,9 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_r
 use tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value;
 
 use crate::support::{Rls, request};
+
+/// A YAML file of the reference's format: `user` keys 10 a minute in domain `share`.
+const SHARE_YAML: &str = "domain: share\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n";
 
 const RULES: &str = r#"
 [envoy]
@@ -108,5 +114,98 @@ async fn an_override_fails_by_the_imported_policy() {
         .expect_err("deny policy refuses");
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     rls.store.set_down(false);
+    rls.stop().await;
+}
+
+/// One descriptor `user=<user>` of domain `share`, with the override `per_unit` per `unit`
+/// when given.
+fn share(user: &str, rate: Option<(u32, Unit)>) -> RateLimitRequest {
+    let r = request("share", &[&[("user", user)]], 0);
+    match rate {
+        Some((per_unit, unit)) => overridden(r, per_unit, unit),
+        None => r,
+    }
+}
+
+/// By default (`override_counters = "shared"`, the reference's cache key: domain, entries,
+/// window) an override counts on the counter of the YAML limit of its unit that the
+/// descriptor matches, at its own rate, and two rates share it too; an override of another
+/// unit has a counter of its own (of that unit), shared by its rates.
+#[tokio::test]
+async fn shared_overrides_count_on_the_descriptors_counter() {
+    let mut rls = Rls::start_imported(&[("share.yaml", SHARE_YAML)], "[envoy]\n").await;
+    for left in [9, 8, 7] {
+        assert_eq!(remaining(&rls.call(share("a", None)).await), [(OK, left)]);
+    }
+    // The YAML counter is at 3: 5 a minute leaves 1, then none.
+    let five = || share("a", Some((5, Unit::Minute)));
+    assert_eq!(remaining(&rls.call(five()).await), [(OK, 1)]);
+    assert_eq!(remaining(&rls.call(five()).await), [(OK, 0)]);
+    assert_eq!(remaining(&rls.call(five()).await), [(OVER, 0)]);
+    // Another rate, the same counter (5); and the YAML limit sees the overrides' hits.
+    let twenty = || share("a", Some((20, Unit::Minute)));
+    assert_eq!(remaining(&rls.call(twenty()).await), [(OK, 14)]);
+    assert_eq!(remaining(&rls.call(share("a", None)).await), [(OK, 3)]);
+    // Another unit: its own counter, shared by its rates.
+    let hourly = |n| share("a", Some((n, Unit::Hour)));
+    assert_eq!(remaining(&rls.call(hourly(3)).await), [(OK, 2)]);
+    assert_eq!(remaining(&rls.call(hourly(4)).await), [(OK, 2)]);
+    // Another user: untouched.
+    assert_eq!(remaining(&rls.call(share("b", None)).await), [(OK, 9)]);
+    // A domain of rules only (no YAML limit): two rates of one descriptor share a counter.
+    rls.stop().await;
+    let mut rls = Rls::start(limits(), RULES).await;
+    let one = |n| overridden(request("edge", &[&[("user", "c")]], 0), n, Unit::Minute);
+    assert_eq!(remaining(&rls.call(one(3)).await), [(OK, 2)]);
+    assert_eq!(remaining(&rls.call(one(10)).await), [(OK, 8)]);
+    assert_eq!(remaining(&rls.call(one(2)).await), [(OVER, 0)]);
+    rls.stop().await;
+}
+
+/// `override_counters = "per_rate"` keeps tollgate's former keying: a counter per rate,
+/// shared with neither the YAML limit nor another rate.
+#[tokio::test]
+async fn per_rate_overrides_count_apart() {
+    let mut rls = Rls::start_imported(
+        &[("share.yaml", SHARE_YAML)],
+        "[envoy]\noverride_counters = \"per_rate\"\n",
+    )
+    .await;
+    for left in [9, 8, 7] {
+        assert_eq!(remaining(&rls.call(share("a", None)).await), [(OK, left)]);
+    }
+    let five = || share("a", Some((5, Unit::Minute)));
+    assert_eq!(remaining(&rls.call(five()).await), [(OK, 4)]);
+    assert_eq!(remaining(&rls.call(five()).await), [(OK, 3)]);
+    let twenty = || share("a", Some((20, Unit::Minute)));
+    assert_eq!(remaining(&rls.call(twenty()).await), [(OK, 19)]);
+    assert_eq!(remaining(&rls.call(share("a", None)).await), [(OK, 6)]);
+    rls.stop().await;
+}
+
+/// With a deny cache (as `tollgate serve` has on Redis) and shared counters, a refusal under
+/// one rate never answers for another: not an override's own refusal, and not one the YAML
+/// limit left in the cache for the same counter; each is decided by the store.
+#[tokio::test]
+async fn a_refusal_remembered_for_one_rate_never_answers_for_another() {
+    let yaml = SHARE_YAML.replace("requests_per_unit: 10", "requests_per_unit: 3");
+    let mut rls = Rls::start_imported_cached(&[("share.yaml", &yaml)], "[envoy]\n", 1_000).await;
+    let rate = |n| share("a", Some((n, Unit::Minute)));
+    // 2 a minute: refused at the third call (count 2).
+    assert_eq!(remaining(&rls.call(rate(2)).await), [(OK, 1)]);
+    assert_eq!(remaining(&rls.call(rate(2)).await), [(OK, 0)]);
+    assert_eq!(remaining(&rls.call(rate(2)).await), [(OVER, 0)]);
+    // The YAML limit (3 a minute) is not answered by that refusal: one unit left.
+    assert_eq!(remaining(&rls.call(share("a", None)).await), [(OK, 0)]);
+    // Its own refusals (count 3) are remembered and answered from the cache …
+    for _ in 0..2 {
+        assert_eq!(remaining(&rls.call(share("a", None)).await), [(OVER, 0)]);
+    }
+    // … but never for another rate: 10 a minute passes (count 3, then 4), and a rate past
+    // the count is refused by the store only.
+    assert_eq!(remaining(&rls.call(rate(10)).await), [(OK, 6)]);
+    assert_eq!(remaining(&rls.call(rate(10)).await), [(OK, 5)]);
+    assert_eq!(remaining(&rls.call(rate(4)).await), [(OVER, 0)]);
+    assert_eq!(remaining(&rls.call(rate(6)).await), [(OK, 0)]);
     rls.stop().await;
 }

@@ -214,6 +214,98 @@ async fn hits_addend_zero_checks_without_charging() {
     rls.stop().await;
 }
 
+/// The reference's limits in `test/redis/fixed_cache_impl_test.go` (`key3=value3`, 10 per
+/// hour), for the check-only tests below.
+const KEY3_HOURLY: &str = "domain: check-only\ndescriptors:\n  - key: key3\n    value: value3\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n  - key: key1\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n";
+
+/// With `refusals = "charged"` a counter can pass its limit, and a check-only descriptor
+/// (`hits_addend` 0) answers as the reference's does (`limitAfterIncrease > limit`, nothing
+/// added): `OK` with 0 left at the limit, `OVER_LIMIT` only past it, as its
+/// `fixed_cache_impl_test.go` expects of a count of 11 over 10 per hour (`OVER_LIMIT`, 0
+/// remaining, no hit counted); an over-limit check does not keep the call's other
+/// descriptors from being charged (the reference charges them too).
+#[tokio::test]
+async fn check_only_with_charged_refusals_answers_as_the_reference() {
+    metrics();
+    let mut rls = Rls::start_imported(
+        &[("check_only.yaml", KEY3_HOURLY)],
+        "[envoy]\nrefusals = \"charged\"\n",
+    )
+    .await;
+    let domain = "check-only";
+    let key3 = [("key3", "value3")];
+    let check = || req(domain, vec![descriptor(&key3, Some(0))]);
+    let charge = || req(domain, vec![descriptor(&key3, None)]);
+    assert_eq!(state(&rls.call(check()).await, 0), (Code::Ok, 10));
+    for left in (0..10).rev() {
+        let r = rls.call(charge()).await;
+        assert_eq!(state(&r, 0), (Code::Ok, left), "{r:?}");
+    }
+    // The count is 10, the limit 10: the reference answers OK with nothing left.
+    for _ in 0..2 {
+        let r = rls.call(check()).await;
+        assert_eq!((code(&r), state(&r, 0)), (Code::Ok, (Code::Ok, 0)), "{r:?}");
+    }
+    // The 11th charge is counted though refused: 11 > 10.
+    let r = rls.call(charge()).await;
+    assert_eq!(state(&r, 0), (Code::OverLimit, 0), "{r:?}");
+    let hits = rule_counter(tollgate_envoy::TOTAL_HITS, domain, "key3_value3", None);
+    let over = rule_counter(tollgate_envoy::OVER_LIMIT, domain, "key3_value3", None);
+    assert_eq!((hits, over), (11, 1));
+    let r = rls.call(check()).await;
+    assert_eq!(
+        (code(&r), state(&r, 0)),
+        (Code::OverLimit, (Code::OverLimit, 0)),
+        "{r:?}"
+    );
+    // Over limit, a check refuses the call, and the other descriptor is charged anyway.
+    let other = [("key1", "x")];
+    let r = rls
+        .call(req(
+            domain,
+            vec![descriptor(&key3, Some(0)), descriptor(&other, None)],
+        ))
+        .await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert_eq!(
+        (state(&r, 0), state(&r, 1)),
+        ((Code::OverLimit, 0), (Code::Ok, 4))
+    );
+    // Checks add no hits, and an over-limit check no over_limit hits.
+    let hits = rule_counter(tollgate_envoy::TOTAL_HITS, domain, "key3_value3", None);
+    let over = rule_counter(tollgate_envoy::OVER_LIMIT, domain, "key3_value3", None);
+    assert_eq!((hits, over), (11, 1));
+    // The next window: a fresh count.
+    rls.clock.advance(Duration::from_secs(3600));
+    assert_eq!(state(&rls.call(check()).await, 0), (Code::Ok, 10));
+    rls.stop().await;
+}
+
+/// The default (`refusals = "free"`) is unchanged: a count never passes the limit, and a
+/// check-only descriptor is `OVER_LIMIT` once no unit is left (count = limit), so that the
+/// check-then-charge pattern admits exactly the limit.
+#[tokio::test]
+async fn check_only_with_free_refusals_is_over_at_the_limit() {
+    // A domain of its own: the statistics are the process's, and the test above reads them.
+    let yaml = KEY3_HOURLY.replace("domain: check-only", "domain: check-only-free");
+    let mut rls = Rls::start_imported(&[("check_only.yaml", &yaml)], "[envoy]\n").await;
+    let domain = "check-only-free";
+    let key3 = [("key3", "value3")];
+    for _ in 0..10 {
+        let r = rls.call(req(domain, vec![descriptor(&key3, None)])).await;
+        assert_eq!(code(&r), Code::Ok, "{r:?}");
+    }
+    let r = rls
+        .call(req(domain, vec![descriptor(&key3, Some(0))]))
+        .await;
+    assert_eq!(
+        (code(&r), state(&r, 0)),
+        (Code::OverLimit, (Code::OverLimit, 0)),
+        "{r:?}"
+    );
+    rls.stop().await;
+}
+
 /// A block list (`requests_per_unit: 0`) answers `duration_until_reset`, the time to the end
 /// of its unit's window, as the reference does for every limit (reload.yaml's `block`, 0 per
 /// second; and 0 per minute, 20 s into the minute: 40 s, in the reset header too), with the

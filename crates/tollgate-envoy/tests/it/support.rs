@@ -71,8 +71,24 @@ impl Rls {
         self.snapshots.store(Arc::new(snapshot));
     }
 
+    /// Starts the service as [`Rls::start_imported`] does, its limiter with a deny cache of
+    /// `entries` refusals (as `tollgate serve` has on Redis).
+    pub(crate) async fn start_imported_cached(
+        files: &[(&str, &str)],
+        rules_toml: &str,
+        entries: usize,
+    ) -> Rls {
+        let (limits, envoy) = imported(files, rules_toml);
+        Rls::start_cached(limits, envoy, entries).await
+    }
+
     /// Starts the service with `limits` and the `[envoy]` section `envoy`.
     pub(crate) async fn start_with(limits: Vec<Limit>, envoy: EnvoyRules) -> Rls {
+        Rls::start_cached(limits, envoy, 0).await
+    }
+
+    /// [`Rls::start_with`], with a deny cache of `entries` refusals (0: none).
+    async fn start_cached(limits: Vec<Limit>, envoy: EnvoyRules, entries: usize) -> Rls {
         let clock = FakeClock::new(Timestamp::from_millis(START_MS));
         let store: St = FailingStore::new(
             MemoryStore::builder()
@@ -80,7 +96,14 @@ impl Rls {
                 .sweep_interval(None)
                 .build(),
         );
-        let limiter = limiter(&store, &clock, limits);
+        let limiter = Arc::new(
+            Limiter::builder(store.clone())
+                .limits(limits)
+                .clock(clock.clone())
+                .deny_cache(entries)
+                .build()
+                .expect("distinct limit names"),
+        );
         let snapshot = Snapshot::new(&envoy, limiter)
             .expect("rules fit the limits")
             .with_clock(clock.clone());

@@ -61,10 +61,11 @@ impl Part {
         }
     }
 
-    /// Whether this call needs the general script, whatever its size: a request that counts
-    /// refusals (the single-entry scripts do not count).
+    /// Whether this call needs the general script, whatever its size: a check or a peek of a
+    /// request that counts refusals (the single-entry scripts do not count, and a counting
+    /// peek answers from the count as it stands, `lua/request.lua`).
     pub(super) fn needs_general(&self) -> bool {
-        self.counts_refusals && self.op == Op::Check
+        self.counts_refusals && matches!(self.op, Op::Check | Op::Peek)
     }
 
     pub(super) fn len(&self) -> usize {

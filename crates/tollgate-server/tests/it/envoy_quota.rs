@@ -4,7 +4,8 @@
 //! included) loads unchanged and answers as the reference's service tests expect
 //! (`src/service/ratelimit_test.go`: the `QuotaMode` cases), global quota mode
 //! (`[envoy] quota_mode`, the reference's `QUOTA_MODE`), and `[envoy] refusals = "charged"`
-//! counting as the reference's fixed windows count.
+//! counting as the reference's fixed windows count (check-only descriptors included), and
+//! limit overrides counting on the descriptor's counter (`[envoy] override_counters`).
 //!
 //! The limits are the reference's: fixed windows of one minute on the real clock. A scenario
 //! whose calls straddle a minute's edge (a counter reset midway) is run again, on a fresh
@@ -15,11 +16,15 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse,
 };
+use tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value;
 
 use crate::binary::{Process, config_file, serve_refused};
 use crate::grpc::{Client, code, connect};
@@ -303,6 +308,182 @@ async fn refusals_charged_counts_as_the_reference_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_charged_counts_as_the_reference_on_redis() {
     refusals(On::Redis).await;
+}
+
+/// A descriptor's entries and its own `hits_addend` (`Some(0)`: check only).
+type Costed<'a> = (&'a [(&'a str, &'a str)], Option<u64>);
+
+/// `descriptors` asked with their own `hits_addend`.
+async fn ask_costs(
+    client: &mut Client,
+    domain: &str,
+    descriptors: &[Costed<'_>],
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(RateLimitRequest {
+            domain: domain.to_owned(),
+            descriptors: descriptors
+                .iter()
+                .map(|(d, hits)| RateLimitDescriptor {
+                    hits_addend: hits.map(|value| UInt64Value { value }),
+                    ..descriptor(d)
+                })
+                .collect(),
+            hits_addend: 0,
+        })
+        .await
+        .expect("ShouldRateLimit answers")
+        .into_inner()
+}
+
+/// A check-only descriptor (`hits_addend` 0) of `foo` (2/min) after each charge: with
+/// `refusals = "charged"` it answers as the reference (`OK`, 0 left, at the limit; over
+/// only past it), and an over-limit check lets the call's `account` descriptor be charged;
+/// by default it is over at the limit.
+async fn check_only(on: On) {
+    let checked: &[(&str, &str)] = &[("foo", "c")];
+    let run = |charged: bool| async move {
+        let extra = if charged {
+            "refusals = \"charged\""
+        } else {
+            ""
+        };
+        within_one_window(on, extra, |mut client| async move {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                seen.push(answers(
+                    &ask_costs(&mut client, "rl", &[(checked, None)]).await,
+                ));
+                seen.push(answers(
+                    &ask_costs(&mut client, "rl", &[(checked, Some(0)), (ACCOUNT, None)]).await,
+                ));
+            }
+            let want = if charged {
+                [
+                    (OK, vec![(OK, 1)]),
+                    (OK, vec![(OK, 1), (OK, 3)]),
+                    (OK, vec![(OK, 0)]),
+                    (OK, vec![(OK, 0), (OK, 2)]),
+                    (OVER, vec![(OVER, 0)]),
+                    (OVER, vec![(OVER, 0), (OK, 1)]),
+                ]
+            } else {
+                [
+                    (OK, vec![(OK, 1)]),
+                    (OK, vec![(OK, 1), (OK, 3)]),
+                    (OK, vec![(OK, 0)]),
+                    (OVER, vec![(OVER, 0), (OK, 3)]),
+                    (OVER, vec![(OVER, 0)]),
+                    (OVER, vec![(OVER, 0), (OK, 3)]),
+                ]
+            };
+            assert_eq!(seen, want, "{on:?} charged={charged}");
+        })
+        .await;
+    };
+    run(true).await;
+    run(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_only_answers_as_the_reference_with_charged_refusals_on_memory() {
+    check_only(On::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_only_answers_as_the_reference_with_charged_refusals_on_redis() {
+    check_only(On::Redis).await;
+}
+
+/// `descriptor` with the limit override `per_unit` per minute.
+fn per_minute(entries: &[(&str, &str)], per_unit: u32) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: per_unit,
+            unit: Unit::Minute as i32,
+        }),
+        ..descriptor(entries)
+    }
+}
+
+/// `foo` (2/min in the YAML) asked with limit overrides of several rates per minute and
+/// without (`None`). By default (`override_counters = "shared"`, the reference's) all count
+/// on one counter, and a refusal under one rate never answers for another — on Redis the
+/// deny cache is on, and remembers the YAML limit's refusals; `per_rate` gives each rate a
+/// counter of its own.
+async fn override_counters(on: On) {
+    let overridden: &[(&str, &str)] = &[("foo", "o")];
+    let rates = [
+        Some(1),
+        Some(1),
+        None,
+        None,
+        None,
+        Some(5),
+        Some(3),
+        Some(4),
+    ];
+    let run = |extra: &'static str, want: [(Code, u32); 8]| async move {
+        within_one_window(on, extra, |mut client| async move {
+            let mut seen = Vec::new();
+            for rate in rates {
+                let d = match rate {
+                    Some(n) => per_minute(overridden, n),
+                    None => descriptor(overridden),
+                };
+                let r = client
+                    .should_rate_limit(RateLimitRequest {
+                        domain: "rl".to_owned(),
+                        descriptors: vec![d],
+                        hits_addend: 0,
+                    })
+                    .await
+                    .expect("ShouldRateLimit answers")
+                    .into_inner();
+                seen.push(answers(&r).1[0]);
+            }
+            assert_eq!(seen, want, "{on:?} {extra:?}");
+        })
+        .await;
+    };
+    run(
+        "",
+        [
+            (OK, 0),
+            (OVER, 0),
+            (OK, 0),
+            (OVER, 0),
+            (OVER, 0),
+            (OK, 2),
+            (OVER, 0),
+            (OK, 0),
+        ],
+    )
+    .await;
+    run(
+        "override_counters = \"per_rate\"",
+        [
+            (OK, 0),
+            (OVER, 0),
+            (OK, 1),
+            (OK, 0),
+            (OVER, 0),
+            (OK, 4),
+            (OK, 2),
+            (OK, 3),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn override_counters_are_shared_as_the_reference_on_memory() {
+    override_counters(On::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn override_counters_are_shared_as_the_reference_on_redis() {
+    override_counters(On::Redis).await;
 }
 
 /// `refusals = "charged"` needs fixed windows: another algorithm for the imported limits, or

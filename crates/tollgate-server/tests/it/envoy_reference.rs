@@ -116,7 +116,9 @@ fn status(r: &RateLimitResponse, i: usize) -> (Code, String, u32, i32, u32) {
 const HOUR: i32 = Unit::Hour as i32;
 
 /// An override is decided by its own rate, on a counter of its own (per rate), never the
-/// configured limit's; a bad unit or 0 per unit is INVALID_ARGUMENT naming the field and
+/// configured limit's: with GCRA (`[envoy] algorithm`, as here), whose state is in the
+/// rate's own units, whatever `override_counters` says (its default, `shared`, shares fixed
+/// windows only: `envoy_quota.rs`); a bad unit or 0 per unit is INVALID_ARGUMENT naming the field and
 /// charges nothing (the other descriptor of that call included); a domain the config does
 /// not know ignores overrides, as the reference does. (`current_limit_name = "limit"`: the
 /// names say which limit decided.)

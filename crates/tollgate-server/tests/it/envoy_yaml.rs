@@ -226,7 +226,8 @@ fn check_config_prints_the_table_and_refuses_a_bad_file() {
 }
 
 /// `[envoy]` options reach the generated limits; a generated name already used by
-/// `[[limits]]` and an unknown algorithm are refused with the field named.
+/// `[[limits]]`, an unknown algorithm and an unknown `override_counters` are refused with
+/// the field named.
 #[test]
 fn envoy_options_and_name_clashes() {
     use tollgate::{Algorithm, OnStoreError};
@@ -261,6 +262,30 @@ fn envoy_options_and_name_clashes() {
     )
     .expect_err("unknown algorithm");
     assert!(e.to_string().contains("envoy.algorithm"), "{e}");
+    // `override_counters`: the reference's sharing by default, `per_rate` on request, and
+    // another value refused with the field named.
+    let config = Config::parse(base, origin, &Overrides::default()).expect("valid");
+    assert_eq!(
+        config.envoy.override_counters,
+        tollgate_envoy::OverrideCounters::Shared
+    );
+    let text = format!("{base}override_counters = \"per_rate\"\n");
+    let config = Config::parse(&text, origin, &Overrides::default()).expect("valid");
+    assert_eq!(
+        config.envoy.override_counters,
+        tollgate_envoy::OverrideCounters::PerRate
+    );
+    let e = Config::parse(
+        &format!("{base}override_counters = \"sometimes\"\n"),
+        origin,
+        &Overrides::default(),
+    )
+    .expect_err("unknown keying");
+    let e = e.to_string();
+    assert!(
+        e.contains("envoy.override_counters") && e.contains("sometimes"),
+        "{e}"
+    );
 }
 
 /// A careless 30 MB file dropped into the directory: the reload refuses it unread (its size

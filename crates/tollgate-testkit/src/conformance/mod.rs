@@ -38,8 +38,8 @@ pub use costs::{
     mixed_costs_exact_under_concurrent_tasks,
 };
 pub use modes::{
-    any_of_group_refuses_only_when_all_refuse, counted_refusals_charge_every_entry,
-    lease_mode_counts_every_unit_taken,
+    any_of_group_refuses_only_when_all_refuse, counted_peeks_answer_from_the_count,
+    counted_refusals_charge_every_entry, lease_mode_counts_every_unit_taken,
 };
 pub use numbers::{remaining_and_reset_after_track_each_call, retry_after_is_exact};
 pub use pacing::{
@@ -77,6 +77,7 @@ macro_rules! conformance_suite {
             lease_mode_counts_every_unit_taken,
             any_of_group_refuses_only_when_all_refuse,
             counted_refusals_charge_every_entry,
+            counted_peeks_answer_from_the_count,
             reservations_take_consecutive_slots,
             concurrent_reservations_are_the_schedule,
             cancel_gives_back_only_the_last_slot,

@@ -1,5 +1,5 @@
 //! Request modes beyond all or nothing: lease mode, any-of groups (`Need`), and counted
-//! refusals.
+//! refusals (their checks and their peeks).
 
 use std::time::Duration;
 
@@ -252,4 +252,72 @@ pub async fn counted_refusals_charge_every_entry<S: Store>(clock: FakeClock, fix
         matches!(err, CheckError::RefusalsNotCountable { .. }),
         "{err}"
     );
+}
+
+/// A peek of a request that counts refusals answers as envoyproxy/ratelimit answers a
+/// descriptor of `hits_addend` 0 (`limitAfterIncrease > limit` with nothing added): from the
+/// count as it stands, charging nothing, admitted at the limit (0 remaining) and refused only
+/// past it; a plain peek of the same key refuses once no unit is left.
+pub async fn counted_peeks_answer_from_the_count<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let minute = Duration::from_secs(60);
+    let limits = vec![limit_for("peek-count", Algorithm::FixedWindow, 2, minute)];
+    let h = Harness::new(clock, fixture, limits);
+    let fw = name("peek-count", Algorithm::FixedWindow);
+    let ask = |counting: bool, op: Op, users: &'static [&'static str]| {
+        let h = &h;
+        let fw = fw.as_str();
+        async move {
+            let keys: Vec<[(&str, &str); 1]> = users.iter().map(|u| [("user", *u)]).collect();
+            let items: Vec<tollgate::CostedLimit<'_, &str>> =
+                keys.iter().map(|k| (fw, &k[..], 1)).collect();
+            let mut request = h.limiter.prepare_keyed_costs(&items).expect("valid");
+            if counting {
+                request.count_refusals().expect("a fixed window counts");
+            }
+            let v = h.limiter.decide(&request, op).await;
+            from_store(&v, "counting");
+            v.decisions()
+                .iter()
+                .map(|d| {
+                    let d = d.decision;
+                    (d.is_allowed(), d.remaining, d.retry_after())
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let peek = |users| ask(true, Op::Peek, users);
+    // A key never charged: the whole limit, and the peek makes no counter.
+    assert_eq!(peek(&["a"]).await, [(true, 2, None)]);
+    assert_eq!(peek(&["a"]).await, [(true, 2, None)], "nothing charged");
+    assert_eq!(ask(true, Op::Check, &["a"]).await, [(true, 1, None)]);
+    assert_eq!(peek(&["a"]).await, [(true, 1, None)]);
+    // At the limit: the reference's check-only answer is OK with 0 left; a plain peek (one
+    // unit asked) refuses.
+    assert_eq!(ask(true, Op::Check, &["a"]).await, [(true, 0, None)]);
+    assert_eq!(peek(&["a"]).await, [(true, 0, None)], "count == limit");
+    assert_eq!(
+        ask(false, Op::Peek, &["a"]).await,
+        [(false, 0, Some(minute))],
+        "a plain peek"
+    );
+    // Past it (a counted refusal): refused until the window ends, and the peeks still
+    // charge nothing.
+    assert_eq!(
+        ask(true, Op::Check, &["a"]).await,
+        [(false, 0, Some(minute))]
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            peek(&["a", "b"]).await,
+            [(false, 0, Some(minute)), (true, 2, None)],
+            "count > limit"
+        );
+    }
+    assert_eq!(
+        ask(true, Op::Check, &["b"]).await,
+        [(true, 1, None)],
+        "b never charged by a peek"
+    );
+    h.advance(minute);
+    assert_eq!(peek(&["a"]).await, [(true, 2, None)], "a new window");
 }

@@ -223,6 +223,8 @@ pub(super) fn remember_denials(
         op == Op::Check && request.admitted(decisions.iter().map(|d| d.decision.is_allowed()));
     for (e, d) in request.entries().iter().zip(decisions) {
         match (d.source, d.decision.refusal()) {
+            // A limit kept out of the cache leaves no refusal behind (`Limit::deny_cache`).
+            (Source::Store, Some(_)) if !e.limit.uses_deny_cache() => {}
             (Source::Store, Some(refusal)) => {
                 cache.insert(&e.key, e.cost, asked_at, refusal.retry_after());
             }
@@ -271,8 +273,11 @@ pub(super) fn deny_cache_hits(
         .iter()
         // Only an entry that must admit decides the request alone.
         .map(|e| match e.need {
-            Need::Must => cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after),
-            Need::OneOf | Need::Optional => None,
+            Need::Must if e.limit.uses_deny_cache() => {
+                cache.get(&e.key, e.cost, asked_at).map(|h| h.retry_after)
+            }
+            // A limit kept out of the cache (`Limit::deny_cache`) is always asked of the store.
+            Need::Must | Need::OneOf | Need::Optional => None,
         })
         .collect()
 }

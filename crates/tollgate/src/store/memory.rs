@@ -292,6 +292,7 @@ impl Inner {
     fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
         match request.entries() {
             _ if request.counts_refusals() && op.charges() => self.try_count(request, now),
+            _ if request.counts_refusals() => Ok(self.peek_counts(request, now)),
             [e] => self
                 .try_decide_one(e.limit, &e.key, e.cost, now, op)
                 .map(Decisions::from),
@@ -532,6 +533,28 @@ impl Inner {
             decisions.push(crate::rules::decision(rule.limit(), status, retry));
         }
         Ok(decisions)
+    }
+
+    /// A peek of a request that counts refusals ([`Request::count_refusals`]): every entry
+    /// answered from its count as it stands, as a count of nothing would answer it (refused
+    /// when the count is above the limit: envoyproxy/ratelimit's `hits_addend` 0), on a copy
+    /// of its state, so nothing is written and no key is made. Each entry under its own
+    /// shard's lock: a peek charges nothing, so there is no all or nothing to keep.
+    fn peek_counts(&self, request: &Request<'_>, now: u64) -> Decisions {
+        let mut decisions = Decisions::new();
+        for e in request.entries() {
+            let rule = e.limit.rule();
+            let mut state = {
+                let shard = lock(&self.shards[shard_of(&e.key)]);
+                shard
+                    .map
+                    .get(&e.key)
+                    .map_or_else(|| rule.empty_state(), |slot| slot.state.clone())
+            };
+            let (status, retry) = rule.count(&mut state, now, 0);
+            decisions.push(crate::rules::decision(rule.limit(), status, retry));
+        }
+        decisions
     }
 
     /// Reserves room for `n` new keys under the cap.

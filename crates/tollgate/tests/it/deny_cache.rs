@@ -271,3 +271,50 @@ proptest! {
         })?;
     }
 }
+
+/// A limit kept out of the cache (`Limit::deny_cache(false)`) is always decided by the store:
+/// its refusals are neither remembered nor answered from what another limit of the same key
+/// left behind (an Envoy limit override sharing a counter at another rate).
+#[tokio::test]
+async fn a_limit_kept_out_of_the_cache_always_asks_the_store() {
+    let clock = clock();
+    let (store, calls) = counting(memory());
+    let l = limiter(
+        store,
+        &clock,
+        1_000,
+        vec![limit("api", Algorithm::FixedWindow, 2)],
+    );
+    let key = [("user", "a")];
+    for _ in 0..2 {
+        assert_eq!(
+            l.check("api", &key).await.expect("valid").outcome(),
+            Outcome::Allowed
+        );
+    }
+    // The cached limit's refusal is remembered: the next one costs no store call.
+    let first = l.check("api", &key).await.expect("valid");
+    assert_eq!(first.decisions()[0].source, Source::Store);
+    let again = l.check("api", &key).await.expect("valid");
+    assert_eq!(again.decisions()[0].source, Source::DenyCache);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // The same name and key, 5 a minute, out of the cache: the store admits it (count 2 < 5),
+    // though the cache holds a refusal for that key.
+    let wider = limit("api", Algorithm::FixedWindow, 5).deny_cache(false);
+    let request = l
+        .prepare_with([tollgate::Ask::limit(&wider, &key)])
+        .expect("valid");
+    for _ in 0..3 {
+        let v = l.decide(&request, Op::Check).await;
+        assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+        assert_eq!(v.decisions()[0].source, Source::Store);
+    }
+    // Its own refusal (count 5) is not remembered: each one asks the store.
+    let before = calls.load(Ordering::SeqCst);
+    for _ in 0..2 {
+        let v = l.decide(&request, Op::Check).await;
+        assert_ne!(v.outcome(), Outcome::Allowed, "{v:?}");
+        assert_eq!(v.decisions()[0].source, Source::Store);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), before + 2);
+}
