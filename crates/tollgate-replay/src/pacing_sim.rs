@@ -12,14 +12,17 @@
 //! rate). Reported per way: the calls the upstream saw per second (the chart), the most in any
 //! window of the period, the idle slots while callers waited (the schedule's slots between the
 //! first and the last call that carried none), and store calls per call sent. Virtual time:
-//! the same report every run.
+//! the same report every run. With `--redis URL` the three ways run again on that Redis (the
+//! same virtual time, given to the scripts as the client's clock; a fresh key prefix per
+//! run), so the figures of the Lua scripts stand next to the memory store's.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Decision, FakeClock, Limit, Limiter, MemoryStore, Outcome, Quota, Timestamp,
+    Algorithm, BoxStore, Decision, FakeClock, Limit, Limiter, MemoryStore, Namespace, Outcome,
+    Quota, Timestamp,
 };
 
 use crate::limit_stats::LimitStats;
@@ -64,13 +67,21 @@ pub(crate) async fn pacing(options: &SimOptions, report: &mut Report) -> Result<
     let first = &options.limits[0];
     let quota = Quota::new(first.quota().limit(), first.quota().period())?.with_burst(1)?;
     let workers = INSTANCES * options.workers.max(1);
-    let mut runs = Vec::new();
-    for way in [
+    let ways = [
         Way::Reserve,
         Way::Retry { jitter: false },
         Way::Retry { jitter: true },
-    ] {
-        runs.push(run(way, quota, workers, options.seed).await?);
+    ];
+    let mut runs = Vec::new();
+    for way in ways {
+        let on = On::Memory(MemoryStore::builder().sweep_interval(None));
+        runs.push(run(way, quota, workers, options.seed, on).await?);
+    }
+    let mut on_redis = Vec::new();
+    if let Some(url) = &options.redis {
+        for way in ways {
+            on_redis.push(run(way, quota, workers, options.seed, On::Redis(url)).await?);
+        }
     }
     let t = Duration::from_micros(quota.emission_interval_micros());
     report.notes.push(format!(
@@ -80,7 +91,7 @@ pub(crate) async fn pacing(options: &SimOptions, report: &mut Report) -> Result<
         quota.limit(),
         quota.period(),
     ));
-    for r in &runs {
+    for r in runs.iter().chain(&on_redis) {
         report.notes.push(format!(
             "{}: {} calls sent, at most {} in any {:?}, {} idle slots ({:.1} % of the rate used), \
              {:.2} store calls per call sent",
@@ -93,7 +104,11 @@ pub(crate) async fn pacing(options: &SimOptions, report: &mut Report) -> Result<
             r.store_calls as f64 / r.sent.max(1) as f64,
         ));
     }
-    expectations(&runs, quota.limit(), report);
+    expectations(&runs, quota.limit(), "", report);
+    if !on_redis.is_empty() {
+        expectations(&on_redis, quota.limit(), " on Redis", report);
+        runs.extend(on_redis);
+    }
     report.lines = runs.iter().map(|r| r.store_calls).sum();
     report.span_us = runs
         .iter()
@@ -108,22 +123,26 @@ pub(crate) async fn pacing(options: &SimOptions, report: &mut Report) -> Result<
     Ok(())
 }
 
-fn expectations(runs: &[Run], limit: u64, report: &mut Report) {
+/// The three figures of the reserve way against the retrying ways of the same store
+/// (`on`: "" or " on Redis").
+fn expectations(runs: &[Run], limit: u64, on: &str, report: &mut Report) {
     let reserve = &runs[0];
     let per_sent = |r: &Run| r.store_calls as f64 / r.sent.max(1) as f64;
     let used = reserve.sent as f64 / (reserve.sent + reserve.idle_slots).max(1) as f64;
     report.expectations.push(Expectation {
-        expected: format!("reserve: the upstream never sees more than {limit} in any period"),
+        expected: format!("reserve{on}: the upstream never sees more than {limit} in any period"),
         measured: format!("at most {} in any period", reserve.max_in_period),
         met: reserve.max_in_period <= limit,
     });
     report.expectations.push(Expectation {
-        expected: "reserve: at least 98 % of the rate used while callers wait".into(),
+        expected: format!("reserve{on}: at least 98 % of the rate used while callers wait"),
         measured: format!("{:.1} % ({} idle slots)", 100.0 * used, reserve.idle_slots),
         met: used >= 0.98,
     });
     report.expectations.push(Expectation {
-        expected: "reserve: at most 1.05 store calls per call sent, fewer than retrying".into(),
+        expected: format!(
+            "reserve{on}: at most 1.05 store calls per call sent, fewer than retrying"
+        ),
         measured: format!(
             "{:.2} (retry {:.2}, retry-jitter {:.2})",
             per_sent(reserve),
@@ -134,18 +153,51 @@ fn expectations(runs: &[Run], limit: u64, report: &mut Report) {
     });
 }
 
+/// Where a way runs: a fresh memory store, or a Redis under a fresh key prefix.
+enum On<'a> {
+    Memory(tollgate::MemoryStoreBuilder),
+    Redis(&'a str),
+}
+
 /// One way: `workers` workers from T0, on a fresh store, until every call is sent (or 50
 /// periods of virtual time).
-async fn run(way: Way, quota: Quota, workers: usize, seed: u64) -> Result<Run, ReplayError> {
+async fn run(
+    way: Way,
+    quota: Quota,
+    workers: usize,
+    seed: u64,
+    on: On<'_>,
+) -> Result<Run, ReplayError> {
     let clock = FakeClock::new(Timestamp::from_micros(T0_US));
-    let limit = Limit::new(way.name(), Algorithm::Gcra, quota)?;
+    let (name, store, namespace) = match on {
+        On::Memory(builder) => (
+            way.name().to_owned(),
+            BoxStore::new(builder.clock(clock.clone()).build()),
+            Namespace::default(),
+        ),
+        On::Redis(url) => {
+            let store = tollgate_redis::RedisStore::builder(url)
+                .timeout(Duration::from_secs(5))
+                .build()
+                .await
+                .map_err(|e| ReplayError::Redis(e.to_string()))?;
+            let prefix = format!("tollgate-pacing-{}-{}", std::process::id(), unique());
+            (
+                format!("{}-on-redis", way.name()),
+                BoxStore::new(store),
+                Namespace::new(prefix).map_err(ReplayError::Limit)?,
+            )
+        }
+    };
+    let limit = Limit::new(&name, Algorithm::Gcra, quota)?;
     let mut stats = LimitStats::new(&limit, true);
     stats.start_us = T0_US;
     // Every worker asks for the same key: the upstream's one limit.
     stats
         .keys_seen
         .add(crate::key_count::hash_parts(["worker"]));
-    let limiter = Limiter::builder(MemoryStore::builder().clock(clock.clone()).build())
+    let limiter = Limiter::builder(store)
+        .namespace(namespace)
         .clock(clock.clone())
         .limit(limit)
         .build()?;
@@ -167,12 +219,18 @@ async fn run(way: Way, quota: Quota, workers: usize, seed: u64) -> Result<Run, R
         let sent_at = match way {
             Way::Reserve => {
                 let r = limiter
-                    .reserve(way.name(), &none, 1, Duration::from_secs(86_400))
+                    .reserve(&name, &none, 1, Duration::from_secs(86_400))
                     .await?;
+                if r.store_error().is_some() {
+                    return Err(ReplayError::Redis(format!("{name}: the store failed")));
+                }
                 r.wait().map(|wait| t + wait.as_micros() as u64)
             }
             Way::Retry { jitter } => {
-                let v = limiter.check(way.name(), &none).await?;
+                let v = limiter.check(&name, &none).await?;
+                if v.store_error().is_some() {
+                    return Err(ReplayError::Redis(format!("{name}: the store failed")));
+                }
                 match v.outcome() {
                     Outcome::Allowed => Some(t),
                     _ => {
@@ -216,4 +274,10 @@ async fn run(way: Way, quota: Quota, workers: usize, seed: u64) -> Result<Run, R
         sent: sends.len() as u64,
         idle_slots: slots.saturating_sub(sends.len() as u64),
     })
+}
+
+/// A number no other run of this process used: runs on one Redis never share keys.
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

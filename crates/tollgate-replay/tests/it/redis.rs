@@ -148,3 +148,50 @@ async fn a_replay_on_redis_gives_the_memory_stores_answers() {
     );
     assert!(immortal_keys(&server).is_empty());
 }
+
+/// Pacing on Redis: the three ways run again through the Lua scripts (virtual time as the
+/// client's clock), with the memory store's figures: the upstream never over its limit, no
+/// idle slot, one store call per call sent when reserving; every key written has a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pacing_on_redis_matches_the_memory_store() {
+    let server = RedisServer::start();
+    let mut options =
+        SimOptions::algorithms(&[Algorithm::Gcra], 100, Duration::from_secs(60)).expect("options");
+    options.workers = 10;
+    options.redis = Some(server.url());
+    let report = simulate(Scenario::Pacing, &options)
+        .await
+        .expect("simulate");
+    let on_redis: Vec<_> = report
+        .expectations
+        .iter()
+        .filter(|e| e.expected.contains("on Redis"))
+        .collect();
+    assert_eq!(on_redis.len(), 3, "{:?}", report.expectations);
+    for e in &report.expectations {
+        assert!(e.met, "expected {}, measured {}", e.expected, e.measured);
+    }
+    let by = |name: &str| {
+        report
+            .limits
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("{name} in the report"))
+    };
+    for way in ["reserve", "retry", "retry-jitter"] {
+        let (memory, redis) = (by(way), by(&format!("{way}-on-redis")));
+        assert_eq!(redis.admitted, 4 * 10 * 3, "{way}");
+        assert_eq!(redis.admitted, memory.admitted, "{way}");
+        assert_eq!(
+            redis.max_in_any_period(),
+            memory.max_in_any_period(),
+            "{way}: the scripts pace as the memory store does"
+        );
+    }
+    assert_eq!(
+        by("reserve-on-redis").denied(),
+        0,
+        "a reservation is never refused here"
+    );
+    assert!(immortal_keys(&server).is_empty());
+}
