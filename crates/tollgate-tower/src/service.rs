@@ -123,22 +123,20 @@ impl<St: Store> Config<St> {
             tracing::debug!(cause = %error, "no rate-limit key");
             return Decided::Refuse(Rejection::NoKey(error), None);
         }
-        let verdict = {
-            let names: Vec<&str> = self.limits.iter().map(|n| &**n).collect();
-            let parts: Vec<(&str, &[u8])> = key.iter().collect();
-            let request = match self.limiter.prepare(&names, &parts, cost) {
-                Ok(request) => request,
+        let verdict = match &self.pacer {
+            // The reservation validates the key and cost as a check's preparation does.
+            Some(pacer) => match pacer(&key, cost).await {
+                Ok(reservation) => reservation.verdict(),
                 Err(error) => return Decided::Refuse(rejection_of(error), None),
-            };
-            match &self.pacer {
-                None => self.limiter.decide(&request, Op::Check).await,
-                Some(pacer) => {
-                    drop(request);
-                    match pacer(&key, cost).await {
-                        Ok(reservation) => reservation.verdict(),
-                        Err(error) => return Decided::Refuse(rejection_of(error), None),
-                    }
-                }
+            },
+            None => {
+                let names: Vec<&str> = self.limits.iter().map(|n| &**n).collect();
+                let parts: Vec<(&str, &[u8])> = key.iter().collect();
+                let request = match self.limiter.prepare(&names, &parts, cost) {
+                    Ok(request) => request,
+                    Err(error) => return Decided::Refuse(rejection_of(error), None),
+                };
+                self.limiter.decide(&request, Op::Check).await
             }
         };
         let rejection = match verdict.outcome() {

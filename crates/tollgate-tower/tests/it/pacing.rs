@@ -164,3 +164,31 @@ fn delay_needs_one_limit_with_slots() {
         "{error}"
     );
 }
+
+/// A delayed request is validated as a checked one: a cost the limit can never admit is a
+/// 413 at once, taking no slot.
+#[tokio::test(start_paused = true)]
+async fn a_delayed_request_too_costly_is_413() {
+    let clock = clock();
+    let limiter = limiter(memory(&clock), &clock, vec![one_a_second(Algorithm::Gcra)]);
+    let layer = RateLimitLayer::new(limiter, ["upstream"], ClientIp::new())
+        .expect("layer")
+        .delay_up_to(Duration::from_secs(10))
+        .expect("delay")
+        .cost(|parts| if parts.uri.path() == "/big" { 5 } else { 1 });
+    let svc = service(&layer);
+    let big = request_from("192.0.2.1", |b| b.uri("/big"));
+    let resp = send(&svc, big).await;
+    assert_status(&resp, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(matches!(
+        resp.extensions().get::<Rejection>(),
+        Some(Rejection::TooCostly { cost: 5, .. })
+    ));
+    let before = Instant::now();
+    assert_status(&send(&svc, from("192.0.2.1")).await, StatusCode::OK);
+    assert_eq!(
+        before.elapsed(),
+        Duration::ZERO,
+        "the refused request took no slot"
+    );
+}
