@@ -131,7 +131,9 @@ impl Breaker {
 
     /// Records the outcome of a call let through by [`Breaker::admit`].
     pub(crate) fn record<T>(&self, permit: Permit, result: &Result<T, StoreError>) {
-        let transient = matches!(result, Err(e) if e.is_transient());
+        // An overloaded call is not the store's failure: Redis was answering the others.
+        let transient =
+            matches!(result, Err(e) if e.is_transient() && !matches!(e, StoreError::Overloaded(_)));
         if !transient {
             let before = self.failures.swap(0, Ordering::AcqRel);
             if self.threshold > 0 && before >= self.threshold {
@@ -214,6 +216,25 @@ mod tests {
         assert!(!b.is_open());
         assert_eq!(b.cause(), None, "closed: no cause");
         assert_eq!(b.admit().expect("closed again").kind, PermitKind::Closed);
+    }
+
+    /// An overloaded call (Redis answered others, this process read its reply too late) is
+    /// no store failure: many of them never open the breaker, and they show Redis alive.
+    #[test]
+    fn overloaded_calls_do_not_open_it() {
+        let b = Breaker::new(3, Duration::from_secs(3600));
+        let overloaded: Result<(), StoreError> =
+            Err(StoreError::Overloaded(Duration::from_millis(1)));
+        for _ in 0..2 {
+            let p = b.admit().expect("closed");
+            b.record(p, &fail());
+        }
+        for _ in 0..10 {
+            let p = b.admit().expect("closed");
+            b.record(p, &overloaded);
+        }
+        assert_eq!(b.failures.load(Ordering::Acquire), 0);
+        assert!(!b.is_open());
     }
 
     /// Calls in flight together that fail together (one dropped connection) count once:

@@ -39,6 +39,7 @@ pub(crate) fn shared(err: &StoreError) -> StoreError {
     };
     match err {
         StoreError::Timeout(d) => StoreError::Timeout(*d),
+        StoreError::Overloaded(d) => StoreError::Overloaded(*d),
         StoreError::Connection(_) => StoreError::Connection(cause()),
         StoreError::Cluster(_) => StoreError::Cluster(cause()),
         StoreError::Script(_) => StoreError::Script(cause()),

@@ -16,6 +16,14 @@ pub enum StoreError {
     /// The store did not answer within the timeout.
     #[error("store call timed out after {0:?}")]
     Timeout(Duration),
+    /// The store kept answering other calls, but this one's reply was not read within the
+    /// timeout and the longest wait after it: this process was too busy (starved of CPU, or
+    /// more requests in flight than it can serve), not the store. Counted apart from
+    /// [`StoreError::Timeout`] so that an operator looks at the instance, not at Redis.
+    #[error(
+        "store answered, but this process did not read the reply in time (overloaded; timeout {0:?})"
+    )]
+    Overloaded(Duration),
     /// The connection could not be made or was lost.
     #[error("store connection failed")]
     Connection(#[source] BoxError),
@@ -70,6 +78,8 @@ pub enum StoreError {
 pub enum StoreErrorKind {
     /// [`StoreError::Timeout`].
     Timeout,
+    /// [`StoreError::Overloaded`].
+    Overloaded,
     /// [`StoreError::Connection`].
     Connection,
     /// [`StoreError::Cluster`].
@@ -97,11 +107,12 @@ pub enum StoreErrorKind {
 }
 
 impl StoreErrorKind {
-    /// The label used in metrics: `timeout`, `connection`, `cluster`, `script`, `protocol`,
+    /// The label used in metrics: `timeout`, `overloaded`, `connection`, `cluster`, `script`, `protocol`,
     /// `full`, `circuit_open`, `oom`, `readonly`, `noscript`, `busy`, `auth`, `tls`.
     pub const fn as_str(&self) -> &'static str {
         match self {
             StoreErrorKind::Timeout => "timeout",
+            StoreErrorKind::Overloaded => "overloaded",
             StoreErrorKind::Connection => "connection",
             StoreErrorKind::Cluster => "cluster",
             StoreErrorKind::Script => "script",
@@ -123,6 +134,7 @@ impl StoreError {
     pub fn kind(&self) -> StoreErrorKind {
         match self {
             StoreError::Timeout(_) => StoreErrorKind::Timeout,
+            StoreError::Overloaded(_) => StoreErrorKind::Overloaded,
             StoreError::Connection(_) => StoreErrorKind::Connection,
             StoreError::Cluster(_) => StoreErrorKind::Cluster,
             StoreError::Script(_) => StoreErrorKind::Script,
@@ -145,6 +157,7 @@ impl StoreError {
         matches!(
             self,
             StoreError::Timeout(_)
+                | StoreError::Overloaded(_)
                 | StoreError::Connection(_)
                 | StoreError::Cluster(_)
                 | StoreError::CircuitOpen

@@ -162,7 +162,7 @@ impl RedisStore {
         let permit = self.inner.breaker.admit()?;
         let result = match self.inner.patience.wait(self.inner.timeout, call).await {
             Ok(r) => r,
-            Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
+            Err(gave_up) => Err(self.gave_up(gave_up)),
         };
         if let Err(e) = &result {
             tracing::debug!(target_redis = %self.inner.target, kind = e.kind().as_str(), cause = ?e, "redis call failed");
@@ -170,6 +170,19 @@ impl RedisStore {
         }
         self.inner.breaker.record(permit, &result);
         result
+    }
+
+    /// The error of a call given up on: `Overloaded` when Redis kept answering others (this
+    /// process was too busy to read the reply), else `Timeout`. On a cluster, replies are
+    /// counted for the whole store, so answers from other nodes do not clear a silent one:
+    /// there it is always `Timeout`, which the breaker counts.
+    pub(super) fn gave_up(&self, why: GaveUp) -> StoreError {
+        match (why, &self.inner.connection) {
+            (GaveUp::Busy, Connection::Single(_) | Connection::Sentinel(_)) => {
+                StoreError::Overloaded(self.inner.timeout)
+            }
+            _ => StoreError::Timeout(self.inner.timeout),
+        }
     }
 
     /// Behind Sentinel, a failure that a failover explains (the master gone, silent, or now

@@ -32,7 +32,6 @@ use tollgate::StoreError;
 use super::redis_store::RedisStore;
 use crate::lease::LeaseCall;
 use crate::pace::PaceCall;
-use crate::patience::GaveUp;
 use crate::script::{Part, invocation, split_batch};
 
 /// How long a call whose caller is gone is waited for before its settling is given up.
@@ -90,7 +89,7 @@ impl RedisStore {
         let call = std::pin::pin!(Unanswered::new(self, cmd, charges));
         let result = match self.inner.patience.wait(self.inner.timeout, call).await {
             Ok(r) => r,
-            Err(GaveUp) => Err(StoreError::Timeout(self.inner.timeout)),
+            Err(gave_up) => Err(self.gave_up(gave_up)),
         };
         if let Err(e) = &result {
             self.failed(e);
