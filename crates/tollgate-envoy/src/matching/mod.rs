@@ -17,6 +17,7 @@ mod snapshot;
 mod tree;
 
 pub(crate) use found::Found;
+pub(crate) use overrides::Override;
 pub use overrides::{MAX_CACHED, limit_name};
 pub(crate) use rule::Rule;
 pub use snapshot::{KeyParts, Snapshot};

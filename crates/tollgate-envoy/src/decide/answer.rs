@@ -1,0 +1,110 @@
+//! [`Answer`]: what a `ShouldRateLimit` call answers, before it is put in protobuf.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{LimitDecision, Verdict};
+
+use super::items::Item;
+use crate::Unit;
+use crate::metrics::Counted;
+
+/// The answer to a request before it is put in protobuf.
+#[derive(Debug)]
+pub(crate) struct Answer<'a> {
+    /// Whether every enforced descriptor admits.
+    pub(crate) allowed: bool,
+    /// One per descriptor, in order; `None` where no rule matched.
+    pub(crate) outcomes: Vec<Option<LimitDecision>>,
+    /// What the rule that decided each descriptor shows and how it counts (`None` where no
+    /// rule matched).
+    pub(crate) shown: Vec<Option<Shown>>,
+    /// Descriptors answered without a limiter decision (imported `unlimited` or 0 per unit),
+    /// in slot order.
+    pub(crate) fixed: Vec<(usize, Fixed)>,
+    /// One per descriptor: whether it is a quota descriptor (its own `quota_mode` or global),
+    /// whose refusal does not choose the limit headers' descriptor on its own.
+    pub(crate) quota: Vec<bool>,
+    /// One per descriptor: how it counts in the reference's statistics, as the match that
+    /// decided it found (`None`: matched nothing, or not counted).
+    pub(crate) counted: Vec<Option<Counted<'a>>>,
+}
+
+/// What a decided descriptor's status shows of its rule, and how its statistics count.
+#[derive(Debug, Clone)]
+pub(crate) struct Shown {
+    /// `current_limit.name` (`[envoy] current_limit_name`).
+    pub(crate) name: Arc<str>,
+    /// The YAML unit of an imported limit, shown as is in `current_limit` (a 30-day `month`
+    /// has no exact equivalent in [`crate::rate_unit`]).
+    pub(crate) unit: Option<Unit>,
+    /// Whether the rule is in shadow mode of its own (`shadow_mode: true`, a shadow rule or
+    /// limit), not only by `[envoy] shadow`: only those count `shadow_mode` statistics.
+    pub(crate) own_shadow: bool,
+}
+
+/// An answer that needs no counter.
+#[derive(Debug, Clone)]
+pub(crate) enum Fixed {
+    /// OK, with `limit_remaining` at its maximum.
+    Unlimited,
+    /// Over limit (OK when shadow), 0 per `unit`.
+    Blocked {
+        /// The unit.
+        unit: Unit,
+        /// Shadow mode (its own or global).
+        shadow: bool,
+        /// Shadow mode of its own (`shadow_mode: true`).
+        own_shadow: bool,
+        /// `current_limit.name`: the YAML `rate_limit.name`, empty when none.
+        name: Arc<str>,
+        /// Until the end of the unit-aligned window, as the reference answers.
+        reset: Duration,
+    },
+}
+
+impl<'a> Answer<'a> {
+    /// An answer for `descriptors` descriptors, allowed until decided otherwise, with what
+    /// the match found: the fixed answers, the quota descriptors, their statistics.
+    pub(super) fn new(
+        descriptors: usize,
+        fixed: Vec<(usize, Fixed)>,
+        quota: Vec<bool>,
+        counted: Vec<Option<Counted<'a>>>,
+    ) -> Self {
+        Answer {
+            allowed: true,
+            outcomes: vec![None; descriptors],
+            shown: vec![None; descriptors],
+            fixed,
+            quota,
+            counted,
+        }
+    }
+
+    /// Records `verdict`'s decisions for the descriptors of `batch`, in order.
+    pub(super) fn fill(&mut self, batch: &[&Item<'_>], verdict: &Verdict) {
+        for (item, d) in batch.iter().zip(verdict.decisions()) {
+            for &slot in &item.slots {
+                self.outcomes[slot] = Some(d.clone());
+                self.shown[slot] = Some(Shown {
+                    name: item.rule.shown.clone(),
+                    unit: item.rule.unit,
+                    own_shadow: item.rule.own_shadow,
+                });
+            }
+        }
+    }
+
+    /// Marks the descriptors of `too_costly` refused, whatever the peek at their capacity
+    /// said: they can never pass.
+    pub(super) fn never(&mut self, too_costly: &[&Item<'_>]) {
+        for item in too_costly {
+            for &slot in &item.slots {
+                if let Some(d) = &mut self.outcomes[slot] {
+                    d.decision = d.decision.never();
+                }
+            }
+        }
+    }
+}

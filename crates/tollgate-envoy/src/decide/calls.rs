@@ -1,0 +1,161 @@
+//! [`Calls`]: the store calls of one `ShouldRateLimit` call, in turn: peeks that report
+//! (too costly descriptors, or everything once the request is refused), the check-only
+//! peek, and the one atomic call that charges.
+
+use tollgate::{Ask, Limiter, Need, Op, Outcome, Store, Verdict};
+use tonic::Status;
+
+use super::Group;
+use super::answer::Answer;
+use super::items::{Item, cost};
+
+/// The limiter a call is decided by, and whether refusals are charged.
+pub(super) struct Calls<'l, St: Store> {
+    pub(super) limiter: &'l Limiter<St>,
+    /// `[envoy] refusals = "charged"`.
+    pub(super) counting: bool,
+}
+
+impl<St: Store> Calls<'_, St> {
+    /// Peeks `items` (charging nothing) and records what each limit's state is; `optional`:
+    /// a quota descriptor outside the call passed.
+    pub(super) async fn report(
+        &self,
+        answer: &mut Answer<'_>,
+        items: &[&Item<'_>],
+        optional: bool,
+    ) -> Result<(), Status> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mode = Mode {
+            counting: false,
+            optional,
+        };
+        let verdict = run(self.limiter, items, Op::Peek, mode).await?;
+        answer.fill(items, &verdict);
+        Ok(())
+    }
+
+    /// Check only: whether a unit is left, charging nothing; when refusals are charged,
+    /// whether the count is past the limit (the reference's answer). Quota ones join the
+    /// group outside the call; whether an enforced one refuses the request.
+    pub(super) async fn check_only(
+        &self,
+        answer: &mut Answer<'_>,
+        peeked: &[&Item<'_>],
+        group: &mut Group,
+    ) -> Result<bool, Status> {
+        if peeked.is_empty() {
+            return Ok(false);
+        }
+        let mode = Mode {
+            counting: self.counting,
+            optional: group.passed,
+        };
+        let verdict = run(self.limiter, peeked, Op::Peek, mode).await?;
+        answer.fill(peeked, &verdict);
+        let mut vetoed = false;
+        for (item, d) in peeked.iter().zip(verdict.decisions()) {
+            if item.rule.shadow {
+                continue;
+            }
+            if item.quota {
+                group.outside(d.decision.is_allowed());
+            } else if !d.decision.is_allowed() {
+                vetoed = true;
+            }
+        }
+        Ok(vetoed)
+    }
+
+    /// Decides every descriptor that can pass, each at its own cost, in one atomic store
+    /// call: a check, or a peek when the request is already refused (all or nothing; a check
+    /// anyway when refusals are charged, as the reference charges every descriptor). Sets
+    /// whether the request is allowed.
+    pub(super) async fn charge(
+        &self,
+        answer: &mut Answer<'_>,
+        fits: &[&Item<'_>],
+        group: &Group,
+        vetoed: bool,
+    ) -> Result<(), Status> {
+        // The group refuses already when all of it outside the call refused and none of it
+        // is in the call.
+        let in_call = fits.iter().any(|i| i.quota && !i.rule.shadow);
+        let group_refused = group.members > 0 && !group.passed && !in_call;
+        answer.allowed = !vetoed && !group_refused;
+        if fits.is_empty() {
+            return Ok(());
+        }
+        let op = if answer.allowed || self.counting {
+            Op::Check
+        } else {
+            Op::Peek
+        };
+        let mode = Mode {
+            counting: self.counting,
+            optional: group.passed,
+        };
+        let verdict = run(self.limiter, fits, op, mode).await?;
+        answer.fill(fits, &verdict);
+        answer.allowed &= verdict.outcome() == Outcome::Allowed;
+        Ok(())
+    }
+}
+
+/// How a call's request is prepared.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    /// Count refusals (`[envoy] refusals = "charged"`): a check charges every entry, a peek
+    /// answers from the count as it stands ([`tollgate::Request::count_refusals`]).
+    counting: bool,
+    /// A quota descriptor outside the call passed: the quota ones in it are optional.
+    optional: bool,
+}
+
+/// Prepares `batch` (each item with its own key and cost, shadow rules as shadow entries) and
+/// decides it with `op` in one store call.
+async fn run<St: Store>(
+    limiter: &Limiter<St>,
+    batch: &[&Item<'_>],
+    op: Op,
+    mode: Mode,
+) -> Result<Verdict, Status> {
+    let need = if mode.optional {
+        Need::Optional
+    } else {
+        Need::OneOf
+    };
+    let asks = batch.iter().map(|item| {
+        let rule = item.rule;
+        let ask = match &rule.own {
+            // A descriptor's `limit` override: a limit made for this request (matching/overrides.rs).
+            Some(own) => Ask::limit(own, &item.parts),
+            None => Ask::named(&rule.limit, &item.parts),
+        };
+        let ask = ask.cost(cost(item)).shadow(rule.shadow);
+        if item.quota && !rule.shadow {
+            ask.need(need)
+        } else {
+            ask
+        }
+    });
+    let mut request = limiter
+        .prepare_with(asks)
+        .map_err(|error| Status::invalid_argument(error.to_string()))?;
+    if mode.counting {
+        // A check charges every descriptor; a peek (check only) answers from the count as
+        // it stands, refused only past the limit.
+        request
+            .count_refusals()
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+    }
+    let verdict = limiter.decide(&request, op).await;
+    if let Outcome::Unavailable { .. } = verdict.outcome() {
+        return Err(Status::unavailable(
+            "rate limit store unavailable and a limit's failure policy is deny",
+        ));
+    }
+    Ok(verdict)
+}

@@ -1,0 +1,129 @@
+//! [`Matched`]: the one pass over a request's descriptors, each to its rule (or to a fixed
+//! answer), with what the reference's quota rules need to know before any store call.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate::Store;
+
+use super::answer::Fixed;
+use super::items::{Item, descriptor_cost, drop_replaced};
+use super::{Group, window_reset};
+use crate::Snapshot;
+use crate::matching::{Found, Override};
+use crate::metrics::Counted;
+
+/// What the descriptors of a request matched.
+pub(super) struct Matched<'a, 'o> {
+    /// The descriptors decided by a limit, in order, replaced ones dropped.
+    pub(super) found: Vec<Item<'o>>,
+    /// The descriptors answered without a limiter decision, in slot order.
+    pub(super) fixed: Vec<(usize, Fixed)>,
+    /// One per descriptor: whether it is a quota descriptor.
+    pub(super) quota: Vec<bool>,
+    /// One per descriptor: how it counts in the reference's statistics.
+    pub(super) counted: Vec<Option<Counted<'a>>>,
+    /// The quota descriptors already decided outside the store calls.
+    pub(super) group: Group,
+}
+
+impl<'a: 'o, 'o> Matched<'a, 'o> {
+    /// Matches every descriptor of `request` (`overrides`: each one's `limit` override, if
+    /// any, as `Snapshot::overrides` built them).
+    pub(super) fn collect<St: Store>(
+        snapshot: &'a Snapshot<St>,
+        request: &'a RateLimitRequest,
+        overrides: &'o [Option<Arc<Override>>],
+    ) -> Self {
+        let n = request.descriptors.len();
+        let default_cost = u64::from(request.hits_addend.max(1));
+        let global_quota = snapshot.global_quota_mode();
+        let mut matched = Matched {
+            found: Vec::new(),
+            fixed: Vec::new(),
+            quota: vec![false; n],
+            counted: Vec::with_capacity(n),
+            group: Group::default(),
+        };
+        matched.counted.resize_with(n, || None);
+        for (slot, d) in request.descriptors.iter().enumerate() {
+            if d.is_negative_hits {
+                continue;
+            }
+            let Some((found, counts)) =
+                snapshot.find_for(&request.domain, d, overrides[slot].as_deref())
+            else {
+                continue;
+            };
+            matched.counted[slot] = counts;
+            match found {
+                Found::Unlimited => matched.fixed.push((slot, Fixed::Unlimited)),
+                Found::Blocked {
+                    unit,
+                    shadow,
+                    own_shadow,
+                    quota_mode,
+                    name,
+                } => {
+                    matched.quota[slot] = quota_mode || global_quota;
+                    if matched.quota[slot] {
+                        matched.group.outside(shadow);
+                    }
+                    let reset = window_reset(unit, snapshot.now());
+                    let name = name.clone();
+                    let blocked = Fixed::Blocked {
+                        unit,
+                        shadow,
+                        own_shadow,
+                        name,
+                        reset,
+                    };
+                    matched.fixed.push((slot, blocked));
+                }
+                Found::Limited(rule, parts) => {
+                    matched.quota[slot] = rule.quota_mode || global_quota;
+                    matched.found.push(Item {
+                        slots: vec![slot],
+                        rule,
+                        parts,
+                        cost: descriptor_cost(d, default_cost),
+                        quota: matched.quota[slot],
+                    });
+                }
+            }
+        }
+        matched.found = drop_replaced(std::mem::take(&mut matched.found));
+        if global_quota {
+            matched.limitless_are_quota();
+        }
+        // Shadow quota descriptors always answer OK: passing members of the group.
+        if matched.found.iter().any(|i| i.quota && i.rule.shadow) {
+            matched.group.outside(true);
+        }
+        matched
+    }
+
+    /// Global quota mode: the reference counts a descriptor with no limit (unmatched,
+    /// whitelisted, replaced, negative hits) as a quota descriptor that passes; an
+    /// `unlimited` one not at all.
+    fn limitless_are_quota(&mut self) {
+        let mut decided = vec![false; self.quota.len()];
+        for item in &self.found {
+            decided[item.slots[0]] = true;
+        }
+        for (slot, f) in &self.fixed {
+            decided[*slot] = true;
+            if matches!(f, Fixed::Unlimited) {
+                self.quota[*slot] = false;
+            }
+        }
+        if decided.iter().any(|d| !d) {
+            self.group.outside(true);
+        }
+        for (slot, d) in decided.iter().enumerate() {
+            if !d {
+                self.quota[slot] = true;
+            }
+        }
+    }
+}
