@@ -32,11 +32,17 @@
 //!   [`GaveUp::Busy`] (the store error `Overloaded`, not `Timeout`): the cause is this
 //!   process, and an operator who reads `timeout` looks at Redis.
 //!
+//! A call that heard nothing while the last thing heard on the store was a lost connection
+//! ([`GaveUp::Disconnected`]) was waiting for the reconnection (the `redis` crate's
+//! connection manager holds calls while it reconnects): a dead Redis refusing connections,
+//! reported as a connection failure rather than as a timeout, so that the breaker's cause and
+//! the error kind say "connection" when Redis is gone.
+//!
 //! A dead Redis is therefore detected in `timeout` and a millisecond (or two timeouts, when its last reply came just after
 //! the call began), as before; a busy one is waited for, up to the bound.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -63,6 +69,10 @@ const STALL_SIGN: Duration = Duration::from_millis(3);
 #[derive(Debug, Default)]
 pub(crate) struct Patience {
     replies: AtomicU64,
+    /// Whether the last thing heard on this store was a lost connection (an I/O error, a
+    /// dropped connection) rather than a reply: set by [`Patience::lost`], cleared by the
+    /// next reply.
+    lost: AtomicBool,
 }
 
 /// Why a call was given up.
@@ -71,6 +81,10 @@ pub(crate) enum GaveUp {
     /// Redis answered nothing on this store for a whole timeout, while this process was
     /// running (or the bound was reached with Redis silent): a store failure.
     Silent,
+    /// As `Silent`, but the last thing heard on this store was a lost connection: the call
+    /// waited for a reconnection that did not come in time (a dead Redis refusing
+    /// connections), which is a connection failure, not a slow Redis.
+    Disconnected,
     /// The bound was reached while Redis kept answering other calls, or while this process
     /// was too busy to tell (its timers ran late): this process did not get to the reply in
     /// time, and Redis is not to blame.
@@ -82,6 +96,23 @@ impl Patience {
     #[inline]
     pub(crate) fn heard(&self) {
         self.replies.fetch_add(1, Ordering::Relaxed);
+        if self.lost.load(Ordering::Relaxed) {
+            self.lost.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Records that a call lost its connection (no reply will come on it).
+    pub(crate) fn lost(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+    }
+
+    /// A silent Redis, or a lost connection when that was the last thing heard.
+    fn silent(&self) -> GaveUp {
+        if self.lost.load(Ordering::Relaxed) {
+            GaveUp::Disconnected
+        } else {
+            GaveUp::Silent
+        }
     }
 
     /// Runs `call` to its end, or until it is given up on (see the module docs).
@@ -123,11 +154,11 @@ impl Patience {
                 return Err(if answering || we_were_stalled {
                     GaveUp::Busy
                 } else {
-                    GaveUp::Silent
+                    self.silent()
                 });
             }
             if !(answering || we_were_stalled) {
-                return Err(GaveUp::Silent);
+                return Err(self.silent());
             }
             let replies = self.replies.load(Ordering::Relaxed);
             seen = replies;
@@ -150,6 +181,21 @@ mod tests {
         let out = patience.wait(T, std::future::pending::<()>()).await;
         assert_eq!(out, Err(GaveUp::Silent));
         assert_eq!(start.elapsed(), T + GRACE);
+    }
+
+    /// A call that hears nothing after a lost connection waited for a reconnection: it fails
+    /// as `Disconnected`, and as `Silent` again once a reply was heard since.
+    #[tokio::test(start_paused = true)]
+    async fn silence_after_a_lost_connection_is_disconnected() {
+        let patience = Patience::default();
+        patience.lost();
+        let start = Instant::now();
+        let out = patience.wait(T, std::future::pending::<()>()).await;
+        assert_eq!(out, Err(GaveUp::Disconnected));
+        assert_eq!(start.elapsed(), T + GRACE);
+        patience.heard();
+        let out = patience.wait(T, std::future::pending::<()>()).await;
+        assert_eq!(out, Err(GaveUp::Silent));
     }
 
     /// While other calls keep getting replies, a queued call waits, up to the bound.

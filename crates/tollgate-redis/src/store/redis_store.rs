@@ -173,13 +173,23 @@ impl RedisStore {
     }
 
     /// The error of a call given up on: `Overloaded` when Redis kept answering others (this
-    /// process was too busy to read the reply), else `Timeout`. On a cluster, replies are
-    /// counted for the whole store, so answers from other nodes do not clear a silent one:
-    /// there it is always `Timeout`, which the breaker counts.
+    /// process was too busy to read the reply), `Connection` when the last thing heard was a
+    /// lost connection (the call waited for a reconnection), else `Timeout`. On a cluster,
+    /// replies are counted for the whole store, so answers from other nodes do not clear a
+    /// silent one: there it is always `Timeout`, which the breaker counts.
     pub(super) fn gave_up(&self, why: GaveUp) -> StoreError {
         match (why, &self.inner.connection) {
             (GaveUp::Busy, Connection::Single(_) | Connection::Sentinel(_)) => {
                 StoreError::Overloaded(self.inner.timeout)
+            }
+            (GaveUp::Disconnected, Connection::Single(_) | Connection::Sentinel(_)) => {
+                StoreError::Connection(
+                    format!(
+                        "no reply within {:?}: the connection was lost and is not back",
+                        self.inner.timeout
+                    )
+                    .into(),
+                )
             }
             _ => StoreError::Timeout(self.inner.timeout),
         }
@@ -255,6 +265,8 @@ impl RedisStore {
         if answered {
             self.inner.patience.heard();
             self.inner.clock.heard();
+        } else {
+            self.inner.patience.lost();
         }
     }
 }
