@@ -9,6 +9,7 @@ mod config;
 mod envoy_health;
 mod envoy_quota;
 mod envoy_reference;
+mod envoy_service_cases;
 mod envoy_settings;
 mod envoy_yaml;
 mod grpc;
