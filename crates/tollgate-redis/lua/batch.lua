@@ -6,7 +6,7 @@
 -- request is decided by the same `decide`, so a batch means exactly what its requests would
 -- mean sent one after the other, in batch order. The store sends a batch only for requests
 -- that queued while a call to the same node (slot, on a cluster) was in flight; a lone request
--- goes out alone, with its own script (see src/coalesce.rs).
+-- goes out alone, with its own script (see src/store/coalesce.rs).
 --
 -- KEYS        every request's keys, request after request; all in one hash slot on a cluster
 -- ARGV        request after request, each: a header h = op + 4 × c + 8 × n (op as in

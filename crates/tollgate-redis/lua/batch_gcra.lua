@@ -3,7 +3,7 @@
 --
 -- Composed as `local last_ms, last_px` (the body's one memo, see gcra.lua), `local function
 -- gcra(key, inc, tau, op, now, whole)`, the body lua/gcra.lua, `end`, then this file
--- (src/script.rs): the same GCRA as the single-entry script, so the algorithm is still
+-- (src/script/port.rs): the same GCRA as the single-entry script, so the algorithm is still
 -- written once. Why a script of its own rather than lua/batch.lua: the general batch reads
 -- each request's header and tag, dispatches, builds the four-value reply shape and reads TIME
 -- once, which together cost Redis about as much as GCRA's own arithmetic; here a decision is

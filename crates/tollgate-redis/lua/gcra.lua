@@ -1,13 +1,13 @@
 -- gcra.lua: the generic cell rate algorithm, one deadline per key.
 -- Mirrors crates/tollgate/src/rules/gcra.rs exactly.
 --
--- This file is a function BODY, not a function: tollgate-redis (src/script.rs) composes it
+-- This file is a function BODY, not a function: tollgate-redis (src/script/port.rs) composes it
 -- twice, so that the algorithm is written once and its hot path pays for no closure:
 -- * the single-entry GCRA script is one_gcra.lua (which binds the inputs below from KEYS and
 --   ARGV) followed by this body;
 -- * the general script wraps it into the function every algorithm has,
 --   `gcra(key, now, cost, t, tau, whole, op, server)`, which binds inc = cost × T and, on
---   the server's clock, now = nil (src/script.rs, GCRA's row of the table), called by
+--   the server's clock, now = nil (src/script/port.rs, GCRA's row of the table), called by
 --   check.lua.
 --
 -- Inputs   key  the key

@@ -1,8 +1,8 @@
 -- prelude.lua: helpers shared by every algorithm; the first part of tollgate's one script.
 --
 -- The general script is prelude.lua, then the five algorithm files, then check.lua,
--- concatenated in that order by tollgate-redis (src/script.rs). Each algorithm file defines
--- one function, local to the script (gcra.lua is a body that src/script.rs wraps into one),
+-- concatenated in that order by tollgate-redis (src/script/port.rs). Each algorithm file defines
+-- one function, local to the script (gcra.lua is a body that src/script/port.rs wraps into one),
 -- all taking (key, now, cost, p1, p2, p3, op, server); check.lua reads KEYS/ARGV and calls
 -- them. The single-entry scripts are prelude.lua, one algorithm file and one.lua — except
 -- GCRA's, one_gcra.lua then gcra.lua, which needs nothing from here.

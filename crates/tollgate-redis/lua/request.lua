@@ -12,7 +12,7 @@
 --   a whole number of ms, see gcra.lua)
 --   'fw' | 'sl' | 'sw' | 'tb', cost, then the algorithm's three   5 arguments, answers 4
 --   integer parameters (see each algorithm file)
--- (the same values as the single-entry scripts take, so each row of src/script.rs writes its
+-- (the same values as the single-entry scripts take, so each row of src/script/port.rs writes its
 -- arguments once.) A tag may start with one mark, what the request needs of the entry
 -- (tollgate::Need): none = it must admit; '?' = one of the request's any-of group (the
 -- request is refused only when all of the group refuses); '~' = optional (never refuses the

@@ -111,18 +111,9 @@ impl Level {
         valued: &[bool],
         how: &How<'_, St>,
     ) -> Result<Level, RulesError> {
-        let limiter = how.limiter;
         let depth = above.len();
         let mut level = Level::default();
         for d in list {
-            let shadow = d.shadow_mode || how.global_shadow;
-            // `current_limit.name`: the YAML name, as the reference sends it.
-            let yaml_name: Arc<str> = d
-                .rate_limit
-                .as_ref()
-                .and_then(|rl| rl.name.as_deref())
-                .unwrap_or("")
-                .into();
             // The reference's statistics key: `key` or `key_value` of every level down here.
             let mut levels = above.to_vec();
             levels.push(stat_level(&d.key, d.value.as_deref()));
@@ -132,60 +123,8 @@ impl Level {
             let mut valued = valued.to_vec();
             valued
                 .push(d.value_to_metric && (d.value.is_none() || (wildcard && !d.share_threshold)));
-            let stat = Stat::new(&domain.name, &levels);
-            // `detailed_metric` wins over `value_to_metric`, as the reference's.
-            let stat = if d.detailed_metric {
-                StatKey::Detailed(stat)
-            } else if valued.contains(&true) {
-                let template = levels
-                    .iter()
-                    .zip(&valued)
-                    .map(|(level, from_request)| (!from_request).then(|| level.as_str().into()))
-                    .collect();
-                StatKey::Valued(stat, template)
-            } else {
-                StatKey::fixed(stat)
-            };
-            let metadata = d
-                .metadata
-                .as_ref()
-                .map(|m| Arc::new(crate::dynamic_metadata::to_struct(m)));
-            let target = match &d.rate_limit {
-                None => Target::Nothing,
-                Some(rl) if rl.unlimited => Target::Unlimited,
-                Some(rl) => match (&rl.limit, rl.unit) {
-                    (Some(name), _) => {
-                        let limit = limiter.get(name).ok_or_else(|| {
-                            RulesError::new(
-                                format!("{}: {}.rate_limit", domain.file.display(), d.path),
-                                format!("generated limit {name:?} is not loaded"),
-                            )
-                        })?;
-                        let mut rule = Rule::for_limit(limit, d.shadow_mode);
-                        rule.shadow = shadow;
-                        rule.quota_mode = d.quota_mode;
-                        if how.names == CurrentLimitName::Rule {
-                            rule.shown = yaml_name;
-                        }
-                        rule.name = rl.name.as_deref().map(Arc::from);
-                        rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
-                        rule.unit = rl.unit;
-                        rule.stat = Some(stat);
-                        rule.metadata = metadata;
-                        Target::Limited(rule)
-                    }
-                    (None, Some(unit)) => Target::Blocked {
-                        metadata,
-                        unit,
-                        shadow,
-                        own_shadow: d.shadow_mode,
-                        quota_mode: d.quota_mode,
-                        name: yaml_name,
-                        stat,
-                    },
-                    (None, None) => Target::Nothing,
-                },
-            };
+            let stat = stat_key(Stat::new(&domain.name, &levels), d, &levels, &valued);
+            let target = target(domain, d, stat, how)?;
             let wildcard = d.value.as_deref().filter(|v| v.contains('*'));
             let node = Node {
                 part: part_name(depth).into(),
@@ -270,6 +209,84 @@ fn glob(pieces: &[Box<str>], value: &str) -> bool {
         }
     }
     rest.len() >= last.len() && rest.ends_with(&**last)
+}
+
+/// The statistics key of descriptor `d` (`stat`, its levels' keys `levels`, and for each
+/// whether the request's value stands in for it, `valued`): `detailed_metric` wins over
+/// `value_to_metric`, as the reference's.
+fn stat_key(stat: Stat, d: &Descriptor, levels: &[String], valued: &[bool]) -> StatKey {
+    if d.detailed_metric {
+        StatKey::Detailed(stat)
+    } else if valued.contains(&true) {
+        let template = levels
+            .iter()
+            .zip(valued)
+            .map(|(level, from_request)| (!from_request).then(|| level.as_str().into()))
+            .collect();
+        StatKey::Valued(stat, template)
+    } else {
+        StatKey::fixed(stat)
+    }
+}
+
+/// What descriptor `d` of `domain` decides: nothing, unlimited, its generated limit (which
+/// the limiter of `how` must hold), or a block list (0 per unit).
+fn target<St: Store>(
+    domain: &Domain,
+    d: &Descriptor,
+    stat: StatKey,
+    how: &How<'_, St>,
+) -> Result<Target, RulesError> {
+    let shadow = d.shadow_mode || how.global_shadow;
+    // `current_limit.name`: the YAML name, as the reference sends it.
+    let yaml_name: Arc<str> = d
+        .rate_limit
+        .as_ref()
+        .and_then(|rl| rl.name.as_deref())
+        .unwrap_or("")
+        .into();
+    let metadata = d
+        .metadata
+        .as_ref()
+        .map(|m| Arc::new(crate::dynamic_metadata::to_struct(m)));
+    let Some(rl) = &d.rate_limit else {
+        return Ok(Target::Nothing);
+    };
+    if rl.unlimited {
+        return Ok(Target::Unlimited);
+    }
+    Ok(match (&rl.limit, rl.unit) {
+        (Some(name), _) => {
+            let limit = how.limiter.get(name).ok_or_else(|| {
+                RulesError::new(
+                    format!("{}: {}.rate_limit", domain.file.display(), d.path),
+                    format!("generated limit {name:?} is not loaded"),
+                )
+            })?;
+            let mut rule = Rule::for_limit(limit, d.shadow_mode);
+            rule.shadow = shadow;
+            rule.quota_mode = d.quota_mode;
+            if how.names == CurrentLimitName::Rule {
+                rule.shown = yaml_name;
+            }
+            rule.name = rl.name.as_deref().map(Arc::from);
+            rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
+            rule.unit = rl.unit;
+            rule.stat = Some(stat);
+            rule.metadata = metadata;
+            Target::Limited(rule)
+        }
+        (None, Some(unit)) => Target::Blocked {
+            metadata,
+            unit,
+            shadow,
+            own_shadow: d.shadow_mode,
+            quota_mode: d.quota_mode,
+            name: yaml_name,
+            stat,
+        },
+        (None, None) => Target::Nothing,
+    })
 }
 
 #[cfg(test)]

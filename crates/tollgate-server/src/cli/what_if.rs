@@ -248,58 +248,21 @@ impl ReplayArgs {
     /// A config, a mapping or a log that cannot be used, before the first line is replayed.
     pub async fn run(self) -> anyhow::Result<()> {
         let envoy = self.config.is_dir();
-        if envoy && self.redis.is_some() {
-            anyhow::bail!("--redis compares a tollgate.toml's limits; not an Envoy directory");
-        }
-        if !envoy && self.domain.is_some() {
-            anyhow::bail!("--domain is for an Envoy directory as --config");
-        }
-        if envoy && (self.suggest || !self.candidates.is_empty()) {
-            anyhow::bail!(
-                "--suggest and --candidates replay a tollgate.toml's limits; not an Envoy directory"
-            );
-        }
+        self.check_against(envoy)?;
         let config = load_config(&self.config)?;
         let mut limits = limits_of(&config, &self.limit)?;
-        let mut candidates = None;
-        if !self.candidates.is_empty() {
-            let first = limits[0].clone();
-            let extra = tollgate_replay::suggest::candidate_limits(&first, &self.candidates)?;
-            candidates = Some(tollgate_replay::report::CandidateSet {
-                of: first.name().to_owned(),
-                limits: std::iter::once(0)
-                    .chain(limits.len()..limits.len() + extra.len())
-                    .collect(),
-            });
-            limits.extend(extra);
-        }
+        let candidates = add_candidates(&mut limits, &self.candidates)?;
         let redis = match &self.redis {
-            Some(url) => Some(
-                tollgate_redis::RedisStore::builder(url.as_str())
-                    .timeout(Duration::from_secs(5))
-                    .build()
-                    .await
-                    .with_context(|| format!("cannot use Redis at {url}"))?,
-            ),
+            Some(url) => Some(connect_redis(url).await?),
             None => None,
         };
         let mapping = KeyMapping::parse(&self.keys).map_err(anyhow::Error::msg)?;
         let file =
             File::open(&self.log).with_context(|| format!("cannot open {}", self.log.display()))?;
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(size);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        });
+        let bar = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));
         let options = LogOptions {
             format: self.format,
-            time_field: self.time_field,
+            time_field: self.time_field.clone(),
             mapping,
             redis,
         };
@@ -314,7 +277,7 @@ impl ReplayArgs {
             }
         };
         let reader = BufReader::with_capacity(1 << 16, file);
-        let report = if envoy {
+        let mut report = if envoy {
             let rules =
                 EnvoyRoute::new(&config, &limits, self.domain.as_deref(), &options.mapping)?;
             let route = |values: &[String]| rules.route(values);
@@ -334,9 +297,38 @@ impl ReplayArgs {
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        let mut report = report;
         report.candidates = candidates;
         report.collateral_max = Some(self.collateral_max);
+        self.second_reads(&mut report, envoy, &limits, &options)?;
+        publish(&report, self.report.as_ref())
+    }
+
+    /// Refuses the options that do not go with the config's kind (`envoy`: a directory of
+    /// the reference's YAML rather than a `tollgate.toml`).
+    fn check_against(&self, envoy: bool) -> anyhow::Result<()> {
+        if envoy && self.redis.is_some() {
+            anyhow::bail!("--redis compares a tollgate.toml's limits; not an Envoy directory");
+        }
+        if !envoy && self.domain.is_some() {
+            anyhow::bail!("--domain is for an Envoy directory as --config");
+        }
+        if envoy && (self.suggest || !self.candidates.is_empty()) {
+            anyhow::bail!(
+                "--suggest and --candidates replay a tollgate.toml's limits; not an Envoy directory"
+            );
+        }
+        Ok(())
+    }
+
+    /// What needs the log read again, after the replay: the most refused keys' timelines
+    /// (for the HTML report) and the suggestion (`--suggest`).
+    fn second_reads(
+        &self,
+        report: &mut Report,
+        envoy: bool,
+        limits: &[Limit],
+        options: &LogOptions,
+    ) -> anyhow::Result<()> {
         let open = || File::open(&self.log).map(|f| BufReader::with_capacity(1 << 16, f));
         if self.report.is_some() && !envoy {
             // The most refused keys' timelines: the log read once more, for those keys only.
@@ -350,7 +342,7 @@ impl ReplayArgs {
                         .collect()
                 })
                 .collect();
-            report.timelines = tollgate_replay::key_timelines(open()?, &limits, &options, &keys)?;
+            report.timelines = tollgate_replay::key_timelines(open()?, limits, options, &keys)?;
         }
         if self.suggest {
             let suggest = tollgate_replay::SuggestOptions {
@@ -361,12 +353,56 @@ impl ReplayArgs {
             report.suggestion = Some(tollgate_replay::suggest(
                 &mut || open(),
                 &limits[0],
-                &options,
+                options,
                 &suggest,
             )?);
         }
-        publish(&report, self.report.as_ref())
+        Ok(())
     }
+}
+
+/// `--candidates`: the first limit's candidate variants appended to `limits`, and which of
+/// them the report compares (the first limit and its variants); `None` without candidates.
+fn add_candidates(
+    limits: &mut Vec<Limit>,
+    candidates: &[u64],
+) -> anyhow::Result<Option<tollgate_replay::report::CandidateSet>> {
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let first = limits[0].clone();
+    let extra = tollgate_replay::suggest::candidate_limits(&first, candidates)?;
+    let set = tollgate_replay::report::CandidateSet {
+        of: first.name().to_owned(),
+        limits: std::iter::once(0)
+            .chain(limits.len()..limits.len() + extra.len())
+            .collect(),
+    };
+    limits.extend(extra);
+    Ok(Some(set))
+}
+
+/// `--redis`: the store the replay compares against.
+async fn connect_redis(url: &str) -> anyhow::Result<tollgate_redis::RedisStore> {
+    tollgate_redis::RedisStore::builder(url)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .with_context(|| format!("cannot use Redis at {url}"))
+}
+
+/// A progress bar over `size` bytes of log, on a terminal only.
+fn progress_bar(size: u64) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(size);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    })
 }
 
 impl SimulateArgs {
