@@ -82,6 +82,32 @@ struct Held {
 }
 
 impl Held {
+    /// A key of `limit` first seen at `now`: no units, no take.
+    fn new(limit: &Limit, now: u64) -> Held {
+        Held {
+            limit: limit.clone(),
+            units: 0,
+            window: 0,
+            until: 0,
+            window_end: 0,
+            expired: 0,
+            store_left: 0,
+            taking: false,
+            waiters: Vec::new(),
+            next_ticket: 0,
+            served: Vec::new(),
+            takes_done: 0,
+            failed: None,
+            dry_until: 0,
+            rate_since: now,
+            rate_spent: 0,
+            gauge: metrics::gauge!(
+                "tollgate_lease_overshoot_units",
+                "limit" => Arc::clone(limit.name_arc())
+            ),
+        }
+    }
+
     /// Spends `cost` of the units held (the caller checked there are enough).
     fn spend(&mut self, cost: u64) {
         self.units -= cost;
@@ -193,31 +219,7 @@ impl LeaseTier {
             if map.held.len() >= 2 * map.cleaned_at_len.max(512) {
                 clean(&mut map, now);
             }
-            map.held.insert(
-                key.clone(),
-                Held {
-                    limit: limit.clone(),
-                    units: 0,
-                    window: 0,
-                    until: 0,
-                    window_end: 0,
-                    expired: 0,
-                    store_left: 0,
-                    taking: false,
-                    waiters: Vec::new(),
-                    next_ticket: 0,
-                    served: Vec::new(),
-                    takes_done: 0,
-                    failed: None,
-                    dry_until: 0,
-                    rate_since: now,
-                    rate_spent: 0,
-                    gauge: metrics::gauge!(
-                        "tollgate_lease_overshoot_units",
-                        "limit" => Arc::clone(limit.name_arc())
-                    ),
-                },
-            );
+            map.held.insert(key.clone(), Held::new(limit, now));
         }
         let Some(h) = map.held.get_mut(key) else {
             unreachable!("inserted above")

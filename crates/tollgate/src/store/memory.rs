@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use self::locked::Locked;
 use self::shard::{AtCap, Shard, Slot};
 
 use crate::log_throttle::LogThrottle;
@@ -51,6 +52,7 @@ use crate::{
 
 mod builder;
 mod lease;
+mod locked;
 mod pace;
 mod shard;
 
@@ -405,27 +407,13 @@ impl Inner {
     /// Evaluates every entry under all their shard locks; for a check, charges all when all
     /// admit. [`NoRoom`] when charging needs more keys than the cap leaves.
     fn try_decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, NoRoom> {
-        let charge = op.charges();
         let entries = request.entries();
         let shard_ids: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
-        let mut order = shard_ids.clone();
-        order.sort_unstable();
-        order.dedup();
-        // Ascending lock order: no deadlock between multi-key checks.
-        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 2]> =
-            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        let guard_of = |guards: &mut SmallVec<[(usize, MutexGuard<'_, Shard>); 2]>, id: usize| {
-            guards
-                .iter()
-                .position(|(i, _)| *i == id)
-                .unwrap_or_else(|| unreachable!("every entry's shard is locked"))
-        };
-
+        let mut locked = Locked::new(|i| &*self.shards[i], shard_ids.iter().copied());
         let mut retries: SmallVec<[Option<u64>; 2]> = SmallVec::new();
         for (e, &id) in entries.iter().zip(&shard_ids) {
-            let g = guard_of(&mut guards, id);
             let rule = e.limit.rule();
-            let retry = match guards[g].1.map.get_mut(&e.key) {
+            let retry = match locked.shard(id).map.get_mut(&e.key) {
                 Some(slot) => rule.admits(&mut slot.state, now, e.cost).err(),
                 None => rule.admits(&mut rule.empty_state(), now, e.cost).err(),
             };
@@ -433,65 +421,57 @@ impl Inner {
         }
         // Charged: every entry that admits, when the request is admitted (all or nothing
         // unless entries need less, `Request::admitted`).
-        let admitted = charge && request.admitted(retries.iter().map(Option::is_none));
+        let admitted = op.charges() && request.admitted(retries.iter().map(Option::is_none));
         let charged = |i: usize| admitted && retries[i].is_none();
-
         if admitted {
-            // Room for each new key, in its own shard; the check's own keys are never evicted.
-            let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
-            let mut made = 0;
-            for (i, (e, &id)) in entries.iter().zip(&shard_ids).enumerate() {
-                if !charged(i) {
-                    continue;
-                }
-                let g = guard_of(&mut guards, id);
-                let shard = &mut guards[g].1;
-                if shard.map.contains_key(&e.key) {
-                    continue;
-                }
-                if !self.reserve(1) && self.at_cap(shard, e.limit, now, in_check).is_err() {
-                    // Evicted keys stay evicted; their room goes back to the cap.
-                    self.len.fetch_sub(made, Ordering::Relaxed);
-                    return Err(NoRoom);
-                }
-                made += 1;
-            }
+            self.make_room(entries, &shard_ids, &mut locked, now, charged)?;
         }
-
         let mut decisions = Decisions::new();
         for (i, (e, &id)) in entries.iter().zip(&shard_ids).enumerate() {
-            let retry = retries[i];
-            let g = guard_of(&mut guards, id);
             let rule = e.limit.rule();
-            let shard = &mut guards[g].1;
+            let shard = locked.shard(id);
             let decision = if charged(i) {
-                if !shard.map.contains_key(&e.key) {
-                    let state = rule.empty_state();
-                    // Pushed on the heap at 0: moved to the charged time when it reaches the top.
-                    shard.insert(
-                        &e.key,
-                        Slot {
-                            state,
-                            replenished_at: 0,
-                        },
-                    );
-                }
-                let Some(slot) = shard.map.get_mut(&e.key) else {
-                    unreachable!("inserted above")
-                };
+                let slot = slot_of(shard, e);
                 rule.charge(&mut slot.state, now, e.cost);
                 let status = rule.status(&mut slot.state, now);
                 slot.replenished_at = now + status.reset_after_us;
                 crate::rules::decision(rule.limit(), status, None)
             } else {
                 match shard.map.get_mut(&e.key) {
-                    Some(slot) => rule.decision(&mut slot.state, now, retry),
-                    None => rule.decision(&mut rule.empty_state(), now, retry),
+                    Some(slot) => rule.decision(&mut slot.state, now, retries[i]),
+                    None => rule.decision(&mut rule.empty_state(), now, retries[i]),
                 }
             };
             decisions.push(decision);
         }
         Ok(decisions)
+    }
+
+    /// Room under the cap for each key of `entries` that is `charged` and not held yet, in
+    /// its own shard; the request's own keys are never evicted. [`NoRoom`] when one finds
+    /// none (the keys evicted for the others stay evicted; their room goes back to the cap).
+    fn make_room(
+        &self,
+        entries: &[Entry<'_>],
+        shard_ids: &[usize],
+        locked: &mut Locked<'_>,
+        now: u64,
+        charged: impl Fn(usize) -> bool,
+    ) -> Result<(), NoRoom> {
+        let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
+        let mut made = 0;
+        for (i, (e, &id)) in entries.iter().zip(shard_ids).enumerate() {
+            let shard = locked.shard(id);
+            if !charged(i) || shard.map.contains_key(&e.key) {
+                continue;
+            }
+            if !self.reserve(1) && self.at_cap(shard, e.limit, now, in_check).is_err() {
+                self.len.fetch_sub(made, Ordering::Relaxed);
+                return Err(NoRoom);
+            }
+            made += 1;
+        }
+        Ok(())
     }
 
     /// A check of a request that counts refusals ([`Request::count_refusals`]): every entry
@@ -500,34 +480,19 @@ impl Inner {
     /// key finds no room (the entries before it stay charged, as separate counts would).
     fn try_count(&self, request: &Request<'_>, now: u64) -> Result<Decisions, NoRoom> {
         let entries = request.entries();
-        let mut order: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 2]> =
-            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let mut locked = Locked::new(
+            |i| &*self.shards[i],
+            entries.iter().map(|e| shard_of(&e.key)),
+        );
         let in_check = |k: &Key| entries.iter().any(|e| e.key == *k);
         let mut decisions = Decisions::new();
         for e in entries {
-            let id = shard_of(&e.key);
-            let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == id) else {
-                unreachable!("every entry's shard is locked")
-            };
+            let shard = locked.shard(shard_of(&e.key));
             let rule = e.limit.rule();
-            if !shard.map.contains_key(&e.key) {
-                if !self.reserve(1) {
-                    self.at_cap(shard, e.limit, now, in_check)?;
-                }
-                shard.insert(
-                    &e.key,
-                    Slot {
-                        state: rule.empty_state(),
-                        replenished_at: 0,
-                    },
-                );
+            if !shard.map.contains_key(&e.key) && !self.reserve(1) {
+                self.at_cap(shard, e.limit, now, in_check)?;
             }
-            let Some(slot) = shard.map.get_mut(&e.key) else {
-                unreachable!("inserted above")
-            };
+            let slot = slot_of(shard, e);
             let (status, retry) = rule.count(&mut slot.state, now, e.cost);
             slot.replenished_at = now + status.reset_after_us;
             decisions.push(crate::rules::decision(rule.limit(), status, retry));
@@ -580,6 +545,26 @@ impl Inner {
         self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
+}
+
+/// `entry`'s slot in `shard`, made empty when the key is not held (its room under the cap
+/// already found). A new slot is pushed on the heap at 0: moved to its charged time when it
+/// reaches the top.
+fn slot_of<'s>(shard: &'s mut Shard, entry: &Entry<'_>) -> &'s mut Slot {
+    if !shard.map.contains_key(&entry.key) {
+        let state = entry.limit.rule().empty_state();
+        shard.insert(
+            &entry.key,
+            Slot {
+                state,
+                replenished_at: 0,
+            },
+        );
+    }
+    let Some(slot) = shard.map.get_mut(&entry.key) else {
+        unreachable!("inserted above")
+    };
+    slot
 }
 
 /// The key cap leaves no room for the keys a check would store.
