@@ -18,19 +18,17 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::ask::Asked;
 use crate::deny_cache::DenyCache;
 use crate::lease_tier::LeaseTier;
 use crate::log_throttle::LogThrottle;
 use crate::top_denied::{LimitActivity, Span, TopKey};
-use crate::verdict::{LimitDecision, Source};
+use crate::verdict::LimitDecision;
 use crate::{
-    Ask, CheckError, Clock, Decision, Decisions, Entry, Key, Limit, LimitError, MAX_KEY_VALUE,
-    MemoryStore, Namespace, Need, OnStoreError, Op, Request, Slot, Store, StoreError, SystemClock,
+    CheckError, Clock, Limit, MemoryStore, Namespace, Op, Request, Store, StoreError, SystemClock,
     Timestamp, Verdict,
 };
 

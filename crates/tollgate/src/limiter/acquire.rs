@@ -6,8 +6,12 @@
 //! dropped: a timeout, a shutdown) gives its slot back with a cancellation spawned on the
 //! runtime, since a destructor cannot wait for a store call.
 
+use std::time::Duration;
+
+use super::Limiter;
+use crate::{CheckError, Clock, Entry, MemoryStore, Store, SystemClock};
+
 use super::pacing::given_back_or_lost;
-use super::*;
 use crate::{Pace, Reservation};
 
 impl<S: Store + Clone> Limiter<S> {

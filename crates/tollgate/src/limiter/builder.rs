@@ -1,7 +1,16 @@
 //! [`LimiterBuilder`]: a [`Limiter`]'s limits, namespace, clock and deny cache, checked once
 //! when it is built (two limits of one name are an error there, not at the first check).
 
-use super::*;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use super::{Limiter, NameHasher};
+use crate::deny_cache::DenyCache;
+use crate::lease_tier::LeaseTier;
+use crate::log_throttle::LogThrottle;
+use crate::top_denied::LimitActivity;
+use crate::{Clock, Limit, LimitError, Namespace, Store};
 
 impl<S: Store> Limiter<S> {
     /// A builder over `store`.

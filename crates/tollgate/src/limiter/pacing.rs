@@ -4,7 +4,16 @@
 //! A reservation of a shadow limit is a check of it (counted, never waited for): a shadow
 //! limit must not change what callers do, and making them sleep would.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Limiter, count_shadow_denial, limit_decision, policy_denial, store_latency};
+use crate::verdict::{LimitDecision, Source};
+use crate::{
+    CheckError, Clock, Decision, Entry, Key, Limit, MemoryStore, OnStoreError, Op, Slot, Store,
+    StoreError, SystemClock, Timestamp,
+};
+
 use crate::{Pace, Paced, Reservation, SettleError};
 
 impl<S: Store> Limiter<S> {

@@ -2,7 +2,11 @@
 //! a check can refuse found once, as a typed [`CheckError`], before any store call. The one
 //! way in, for configured limits and for limits built per request ([`Limiter::prepare_with`]).
 
-use super::*;
+use smallvec::SmallVec;
+
+use super::{CostedLimit, KeyedLimit, Limiter};
+use crate::ask::Asked;
+use crate::{Ask, CheckError, Entry, Key, Limit, MAX_KEY_VALUE, Request, Store};
 
 impl<S: Store> Limiter<S> {
     /// Prepares a check of `cost` units against `limits` for `key`: every key built once,

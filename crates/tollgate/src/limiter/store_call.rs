@@ -2,7 +2,18 @@
 //! call (timed, unless the store answers in-process), each limit's failure policy when it
 //! fails, and every decision counted.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use super::{Limiter, POLICY_RETRY_AFTER, name_copy, subset};
+use crate::deny_cache::DenyCache;
+use crate::verdict::{LimitDecision, Source};
+use crate::{
+    Clock, Decision, Decisions, Entry, MemoryStore, Need, OnStoreError, Op, Request, Store,
+    StoreError, SystemClock, Timestamp,
+};
 
 impl<S: Store> Limiter<S> {
     /// Asks the store (timing the call), applies the policies when it fails, and counts
