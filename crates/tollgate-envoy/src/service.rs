@@ -173,9 +173,7 @@ fn response<St>(
     }
     if snapshot.dynamic_metadata() {
         let passed = passed(answer, &out.statuses);
-        let metadata = passed
-            .iter()
-            .map(|&slot| snapshot.metadata_of(&request.domain, &request.descriptors[slot]));
+        let metadata = passed.iter().map(|&slot| answer.metadata[slot]);
         out.dynamic_metadata = Some(dynamic_metadata::of(request, metadata));
     }
     out

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::google::protobuf::Struct;
 use tollgate::{LimitDecision, Verdict};
 
 use super::items::Item;
@@ -28,6 +29,9 @@ pub(crate) struct Answer<'a> {
     /// One per descriptor: how it counts in the reference's statistics, as the match that
     /// decided it found (`None`: matched nothing, or not counted).
     pub(crate) counted: Vec<Option<Counted<'a>>>,
+    /// One per descriptor: the YAML `metadata` of the entry that decided it, as the match
+    /// found it (`[envoy] response_dynamic_metadata`).
+    pub(crate) metadata: Vec<Option<&'a Struct>>,
 }
 
 /// What a decided descriptor's status shows of its rule, and how its statistics count.
@@ -65,12 +69,14 @@ pub(crate) enum Fixed {
 
 impl<'a> Answer<'a> {
     /// An answer for `descriptors` descriptors, allowed until decided otherwise, with what
-    /// the match found: the fixed answers, the quota descriptors, their statistics.
+    /// the match found: the fixed answers, the quota descriptors, their statistics and
+    /// metadata.
     pub(super) fn new(
         descriptors: usize,
         fixed: Vec<(usize, Fixed)>,
         quota: Vec<bool>,
         counted: Vec<Option<Counted<'a>>>,
+        metadata: Vec<Option<&'a Struct>>,
     ) -> Self {
         Answer {
             allowed: true,
@@ -79,6 +85,7 @@ impl<'a> Answer<'a> {
             fixed,
             quota,
             counted,
+            metadata,
         }
     }
 

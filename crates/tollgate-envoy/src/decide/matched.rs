@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::google::protobuf::Struct;
 use tollgate::Store;
 
 use super::answer::Fixed;
@@ -23,6 +24,8 @@ pub(super) struct Matched<'a, 'o> {
     pub(super) quota: Vec<bool>,
     /// One per descriptor: how it counts in the reference's statistics.
     pub(super) counted: Vec<Option<Counted<'a>>>,
+    /// One per descriptor: the YAML `metadata` of the entry that decides it.
+    pub(super) metadata: Vec<Option<&'a Struct>>,
     /// The quota descriptors already decided outside the store calls.
     pub(super) group: Group,
 }
@@ -43,6 +46,7 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
             fixed: Vec::new(),
             quota: vec![false; n],
             counted: Vec::with_capacity(n),
+            metadata: vec![None; n],
             group: Group::default(),
         };
         matched.counted.resize_with(n, || None);
@@ -50,13 +54,13 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
             if d.is_negative_hits {
                 continue;
             }
-            let Some((found, counts)) =
-                snapshot.find_for(&request.domain, d, overrides[slot].as_deref())
+            let Some(hit) = snapshot.find_for(&request.domain, d, overrides[slot].as_deref())
             else {
                 continue;
             };
-            matched.counted[slot] = counts;
-            match found {
+            matched.counted[slot] = hit.counted;
+            matched.metadata[slot] = hit.metadata;
+            match hit.found {
                 Found::Unlimited => matched.fixed.push((slot, Fixed::Unlimited)),
                 Found::Blocked {
                     unit,

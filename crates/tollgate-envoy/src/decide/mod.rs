@@ -104,6 +104,7 @@ pub(crate) async fn decide<'a, St: Store>(
         fixed,
         quota,
         counted,
+        metadata,
         mut group,
     } = Matched::collect(snapshot, request, &overrides);
     // Check-only descriptors are decided apart: merged among themselves (same key: one peek),
@@ -116,7 +117,7 @@ pub(crate) async fn decide<'a, St: Store>(
     let mut vetoed = fixed
         .iter()
         .any(|(slot, f)| matches!(f, Fixed::Blocked { shadow: false, .. }) && !quota[*slot]);
-    let mut answer = Answer::new(request.descriptors.len(), fixed, quota, counted);
+    let mut answer = Answer::new(request.descriptors.len(), fixed, quota, counted, metadata);
     let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
         charged.iter().partition(|i| i.cost <= i.rule.capacity);
     for item in too_costly.iter().filter(|i| !i.rule.shadow) {

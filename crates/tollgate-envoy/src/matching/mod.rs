@@ -11,6 +11,7 @@
 
 mod compile;
 mod found;
+mod hit;
 mod overrides;
 mod rule;
 mod snapshot;

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::google::protobuf::Struct;
 use tollgate::{Algorithm, Clock, Limiter, OnStoreError, Store, SystemClock, Timestamp};
 use tonic::Status;
 
 use super::compile;
 use super::found::Found;
+use super::hit::Hit;
 use super::overrides::{Override, Overrides, SharedWith};
 use super::rule::Rule;
 use super::tree::{Level, Target};
@@ -152,31 +152,6 @@ impl<St> Snapshot<St> {
         self.dynamic_metadata
     }
 
-    /// The YAML `metadata` of the entry that decides `descriptor` of `domain`, as the
-    /// reference attaches it to the matched limit: `None` for a `[[envoy.rules]]` rule, a
-    /// limit override (in a configured domain), an `unlimited` entry, or no match.
-    pub(crate) fn metadata_of<'a>(
-        &'a self,
-        domain: &str,
-        descriptor: &'a RateLimitDescriptor,
-    ) -> Option<&'a Struct> {
-        if descriptor.limit.is_some() && self.knows(domain) {
-            return None;
-        }
-        if self
-            .domains
-            .get(domain)
-            .is_some_and(|rules| rules.iter().any(|rule| rule.matches(&descriptor.entries)))
-        {
-            return None;
-        }
-        match self.trees.get(domain)?.find(&descriptor.entries)?.0 {
-            Target::Limited(rule) => rule.metadata.as_deref(),
-            Target::Blocked { metadata, .. } => metadata.as_deref(),
-            Target::Unlimited | Target::Nothing => None,
-        }
-    }
-
     /// Whether global quota mode is on (`[envoy] quota_mode`).
     pub(crate) fn global_quota_mode(&self) -> bool {
         self.quota_mode
@@ -255,7 +230,7 @@ impl<St> Snapshot<St> {
                 value: (*value).to_owned(),
             })
             .collect();
-        match self.find(domain, &entries)?.0 {
+        match self.find(domain, &entries)?.found {
             Found::Limited(rule, parts) => Some((
                 rule.limit.clone(),
                 parts
@@ -292,14 +267,14 @@ impl<St> Snapshot<St> {
         self.domains.contains_key(domain) || self.trees.contains_key(domain)
     }
 
-    /// What decides `descriptor`, and how it counts in the reference's statistics: its limit
-    /// override when it has one, else [`Snapshot::find`].
+    /// What decides `descriptor`, how it counts in the reference's statistics, and its YAML
+    /// `metadata`: its limit override when it has one, else [`Snapshot::find`].
     pub(crate) fn find_for<'a, 'o>(
         &'a self,
         domain: &'a str,
         descriptor: &'a RateLimitDescriptor,
         limit_override: Option<&'o Override>,
-    ) -> Option<(Found<'o>, Option<Counted<'a>>)>
+    ) -> Option<Hit<'o, 'a>>
     where
         'a: 'o,
     {
@@ -315,30 +290,38 @@ impl<St> Snapshot<St> {
                         .map(|(_, parts)| parts)
                         .unwrap_or_default(),
                 };
-                Some((Found::Limited(&o.rule, parts), Some(Counted::Override)))
+                Some(Hit {
+                    found: Found::Limited(&o.rule, parts),
+                    counted: Some(Counted::Override),
+                    metadata: None,
+                })
             }
             None => self.find(domain, &descriptor.entries),
         }
     }
 
     /// The first rule of `domain` whose descriptor shape `entries` has, else the imported
-    /// tree's match; with how that match counts in the reference's statistics (`None`: not
-    /// counted), so that the count needs no second match.
-    pub(crate) fn find<'a>(
-        &'a self,
-        domain: &str,
-        entries: &'a [Entry],
-    ) -> Option<(Found<'a>, Option<Counted<'a>>)> {
+    /// tree's match; with how that match counts in the reference's statistics and its YAML
+    /// `metadata`, so that neither needs a second match.
+    pub(crate) fn find<'a>(&'a self, domain: &str, entries: &'a [Entry]) -> Option<Hit<'a, 'a>> {
         if let Some(rule) = self
             .domains
             .get(domain)
             .and_then(|rules| rules.iter().find(|rule| rule.matches(entries)))
         {
-            let counted = rule.stat.as_ref().map(Counted::Rule);
-            return Some((Found::Limited(rule, rule.parts(entries)), counted));
+            return Some(Hit {
+                found: Found::Limited(rule, rule.parts(entries)),
+                counted: rule.stat.as_ref().map(Counted::Rule),
+                metadata: None,
+            });
         }
         let (target, parts) = self.trees.get(domain)?.find(entries)?;
         let counted = counted(target, &parts, entries);
+        let metadata = match target {
+            Target::Limited(rule) => rule.metadata.as_deref(),
+            Target::Blocked { metadata, .. } => metadata.as_deref(),
+            Target::Unlimited | Target::Nothing => None,
+        };
         let found = match target {
             Target::Limited(rule) => Found::Limited(rule, parts),
             Target::Unlimited => Found::Unlimited,
@@ -358,7 +341,11 @@ impl<St> Snapshot<St> {
             },
             Target::Nothing => return None,
         };
-        Some((found, counted))
+        Some(Hit {
+            found,
+            counted,
+            metadata,
+        })
     }
 }
 
