@@ -201,14 +201,15 @@ impl fmt::Display for Key {
     }
 }
 
-#[doc(hidden)]
 /// A [`Hasher`] for maps keyed by [`Key`]: a key hashes itself once, when built, and writes
 /// that hash here, so lookups never hash the key text again.
+/// Public only with the `bench` feature (the benchmarks' baseline maps).
 #[derive(Debug, Default, Clone, Copy)]
+#[cfg_attr(not(feature = "bench"), allow(unreachable_pub))]
 pub struct KeyHasher(u64);
 
 /// Builds [`KeyHasher`]s: `HashMap<Key, V, BuildKeyHasher>`.
-#[doc(hidden)]
+#[cfg_attr(not(feature = "bench"), allow(unreachable_pub))]
 pub type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
 
 impl Hasher for KeyHasher {

@@ -102,10 +102,11 @@ pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::{Admission, Decision, NotUntil};
 pub use decisions::{Decisions, IntoIter as DecisionsIter};
 pub use deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
-#[doc(hidden)]
+/// The memory store's pass-through hasher, for the benchmarks' own maps (feature `bench`).
+#[cfg(feature = "bench")]
 pub use key::{BuildKeyHasher, KeyHasher};
 pub use key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
-pub use lease::{AUTO_LEASE_SHARE, DEFAULT_LEASE_TTL, Lease};
+pub use lease::{DEFAULT_LEASE_TTL, Lease};
 pub use lease_grant::LeaseGrant;
 pub use lease_take::LeaseTake;
 pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN, validate_name};
@@ -120,7 +121,6 @@ pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
 pub use request::{Entry, Need, Request};
 pub use reservation::Reservation;
 pub use settle_error::SettleError;
-#[doc(hidden)]
 pub use single_request::SingleRequest;
 pub use status::Status;
 pub use store::{

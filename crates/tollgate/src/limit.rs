@@ -225,8 +225,9 @@ impl Limit {
         &self.quota
     }
 
-    /// The algorithm applied to the quota (for stores).
-    #[doc(hidden)]
+    /// The algorithm applied to the quota, as pure arithmetic ([`crate::rules`]): what a
+    /// store runs, and what an offline simulation may run on states of its own (`tollgate
+    /// replay --suggest` keeps one [`crate::rules::AnyState`] per key and window length).
     #[inline]
     pub fn rule(&self) -> &AnyRule {
         &self.rule

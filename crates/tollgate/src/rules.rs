@@ -15,9 +15,7 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
-#[doc(hidden)]
 pub use any_rule::AnyRule;
-#[doc(hidden)]
 pub use any_state::AnyState;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};

@@ -34,7 +34,8 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
-use crate::{BuildKeyHasher, Key};
+use crate::Key;
+use crate::key::BuildKeyHasher;
 
 mod sketch;
 

@@ -166,8 +166,10 @@ impl MemoryStore {
     }
 
     /// [`MemoryStore::decide_at`] for a single (limit, key) pair: no [`Request`] to build,
-    /// one decision returned by value. The path of the benchmark against governor; services
-    /// go through the [`crate::Limiter`].
+    /// one decision returned by value, synchronously, at the time given. Supported for
+    /// callers that hold their keys and own the clock: offline replays of a log (`tollgate
+    /// replay` decides every line through it), simulations, benchmarks. Services go through
+    /// the [`crate::Limiter`] (failure policies, shadow limits, metrics).
     ///
     /// ```
     /// use tollgate::{Algorithm, Key, Limit, MemoryStore, Namespace, Op, Quota, SingleRequest, Timestamp};
@@ -188,7 +190,6 @@ impl MemoryStore {
     /// # Errors
     /// [`StoreError::Full`] when a check's key is new, the store is at its key cap and the
     /// key's shard holds no key to evict.
-    #[doc(hidden)]
     #[inline]
     pub fn decide_single_at(
         &self,
