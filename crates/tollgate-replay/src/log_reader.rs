@@ -81,6 +81,57 @@ enum Inner<R> {
     },
 }
 
+impl<R: BufRead> Inner<R> {
+    /// How `reader` is read in `format`, and the fields its lines have (`first`: the first
+    /// line, whose keys are a JSON log's fields).
+    fn open(
+        reader: R,
+        format: LogFormat,
+        first: &str,
+    ) -> Result<(Inner<R>, Vec<String>), ReplayError> {
+        let lines = |reader| Inner::Lines {
+            reader,
+            buf: Vec::new(),
+        };
+        Ok(match format {
+            LogFormat::Combined => (
+                lines(reader),
+                COMBINED_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
+            ),
+            LogFormat::Envoy => (
+                lines(reader),
+                ENVOY_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
+            ),
+            LogFormat::JsonLines => {
+                let keys = match serde_json::from_str::<Value>(first) {
+                    Ok(Value::Object(map)) => map.keys().cloned().collect(),
+                    _ => Vec::new(),
+                };
+                (lines(reader), keys)
+            }
+            LogFormat::Csv => {
+                let mut csv = csv::ReaderBuilder::new()
+                    .flexible(true)
+                    .has_headers(true)
+                    .from_reader(reader);
+                let header: Vec<String> = csv
+                    .headers()
+                    .map_err(|e| ReplayError::Read(std::io::Error::other(e)))?
+                    .iter()
+                    .map(|h| h.trim().to_owned())
+                    .collect();
+                (
+                    Inner::Csv {
+                        reader: Box::new(csv),
+                        record: csv::StringRecord::new(),
+                    },
+                    header,
+                )
+            }
+        })
+    }
+}
+
 impl<R: BufRead> LogReader<R> {
     /// A reader of `reader` in `format` (detected from the first lines when `None`: the first that is a JSON object or a combined line decides; CSV if none is), filling
     /// `mapping`'s parts; the time comes from `time_field` (JSON, CSV; default `time`) or
@@ -106,54 +157,7 @@ impl<R: BufRead> LogReader<R> {
             LogFormat::Envoy => "start_time",
             _ => "time",
         });
-        let (inner, known): (Inner<R>, Vec<String>) = match format {
-            LogFormat::Combined => (
-                Inner::Lines {
-                    reader,
-                    buf: Vec::new(),
-                },
-                COMBINED_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
-            ),
-            LogFormat::Envoy => (
-                Inner::Lines {
-                    reader,
-                    buf: Vec::new(),
-                },
-                ENVOY_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
-            ),
-            LogFormat::JsonLines => {
-                let keys = match serde_json::from_str::<Value>(&first) {
-                    Ok(Value::Object(map)) => map.keys().cloned().collect(),
-                    _ => Vec::new(),
-                };
-                (
-                    Inner::Lines {
-                        reader,
-                        buf: Vec::new(),
-                    },
-                    keys,
-                )
-            }
-            LogFormat::Csv => {
-                let mut csv = csv::ReaderBuilder::new()
-                    .flexible(true)
-                    .has_headers(true)
-                    .from_reader(reader);
-                let header: Vec<String> = csv
-                    .headers()
-                    .map_err(|e| ReplayError::Read(std::io::Error::other(e)))?
-                    .iter()
-                    .map(|h| h.trim().to_owned())
-                    .collect();
-                (
-                    Inner::Csv {
-                        reader: Box::new(csv),
-                        record: csv::StringRecord::new(),
-                    },
-                    header,
-                )
-            }
-        };
+        let (inner, known) = Inner::open(reader, format, &first)?;
         let resolve = |name: &str| -> Result<Slot, ReplayError> {
             let index = known.iter().position(|k| k == name);
             match (format, index) {

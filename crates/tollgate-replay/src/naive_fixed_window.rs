@@ -29,23 +29,31 @@ pub async fn immortal_key(url: &str, report: &mut Report) -> Result<(), ReplayEr
         .await
         .map_err(redis_err)?;
     let prefix = format!("tollgate-sim-{}-{}", std::process::id(), unique());
+    naive(&mut con, &prefix, report).await?;
+    one_script(url, &mut con, prefix, report).await
+}
 
-    // Naive: INCR, then (the process dies here) EXPIRE never comes.
+/// The naive way: `INCR`, then (the process dies here) `EXPIRE` never comes.
+async fn naive(
+    con: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
     let naive = format!("{prefix}:naive:{{client=c}}");
     let count: i64 = redis::cmd("INCR")
         .arg(&naive)
-        .query_async(&mut con)
+        .query_async(con)
         .await
         .map_err(redis_err)?;
     naive_crash_before_expire();
     let naive_ttl: i64 = redis::cmd("TTL")
         .arg(&naive)
-        .query_async(&mut con)
+        .query_async(con)
         .await
         .map_err(redis_err)?;
     let _: i64 = redis::cmd("DEL")
         .arg(&naive)
-        .query_async(&mut con)
+        .query_async(con)
         .await
         .map_err(redis_err)?;
     report.expectations.push(Expectation {
@@ -55,8 +63,17 @@ pub async fn immortal_key(url: &str, report: &mut Report) -> Result<(), ReplayEr
         measured: format!("count {count}, TTL {naive_ttl} (the key was then deleted)"),
         met: naive_ttl == -1,
     });
+    Ok(())
+}
 
-    // tollgate: calls cut off at every stage (before sending, in flight, after the reply).
+/// tollgate's way: calls cut off at every stage (before sending, in flight, after the
+/// reply), the key's TTL read after each.
+async fn one_script(
+    url: &str,
+    con: &mut redis::aio::MultiplexedConnection,
+    prefix: String,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
     let store = tollgate_redis::RedisStore::builder(url)
         .timeout(Duration::from_secs(5))
         .build()
@@ -86,7 +103,7 @@ pub async fn immortal_key(url: &str, report: &mut Report) -> Result<(), ReplayEr
         .await;
         let ttl: i64 = redis::cmd("PTTL")
             .arg(key.as_str())
-            .query_async(&mut con)
+            .query_async(con)
             .await
             .map_err(redis_err)?;
         if ttl == -1 {

@@ -169,26 +169,7 @@ async fn run(
     on: On<'_>,
 ) -> Result<Run, ReplayError> {
     let clock = FakeClock::new(Timestamp::from_micros(T0_US));
-    let (name, store, namespace) = match on {
-        On::Memory(builder) => (
-            way.name().to_owned(),
-            BoxStore::new(builder.clock(clock.clone()).build()),
-            Namespace::default(),
-        ),
-        On::Redis(url) => {
-            let store = tollgate_redis::RedisStore::builder(url)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .await
-                .map_err(|e| ReplayError::Redis(e.to_string()))?;
-            let prefix = format!("tollgate-pacing-{}-{}", std::process::id(), unique());
-            (
-                format!("{}-on-redis", way.name()),
-                BoxStore::new(store),
-                Namespace::new(prefix).map_err(ReplayError::Limit)?,
-            )
-        }
-    };
+    let (name, store, namespace) = store_for(way, on, &clock).await?;
     let limit = Limit::new(&name, Algorithm::Gcra, quota)?;
     let mut stats = LimitStats::new(&limit, true);
     stats.start_us = T0_US;
@@ -256,8 +237,44 @@ async fn run(
             }
         }
     }
+    Ok(tally(quota, stats, sends, store_calls))
+}
+
+/// The limit's name for `way`, its store on `on` (on the virtual `clock` in memory; Redis
+/// keeps its own) and the namespace of its keys (a fresh prefix on Redis).
+async fn store_for(
+    way: Way,
+    on: On<'_>,
+    clock: &FakeClock,
+) -> Result<(String, BoxStore, Namespace), ReplayError> {
+    Ok(match on {
+        On::Memory(builder) => (
+            way.name().to_owned(),
+            BoxStore::new(builder.clock(clock.clone()).build()),
+            Namespace::default(),
+        ),
+        On::Redis(url) => {
+            let store = tollgate_redis::RedisStore::builder(url)
+                .timeout(Duration::from_secs(5))
+                .build()
+                .await
+                .map_err(|e| ReplayError::Redis(e.to_string()))?;
+            let prefix = format!("tollgate-pacing-{}-{}", std::process::id(), unique());
+            (
+                format!("{}-on-redis", way.name()),
+                BoxStore::new(store),
+                Namespace::new(prefix).map_err(ReplayError::Limit)?,
+            )
+        }
+    })
+}
+
+/// A way's figures: the upstream's calls (`sends`, virtual µs) counted into `stats`, the most
+/// in any period, and the slots of the schedule left idle between the first and the last.
+fn tally(quota: Quota, mut stats: LimitStats, mut sends: Vec<u64>, store_calls: u64) -> Run {
     sends.sort_unstable();
     let allowed = Decision::allowed(quota.limit(), 0, Duration::ZERO);
+    let mut scratch = String::new();
     for &at in &sends {
         let second = ((at - T0_US) / 1_000_000) as usize;
         stats.record(second, at, &allowed, |_| {}, &mut scratch);
@@ -267,13 +284,13 @@ async fn run(
         (Some(a), Some(b)) => (b - a) / t + 1,
         _ => 0,
     };
-    Ok(Run {
+    Run {
         max_in_period: stats.max_in_any_period().unwrap_or(0),
         stats,
         store_calls,
         sent: sends.len() as u64,
         idle_slots: slots.saturating_sub(sends.len() as u64),
-    })
+    }
 }
 
 /// A number no other run of this process used: runs on one Redis never share keys.
