@@ -6,6 +6,10 @@
 
 use std::str::FromStr;
 
+use tollgate::Limit;
+
+use crate::replay_error::ReplayError;
+
 /// Where one key part's value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PartSource {
@@ -66,6 +70,42 @@ impl FromStr for KeyMapping {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         KeyMapping::parse(&s.split(',').collect::<Vec<_>>())
     }
+}
+
+/// The event's value indices filling `limit`'s key parts, in its key order, and the parts'
+/// names.
+pub(crate) fn key_indices(
+    limit: &Limit,
+    mapping: &KeyMapping,
+) -> Result<Vec<(Box<str>, usize)>, ReplayError> {
+    limit
+        .key_parts()
+        .unwrap_or_default()
+        .iter()
+        .map(|part| {
+            mapping
+                .index_of(part)
+                .map(|i| (part.clone(), i))
+                .ok_or_else(|| ReplayError::UnmappedPart {
+                    limit: limit.name().to_owned(),
+                    part: part.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// A key as reports show it: `part=value,part=value`.
+pub(crate) fn key_text(parts: &[(Box<str>, usize)], values: &[String]) -> String {
+    let mut out = String::new();
+    for (i, (name, v)) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push('=');
+        out.push_str(&values[*v]);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 pub mod chart;
 pub mod key_count;
 pub mod key_mapping;
+pub mod key_timeline;
 pub mod limit_stats;
 pub mod log_format;
 pub mod log_reader;
@@ -26,9 +27,13 @@ pub mod replay_log;
 pub mod replayer;
 pub mod report;
 pub mod scenario;
+pub mod sim_options;
 pub mod simulate;
 pub mod suggest;
+pub mod suggestion;
 pub mod timeline;
+pub mod utc;
+mod xorshift;
 
 pub use key_mapping::{KeyMapping, PartSource};
 pub use limit_stats::LimitStats;

@@ -28,7 +28,8 @@ use tollgate::{
 use crate::limit_stats::LimitStats;
 use crate::replay_error::ReplayError;
 use crate::report::{Expectation, Report};
-use crate::simulate::{SimOptions, T0_US, XorShift};
+use crate::sim_options::{SimOptions, T0_US};
+use crate::xorshift::XorShift;
 
 /// Instances the workers are spread over (they share the store: one limiter stands for it).
 const INSTANCES: usize = 4;

@@ -93,8 +93,8 @@ fn jumped(held: &Event, near: u64) -> Malformed {
         line: held.line,
         reason: format!(
             "dated {}, more than an hour from the lines around it ({}): a corrupt clock, skipped",
-            crate::report::utc(held.time_us),
-            crate::report::utc(near)
+            crate::utc::utc(held.time_us),
+            crate::utc::utc(near)
         ),
     }
 }
@@ -418,40 +418,4 @@ pub(crate) fn each_decided<R: BufRead>(
     }
     pass.span_us = clock;
     Ok(pass)
-}
-
-/// The event's value indices filling `limit`'s key parts, in its key order, and the parts'
-/// names.
-pub(crate) fn key_indices(
-    limit: &Limit,
-    mapping: &KeyMapping,
-) -> Result<Vec<(Box<str>, usize)>, ReplayError> {
-    limit
-        .key_parts()
-        .unwrap_or_default()
-        .iter()
-        .map(|part| {
-            mapping
-                .index_of(part)
-                .map(|i| (part.clone(), i))
-                .ok_or_else(|| ReplayError::UnmappedPart {
-                    limit: limit.name().to_owned(),
-                    part: part.to_string(),
-                })
-        })
-        .collect()
-}
-
-/// A key as reports show it: `part=value,part=value`.
-pub(crate) fn key_text(parts: &[(Box<str>, usize)], values: &[String]) -> String {
-    let mut out = String::new();
-    for (i, (name, v)) in parts.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(name);
-        out.push('=');
-        out.push_str(&values[*v]);
-    }
-    out
 }

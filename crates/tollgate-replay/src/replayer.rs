@@ -65,7 +65,7 @@ impl Replayer {
         let runs = limits
             .into_iter()
             .map(|limit| {
-                let parts = crate::replay_log::key_indices(&limit, mapping)?;
+                let parts = crate::key_mapping::key_indices(&limit, mapping)?;
                 let stats = LimitStats::new(&limit, track_admits);
                 Ok(Run {
                     limit,

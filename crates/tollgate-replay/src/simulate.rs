@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Decision, Limit, Limiter, Namespace, Outcome, Quota};
+use tollgate::{Algorithm, Decision, Limit, Limiter, Namespace, Outcome};
 
 use crate::key_mapping::KeyMapping;
 use crate::limit_stats::LimitStats;
@@ -20,60 +20,9 @@ use crate::replay_error::ReplayError;
 use crate::replayer::Replayer;
 use crate::report::{Expectation, Report};
 use crate::scenario::Scenario;
+use crate::xorshift::XorShift;
 
-/// The virtual clock's start: 2027-01-15 08:00:00 UTC, a whole hour (so a whole minute and
-/// second too).
-pub const T0_US: u64 = 1_800_000_000_000_000;
-
-/// What to simulate with.
-#[derive(Debug, Clone)]
-pub struct SimOptions {
-    /// The limits, side by side (each decided on its own).
-    pub limits: Vec<Limit>,
-    /// `steady`: requests per second (default 1.5× each limit's rate).
-    pub rate: Option<f64>,
-    /// How many periods of the first limit to simulate (default 4).
-    pub periods: u32,
-    /// `concurrent`: workers; `retry-storm`: clients (default 50).
-    pub workers: usize,
-    /// The seed of the retry storm's jitter.
-    pub seed: u64,
-    /// A Redis URL: `concurrent` also runs on it with real concurrency; `immortal-key`
-    /// needs it.
-    pub redis: Option<String>,
-}
-
-impl SimOptions {
-    /// The five algorithms (or `algorithms`), each at `limit` per `period`, named after
-    /// their algorithm.
-    ///
-    /// # Errors
-    /// [`ReplayError::Limit`] for a quota out of range.
-    pub fn algorithms(
-        algorithms: &[Algorithm],
-        limit: u64,
-        period: Duration,
-    ) -> Result<SimOptions, ReplayError> {
-        let quota = Quota::new(limit, period)?;
-        let limits = algorithms
-            .iter()
-            .map(|a| Limit::new(a.name(), *a, quota).and_then(|l| l.keyed_by(["client"])))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(SimOptions::limits(limits))
-    }
-
-    /// `limits`, with the defaults for the rest.
-    pub fn limits(limits: Vec<Limit>) -> SimOptions {
-        SimOptions {
-            limits,
-            rate: None,
-            periods: 4,
-            workers: 50,
-            seed: 1,
-            redis: None,
-        }
-    }
-}
+pub use crate::sim_options::{SimOptions, T0_US};
 
 /// Every algorithm, in the order reports list them.
 pub const ALGORITHMS: [Algorithm; 5] = Algorithm::ALL;
@@ -219,7 +168,7 @@ fn burst_at_edge(options: &SimOptions, report: &mut Report) -> Result<(), Replay
         if !report.marks.iter().any(|m| m.at_us == edge) {
             report.marks.push(crate::chart::Mark {
                 at_us: edge,
-                label: format!("window edge {}", &crate::report::utc(edge)[11..19]),
+                label: format!("window edge {}", &crate::utc::utc(edge)[11..19]),
             });
         }
     }
@@ -483,17 +432,4 @@ fn unix_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
-}
-
-/// xorshift64*: the jitter's random numbers, reproducible from a seed.
-#[derive(Debug)]
-pub(crate) struct XorShift(pub(crate) u64);
-
-impl XorShift {
-    pub(crate) fn next_f64(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1_u64 << 53) as f64
-    }
 }

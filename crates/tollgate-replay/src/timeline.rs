@@ -14,20 +14,11 @@ use std::io::BufRead;
 use tollgate::Limit;
 use tollgate::rules::AnyState;
 
+use crate::key_mapping::key_indices;
+pub use crate::key_timeline::KeyTimeline;
 use crate::limit_stats::MAX_SERIES_SECONDS;
 use crate::replay_error::ReplayError;
-use crate::replay_log::{LogOptions, each_decided, key_indices};
-
-/// One key's requests and refusals, per second from the log's first second.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KeyTimeline {
-    /// The key, as reports show it (`user=alice`).
-    pub key: String,
-    /// Requests per second.
-    pub requests: Vec<u32>,
-    /// Of which refused.
-    pub refused: Vec<u32>,
-}
+use crate::replay_log::{LogOptions, each_decided};
 
 /// The timelines of `keys[i]` under `limits[i]` (keys as reports show them), over the log
 /// `reader`, read with `options`.

@@ -81,7 +81,7 @@ fn time_chart<'a, 'b>(
         .configure_mesh()
         .x_desc(format!(
             "time (UTC) from {}",
-            crate::report::utc(axis.start_us)
+            crate::utc::utc(axis.start_us)
         ))
         .y_desc(format!("{y_label} {}", per_bin(axis.bin_s)))
         .x_labels(8)

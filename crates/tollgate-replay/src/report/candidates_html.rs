@@ -2,9 +2,9 @@
 //! own, side by side — their admitted and refused over time, one colour per candidate, and
 //! the keys each refused — so that the values are compared on the same traffic.
 
+use super::html_text::Figure;
 use super::html_text::escape;
 use super::limit_html::level;
-use super::page::Figure;
 use super::{CandidateSet, Report};
 use crate::chart::{self, Level, Series, TimeAxis};
 use crate::limit_stats::LimitStats;

@@ -21,3 +21,7 @@ pub(super) fn key_label(k: &str) -> String {
         Printable::new(k).to_string()
     }
 }
+
+/// Puts a chart on the page: given its file name (without `.svg`) and its SVG, keeps it as a
+/// file and returns the page's `<figure>` for it.
+pub(super) type Figure<'a> = dyn FnMut(String, String) -> String + 'a;

@@ -5,12 +5,12 @@
 
 use std::fmt::Write as _;
 
+use super::html_text::Figure;
 use super::html_text::{escape, key_label};
-use super::page::Figure;
 use super::{Report, TOP_KEYS};
 use crate::chart::{self, Level, Series, TimeAxis};
+use crate::key_timeline::KeyTimeline;
 use crate::limit_stats::{LimitStats, RETRY_BUCKETS};
-use crate::timeline::KeyTimeline;
 
 impl Report {
     /// The section of limit `l` (the `i`-th): heading, figures, and its charts.

@@ -14,7 +14,7 @@
 //! [`Printable`]: crate::printable::Printable
 
 mod candidates_html;
-mod date;
+
 mod html_text;
 mod limit_html;
 mod page;
@@ -22,12 +22,12 @@ mod suggestion_html;
 mod summary;
 
 use crate::chart::Mark;
+use crate::key_timeline::KeyTimeline;
 use crate::limit_stats::LimitStats;
 use crate::log_reader::Malformed;
-use crate::suggest::Suggestion;
-use crate::timeline::KeyTimeline;
+use crate::suggestion::Suggestion;
 
-pub use date::utc;
+pub use crate::utc::utc;
 
 /// How many malformed lines a report shows (all are counted).
 pub const MALFORMED_SHOWN: usize = 10;

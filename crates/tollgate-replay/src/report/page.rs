@@ -6,16 +6,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::html_text::escape;
+use super::html_text::{Figure, escape};
 use super::suggestion_html::suggestion_html;
 use super::{Report, utc};
 use crate::chart::{self, Series, TimeAxis};
 use crate::limit_stats::LimitStats;
 use crate::replay_error::ReplayError;
-
-/// Puts a chart on the page: given its file name (without `.svg`) and its SVG, keeps it as a
-/// file and returns the page's `<figure>` for it.
-pub(super) type Figure<'a> = dyn FnMut(String, String) -> String + 'a;
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1040px;margin:2em auto;\
 color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;\

@@ -4,11 +4,11 @@
 
 use std::fmt::Write as _;
 
+use super::html_text::Figure;
 use super::html_text::{escape, key_label};
-use super::page::Figure;
 use crate::chart::{self, Level};
 use crate::limit_stats::human;
-use crate::suggest::{AlgorithmCandidates, Candidate, Suggestion, WindowSuggestion, share_text};
+use crate::suggestion::{AlgorithmCandidates, Candidate, Suggestion, WindowSuggestion, share_text};
 
 /// The suggestion's section: per window length, the busiest periods' percentiles, the
 /// suggestion per algorithm, and every candidate replayed with whom it refused.

@@ -47,24 +47,25 @@
 //!
 //! The files beside this one follow the passes: `busiest.rs` measures the busiest periods
 //! (passes 1 and 2), `distribution.rs` turns them into percentiles and candidate values,
-//! `passes.rs` runs the three passes and replays the candidates (pass 3), `summary.rs`
-//! writes the result for a terminal, and `candidate_limits.rs` makes `--candidates`' limits.
+//! `passes.rs` runs the three passes and replays the candidates (pass 3), and
+//! `candidate_limits.rs` makes `--candidates`' limits. The result, [`Suggestion`], and its
+//! text for a terminal are `crate::suggestion`'s: the report shows it without depending on
+//! how it is computed (or on the log reading that computing needs).
 
 mod busiest;
 mod candidate_limits;
 mod distribution;
 mod passes;
-mod summary;
 
 use std::time::Duration;
 
 use tollgate::Algorithm;
 
-use crate::key_count::KeyCount;
-
+pub use crate::suggestion::{
+    AlgorithmCandidates, Candidate, Suggestion, WindowSuggestion, share_text,
+};
 pub use candidate_limits::candidate_limits;
 pub use passes::suggest;
-pub use summary::share_text;
 
 /// The window lengths a key's busiest period is measured over.
 pub const WINDOWS: [Duration; 5] = [
@@ -115,82 +116,4 @@ impl Default for SuggestOptions {
             ],
         }
     }
-}
-
-/// One candidate limit, replayed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    /// Its limit per window.
-    pub limit: u64,
-    /// Requests it refused.
-    pub refused_requests: u64,
-    /// Keys it refused more than `collateral_max` times.
-    pub abusers: u64,
-    /// Keys it refused at most `collateral_max` times.
-    pub collateral: u64,
-    /// The keys it refused most (at most five), most first.
-    pub top: Vec<(String, u64)>,
-}
-
-impl Candidate {
-    /// Keys refused at least once.
-    pub fn refused_keys(&self) -> u64 {
-        self.abusers + self.collateral
-    }
-}
-
-/// One algorithm's candidates at one window length.
-#[derive(Debug, Clone)]
-pub struct AlgorithmCandidates {
-    /// The algorithm.
-    pub algorithm: Algorithm,
-    /// Its candidates, by limit.
-    pub candidates: Vec<Candidate>,
-    /// The suggestion: the smallest candidate refusing no more than the share (its index).
-    pub chosen: Option<usize>,
-}
-
-/// One window length.
-#[derive(Debug, Clone)]
-pub struct WindowSuggestion {
-    /// The window's length.
-    pub window: Duration,
-    /// The busiest period's percentiles over keys ([`PERCENTILES`]).
-    pub percentiles: Vec<(f64, u64)>,
-    /// The smallest value no more than the share of keys exceeded in their busiest window.
-    pub base: u64,
-    /// Per algorithm.
-    pub algorithms: Vec<AlgorithmCandidates>,
-}
-
-/// A suggestion of limits for one key.
-#[derive(Debug, Clone)]
-pub struct Suggestion {
-    /// The limit whose key is used.
-    pub limit: String,
-    /// Its key parts.
-    pub key_parts: Vec<String>,
-    /// Lines read (one pass).
-    pub lines: u64,
-    /// Lines decided.
-    pub decided: u64,
-    /// Keys in the distribution (a key quiet for an hour and back counts twice).
-    pub keys: u64,
-    /// Distinct keys.
-    pub distinct: KeyCount,
-    /// The share of keys a suggestion may refuse.
-    pub refuse_share: f64,
-    /// That share in keys (rounded down).
-    pub target_keys: u64,
-    /// A key refused at most this often is collateral.
-    pub collateral_max: u64,
-    /// The most keys held at once in pass 1 (the live keys: those heard from in the last
-    /// hour, give or take a sweep's ten minutes).
-    pub peak_live: u64,
-    /// Keys some candidate could refuse, replayed in pass 3.
-    pub suspects: u64,
-    /// Their requests, decided in pass 3.
-    pub suspect_requests: u64,
-    /// Per window length.
-    pub windows: Vec<WindowSuggestion>,
 }

@@ -16,8 +16,9 @@ use super::{
     SuggestOptions, Suggestion, WINDOWS, WindowSuggestion,
 };
 use crate::key_count::{BuildPrehashed, hash_parts};
+use crate::key_mapping::{key_indices, key_text};
 use crate::replay_error::ReplayError;
-use crate::replay_log::{LogOptions, each_decided, key_indices, key_text};
+use crate::replay_log::{LogOptions, each_decided};
 
 /// The candidates of one window and algorithm, as replayed in pass 3.
 #[derive(Debug)]

@@ -23,15 +23,13 @@ use sha2::{Digest, Sha256};
 use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 
 use super::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
+use super::body::{MAX_BODY, body};
 use super::pacing;
-use super::response::{ApiError, BodyTimedOut, Reply};
+use super::response::{ApiError, Reply};
 use super::state::AppState;
 use super::status_body::{self as status, StatusBody};
 use crate::metrics;
 use crate::status::page;
-
-/// The largest request body accepted.
-pub const MAX_BODY: usize = 16 * 1024;
 
 /// The API's routes.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -66,33 +64,6 @@ async fn observe_http(request: axum::extract::Request, next: axum::middleware::N
     let response = next.run(request).await;
     metrics::http_request(route, response.status(), started.elapsed());
     response
-}
-
-/// The body's bytes, or the API's error for an unreadable, oversized or late body.
-pub(super) fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if let Some(BodyTimedOut(after)) = cause::<BodyTimedOut>(&rejection) {
-            return ApiError::BodyTimeout(*after);
-        }
-        match rejection.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(MAX_BODY),
-            _ => ApiError::BadRequest(rejection.body_text()),
-        }
-    })
-}
-
-/// The first `E` in `error`'s chain of causes.
-fn cause<'a, E: std::error::Error + 'static>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a E> {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if let Some(found) = e.downcast_ref::<E>() {
-            return Some(found);
-        }
-        next = e.source();
-    }
-    None
 }
 
 async fn check(

@@ -14,12 +14,14 @@
 //! errors with [`ApiError`] too, so every error a client sees has the same body.
 
 pub mod api;
+mod body;
 mod handlers;
 mod pacing;
 pub mod response;
 pub mod state;
 pub mod status_body;
 
-pub use handlers::{MAX_BODY, router};
+pub use body::MAX_BODY;
+pub use handlers::router;
 pub use response::{ApiError, Reply};
 pub use state::AppState;

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use tollgate::SettleError;
 
 use super::api::{self, AcquireRequest, AdjustBody, AdjustRequest};
-use super::handlers::body;
+use super::body::body;
 use super::response::{ApiError, Reply};
 use super::state::AppState;
 use crate::limits::bounded_key;
