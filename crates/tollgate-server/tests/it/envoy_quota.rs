@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
+    RateLimitOverride,
 };
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -27,7 +27,7 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
 use tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value;
 
 use crate::binary::{Process, config_file, serve_refused};
-use crate::grpc::{Client, code, connect};
+use crate::grpc::{Client, code, connect, descriptor};
 
 /// The reference's `examples/ratelimit/config/` (copied unchanged, see its README).
 const EXAMPLES: &str = concat!(
@@ -37,7 +37,7 @@ const EXAMPLES: &str = concat!(
 
 /// Where a scenario runs.
 #[derive(Debug, Clone, Copy)]
-enum On {
+pub(crate) enum On {
     Memory,
     Redis,
 }
@@ -65,7 +65,8 @@ fn copy_examples(to: &Path) {
     }
 }
 
-fn minute() -> u64 {
+/// The current minute since the epoch, on this host's clock (the limits' windows).
+pub(crate) fn minute() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after the epoch")
@@ -96,19 +97,6 @@ where
         }
     }
     panic!("three runs each straddled a minute's edge");
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).to_owned(),
-                value: (*v).to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
 }
 
 async fn ask(

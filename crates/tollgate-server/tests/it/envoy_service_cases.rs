@@ -15,12 +15,8 @@
 //! calls straddle a minute's edge is run again on a fresh process and store (three runs at
 //! most), and only a run within one minute is compared: a retry, not a wait.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use serde_json::json;
-use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
@@ -28,15 +24,9 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
 };
 
 use crate::binary::{Process, config_file};
-use crate::grpc::{Client, connect};
+use crate::envoy_quota::{On, minute};
+use crate::grpc::{Client, connect, descriptor};
 use crate::support::request;
-
-/// Where a case runs.
-#[derive(Debug, Clone, Copy)]
-enum On {
-    Memory,
-    Redis,
-}
 
 /// One row of a Go test's limits table.
 #[derive(Debug, Clone, Copy)]
@@ -101,19 +91,6 @@ struct Seen {
     global_shadow: f64,
 }
 
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).to_owned(),
-                value: (*v).to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
 async fn ask(client: &mut Client, descriptors: &[&[(&str, &str)]]) -> RateLimitResponse {
     client
         .should_rate_limit(RateLimitRequest {
@@ -124,14 +101,6 @@ async fn ask(client: &mut Client, descriptors: &[&[(&str, &str)]]) -> RateLimitR
         .await
         .expect("ShouldRateLimit answers")
         .into_inner()
-}
-
-fn minute() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch")
-        .as_secs()
-        / 60
 }
 
 /// `case` on a fresh `tollgate serve` (and a fresh Redis): what the call under test answered,

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde_json::json;
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
+    RateLimitOverride,
 };
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
@@ -22,7 +22,7 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
 use tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value;
 
 use crate::binary::{Process, config_file};
-use crate::grpc::{Client, code, connect};
+use crate::grpc::{Client, code, connect, descriptor};
 use crate::support::{eventually, request};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
@@ -59,19 +59,6 @@ fn layout(
         std::fs::write(yaml.join(name), text).expect("write yaml");
     }
     (dir, path)
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).to_owned(),
-                value: (*v).to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
 }
 
 fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {

@@ -38,6 +38,20 @@ pub(crate) async fn connect(addr: SocketAddr) -> Client {
     }
 }
 
+/// A descriptor of `entries` (key, value), nothing else set.
+pub(crate) fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
 /// One call with one descriptor.
 pub(crate) async fn call(
     client: &mut Client,
@@ -46,16 +60,7 @@ pub(crate) async fn call(
 ) -> RateLimitResponse {
     let request = RateLimitRequest {
         domain: domain.to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|(k, v)| Entry {
-                    key: (*k).to_owned(),
-                    value: (*v).to_owned(),
-                })
-                .collect(),
-            ..RateLimitDescriptor::default()
-        }],
+        descriptors: vec![descriptor(entries)],
         hits_addend: 0,
     };
     client
