@@ -173,7 +173,9 @@ fn response<St>(
     }
     if snapshot.dynamic_metadata() {
         let passed = passed(answer, &out.statuses);
-        let metadata = passed.iter().map(|&slot| answer.metadata[slot]);
+        let metadata = passed
+            .iter()
+            .map(|&slot| answer.metadata.get(slot).copied().flatten());
         out.dynamic_metadata = Some(dynamic_metadata::of(request, metadata));
     }
     out

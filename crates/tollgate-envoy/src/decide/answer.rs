@@ -30,7 +30,7 @@ pub(crate) struct Answer<'a> {
     /// decided it found (`None`: matched nothing, or not counted).
     pub(crate) counted: Vec<Option<Counted<'a>>>,
     /// One per descriptor: the YAML `metadata` of the entry that decided it, as the match
-    /// found it (`[envoy] response_dynamic_metadata`).
+    /// found it; empty unless `[envoy] response_dynamic_metadata` is on.
     pub(crate) metadata: Vec<Option<&'a Struct>>,
 }
 

@@ -24,7 +24,8 @@ pub(super) struct Matched<'a, 'o> {
     pub(super) quota: Vec<bool>,
     /// One per descriptor: how it counts in the reference's statistics.
     pub(super) counted: Vec<Option<Counted<'a>>>,
-    /// One per descriptor: the YAML `metadata` of the entry that decides it.
+    /// One per descriptor: the YAML `metadata` of the entry that decides it; empty (no
+    /// allocation) unless responses carry dynamic metadata.
     pub(super) metadata: Vec<Option<&'a Struct>>,
     /// The quota descriptors already decided outside the store calls.
     pub(super) group: Group,
@@ -46,7 +47,11 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
             fixed: Vec::new(),
             quota: vec![false; n],
             counted: Vec::with_capacity(n),
-            metadata: vec![None; n],
+            metadata: if snapshot.dynamic_metadata() {
+                vec![None; n]
+            } else {
+                Vec::new()
+            },
             group: Group::default(),
         };
         matched.counted.resize_with(n, || None);
@@ -59,7 +64,9 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
                 continue;
             };
             matched.counted[slot] = hit.counted;
-            matched.metadata[slot] = hit.metadata;
+            if let Some(metadata) = matched.metadata.get_mut(slot) {
+                *metadata = hit.metadata;
+            }
             match hit.found {
                 Found::Unlimited => matched.fixed.push((slot, Fixed::Unlimited)),
                 Found::Blocked {
