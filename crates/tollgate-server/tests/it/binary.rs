@@ -226,11 +226,7 @@ async fn serve_reload_and_terminate() {
         "the raised limit never took effect; log:\n{}",
         process.log()
     );
-    assert!(
-        process.log().contains("config reloaded"),
-        "{}",
-        process.log()
-    );
+    assert!(process.logged("config reloaded").await, "{}", process.log());
 
     process.terminate();
     assert!(process.log().contains("shutting down"), "{}", process.log());
