@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::google::protobuf::Struct;
-use tollgate::{LimitDecision, Verdict};
+use tollgate::LimitDecision;
 
 use super::items::Item;
 use crate::Unit;
+use crate::matching::Rule;
 use crate::metrics::Counted;
 
 /// The answer to a request before it is put in protobuf.
@@ -89,29 +90,34 @@ impl<'a> Answer<'a> {
         }
     }
 
-    /// Records `verdict`'s decisions for the descriptors of `batch`, in order.
-    pub(super) fn fill(&mut self, batch: &[&Item<'_>], verdict: &Verdict) {
-        for (item, d) in batch.iter().zip(verdict.decisions()) {
-            for &slot in &item.slots {
-                self.outcomes[slot] = Some(d.clone());
-                self.shown[slot] = Some(Shown {
-                    name: item.rule.shown.clone(),
-                    unit: item.rule.unit,
-                    own_shadow: item.rule.own_shadow,
-                });
+    /// Records `d`, the decision of `item`, for each of its descriptors, shown as the rule
+    /// that matched it. (An item decided at an effective limit, `rates.rs`, shows each
+    /// descriptor's own rate.)
+    pub(super) fn fill(&mut self, item: &Item<'_>, d: &LimitDecision) {
+        for (&slot, &(rule, _)) in item.slots.iter().zip(&item.each) {
+            let mut d = d.clone();
+            if item.limit.is_some() {
+                d.quota = rule.quota;
+                d.decision.limit = rule.capacity;
             }
+            self.set(slot, rule, d);
         }
     }
 
-    /// Marks the descriptors of `too_costly` refused, whatever the peek at their capacity
-    /// said: they can never pass.
-    pub(super) fn never(&mut self, too_costly: &[&Item<'_>]) {
-        for item in too_costly {
-            for &slot in &item.slots {
-                if let Some(d) = &mut self.outcomes[slot] {
-                    d.decision = d.decision.never();
-                }
-            }
+    /// Records `d` for descriptor `slot`, decided by `rule`.
+    pub(super) fn set(&mut self, slot: usize, rule: &Rule, d: LimitDecision) {
+        self.outcomes[slot] = Some(d);
+        self.shown[slot] = Some(Shown {
+            name: rule.shown.clone(),
+            unit: rule.unit,
+            own_shadow: rule.own_shadow,
+        });
+    }
+
+    /// Marks `slot` refused, whatever the peek at its capacity said: it can never pass.
+    pub(super) fn never(&mut self, slot: usize) {
+        if let Some(d) = &mut self.outcomes[slot] {
+            d.decision = d.decision.never();
         }
     }
 }

@@ -2,12 +2,13 @@
 //! (too costly descriptors, or everything once the request is refused), the check-only
 //! peek, and the one atomic call that charges.
 
-use tollgate::{Ask, Limiter, Need, Op, Outcome, Store, Verdict};
+use tollgate::{Ask, LimitDecision, Limiter, Need, Op, Outcome, Store, Verdict};
 use tonic::Status;
 
 use super::Group;
 use super::answer::Answer;
 use super::items::{Item, cost};
+use super::rates;
 
 /// The limiter a call is decided by, and whether refusals are charged.
 pub(super) struct Calls<'l, St: Store> {
@@ -33,8 +34,7 @@ impl<St: Store> Calls<'_, St> {
             optional,
         };
         let verdict = run(self.limiter, items, Op::Peek, mode).await?;
-        answer.fill(items, &verdict);
-        Ok(())
+        self.record(answer, items, &verdict, Op::Peek).await
     }
 
     /// Check only: whether a unit is left, charging nothing; when refusals are charged,
@@ -54,16 +54,21 @@ impl<St: Store> Calls<'_, St> {
             optional: group.passed,
         };
         let verdict = run(self.limiter, peeked, Op::Peek, mode).await?;
-        answer.fill(peeked, &verdict);
+        self.record(answer, peeked, &verdict, Op::Peek).await?;
         let mut vetoed = false;
-        for (item, d) in peeked.iter().zip(verdict.decisions()) {
-            if item.rule.shadow {
-                continue;
-            }
-            if item.quota {
-                group.outside(d.decision.is_allowed());
-            } else if !d.decision.is_allowed() {
-                vetoed = true;
+        for item in peeked {
+            for (&slot, &(rule, _)) in item.slots.iter().zip(&item.each) {
+                if rule.shadow {
+                    continue;
+                }
+                let allowed = answer.outcomes[slot]
+                    .as_ref()
+                    .is_some_and(|d| d.decision.is_allowed());
+                if answer.quota[slot] {
+                    group.outside(allowed);
+                } else if !allowed {
+                    vetoed = true;
+                }
             }
         }
         Ok(vetoed)
@@ -98,9 +103,82 @@ impl<St: Store> Calls<'_, St> {
             optional: group.passed,
         };
         let verdict = run(self.limiter, fits, op, mode).await?;
-        answer.fill(fits, &verdict);
+        self.record(answer, fits, &verdict, op).await?;
         answer.allowed &= verdict.outcome() == Outcome::Allowed;
         Ok(())
+    }
+
+    /// Records `verdict`, `batch` decided with `op`, descriptor by descriptor: several on one
+    /// counter each at its own rate (`rates.rs`; one more peek for those whose count the
+    /// decision cannot tell), and one too costly refused whatever its peek said.
+    async fn record(
+        &self,
+        answer: &mut Answer<'_>,
+        batch: &[&Item<'_>],
+        verdict: &Verdict,
+        op: Op,
+    ) -> Result<(), Status> {
+        let admitted = verdict.outcome() == Outcome::Allowed;
+        let mut unread = Vec::new();
+        for (&item, d) in batch.iter().zip(verdict.decisions()) {
+            answer.fill(item, d);
+            if !rates::splits(item, d) {
+                if item.too_costly() {
+                    item.slots.iter().for_each(|&slot| answer.never(slot));
+                }
+                continue;
+            }
+            let charged =
+                op == Op::Check && (self.counting || (admitted && d.decision.is_allowed()));
+            match rates::count_before(&d.decision, cost(item), charged) {
+                Some(count) => self.split(answer, item, d, count, charged),
+                None => unread.push((item, d, charged)),
+            }
+        }
+        if unread.is_empty() {
+            return Ok(());
+        }
+        // Their decisions are clamped: read their counts with a peek at a wider limit.
+        let wide: Vec<Option<Item<'_>>> = unread
+            .iter()
+            .map(|(item, ..)| rates::wide(item, self.limiter))
+            .collect();
+        let peeks: Vec<&Item<'_>> = wide.iter().flatten().collect();
+        let mode = Mode {
+            counting: false,
+            optional: false,
+        };
+        let read = run(self.limiter, &peeks, Op::Peek, mode).await?;
+        let mut read = read.decisions().iter();
+        for ((item, d, charged), wide) in unread.into_iter().zip(&wide) {
+            let count = wide
+                .as_ref()
+                .and_then(|_| read.next())
+                .and_then(|w| rates::count_from_wide(item, w, charged));
+            match count {
+                Some(count) => self.split(answer, item, d, count, charged),
+                None if item.too_costly() => {
+                    item.slots.iter().for_each(|&slot| answer.never(slot));
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers each descriptor of `item` at its own rate from `count`, the counter before
+    /// the call.
+    fn split(
+        &self,
+        answer: &mut Answer<'_>,
+        item: &Item<'_>,
+        d: &LimitDecision,
+        count: u64,
+        charged: bool,
+    ) {
+        for (slot, rule, decided) in rates::answers(item, d, count, charged, self.counting) {
+            answer.set(slot, rule, decided);
+        }
     }
 }
 
@@ -129,8 +207,9 @@ async fn run<St: Store>(
     };
     let asks = batch.iter().map(|item| {
         let rule = item.rule;
-        let ask = match &rule.own {
-            // A descriptor's `limit` override: a limit made for this request (matching/overrides.rs).
+        // A descriptor's `limit` override (matching/overrides.rs), or the limit of several
+        // descriptors at different rates (rates.rs): a limit made for this request.
+        let ask = match item.limit.as_deref().or(rule.own.as_deref()) {
             Some(own) => Ask::limit(own, &item.parts),
             None => Ask::named(&rule.limit, &item.parts),
         };

@@ -3,6 +3,9 @@
 
 use std::collections::HashSet;
 use std::collections::hash_map::{self, HashMap};
+use std::sync::Arc;
+
+use tollgate::Limit;
 
 use crate::matching::Rule;
 
@@ -12,12 +15,50 @@ pub(super) struct Item<'a> {
     /// The descriptors (indexes) this item decides: several when they name the same limit
     /// and key, which are then one check of their summed cost.
     pub(super) slots: Vec<usize>,
+    /// One per slot: the rule that matched the descriptor and its cost. The rules of one
+    /// item name one counter, but a `limit` override counts on it at its own rate.
+    pub(super) each: Vec<(&'a Rule, u64)>,
+    /// The first descriptor's rule, which decides the item unless `limit` is set.
     pub(super) rule: &'a Rule,
     pub(super) parts: Vec<(&'a str, &'a str)>,
-    /// The hits to charge; 0 for a check-only descriptor (`hits_addend` 0).
+    /// The hits to charge (the sum of `each`'s); 0 for check-only descriptors (`hits_addend`
+    /// 0).
     pub(super) cost: u64,
     /// A quota descriptor (its own `quota_mode` or global quota mode).
     pub(super) quota: bool,
+    /// The largest cost the item can ever admit: its rule's capacity, or what its
+    /// descriptors' rates leave for their sum (`rates.rs`).
+    pub(super) capacity: u64,
+    /// The limit the item is decided at when its descriptors count at different rates
+    /// (`rates.rs`); else its rule's.
+    pub(super) limit: Option<Arc<Limit>>,
+}
+
+impl<'a> Item<'a> {
+    /// The item of one descriptor, `slot`, matched by `rule` with `parts`.
+    pub(super) fn new(
+        slot: usize,
+        rule: &'a Rule,
+        parts: Vec<(&'a str, &'a str)>,
+        cost: u64,
+        quota: bool,
+    ) -> Self {
+        Item {
+            slots: vec![slot],
+            each: vec![(rule, cost)],
+            rule,
+            parts,
+            cost,
+            quota,
+            capacity: rule.capacity,
+            limit: None,
+        }
+    }
+
+    /// Whether the item is too costly to ever pass.
+    pub(super) fn too_costly(&self) -> bool {
+        self.cost > self.capacity
+    }
 }
 
 /// Drops the items whose imported limit another matched item `replaces` (by name).
@@ -58,6 +99,7 @@ pub(super) fn merge_same_key(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
                 let same = &mut items[*at.get()];
                 same.cost = same.cost.saturating_add(item.cost);
                 same.slots.extend(item.slots);
+                same.each.extend(item.each);
             }
             hash_map::Entry::Vacant(at) => {
                 at.insert(items.len());
@@ -96,7 +138,7 @@ pub(crate) fn descriptor_cost(
 /// unit left?), or its limit's capacity for a too costly item (peeked only, to report the
 /// limit's state).
 pub(super) fn cost(item: &Item<'_>) -> u64 {
-    item.cost.clamp(1, item.rule.capacity.max(1))
+    item.cost.clamp(1, item.capacity.max(1))
 }
 
 #[cfg(test)]
@@ -120,13 +162,7 @@ mod tests {
     }
 
     fn item<'a>(slot: usize, rule: &'a Rule, parts: Vec<(&'a str, &'a str)>) -> Item<'a> {
-        Item {
-            slots: vec![slot],
-            rule,
-            parts,
-            cost: 1,
-            quota: false,
-        }
+        Item::new(slot, rule, parts, 1, false)
     }
 
     /// 100,000 descriptors, each key twice: 50,000 items of cost 2, in first-seen order.

@@ -93,13 +93,13 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
                 }
                 Found::Limited(rule, parts) => {
                     matched.quota[slot] = rule.quota_mode || global_quota;
-                    matched.found.push(Item {
-                        slots: vec![slot],
+                    matched.found.push(Item::new(
+                        slot,
                         rule,
                         parts,
-                        cost: descriptor_cost(d, default_cost),
-                        quota: matched.quota[slot],
-                    });
+                        descriptor_cost(d, default_cost),
+                        matched.quota[slot],
+                    ));
                 }
             }
         }

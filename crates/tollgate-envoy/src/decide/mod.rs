@@ -9,8 +9,10 @@
 //! policies are the limiter's, as for every face.
 //!
 //! Descriptors naming the same limit and key are one check of their summed cost (Envoy's own
-//! service counts each descriptor, so the same counter hit twice takes two units). They are
-//! found through a hash map, not by comparing each descriptor with every earlier one: that
+//! service counts each descriptor, so the same counter hit twice takes two units), each
+//! answered as the reference counts them, one after the other at its own rate (`rates.rs`,
+//! which also sets the limit such an item is decided at when a `limit` override shares the
+//! counter at another rate). They are found through a hash map, not by comparing each descriptor with every earlier one: that
 //! was quadratic, and 30,000 descriptors held a runtime thread for 8 s. A call's size is
 //! capped before anything else (`caps.rs`), and every step here is linear in it.
 //!
@@ -57,7 +59,8 @@
 //!
 //! The files: `answer.rs` (what a call answers before protobuf), `matched.rs` (descriptors
 //! to items, the one pass over the request), `items.rs` (merging and replacing items),
-//! `calls.rs` (the store calls: peeks and the charging call).
+//! `rates.rs` (several descriptors on one counter), `calls.rs` (the store calls: peeks and the
+//! charging call).
 
 use std::time::Duration;
 
@@ -71,6 +74,7 @@ mod answer;
 mod calls;
 mod items;
 mod matched;
+mod rates;
 
 pub(crate) use answer::{Answer, Fixed, Shown};
 pub(crate) use items::descriptor_cost;
@@ -112,14 +116,17 @@ pub(crate) async fn decide<'a, St: Store>(
     let (check_only, charged): (Vec<Item<'_>>, Vec<Item<'_>>) =
         found.into_iter().partition(|i| i.cost == 0);
     let check_only = merge_same_key(check_only);
-    let charged = merge_same_key(charged);
+    let mut charged = merge_same_key(charged);
+    for item in &mut charged {
+        rates::effective(item, snapshot.limiter());
+    }
     // A 0-per-unit descriptor (not shadow) refuses the request unless it is a quota one.
     let mut vetoed = fixed
         .iter()
         .any(|(slot, f)| matches!(f, Fixed::Blocked { shadow: false, .. }) && !quota[*slot]);
     let mut answer = Answer::new(request.descriptors.len(), fixed, quota, counted, metadata);
-    let (fits, too_costly): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
-        charged.iter().partition(|i| i.cost <= i.rule.capacity);
+    let (too_costly, fits): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
+        charged.iter().partition(|i| i.too_costly());
     for item in too_costly.iter().filter(|i| !i.rule.shadow) {
         if item.quota {
             group.outside(false);
@@ -142,7 +149,6 @@ pub(crate) async fn decide<'a, St: Store>(
         vetoed |= calls.check_only(&mut answer, &peeked, &mut group).await?;
         calls.charge(&mut answer, &fits, &group, vetoed).await?;
     }
-    answer.never(&too_costly);
     Ok(answer)
 }
 

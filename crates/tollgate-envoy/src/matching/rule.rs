@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::google::protobuf::Struct;
-use tollgate::Limit;
+use tollgate::{Algorithm, Limit, Quota};
 
 use crate::Unit;
 use crate::metrics::StatKey;
@@ -27,6 +27,12 @@ pub(crate) struct Rule {
     pub(crate) shown: Arc<str>,
     /// The largest cost the limit can ever admit.
     pub(crate) capacity: u64,
+    /// The limit's quota, what `current_limit` shows.
+    pub(crate) quota: Quota,
+    /// Whether the limit is a fixed window: its count is in units and its decision shows it
+    /// (`limit - remaining`), which is what answers each of several descriptors on one
+    /// counter at its own rate (`decide/rates.rs`).
+    pub(crate) fixed_window: bool,
     /// Whether the limit takes every key part it is given (no fixed key shape).
     pub(crate) open_key: bool,
     /// An imported limit's `rate_limit.name`, what `replaces` refers to.
@@ -55,6 +61,8 @@ impl Rule {
             quota_mode: false,
             shown: limit.name_arc().clone(),
             capacity: limit.capacity(),
+            quota: *limit.quota(),
+            fixed_window: limit.algorithm() == Algorithm::FixedWindow,
             open_key: limit.key_parts().is_none(),
             name: None,
             replaces: Box::new([]),

@@ -78,7 +78,8 @@ async fn an_override_counts_in_windows_of_its_unit() {
 }
 
 /// The descriptor's `hits_addend` is the cost; two descriptors with the same override and
-/// entries are one counter of their summed cost (refused whole when it does not fit).
+/// entries are one counter of their summed cost (refused whole when it does not fit), each
+/// answered as the reference counts them, one after the other.
 #[tokio::test]
 async fn costs_and_same_key_descriptors() {
     let mut rls = Rls::start(limits(), RULES).await;
@@ -92,9 +93,13 @@ async fn costs_and_same_key_descriptors() {
             Unit::Hour,
         )
     };
-    assert_eq!(remaining(&rls.call(twice()).await), [(OK, 1), (OK, 1)]);
+    // Each answered as counted in turn, as the reference counts (2 + 1, then + 1 of 5).
+    assert_eq!(remaining(&rls.call(twice()).await), [(OK, 2), (OK, 1)]);
+    // 4 counted: the first would be the 5th (OK), the second the 6th (over); nothing is
+    // charged, so each shows the 1 left.
     let r = rls.call(twice()).await;
     assert_eq!(r.overall_code, OVER, "{r:?}");
+    assert_eq!(remaining(&r), [(OK, 1), (OVER, 1)]);
     // Nothing was charged by the refusal.
     let one = overridden(request("edge", &[&[("user", "b")]], 0), 5, Unit::Hour);
     assert_eq!(remaining(&rls.call(one).await), [(OK, 0)]);
@@ -207,5 +212,75 @@ async fn a_refusal_remembered_for_one_rate_never_answers_for_another() {
     assert_eq!(remaining(&rls.call(rate(10)).await), [(OK, 5)]);
     assert_eq!(remaining(&rls.call(rate(4)).await), [(OVER, 0)]);
     assert_eq!(remaining(&rls.call(rate(6)).await), [(OK, 0)]);
+    rls.stop().await;
+}
+
+/// `share` with both descriptors: `user=<user>` at the YAML rate and the same with the
+/// override `per_unit` a minute, in `order` (YAML first when true).
+fn yaml_and_override(user: &str, per_unit: u32, yaml_first: bool) -> RateLimitRequest {
+    let mut r = request("share", &[&[("user", user)], &[("user", user)]], 0);
+    let at = usize::from(yaml_first);
+    r.descriptors[at].limit = Some(RateLimitOverride {
+        requests_per_unit: per_unit,
+        unit: Unit::Minute as i32,
+    });
+    r
+}
+
+/// An override and the YAML descriptor it shares a counter with, in one call: as the
+/// reference counts them, one after the other, each at its own rate (10 and 5 a minute).
+/// The call is admitted only when both are, and a refused one charges nothing.
+#[tokio::test]
+async fn an_override_and_its_yaml_limit_in_one_call_count_in_turn() {
+    let mut rls = Rls::start_imported(&[("share.yaml", SHARE_YAML)], "[envoy]\n").await;
+    let both = |yaml_first| yaml_and_override("a", 5, yaml_first);
+    // Counted 0 → 2 → 4: the YAML one sees 1 then 3 of 10, the override 2 then 4 of 5.
+    assert_eq!(remaining(&rls.call(both(true)).await), [(OK, 9), (OK, 3)]);
+    assert_eq!(remaining(&rls.call(both(true)).await), [(OK, 7), (OK, 1)]);
+    // At 4, the override second would be the 6th of 5: refused, nothing charged (4 left
+    // show as 6 of 10 and 1 of 5). Deciding the sum at the first's rate admitted it.
+    let r = rls.call(both(true)).await;
+    assert_eq!(r.overall_code, OVER, "{r:?}");
+    assert_eq!(remaining(&r), [(OK, 6), (OVER, 1)]);
+    // The override first is the 5th of 5, the YAML one the 6th of 10: both pass.
+    let r = rls.call(both(false)).await;
+    assert_eq!(r.overall_code, OK, "{r:?}");
+    assert_eq!(remaining(&r), [(OK, 0), (OK, 4)]);
+    assert_eq!(remaining(&rls.call(share("a", None)).await), [(OK, 3)]);
+    // Each descriptor shows its own rate.
+    let r = rls.call(both(true)).await;
+    let shown: Vec<u32> = r
+        .statuses
+        .iter()
+        .map(|s| s.current_limit.as_ref().expect("limit").requests_per_unit)
+        .collect();
+    assert_eq!(shown, [10, 5], "{r:?}");
+    rls.stop().await;
+}
+
+/// The same with refusals charged (`refusals = "charged"`): every call counts both
+/// descriptors, and each is over when its own count passes its rate, as the reference
+/// answers; the count of a refused call is read back past the clamped remaining.
+#[tokio::test]
+async fn an_override_and_its_yaml_limit_in_one_call_with_counted_refusals() {
+    let mut rls = Rls::start_imported(
+        &[("share.yaml", SHARE_YAML)],
+        "[envoy]\nrefusals = \"charged\"\n",
+    )
+    .await;
+    let both = || yaml_and_override("a", 5, true);
+    assert_eq!(remaining(&rls.call(both()).await), [(OK, 9), (OK, 3)]);
+    assert_eq!(remaining(&rls.call(both()).await), [(OK, 7), (OK, 1)]);
+    // 4 → 6: the YAML one is the 5th of 10, the override the 6th of 5.
+    let r = rls.call(both()).await;
+    assert_eq!(r.overall_code, OVER, "{r:?}");
+    assert_eq!(remaining(&r), [(OK, 5), (OVER, 0)]);
+    // 6 → 8.
+    assert_eq!(remaining(&rls.call(both()).await), [(OK, 3), (OVER, 0)]);
+    // 8 → 10: the YAML one is the 9th, still within its 10.
+    assert_eq!(remaining(&rls.call(both()).await), [(OK, 1), (OVER, 0)]);
+    // 10 → 12: now both are past their rates.
+    assert_eq!(remaining(&rls.call(both()).await), [(OVER, 0), (OVER, 0)]);
+    assert_eq!(remaining(&rls.call(share("a", None)).await), [(OVER, 0)]);
     rls.stop().await;
 }

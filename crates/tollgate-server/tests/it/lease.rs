@@ -161,7 +161,11 @@ async fn reload_and_sigterm_give_leases_back() {
     );
     // The line is logged once Redis has answered the give-back, so a moment after the
     // count drops.
-    assert!(process.logged("leases given back").await, "{}", process.log());
+    assert!(
+        process.logged("leases given back").await,
+        "{}",
+        process.log()
+    );
 
     assert_eq!(hammer(process.addr, 2, 1).await, 2);
     assert_eq!(redis_state(&redis).0, 3 + K + 1);

@@ -7,6 +7,7 @@ mod bad_input;
 mod binary;
 mod config;
 mod envoy_health;
+mod envoy_one_counter;
 mod envoy_quota;
 mod envoy_reference;
 mod envoy_service_cases;

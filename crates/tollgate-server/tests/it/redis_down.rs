@@ -85,7 +85,11 @@ async fn starts_and_serves_by_policy_while_redis_is_down() {
         1,
         "the check wrote its key to Redis"
     );
-    assert!(process.logged("connected to redis").await, "{}", process.log());
+    assert!(
+        process.logged("connected to redis").await,
+        "{}",
+        process.log()
+    );
 }
 
 /// A wrong password is not an outage: the process refuses to start and says why.
