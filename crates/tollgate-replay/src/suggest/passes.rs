@@ -9,7 +9,7 @@ use std::io::BufRead;
 use tollgate::rules::{AnyRule, AnyState};
 use tollgate::{Algorithm, Limit, Quota};
 
-use super::busiest::{Suspect, busiest_pass, could_refuse};
+use super::busiest::{Suspect, busiest_pass, compact, could_refuse};
 use super::distribution::{Distribution, percentile};
 use super::{
     AlgorithmCandidates, Candidate, FACTORS, N, NAMED, PERCENTILES, STATE_QUIET_S, SWEEP_S,
@@ -194,7 +194,10 @@ fn replay_suspects<R: BufRead>(
     each_decided(reader, options, &mut |now, _, event| {
         let second = now / 1_000_000;
         if second >= next_sweep {
+            let before = live.len();
             live.retain(|_, l| l.last + STATE_QUIET_S > second);
+            let removed = before - live.len();
+            compact(&mut live, removed);
             next_sweep = second + SWEEP_S;
         }
         let h = hash_parts(parts.iter().map(|(_, i)| event.values[*i].as_str()));
