@@ -191,6 +191,40 @@ pub(crate) fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf)
     (dir, path)
 }
 
+/// A `tollgate serve` with a gRPC port and `[envoy] config_dir = "ratelimit"` holding `yaml`
+/// (file name, contents), `envoy` added to `[envoy]`, on a fresh Redis when `redis` (which it
+/// holds), else on the memory store.
+pub(crate) struct EnvoyServe {
+    pub(crate) process: Process,
+    _dir: tempfile::TempDir,
+    _redis: Option<tollgate_testkit::RedisServer>,
+}
+
+impl EnvoyServe {
+    pub(crate) fn start(redis: bool, envoy: &str, yaml: &[(&str, &str)]) -> EnvoyServe {
+        let redis = redis.then(tollgate_testkit::RedisServer::start);
+        let grpc = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port");
+        let store = redis.as_ref().map_or(String::new(), |r| {
+            format!("[store]\nredis = \"{}\"\ntimeout = \"2s\"\n\n", r.url())
+        });
+        let (dir, path) = config_file(&format!(
+            "[server]\ngrpc = \"{grpc}\"\n\n{store}[envoy]\nconfig_dir = \"ratelimit\"\n{envoy}\n"
+        ));
+        let at = dir.path().join("ratelimit");
+        std::fs::create_dir_all(&at).expect("mkdir");
+        for (name, text) in yaml {
+            std::fs::write(at.join(name), text).expect("write yaml");
+        }
+        EnvoyServe {
+            process: Process::serve(&path),
+            _dir: dir,
+            _redis: redis,
+        }
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();

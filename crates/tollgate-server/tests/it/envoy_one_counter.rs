@@ -16,7 +16,7 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_r
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use crate::binary::{Process, config_file};
+use crate::binary::EnvoyServe;
 use crate::envoy_quota::On;
 use crate::grpc::{connect, descriptor};
 
@@ -53,20 +53,8 @@ fn both(override_first: bool) -> RateLimitRequest {
 /// The `calls` on a fresh `tollgate serve` (`envoy`: the `[envoy]` settings), or `None` when
 /// they straddled an hour's edge.
 async fn run_once(on: On, envoy: &str, calls: &[bool]) -> Option<Vec<Seen>> {
-    let redis = matches!(on, On::Redis).then(tollgate_testkit::RedisServer::start);
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
-    let store = redis.as_ref().map_or(String::new(), |r| {
-        format!("[store]\nredis = \"{}\"\ntimeout = \"2s\"\n\n", r.url())
-    });
-    let (dir, path) = config_file(&format!(
-        "[server]\ngrpc = \"{grpc}\"\n\n{store}[envoy]\nconfig_dir = \"ratelimit\"\n{envoy}\n"
-    ));
-    let yaml = dir.path().join("ratelimit");
-    std::fs::create_dir_all(&yaml).expect("mkdir");
-    std::fs::write(yaml.join("share.yaml"), YAML).expect("write yaml");
-    let process = Process::serve(&path);
+    let served = EnvoyServe::start(matches!(on, On::Redis), envoy, &[("share.yaml", YAML)]);
+    let process = &served.process;
     let mut client = connect(process.grpc.expect("grpc address")).await;
     let start = hour();
     let mut seen = Vec::new();

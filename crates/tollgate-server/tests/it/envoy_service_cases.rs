@@ -23,7 +23,7 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse,
 };
 
-use crate::binary::{Process, config_file};
+use crate::binary::EnvoyServe;
 use crate::envoy_quota::{On, minute};
 use crate::grpc::{Client, connect, descriptor};
 use crate::support::request;
@@ -106,25 +106,13 @@ async fn ask(client: &mut Client, descriptors: &[&[(&str, &str)]]) -> RateLimitR
 /// `case` on a fresh `tollgate serve` (and a fresh Redis): what the call under test answered,
 /// or `None` when the run straddled a minute's edge.
 async fn run_once(on: On, case: &Case) -> Option<Seen> {
-    let redis = matches!(on, On::Redis).then(tollgate_testkit::RedisServer::start);
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
-    let store = redis.as_ref().map_or(String::new(), |r| {
-        format!("[store]\nredis = \"{}\"\ntimeout = \"2s\"\n\n", r.url())
-    });
-    let (dir, path) = config_file(&format!(
-        "[server]\ngrpc = \"{grpc}\"\n\n{store}[envoy]\nconfig_dir = \"ratelimit\"\n{}\n",
-        case.envoy
-    ));
-    let yaml = dir.path().join("ratelimit");
-    std::fs::create_dir_all(&yaml).expect("mkdir");
-    std::fs::write(
-        yaml.join("quota.yaml"),
-        quota_domain(case.regular, case.quota),
-    )
-    .expect("write yaml");
-    let process = Process::serve(&path);
+    let yaml = quota_domain(case.regular, case.quota);
+    let served = EnvoyServe::start(
+        matches!(on, On::Redis),
+        case.envoy,
+        &[("quota.yaml", &yaml)],
+    );
+    let process = &served.process;
     let mut client = connect(process.grpc.expect("grpc address")).await;
     let start = minute();
     for (entries, times) in [(REGULAR, case.before.0), (QUOTA, case.before.1)] {
