@@ -487,3 +487,43 @@ fn a_full_store_is_counted() {
         .sum();
     assert_eq!(counted, 7);
 }
+
+/// Keys that come and go (a seventh of them swept and as many new ones, 300 times) keep a
+/// shard's map at the size it had. Without the sweep's rebuild it doubled after about 40
+/// rounds: removed keys leave tombstones, and the map grows rather than clean up in place.
+#[test]
+fn churn_does_not_grow_a_shard() {
+    let l = limit("churn", Algorithm::FixedWindow);
+    let rule = crate::rules::AnyRule::new(Algorithm::FixedWindow, l.quota());
+    let key = |i: u64| {
+        Key::new(
+            &Namespace::default(),
+            &l,
+            &[("user", i.to_string().as_str())],
+        )
+    };
+    let slot = |at: u64| Slot {
+        state: rule.empty_state(),
+        replenished_at: at,
+    };
+    let mut shard = Shard::default();
+    let n = 20_000_u64;
+    for i in 0..n {
+        shard.insert(&key(i), slot(i));
+    }
+    let fresh = shard.map.capacity();
+    let mut next = n;
+    for round in 0..300 {
+        assert_eq!(shard.sweep(next - n + 2_999), 3_000);
+        for _ in 0..3_000 {
+            shard.insert(&key(next), slot(next));
+            next += 1;
+        }
+        assert_eq!(shard.map.len(), 20_000);
+        assert!(
+            shard.map.capacity() <= fresh,
+            "round {round}: {} > {fresh}",
+            shard.map.capacity()
+        );
+    }
+}
