@@ -10,9 +10,7 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use tollgate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
@@ -60,20 +58,14 @@ fn serve(extra: &str) -> (tempfile::TempDir, Process) {
     (dir, Process::serve(&path))
 }
 
+/// `grpc::descriptor` of `entries`, with the override `limit` (requests per unit, unit).
 fn descriptor(entries: &[(&str, &str)], limit: Option<(u32, i32)>) -> RateLimitDescriptor {
     RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).to_owned(),
-                value: (*v).to_owned(),
-            })
-            .collect(),
         limit: limit.map(|(requests_per_unit, unit)| RateLimitOverride {
             requests_per_unit,
             unit,
         }),
-        ..RateLimitDescriptor::default()
+        ..crate::grpc::descriptor(entries)
     }
 }
 
