@@ -3,13 +3,13 @@
 //! one, two and three adjacent windows. The busiest windows bound what any algorithm could
 //! refuse the key ([`could_refuse`]), which is what lets pass 3 decide only the suspects.
 
-use std::collections::HashMap;
 use std::io::BufRead;
 
 use tollgate::Algorithm;
 
+use super::tombstones::{Table, Tombstones};
 use super::{N, QUIET_S, SWEEP_S, WINDOWS};
-use crate::key_count::{BuildPrehashed, KeyCount, hash_parts};
+use crate::key_count::{KeyCount, hash_parts};
 use crate::replay_error::ReplayError;
 use crate::replay_log::{LogOptions, Pass, each_decided};
 
@@ -114,15 +114,14 @@ pub(super) fn busiest_pass<R: BufRead>(
     // seven, so a shard chosen by either would leave its keys all alike there (by the top
     // six, a probe matched half the keys it passed).
     const SHARDS: usize = 64;
-    let mut live: Vec<HashMap<u64, Busy, BuildPrehashed>> =
-        (0..SHARDS).map(|_| HashMap::default()).collect();
+    let mut live: Vec<(Table<Busy>, Tombstones)> =
+        (0..SHARDS).map(|_| Default::default()).collect();
     let mut next_sweep = 0_u32;
     let mut base = None;
     let (mut starts, mut starts_of) = (window_starts(0), 0);
     let mut distinct = distinct;
-    let held = |live: &[HashMap<u64, Busy, BuildPrehashed>]| {
-        live.iter().map(|m| m.len() as u64).sum::<u64>()
-    };
+    let held =
+        |live: &[(Table<Busy>, Tombstones)]| live.iter().map(|(m, _)| m.len() as u64).sum::<u64>();
     let pass = each_decided(reader, options, &mut |now, start, event| {
         let base = *base.get_or_insert(start / 1_000_000 / 3_600 * 3_600);
         let second = (now / 1_000_000 - base) as u32;
@@ -135,121 +134,36 @@ pub(super) fn busiest_pass<R: BufRead>(
             starts_of = second;
         }
         live[((h >> 32) % SHARDS as u64) as usize]
+            .0
             .entry(h)
             .or_default()
             .add(second, &starts);
         if second >= next_sweep {
             *peak_live = (*peak_live).max(held(&live));
             if next_sweep > 0 {
-                for shard in &mut live {
-                    let before = shard.len();
-                    shard.retain(|h, b| {
+                for (shard, tombstones) in &mut live {
+                    tombstones.sweep(shard, |h, b| {
                         let keep = u64::from(b.last) + QUIET_S > u64::from(second);
                         if !keep {
                             fold(*h, b);
                         }
                         keep
                     });
-                    let removed = before - shard.len();
-                    compact(shard, removed);
                 }
             }
             next_sweep = second + SWEEP_S as u32;
         }
     })?;
     *peak_live = (*peak_live).max(held(&live));
-    for (h, b) in live.iter().flatten() {
+    for (h, b) in live.iter().flat_map(|(m, _)| m) {
         fold(*h, b);
     }
     Ok(pass)
 }
 
-/// After a sweep, gives `table` back the room its removals took. A removed key can leave a
-/// tombstone, which takes room from new keys until the table is rebuilt; a table whose keys
-/// come and go (a sweep removes what an hour of new keys added) runs out of room while
-/// still little more than half full, and the hash map then doubles rather than clean up in
-/// place: on ten million keys over ten hours every table doubled, 0.67 GB where its keys need
-/// 0.30 GB. So a table left with less room than a quarter of its keys is rebuilt with that
-/// room (the same size or smaller, without tombstones), and one much larger than its keys
-/// (after a busy hour) shrinks. Tables are small (a 64th of the keys), so the copy of one
-/// never holds much at once.
-///
-/// `removed`: how many keys the sweep took out. A table that lost none has no tombstones,
-/// and one short of room then is only full: it grows when it must, not here.
-pub(super) fn compact<V>(table: &mut HashMap<u64, V, BuildPrehashed>, removed: usize) {
-    let (len, capacity) = (table.len(), table.capacity());
-    if capacity > 4 * len + 1_024 {
-        table.shrink_to_fit();
-    } else if removed > 0 && capacity - len < len / 4 && len > 1_024 {
-        let mut fresh = HashMap::with_capacity_and_hasher(len + len / 4, BuildPrehashed::default());
-        fresh.extend(table.drain());
-        *table = fresh;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Keys that come and go (a fifth of them replaced between sweeps, for 200 sweeps) keep
-    /// a table at the size it had: without [`compact`] it doubles (the removals' tombstones
-    /// leave no room, and the map grows rather than clean up). The keys are hashed as the
-    /// replay hashes them: a regular sequence of hashes frees slots too evenly to leave
-    /// tombstones.
-    #[test]
-    fn churn_does_not_grow_a_table() {
-        let key = |i: u64| hash_parts([format!("u{i}").as_str()]);
-        let run = |compacting: bool| {
-            let mut table: HashMap<u64, u64, BuildPrehashed> = HashMap::default();
-            for i in 0..20_000 {
-                table.insert(key(i), i);
-            }
-            let fresh = table.capacity();
-            let mut next = 20_000_u64;
-            let mut largest = fresh;
-            for _ in 0..200 {
-                let oldest = next - 20_000 + 4_000;
-                table.retain(|_, v| *v >= oldest);
-                if compacting {
-                    compact(&mut table, 4_000);
-                }
-                for _ in 0..4_000 {
-                    table.insert(key(next), next);
-                    next += 1;
-                }
-                largest = largest.max(table.capacity());
-            }
-            assert_eq!(table.len(), 20_000);
-            (fresh, largest)
-        };
-        let (fresh, largest) = run(true);
-        assert!(largest <= fresh, "{largest} > {fresh}");
-        let (fresh, largest) = run(false);
-        assert!(
-            largest > fresh,
-            "without compacting the table grows: {largest}"
-        );
-    }
-
-    /// A table that only grows (nothing removed) is never rebuilt ahead of its growth.
-    #[test]
-    fn a_full_table_without_removals_is_left_alone() {
-        let mut table: HashMap<u64, u64, BuildPrehashed> = HashMap::default();
-        let mut i = 0;
-        // Filled until less than a quarter of its keys' room is left.
-        while table.len() < 2_000 || table.capacity() - table.len() >= table.len() / 4 {
-            table.insert(hash_parts([format!("u{i}").as_str()]), i);
-            i += 1;
-        }
-        let capacity = table.capacity();
-        compact(&mut table, 0);
-        assert_eq!(table.capacity(), capacity);
-        compact(&mut table, 1);
-        assert!(
-            table.capacity() > capacity,
-            "with removals it is rebuilt with room"
-        );
-    }
 
     #[test]
     fn busiest_windows_are_clock_aligned() {

@@ -56,6 +56,7 @@ mod busiest;
 mod candidate_limits;
 mod distribution;
 mod passes;
+mod tombstones;
 
 use std::time::Duration;
 

@@ -9,8 +9,9 @@ use std::io::BufRead;
 use tollgate::rules::{AnyRule, AnyState};
 use tollgate::{Algorithm, Limit, Quota};
 
-use super::busiest::{Suspect, busiest_pass, compact, could_refuse};
+use super::busiest::{Suspect, busiest_pass, could_refuse};
 use super::distribution::{Distribution, percentile};
+use super::tombstones::{Table, Tombstones};
 use super::{
     AlgorithmCandidates, Candidate, FACTORS, N, NAMED, PERCENTILES, STATE_QUIET_S, SWEEP_S,
     SuggestOptions, Suggestion, WINDOWS, WindowSuggestion,
@@ -187,17 +188,15 @@ fn replay_suspects<R: BufRead>(
     runs: &mut [Run],
     algorithms: &[Algorithm],
 ) -> Result<(u64, Names), ReplayError> {
-    let mut live: HashMap<u64, Live, BuildPrehashed> = HashMap::default();
+    let mut live: Table<Live> = Table::default();
+    let mut tombstones = Tombstones::default();
     let mut names: Names = HashMap::default();
     let mut suspect_requests = 0_u64;
     let mut next_sweep = 0_u64;
     each_decided(reader, options, &mut |now, _, event| {
         let second = now / 1_000_000;
         if second >= next_sweep {
-            let before = live.len();
-            live.retain(|_, l| l.last + STATE_QUIET_S > second);
-            let removed = before - live.len();
-            compact(&mut live, removed);
+            tombstones.sweep(&mut live, |_, l| l.last + STATE_QUIET_S > second);
             next_sweep = second + SWEEP_S;
         }
         let h = hash_parts(parts.iter().map(|(_, i)| event.values[*i].as_str()));

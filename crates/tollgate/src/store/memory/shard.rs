@@ -23,6 +23,9 @@ pub(super) struct Shard {
     /// reset keys and duplicates stay until they reach the top, or until [`Shard::insert`]
     /// rebuilds the heap.
     by_replenish: BinaryHeap<Due>,
+    /// The map's capacity when it was last built (grown or rebuilt: no tombstones then); see
+    /// [`Shard::compact`].
+    full: usize,
 }
 
 /// A heap entry: 32 bytes, the key shared with the map (an `Arc` clone).
@@ -93,6 +96,8 @@ impl Shard {
             key: key.clone(),
         });
         self.map.insert(key.clone(), slot);
+        // Only an insert grows the map, and a map just grown holds no tombstones.
+        self.full = self.full.max(self.map.capacity());
     }
 
     /// The soonest `replenished_at` of a held key, after bringing the heap's top up to date:
@@ -160,23 +165,33 @@ impl Shard {
         removed
     }
 
-    /// Gives the map back the room removed keys took. A removed key can leave a tombstone,
-    /// which takes room from new keys until the map is rebuilt; a shard whose keys come and
-    /// go runs out of room while little more than half full, and the map then doubles (on
-    /// the decision path, inside an insert) rather than clean up in place. So after a sweep
-    /// that removed keys, a map left with less room than a quarter of its keys is rebuilt
-    /// with that room, here on the sweeper, at the same size. (Measured in the replay's
-    /// `--suggest`, whose tables churn the same way: 0.68 GB, 0.39 GB rebuilt.) The rebuild
-    /// holds the shard's lock as the doubling did: 0.4 ms for the 15,625 keys of a shard at
-    /// the default cap (release build, 2026-12-06), now and then instead of once.
+    /// Gives the map back the room removed keys' tombstones took, once they outweigh it. A
+    /// removed key can leave a tombstone, which takes room from new keys until the map is
+    /// rebuilt; a shard whose keys come and go runs out of room while little more than half
+    /// full, and the map then doubles (on the decision path, inside an insert) rather than
+    /// clean up in place. The map does not say how many tombstones it holds, but they are
+    /// what its capacity (keys plus room) lost since it was last built: [`Shard::insert`]
+    /// notes that capacity after each insert, the only place the map grows. So once the
+    /// tombstones exceed half the room left (and an eighth of the keys, and 256: rebuilds
+    /// stay amortized over the removals), the map is rebuilt here, on the sweeper, at the
+    /// same size; a map that is merely well filled grows when a key needs the room, never
+    /// early. (Measured in the replay's `--suggest`, whose tables churn the same way: 0.68
+    /// GB, 0.39 GB rebuilt.) The rebuild holds the shard's lock as the doubling did: 0.4 ms
+    /// for the 15,625 keys of a shard at the default cap (release build, 2026-12-06), now
+    /// and then instead of once.
     fn compact(&mut self) {
         let (len, capacity) = (self.map.len(), self.map.capacity());
-        if len > 1_024 && capacity - len < len / 4 {
-            let mut fresh =
-                HashMap::with_capacity_and_hasher(len + len / 4, BuildKeyHasher::default());
+        if self.tombstones() > ((capacity - len) / 2).max(len / 8).max(256) {
+            let mut fresh = HashMap::with_capacity_and_hasher(self.full, BuildKeyHasher::default());
             fresh.extend(self.map.drain());
             self.map = fresh;
+            self.full = self.map.capacity();
         }
+    }
+
+    /// How many of the map's slots removed keys' tombstones hold.
+    pub(super) fn tombstones(&self) -> usize {
+        self.full.saturating_sub(self.map.capacity())
     }
 }
 

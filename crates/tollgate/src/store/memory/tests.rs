@@ -527,3 +527,74 @@ fn churn_does_not_grow_a_shard() {
         );
     }
 }
+
+/// A well-filled shard (under a tenth of its map's room left) that a sweep leaves with few
+/// tombstones keeps its map's size: it grows when a key needs the room, not ahead of it.
+/// (Rebuilding at "room below a quarter of the keys", as before, doubled it here.) In a
+/// shard with a fifth of its room left, keys that come and go leave tombstones, which are
+/// counted, and once they outweigh the room a sweep rebuilds the map with all its room
+/// back, at the same size.
+#[test]
+fn a_well_filled_shard_keeps_its_size_and_is_rebuilt_only_for_tombstones() {
+    let l = limit("filled", Algorithm::FixedWindow);
+    let rule = crate::rules::AnyRule::new(Algorithm::FixedWindow, l.quota());
+    let key = |i: u64| {
+        Key::new(
+            &Namespace::default(),
+            &l,
+            &[("user", i.to_string().as_str())],
+        )
+    };
+    let slot = |at: u64| Slot {
+        state: rule.empty_state(),
+        replenished_at: at,
+    };
+    // A shard of at least 2,000 keys (held from 0 on) with under 1/`share` of its room left;
+    // with the next key.
+    let filled = |share: usize| {
+        let mut shard = Shard::default();
+        let mut next = 0_u64;
+        while shard.map.len() < 2_000
+            || share * (shard.map.capacity() - shard.map.len()) >= shard.map.capacity()
+        {
+            shard.insert(&key(next), slot(next));
+            next += 1;
+        }
+        (shard, next)
+    };
+
+    let (mut shard, _) = filled(10);
+    let capacity = shard.map.capacity();
+    assert_eq!(shard.sweep(9), 10);
+    assert!(shard.tombstones() <= 10);
+    assert!(
+        shard.map.capacity() <= capacity,
+        "{} > {capacity}",
+        shard.map.capacity()
+    );
+
+    // Churn, 100 keys at a time, until the tombstones outweigh the room (as the sweep counts
+    // them), then one more sweep.
+    let (mut shard, mut next) = filled(5);
+    let capacity = shard.map.capacity();
+    let mut oldest = 0;
+    loop {
+        let (len, room) = (shard.map.len(), shard.map.capacity() - shard.map.len());
+        if shard.tombstones() > (room / 2).max(len / 8).max(256) {
+            break;
+        }
+        assert!(oldest < 100_000, "no tombstones left by {oldest} removals");
+        oldest += 100;
+        for at in oldest - 100..oldest {
+            shard.map.remove(&key(at));
+        }
+        for _ in 0..100 {
+            shard.insert(&key(next), slot(next));
+            next += 1;
+        }
+    }
+    assert!(shard.map.capacity() < capacity, "tombstones took room");
+    assert_eq!(shard.sweep(oldest), 1);
+    assert_eq!(shard.map.capacity(), capacity, "rebuilt at its size");
+    assert_eq!(shard.tombstones(), 0);
+}
