@@ -5,7 +5,11 @@
 //! move time by hand instead of sleeping. With Redis the default is the server's own `TIME`, so
 //! no clock is asked at all (see [`Limiter`]).
 //!
+//! Beside it in `clock/`: [`Timestamp`](crate::Timestamp), an instant in µs since the epoch.
+//!
 //! [`Limiter`]: crate::Limiter
+
+pub(crate) mod timestamp;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Timestamp;
-use crate::timestamp::duration_micros;
+use crate::clock::timestamp::duration_micros;
 
 /// A source of wall-clock time.
 pub trait Clock: Debug + Send + Sync + 'static {

@@ -17,6 +17,10 @@
 //! spent, which a lease taken in one call cannot tell. `docs/algorithms.md`, "Leases", has
 //! the bound on overshoot and how `k` is chosen.
 
+pub(crate) mod lease_grant;
+pub(crate) mod lease_take;
+pub(crate) mod tier;
+
 use std::time::Duration;
 
 /// The default lease duration: how long an instance may hold units before it gives back

@@ -60,73 +60,50 @@
 //! [`Store`] is generic for speed; [`BoxStore`] erases it when the store is chosen at run
 //! time (the service's config, the tower layer, the Envoy service all use it).
 
-mod algorithm;
-mod ask;
-mod check_error;
 mod clock;
-mod decision;
-mod decisions;
-mod deny_cache;
-mod key;
 pub mod lease;
-mod lease_grant;
-mod lease_take;
-mod lease_tier;
 mod limit;
-mod limit_error;
 mod limiter;
 mod log_throttle;
-mod namespace;
-mod on_store_error;
-mod op;
-mod outcome;
 mod pacing;
-mod quota;
 mod request;
-mod reservation;
 pub mod rules;
-mod settle_error;
-mod single_request;
-mod status;
 mod store;
-mod store_error;
-mod timestamp;
-mod top_denied;
 mod verdict;
 pub mod wire;
 
-pub use algorithm::{Algorithm, UnknownAlgorithm};
-pub use ask::Ask;
-pub use check_error::CheckError;
+pub use clock::timestamp::Timestamp;
 pub use clock::{Clock, FakeClock, SystemClock};
-pub use decision::{Admission, Decision, NotUntil};
-pub use decisions::{Decisions, IntoIter as DecisionsIter};
-pub use deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
+pub use lease::lease_grant::LeaseGrant;
+pub use lease::lease_take::LeaseTake;
+pub use lease::{DEFAULT_LEASE_TTL, Lease};
+pub use limit::algorithm::{Algorithm, UnknownAlgorithm};
 /// The memory store's pass-through hasher, for the benchmarks' own maps (feature `bench`).
 #[cfg(feature = "bench")]
-pub use key::{BuildKeyHasher, KeyHasher};
-pub use key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
-pub use lease::{DEFAULT_LEASE_TTL, Lease};
-pub use lease_grant::LeaseGrant;
-pub use lease_take::LeaseTake;
+pub use limit::key::{BuildKeyHasher, KeyHasher};
+pub use limit::key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
+pub use limit::limit_error::LimitError;
+pub use limit::namespace::Namespace;
+pub use limit::quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
 pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN, validate_name};
-pub use limit_error::LimitError;
+pub use limiter::check_error::CheckError;
+pub use limiter::deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
+pub use limiter::top_denied::{Span, TOP_CAPACITY, TopKey};
 pub use limiter::{CostedLimit, KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
-pub use namespace::Namespace;
-pub use on_store_error::OnStoreError;
-pub use op::Op;
-pub use outcome::Outcome;
+pub use pacing::reservation::Reservation;
+pub use pacing::settle_error::SettleError;
 pub use pacing::{Pace, Paced, Slot};
-pub use quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
+pub use request::ask::Ask;
+pub use request::op::Op;
+pub use request::single_request::SingleRequest;
 pub use request::{Entry, Need, Request};
-pub use reservation::Reservation;
-pub use settle_error::SettleError;
-pub use single_request::SingleRequest;
-pub use status::Status;
+pub use store::on_store_error::OnStoreError;
+pub use store::store_error::{BoxError, StoreError, StoreErrorKind};
 pub use store::{
     BoxStore, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder, Store,
 };
-pub use store_error::{BoxError, StoreError, StoreErrorKind};
-pub use timestamp::Timestamp;
-pub use top_denied::{Span, TOP_CAPACITY, TopKey};
+pub use verdict::decision::{Admission, Decision, NotUntil};
+pub use verdict::decisions::{Decisions, IntoIter as DecisionsIter};
+pub use verdict::outcome::Outcome;
+pub use verdict::status::Status;
 pub use verdict::{LimitDecision, Source, Verdict, longest_refusal};

@@ -1,4 +1,14 @@
 //! A named limit: algorithm, quota, key shape and failure policy.
+//!
+//! Beside it in `limit/`, what a limit is made of: its [`Algorithm`](crate::Algorithm), its
+//! [`Quota`](crate::Quota), the [`Namespace`](crate::Namespace) and [`Key`](crate::Key) a request's
+//! key parts become, and [`LimitError`](crate::LimitError) for a limit that cannot be built.
+
+pub(crate) mod algorithm;
+pub(crate) mod key;
+pub(crate) mod limit_error;
+pub(crate) mod namespace;
+pub(crate) mod quota;
 
 use std::sync::Arc;
 

@@ -14,6 +14,11 @@
 //! Time: by default the store's own (Redis `TIME`), so that instances whose clocks disagree
 //! still agree on every decision. [`LimiterBuilder::clock`] makes the limiter pass its clock's
 //! `now` on every call instead, for tests and simulations.
+//!
+//! Beside it in `limiter/`: the builder, the steps of a call (prepare, the store call, leased
+//! entries, pacing), and what the limiter keeps between calls: the deny cache, the top-refused-keys
+//! sketch (`/v1/top`) and [`CheckError`](crate::CheckError), what a call that cannot be made
+//! answers.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,10 +27,10 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::deny_cache::DenyCache;
-use crate::lease_tier::LeaseTier;
+use crate::lease::tier::LeaseTier;
+use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::top_denied::{LimitActivity, Span, TopKey};
 use crate::log_throttle::LogThrottle;
-use crate::top_denied::{LimitActivity, Span, TopKey};
 use crate::verdict::LimitDecision;
 use crate::{
     CheckError, Clock, Limit, MemoryStore, Namespace, Op, Request, Store, StoreError, SystemClock,
@@ -35,11 +40,14 @@ use crate::{
 #[cfg(feature = "tokio")]
 mod acquire;
 mod builder;
+pub(crate) mod check_error;
+pub(crate) mod deny_cache;
 mod leased;
 mod name_copy;
 mod pacing;
 mod prepare;
 mod store_call;
+pub(crate) mod top_denied;
 
 pub use builder::LimiterBuilder;
 pub(crate) use store_call::store_latency;
@@ -175,8 +183,8 @@ impl<S: Store> Limiter<S> {
     /// Decides a prepared request: [`Op::Check`] charges the enforced limits all or nothing,
     /// [`Op::Peek`] charges nothing. Shadow entries are decided after the enforced ones, each
     /// on its own, charged only when the enforced ones admit a check. A store failure is
-    /// never an error here: each limit's [`OnStoreError`] policy decides, and the verdict's
-    /// [`Outcome`](crate::Outcome) tells a refusal by policy
+    /// never an error here: each limit's [`OnStoreError`](crate::OnStoreError) policy
+    /// decides, and the verdict's [`Outcome`](crate::Outcome) tells a refusal by policy
     /// ([`Outcome::Unavailable`](crate::Outcome::Unavailable)) from a refusal by a quota
     /// ([`Outcome::Limited`](crate::Outcome::Limited)).
     pub async fn decide(&self, request: &Request<'_>, op: Op) -> Verdict {

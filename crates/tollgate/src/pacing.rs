@@ -6,9 +6,15 @@
 //! [`crate::rules::Schedule`]). A client whose cost is known only afterwards (tokens of an LLM
 //! call) charges an estimate up front and settles the difference after ([`Pace::Adjust`]).
 //! Each is one store call on one (limit, key) pair, atomic like a check: [`crate::Store::pace`].
+//!
+//! Beside it in `pacing/`: the ops and their answers, the library's
+//! [`Reservation`](crate::Reservation) (a slot held until used, given back on drop) and
+//! [`SettleError`](crate::SettleError).
 
 mod pace;
 mod paced;
+pub(crate) mod reservation;
+pub(crate) mod settle_error;
 mod slot;
 
 pub use pace::Pace;

@@ -24,12 +24,20 @@
 //! entry charged its cost whether it admits or not, each on its own, and answered from its
 //! count after (fixed windows only); a peek of it answers from the count as it stands,
 //! refused only past the limit (the reference's check-only `hits_addend` 0).
+//!
+//! Beside it in `request/`: [`Ask`](crate::Ask) (an entry built per call), [`Op`](crate::Op) (what
+//! a store call does with a request) and [`SingleRequest`](crate::SingleRequest) (one entry,
+//! decided offline).
+
+pub(crate) mod ask;
+pub(crate) mod op;
+pub(crate) mod single_request;
 
 use std::collections::HashSet;
 
 use smallvec::SmallVec;
 
-use crate::key::BuildKeyHasher;
+use crate::limit::key::BuildKeyHasher;
 use crate::{CheckError, Key, Limit};
 
 /// Up to this many entries, duplicates are found by comparing pairs; past it, through a set.

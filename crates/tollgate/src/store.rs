@@ -9,9 +9,15 @@
 //! `now` is `Some` when the caller's clock decides (tests, simulation, a limiter built with a
 //! clock) and `None` when the store's own time does (Redis `TIME`, so that instances with
 //! skewed clocks agree; the memory store's configured clock).
+//!
+//! Beside it in `store/`: the [`MemoryStore`](crate::MemoryStore), [`BoxStore`](crate::BoxStore) (a
+//! store chosen at run time), [`StoreError`](crate::StoreError) (how a store fails) and
+//! [`OnStoreError`](crate::OnStoreError) (what a limit then decides).
 
 mod boxed;
 mod memory;
+pub(crate) mod on_store_error;
+pub(crate) mod store_error;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -9,6 +9,15 @@
 //! ([`longest_refusal`]), and the most restrictive limit speaks for the verdict
 //! ([`Verdict::decisive`], [`Verdict::shown`]). Faces only translate these into JSON, gRPC or
 //! headers.
+//!
+//! Beside it in `verdict/`: one limit's [`Decision`](crate::Decision) (with its
+//! [`Admission`](crate::Admission)), [`Decisions`](crate::Decisions) (a store's answer, one per
+//! entry), [`Outcome`](crate::Outcome) and [`Status`](crate::Status).
+
+pub(crate) mod decision;
+pub(crate) mod decisions;
+pub(crate) mod outcome;
+pub(crate) mod status;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,10 +6,10 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use super::{Limiter, NameHasher};
-use crate::deny_cache::DenyCache;
-use crate::lease_tier::LeaseTier;
+use crate::lease::tier::LeaseTier;
+use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::top_denied::LimitActivity;
 use crate::log_throttle::LogThrottle;
-use crate::top_denied::LimitActivity;
 use crate::{Clock, Limit, LimitError, Namespace, Store};
 
 impl<S: Store> Limiter<S> {

@@ -1,6 +1,6 @@
 //! The limiter's side of lease mode: requests with lease-mode limits, and give-backs.
 //!
-//! A request's lease entries are decided by the lease tier (`crate::lease_tier`), one store
+//! A request's lease entries are decided by the lease tier (`crate::lease::tier`), one store
 //! call only when a lease must be taken or topped up; its other entries by one store call as
 //! usual. All or nothing still holds: when one entry refuses, the units the others spent
 //! from their leases go back to those leases (locally: the store counted them as taken
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::{Limiter, limit_decision, subset};
-use crate::lease_tier::{Refill, Returned, Step, Waited};
+use crate::lease::tier::{Refill, Returned, Step, Waited};
 use crate::verdict::{LimitDecision, Source};
 use crate::{Entry, LeaseTake, Op, Request, Store, StoreError, Timestamp};
 
@@ -21,7 +21,7 @@ const MAX_WAITS: u32 = 3;
 
 /// Clears a key's "taking" flag when a take's request is dropped mid-call.
 struct AbortOnDrop<'t> {
-    tier: &'t crate::lease_tier::LeaseTier,
+    tier: &'t crate::lease::tier::LeaseTier,
     key: &'t crate::Key,
     armed: bool,
 }

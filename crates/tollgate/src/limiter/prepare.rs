@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use super::{CostedLimit, KeyedLimit, Limiter};
-use crate::ask::Asked;
+use crate::request::ask::Asked;
 use crate::{Ask, CheckError, Entry, Key, Limit, MAX_KEY_VALUE, Request, Store};
 
 impl<S: Store> Limiter<S> {
@@ -83,7 +83,7 @@ impl<S: Store> Limiter<S> {
 
     /// Prepares a check of entries built for this call ([`Ask`]): each a limit of the
     /// limiter or one made for this request, with its key parts, its own cost, a shadow flag
-    /// and a [`Need`]. Keys are built and everything is validated as by
+    /// and a [`Need`](crate::Need). Keys are built and everything is validated as by
     /// [`Limiter::prepare`]: the one way in for requests that are more than names and a cost
     /// (the Envoy face's rules in shadow mode, quota descriptors, per-request `limit`
     /// overrides).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::{Limiter, POLICY_RETRY_AFTER, name_copy, subset};
-use crate::deny_cache::DenyCache;
+use crate::limiter::deny_cache::DenyCache;
 use crate::verdict::{LimitDecision, Source};
 use crate::{
     Clock, Decision, Decisions, Entry, MemoryStore, Need, OnStoreError, Op, Request, Store,

@@ -11,7 +11,7 @@ use std::collections::{BinaryHeap, HashMap};
 use smallvec::SmallVec;
 
 use crate::Key;
-use crate::key::BuildKeyHasher;
+use crate::limit::key::BuildKeyHasher;
 use crate::rules::AnyState;
 
 /// One shard: the keys' states, and the same keys ordered by when they replenish.

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use crate::Key;
-use crate::key::BuildKeyHasher;
+use crate::limit::key::BuildKeyHasher;
 
 mod sketch;
 

@@ -32,7 +32,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::Key;
-use crate::key::BuildKeyHasher;
+use crate::limit::key::BuildKeyHasher;
 
 const SHARDS: usize = 16;
 /// Entries of a full shard looked at to choose the one to drop.

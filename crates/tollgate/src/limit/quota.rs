@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::LimitError;
-use crate::timestamp::duration_micros;
+use crate::clock::timestamp::duration_micros;
 
 /// The largest `limit` or `burst`.
 pub const MAX_UNITS: u64 = 1_000_000_000;

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::key::BuildKeyHasher;
+use crate::limit::key::BuildKeyHasher;
 
 use self::grant::{allowed, apply, clean, rate_units};
 pub(crate) use self::take_done::{TakeDone, Waited};
