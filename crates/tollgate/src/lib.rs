@@ -81,15 +81,15 @@ pub use limit::algorithm::{Algorithm, UnknownAlgorithm};
 /// The memory store's pass-through hasher, for the benchmarks' own maps (feature `bench`).
 #[cfg(feature = "bench")]
 pub use limit::key::{BuildKeyHasher, KeyHasher};
-pub use limit::key::{Key, MAX_ESCAPED_PART, MAX_KEY_VALUE};
+pub use limit::key::{Key, MAX_KEY_VALUE};
 pub use limit::limit_error::LimitError;
 pub use limit::namespace::Namespace;
-pub use limit::quota::{MAX_PERIOD, MAX_UNITS, MIN_PERIOD, Quota};
-pub use limit::{Limit, MAX_BUCKETS, MAX_NAME_LEN, validate_name};
+pub use limit::quota::Quota;
+pub use limit::{Limit, MAX_NAME_LEN, validate_name};
 pub use limiter::check_error::CheckError;
 pub use limiter::deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
 pub use limiter::top_denied::{Span, TOP_CAPACITY, TopKey};
-pub use limiter::{CostedLimit, KeyedLimit, Limiter, LimiterBuilder, POLICY_RETRY_AFTER};
+pub use limiter::{CostedLimit, Limiter, LimiterBuilder};
 pub use pacing::reservation::Reservation;
 pub use pacing::settle_error::SettleError;
 pub use pacing::{Pace, Paced, Slot};
@@ -99,11 +99,9 @@ pub use request::single_request::SingleRequest;
 pub use request::{Entry, Need, Request};
 pub use store::on_store_error::OnStoreError;
 pub use store::store_error::{BoxError, StoreError, StoreErrorKind};
-pub use store::{
-    BoxStore, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder, Store,
-};
+pub use store::{BoxStore, DEFAULT_MAX_KEYS, MemoryStore, MemoryStoreBuilder, Store};
 pub use verdict::decision::{Admission, Decision, NotUntil};
-pub use verdict::decisions::{Decisions, IntoIter as DecisionsIter};
+pub use verdict::decisions::Decisions;
 pub use verdict::outcome::Outcome;
 pub use verdict::status::Status;
 pub use verdict::{LimitDecision, Source, Verdict, longest_refusal};

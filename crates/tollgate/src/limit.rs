@@ -18,7 +18,7 @@ use crate::{Algorithm, Lease, LimitError, OnStoreError, Quota};
 /// The longest limit name or key part name.
 pub const MAX_NAME_LEN: usize = 64;
 /// The most sub-buckets a sliding window may have.
-pub const MAX_BUCKETS: u32 = 3_600;
+pub(crate) const MAX_BUCKETS: u32 = 3_600;
 
 /// A named rule: `algorithm` applied to `quota`, keyed by named parts, with a failure policy.
 ///
@@ -54,7 +54,7 @@ impl Limit {
     ///
     /// # Errors
     /// [`LimitError`] naming `name`, or `buckets` for a sliding window whose bucket count is 0
-    /// or above [`MAX_BUCKETS`].
+    /// or above 3,600.
     pub fn new(
         name: impl Into<String>,
         algorithm: Algorithm,

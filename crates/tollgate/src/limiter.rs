@@ -54,13 +54,13 @@ pub(crate) use store_call::store_latency;
 use store_call::{limit_decision, policy_denial};
 
 /// One (limit name, key parts) pair of [`Limiter::prepare_keyed`].
-pub type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
+pub(crate) type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
 
 /// One (limit name, key parts, cost) triple of [`Limiter::prepare_keyed_costs`].
 pub type CostedLimit<'a, V> = (&'a str, &'a [(&'a str, V)], u64);
 
 /// How long a request denied by a `deny` policy is told to wait.
-pub const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Hashes limit names, looked up on every decision (twice: the limit, its activity): short
 /// strings the process's own config chose, so a fast hasher with a random seed suffices.

@@ -27,7 +27,7 @@ use crate::{
 };
 
 pub use boxed::BoxStore;
-pub use memory::{DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, MemoryStore, MemoryStoreBuilder};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryStore, MemoryStoreBuilder};
 
 /// Shared rate-limit state.
 pub trait Store: Send + Sync + 'static {

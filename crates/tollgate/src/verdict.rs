@@ -24,10 +24,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::{
-    Admission, Decision, Need, NotUntil, OnStoreError, Outcome, POLICY_RETRY_AFTER, Quota,
-    StoreErrorKind,
-};
+use crate::limiter::POLICY_RETRY_AFTER;
+use crate::{Admission, Decision, Need, NotUntil, OnStoreError, Outcome, Quota, StoreErrorKind};
 
 /// How a limit's decision was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

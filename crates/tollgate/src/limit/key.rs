@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 use crate::{Limit, Namespace};
 
 /// Escaped values longer than this are replaced by a readable prefix and a digest.
-pub const MAX_ESCAPED_PART: usize = 64;
+pub(crate) const MAX_ESCAPED_PART: usize = 64;
 
 /// The most escaped bytes of a long value kept before its digest.
 const READABLE_PREFIX: usize = 24;

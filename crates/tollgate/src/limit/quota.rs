@@ -11,11 +11,11 @@ use crate::LimitError;
 use crate::clock::timestamp::duration_micros;
 
 /// The largest `limit` or `burst`.
-pub const MAX_UNITS: u64 = 1_000_000_000;
+pub(crate) const MAX_UNITS: u64 = 1_000_000_000;
 /// The shortest period.
-pub const MIN_PERIOD: Duration = Duration::from_millis(1);
+pub(crate) const MIN_PERIOD: Duration = Duration::from_millis(1);
 /// The longest period: a little over a year, so that monthly and yearly quotas fit.
-pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// `limit` units per `period`, and `burst` units at once for token bucket and GCRA.
 ///
@@ -42,8 +42,8 @@ impl Quota {
     /// `limit` units per `period`; `burst` defaults to `limit`.
     ///
     /// # Errors
-    /// [`LimitError`] naming `limit` (zero, above [`MAX_UNITS`], or more than one unit per
-    /// microsecond of the period) or `period` (below [`MIN_PERIOD`] or above [`MAX_PERIOD`]).
+    /// [`LimitError`] naming `limit` (zero, above 10⁹, or more than one unit per microsecond
+    /// of the period) or `period` (below 1 ms or above 366 days).
     pub fn new(limit: u64, period: Duration) -> Result<Quota, LimitError> {
         if limit == 0 {
             return Err(LimitError::Zero { field: "limit" });
@@ -110,7 +110,7 @@ impl Quota {
     /// once from a full state. The window algorithms ignore it.
     ///
     /// # Errors
-    /// [`LimitError`] naming `burst` when it is zero, above [`MAX_UNITS`], or so large that
+    /// [`LimitError`] naming `burst` when it is zero, above 10⁹, or so large that
     /// `burst × emission interval` exceeds ten years.
     pub fn with_burst(self, burst: u64) -> Result<Quota, LimitError> {
         if burst == 0 {

@@ -171,7 +171,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// A reservation in the store, or the limit's failure policy when the store fails:
-    /// `allow` goes now, `deny` refuses ([`POLICY_RETRY_AFTER`]), `local` reserves on this
+    /// `allow` goes now, `deny` refuses (retry in 1 s), `local` reserves on this
     /// instance's memory store.
     async fn pace_or_policy(
         &self,

@@ -61,7 +61,7 @@ pub use self::builder::MemoryStoreBuilder;
 /// Default key cap.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// Default interval between background sweeps.
-pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const SHARDS: usize = 64;
 
 /// In-process rate-limit state. Cheap to clone: clones share the state.

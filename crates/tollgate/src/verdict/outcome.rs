@@ -28,7 +28,7 @@ pub enum Outcome {
     Unavailable {
         /// What went wrong with the store.
         error: StoreErrorKind,
-        /// How long to wait before trying again ([`crate::POLICY_RETRY_AFTER`]).
+        /// How long to wait before trying again (1 s).
         retry_after: Duration,
     },
 }

@@ -36,7 +36,7 @@ async fn allow_and_deny() {
     let v = l.check("closed", &key).await.expect("valid");
     assert!(v.outcome() != Outcome::Allowed);
     assert!(matches!(v.outcome(), Outcome::Unavailable { .. }), "{v:?}");
-    assert_eq!(v.retry_after(), Some(tollgate::POLICY_RETRY_AFTER));
+    assert_eq!(v.retry_after(), Some(std::time::Duration::from_secs(1)));
 }
 
 /// `local` counts on this instance with the same quota.

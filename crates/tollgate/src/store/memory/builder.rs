@@ -31,10 +31,9 @@ impl MemoryStoreBuilder {
         self
     }
 
-    /// How often a background thread drops replenished keys (default
-    /// [`DEFAULT_SWEEP_INTERVAL`](super::DEFAULT_SWEEP_INTERVAL)); `None` for no thread (replenished keys then go only when a
-    /// new key at the cap takes the place of one of its shard, or by calling
-    /// [`MemoryStore::sweep`]).
+    /// How often a background thread drops replenished keys (default 10 s); `None` for no
+    /// thread (replenished keys then go only when a new key at the cap takes the place of one
+    /// of its shard, or by calling [`MemoryStore::sweep`]).
     ///
     /// The thread locks one shard at a time, and visits only the keys it drops.
     pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
