@@ -115,7 +115,7 @@ pub fn response_json(response: &RateLimitResponse) -> Value {
     if let Some(metadata) = &response.dynamic_metadata {
         out.insert(
             "dynamicMetadata".into(),
-            crate::dynamic_metadata::struct_json(metadata),
+            crate::reply::dynamic_metadata::struct_json(metadata),
         );
     }
     if !response.response_headers_to_add.is_empty() {

@@ -22,7 +22,7 @@
 //! - `OVER_LIMIT` when any descriptor is over its limit; the request's descriptors are checked
 //!   all or nothing, in one store call prepared and decided by the core
 //!   ([`tollgate::Limiter::prepare_keyed`]; descriptors with different `hits_addend`s are the
-//!   one case where that is best effort, see `decide.rs`);
+//!   one case where that is best effort, see `decide/`);
 //! - a store failure follows each limit's failure policy; when a `deny` policy refuses, the
 //!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
@@ -32,13 +32,13 @@
 //! - a descriptor's `limit` override decides it, on a counter of its own (`matching/overrides.rs`);
 //! - one call's work is bounded: at most `[envoy] max_descriptors` descriptors of at most
 //!   `max_entries` entries each, else `INVALID_ARGUMENT` before anything is decided
-//!   (`caps.rs`), and every step over the descriptors is linear in their number.
+//!   (`config/caps.rs`), and every step over the descriptors is linear in their number.
 //!
 //! For a migration from the reference it also counts the reference's per-rule and
-//! service-level statistics under its Prometheus names (`metrics/`, counted by `record.rs`), can add its
-//! limit headers (`limit_headers.rs`) and its response dynamic metadata
-//! (`dynamic_metadata.rs`), and maps a request and its response to and from JSON for the
-//! server's `POST /json` (`json.rs`, [`should_rate_limit`]).
+//! service-level statistics under its Prometheus names (`metrics/`, counted by
+//! `service/record.rs`), can add its limit headers (`reply/limit_headers.rs`) and its response
+//! dynamic metadata (`reply/dynamic_metadata.rs`), and maps a request and its response to and
+//! from JSON for the server's `POST /json` (`json.rs`, [`should_rate_limit`]).
 //!
 //! Mounting it:
 //!
@@ -74,37 +74,24 @@
 //! # }
 //! ```
 
-mod caps;
 mod config;
 mod decide;
-mod deferred_write;
-mod deferred_write_io;
-mod dynamic_metadata;
-mod headers;
-mod import_error;
-mod imported;
 mod json;
-mod limit_headers;
-mod limit_names;
 mod matching;
 mod metrics;
-mod override_counters;
-mod record;
-mod rules_error;
+mod reply;
 mod serve;
 mod service;
 mod unit;
 mod yaml;
 
-pub use caps::{
+pub use config::caps::{
     CEILING_DESCRIPTORS, CEILING_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_ENTRIES,
 };
+pub use config::override_counters::OverrideCounters;
+pub use config::rules_error::RulesError;
 pub use config::{CurrentLimitName, EntryConfig, EnvoyRules, Refusals, RuleConfig};
-pub use deferred_write::DeferredWrite;
-pub use deferred_write_io::DeferredWriteIo;
 pub use envoy_types;
-pub use import_error::ImportError;
-pub use imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
 pub use json::{JsonRateLimitRequest, response_json};
 pub use matching::{
     KeyParts, MAX_CACHED as MAX_CACHED_OVERRIDES, Snapshot, limit_name as override_limit_name,
@@ -115,10 +102,12 @@ pub use metrics::{
     RESPONSE_TIME, SHADOW_MODE, SHOULD_RATE_LIMIT_ERROR, TOTAL_HITS, TOTAL_REQUESTS, WITHIN_LIMIT,
     config_load, config_loads_watched,
 };
-pub use override_counters::OverrideCounters;
-pub use rules_error::RulesError;
+pub use serve::deferred_write::DeferredWrite;
+pub use serve::deferred_write_io::DeferredWriteIo;
 pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};
+pub use yaml::import_error::ImportError;
+pub use yaml::imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
 pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, dir_contents, load_dir, load_dir_with, parse_file};

@@ -7,7 +7,7 @@ use tollgate::{Algorithm, Limit, Limiter, Store, validate_name};
 
 use super::rule::{Rule, RuleEntry};
 use super::tree::Level;
-use crate::caps::DescriptorCaps;
+use crate::config::caps::DescriptorCaps;
 use crate::config::{Refusals, RuleConfig};
 use crate::metrics::{Stat, StatKey, level};
 use crate::{EnvoyRules, RulesError};

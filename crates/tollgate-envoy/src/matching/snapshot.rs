@@ -26,10 +26,10 @@ use super::hit::Hit;
 use super::overrides::{Override, Overrides, SharedWith};
 use super::rule::Rule;
 use super::tree::{Level, Target};
-use crate::caps::DescriptorCaps;
 use crate::config::Refusals;
-use crate::limit_headers::LimitHeaders;
+use crate::config::caps::DescriptorCaps;
 use crate::metrics::{Counted, StatKey, level};
+use crate::reply::limit_headers::LimitHeaders;
 use crate::{EnvoyRules, RulesError};
 
 /// A key's `(part, value)` pairs, as a matched descriptor gives them

@@ -19,8 +19,8 @@ use envoy_types::pb::google::protobuf::Struct;
 use tollgate::{Limiter, Store};
 
 use super::rule::Rule;
-use crate::imported::{Descriptor, Domain, part_name};
 use crate::metrics::{Stat, StatKey, level as stat_level};
+use crate::yaml::imported::{Descriptor, Domain, part_name};
 use crate::{CurrentLimitName, RulesError, Unit};
 
 /// One level of a tree.
@@ -248,7 +248,7 @@ fn target<St: Store>(
     let metadata = d
         .metadata
         .as_ref()
-        .map(|m| Arc::new(crate::dynamic_metadata::to_struct(m)));
+        .map(|m| Arc::new(crate::reply::dynamic_metadata::to_struct(m)));
     let Some(rl) = &d.rate_limit else {
         return Ok(Target::Nothing);
     };

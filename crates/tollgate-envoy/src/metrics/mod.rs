@@ -25,7 +25,7 @@
 //! - `counted`: how one matched descriptor counts, carried from its match to the count;
 //! - `hits`, `rule_counters`: what one descriptor adds, and a fixed key's counter handles.
 //!
-//! Counting one answer is `crate::record`, above the decision it counts.
+//! Counting one answer is `crate::service::record`, above the decision it counts.
 
 mod counted;
 mod hits;

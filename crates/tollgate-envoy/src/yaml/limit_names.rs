@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use tollgate::MAX_NAME_LEN;
 
-use crate::imported::{Descriptor, Imported};
+use crate::yaml::imported::{Descriptor, Imported};
 
 /// Gives every counted `rate_limit` its tollgate limit name (see the module docs).
 pub(crate) fn name_limits(imported: &mut Imported) {

@@ -24,6 +24,13 @@
 //!   { key = "remote_address", part = "ip" },    # any value, used as key part "ip"
 //! ]
 //! ```
+//!
+//! Beside it: `caps.rs` (how many descriptors and entries one call may carry),
+//! `override_counters.rs` (which counter a `limit` override counts on) and `rules_error.rs`.
+
+pub(crate) mod caps;
+pub(crate) mod override_counters;
+pub(crate) mod rules_error;
 
 use std::path::PathBuf;
 
@@ -108,7 +115,7 @@ pub struct EnvoyRules {
     pub current_limit_name: CurrentLimitName,
     /// The reference's `RESPONSE_DYNAMIC_METADATA`: fill `RateLimitResponse.dynamic_metadata`
     /// with the request (domain, descriptors, `hitsAddend`) and the merged YAML `metadata` of
-    /// the descriptors that passed (`dynamic_metadata.rs`). Default `false`.
+    /// the descriptors that passed (`reply/dynamic_metadata.rs`). Default `false`.
     #[serde(default)]
     pub response_dynamic_metadata: bool,
     /// The reference's `MERGE_DOMAIN_CONFIG`: a domain may be spread over several files of

@@ -4,6 +4,12 @@
 //! (one atomic load with [`arc_swap::ArcSwap`]), so the server can swap rules and limits on
 //! reload without restarting the listener, and a call in flight finishes with the snapshot it
 //! started with.
+//!
+//! Beside it: `headers.rs` (the draft rate-limit headers of an answer) and `record.rs` (an
+//! answer counted in the reference's statistics).
+
+pub(crate) mod headers;
+pub(crate) mod record;
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,9 +29,9 @@ use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
 use crate::decide::{Answer, Fixed, Shown, decide};
-use crate::dynamic_metadata;
-use crate::headers::response_headers;
-use crate::{Snapshot, rate_unit, record};
+use crate::reply::dynamic_metadata;
+use crate::service::headers::response_headers;
+use crate::{Snapshot, rate_unit};
 
 type Source<St> = Arc<dyn Fn() -> Arc<Snapshot<St>> + Send + Sync>;
 

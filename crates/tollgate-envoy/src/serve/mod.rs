@@ -12,6 +12,12 @@
 //! [`serve_with`] takes the connections from the caller (so `tollgate serve` can cap and guard
 //! them) and the HTTP/2 limits ([`GrpcOptions`]): keep-alive pings that find dead peers,
 //! a bound on concurrent streams per connection, and a deadline per call.
+//!
+//! Beside it: `deferred_write.rs` and `deferred_write_io.rs`, the connection whose HTTP/2
+//! writes wait one turn so that answers ready together leave in one write.
+
+pub(crate) mod deferred_write;
+pub(crate) mod deferred_write_io;
 
 use std::future::Future;
 use std::time::Duration;

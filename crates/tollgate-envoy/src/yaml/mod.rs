@@ -13,14 +13,21 @@
 //! `quota_mode` is read (a quota descriptor, see `decide.rs`).
 //!
 //! Each counted `rate_limit` then gets its generated tollgate limit name (`limit_names.rs`).
+//!
+//! Beside it: `imported.rs` (the trees as loaded), `import_error.rs` and `limit_names.rs` (the
+//! names of the limits made for imported `rate_limit`s).
+
+pub(crate) mod import_error;
+pub(crate) mod imported;
+pub(crate) mod limit_names;
 
 use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::ImportError;
-use crate::imported::{Descriptor, Domain, Imported, RateLimit, Unit};
-use crate::limit_names::name_limits;
+use crate::yaml::imported::{Descriptor, Domain, Imported, RateLimit, Unit};
+use crate::yaml::limit_names::name_limits;
 
 /// The largest YAML file read: the reference's configs are a few KiB, and a careless 100 MB
 /// file in the directory (a log, a dump) once took gigabytes and minutes to load. A larger
