@@ -23,7 +23,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use smallvec::SmallVec;
 
@@ -58,9 +57,6 @@ pub(crate) type KeyedLimit<'a, V> = (&'a str, &'a [(&'a str, V)]);
 
 /// One (limit name, key parts, cost) triple of [`Limiter::prepare_keyed_costs`].
 pub type CostedLimit<'a, V> = (&'a str, &'a [(&'a str, V)], u64);
-
-/// How long a request denied by a `deny` policy is told to wait.
-pub(crate) const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Hashes limit names, looked up on every decision (twice: the limit, its activity): short
 /// strings the process's own config chose, so a fast hasher with a random seed suffices.

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::limiter::POLICY_RETRY_AFTER;
+use crate::verdict::outcome::POLICY_RETRY_AFTER;
 use crate::{Admission, Decision, Need, NotUntil, OnStoreError, Outcome, Quota, StoreErrorKind};
 
 /// How a limit's decision was reached.

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::{Limiter, POLICY_RETRY_AFTER, name_copy, subset};
+use super::{Limiter, name_copy, subset};
 use crate::limiter::deny_cache::DenyCache;
+use crate::verdict::outcome::POLICY_RETRY_AFTER;
 use crate::verdict::{LimitDecision, Source};
 use crate::{
     Clock, Decision, Decisions, Entry, MemoryStore, Need, OnStoreError, Op, Request, Store,

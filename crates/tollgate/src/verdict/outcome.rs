@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use crate::StoreErrorKind;
 
+/// How long a request denied by a `deny` policy is told to wait.
+pub(crate) const POLICY_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// What a [`crate::Verdict`] means for the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
