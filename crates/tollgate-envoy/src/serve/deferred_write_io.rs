@@ -5,7 +5,7 @@
 //! there; this wrapper gives the same to [`crate::serve`]'s connections and to a tonic client
 //! through `Endpoint::connect_with_connector` (see `tollgate bench --grpc`).
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -52,6 +52,22 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for DeferredWriteIo<T> {
         Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
+    /// Forwarded, turn and all: TLS above this writes the records it holds with one vectored
+    /// write, which the default (the first slice alone) would split into a system call each.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(this.turn.poll_write_turn(cx));
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         std::task::ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
@@ -91,5 +107,24 @@ mod tests {
         far.write_all(b"pong").await.expect("write back");
         near.read_exact(&mut got).await.expect("read back");
         assert_eq!(&got, b"pong");
+    }
+
+    /// A vectored write goes down whole (TLS above writes the records it holds in one call),
+    /// and the stream says it can: h2 and TLS above choose their writes by it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_vectored_write_is_forwarded_whole() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut far, _) = listener.accept().await.expect("accept");
+        let mut near = DeferredWriteIo::new(stream);
+        assert!(near.is_write_vectored());
+        let bufs = [IoSlice::new(b"first "), IoSlice::new(b"second")];
+        assert_eq!(near.write_vectored(&bufs).await.expect("write"), 12);
+        let mut got = [0; 12];
+        far.read_exact(&mut got).await.expect("read");
+        assert_eq!(&got, b"first second");
     }
 }

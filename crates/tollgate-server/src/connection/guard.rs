@@ -11,10 +11,14 @@
 //! `408` (one non-blocking write, only when no response bytes are pending). Writes pass
 //! through, except two: hyper's own empty error answers, which `auto_error` rewrites; and on
 //! HTTP/2, while every worker is busy, the first write of each flush, which waits one turn of
-//! the scheduler so that answers decided in that turn leave together ([`DeferredWrite`]).
+//! the scheduler so that answers decided in that turn leave together ([`DeferredWrite`]). Under
+//! TLS that turn is taken above TLS ([`GuardedIo::poll_write_turn`], called by `Transport`):
+//! here, TLS would already have sealed each write as a record, and its flush would send it
+//! before the turn's other answers were queued; the records TLS holds then leave in one
+//! vectored write.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -117,6 +121,24 @@ impl GuardedIo {
         self.under_tls = true;
         self.phase.handshaking();
         self
+    }
+
+    /// The HTTP/2 write turn ([`DeferredWrite`]), for TLS above this socket to take before it
+    /// seals what it is given: `Ready` when a write may go now.
+    pub(crate) fn poll_write_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.phase.mode == Mode::Quiet {
+            self.turn.poll_write_turn(cx)
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    /// `written`, noted: bytes now wait for a flush.
+    fn note_written(&mut self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.unflushed = true;
+        }
+        written
     }
 
     /// The phase, for the service.
@@ -259,14 +281,34 @@ impl AsyncWrite for GuardedIo {
             let _ = this.poll_pending(cx)?;
             return Poll::Ready(Ok(buf.len()));
         }
-        if this.phase.mode == Mode::Quiet {
+        if this.phase.mode == Mode::Quiet && !this.under_tls {
             std::task::ready!(this.turn.poll_write_turn(cx));
         }
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.unflushed = true;
+        this.note_written(written)
+    }
+
+    /// Under TLS, the records it holds in one system call; otherwise one slice at a time, as
+    /// by default (hyper's HTTP/1 answers are rewritten whole, from one write).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if !this.under_tls {
+            let buf = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &**b);
+            return Pin::new(this).poll_write(cx, buf);
         }
-        written
+        if this.lifecycle.poll(cx) == Lifecycle::Closing {
+            return Poll::Ready(Err(closing()));
+        }
+        std::task::ready!(this.poll_pending(cx))?;
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.note_written(written)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -335,11 +377,28 @@ mod tests {
     use std::io::Write as _;
     use std::time::Duration;
 
-    use tokio::io::AsyncReadExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpListener;
     use tokio::sync::Semaphore;
 
     use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            max_connections: 1,
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+
+    async fn permit() -> OwnedSemaphorePermit {
+        Arc::new(Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .expect("permit")
+    }
 
     /// Draining ends a connection with nothing sent, but not one whose request is in the
     /// socket while tokio's driver has not yet seen it readable (here: never, since nothing
@@ -353,19 +412,15 @@ mod tests {
             .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
             .expect("write");
         let (stream, _) = listener.accept().await.expect("accept");
-        let settings = Settings {
-            header_timeout: Duration::from_secs(5),
-            body_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(5),
-            max_connections: 1,
-            shutdown_timeout: Duration::from_secs(5),
-        };
+        let settings = settings();
         let (_lifecycle, watcher) = watch::channel(Lifecycle::Draining);
-        let permit = Arc::new(Semaphore::new(1))
-            .acquire_owned()
-            .await
-            .expect("permit");
-        let mut io = GuardedIo::new(Socket::Tcp(stream), permit, Mode::Http1, settings, watcher);
+        let mut io = GuardedIo::new(
+            Socket::Tcp(stream),
+            permit().await,
+            Mode::Http1,
+            settings,
+            watcher,
+        );
         let mut buf = [0u8; 64];
         let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
             .await
@@ -378,16 +433,49 @@ mod tests {
         let mut quiet = std::net::TcpStream::connect(addr).expect("connect");
         let (stream, _) = listener.accept().await.expect("accept");
         let (_lifecycle, watcher) = watch::channel(Lifecycle::Draining);
-        let permit = Arc::new(Semaphore::new(1))
-            .acquire_owned()
-            .await
-            .expect("permit");
-        let mut io = GuardedIo::new(Socket::Tcp(stream), permit, Mode::Http1, settings, watcher);
+        let mut io = GuardedIo::new(
+            Socket::Tcp(stream),
+            permit().await,
+            Mode::Http1,
+            settings,
+            watcher,
+        );
         let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
             .await
             .expect("read within 5 s")
             .expect("read");
         assert_eq!(n, 0);
         quiet.flush().expect("flush");
+    }
+
+    /// Under TLS, a vectored write (the records TLS holds) leaves whole, in one system call;
+    /// the default would write the first slice alone, a call per record. Without TLS it is
+    /// one slice at a time, as before: hyper's HTTP/1 answers are rewritten from one write.
+    #[tokio::test]
+    async fn under_tls_a_vectored_write_sends_every_slice() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let bufs = [
+            IoSlice::new(b"first record "),
+            IoSlice::new(b"second record"),
+        ];
+        for (tls, sent) in [(true, 26), (false, 13)] {
+            let _client = std::net::TcpStream::connect(addr).expect("connect");
+            let (stream, _) = listener.accept().await.expect("accept");
+            let (_lifecycle, watcher) = watch::channel(Lifecycle::Serving);
+            let mode = if tls { Mode::Quiet } else { Mode::Http1 };
+            let mut io = GuardedIo::new(
+                Socket::Tcp(stream),
+                permit().await,
+                mode,
+                settings(),
+                watcher,
+            );
+            if tls {
+                io = io.under_tls();
+            }
+            let n = io.write_vectored(&bufs).await.expect("write");
+            assert_eq!(n, sent, "under TLS: {tls}");
+        }
     }
 }

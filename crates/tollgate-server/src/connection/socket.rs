@@ -1,7 +1,7 @@
 //! [`Socket`]: one accepted connection's stream, TCP or Unix, so that everything above it
 //! (the deadlines, the shed, TLS, hyper and tonic) is written once for both.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -50,6 +50,24 @@ impl AsyncWrite for Socket {
         match self.get_mut() {
             Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Socket::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Socket::Tcp(s) => s.is_write_vectored(),
+            Socket::Unix(s) => s.is_write_vectored(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! [`Transport`]: a gRPC connection as tonic gets it, with or without TLS (tonic serves one
 //! stream type per server).
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -43,7 +43,32 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Transport::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+            Transport::Tls(io) => {
+                // The turn is taken here, before TLS seals the write (see `GuardedIo`).
+                std::task::ready!(io.get_mut().0.poll_write_turn(cx));
+                Pin::new(io.as_mut()).poll_write(cx, buf)
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Transport::Tls(io) => {
+                std::task::ready!(io.get_mut().0.poll_write_turn(cx));
+                Pin::new(io.as_mut()).poll_write_vectored(cx, bufs)
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Transport::Plain(io) => io.is_write_vectored(),
+            Transport::Tls(io) => io.is_write_vectored(),
         }
     }
 
