@@ -383,21 +383,27 @@ mod tests {
 
     use super::*;
 
-    fn settings() -> Settings {
-        Settings {
+    /// `stream` guarded in `mode` (5 s for every timeout), the server in `lifecycle`; with the
+    /// lifecycle's sender, to keep while the connection is used.
+    async fn guarded(
+        stream: tokio::net::TcpStream,
+        mode: Mode,
+        lifecycle: Lifecycle,
+    ) -> (GuardedIo, watch::Sender<Lifecycle>) {
+        let settings = Settings {
             header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5),
             max_connections: 1,
             shutdown_timeout: Duration::from_secs(5),
-        }
-    }
-
-    async fn permit() -> OwnedSemaphorePermit {
-        Arc::new(Semaphore::new(1))
+        };
+        let (sender, watcher) = watch::channel(lifecycle);
+        let permit = Arc::new(Semaphore::new(1))
             .acquire_owned()
             .await
-            .expect("permit")
+            .expect("permit");
+        let io = GuardedIo::new(Socket::Tcp(stream), permit, mode, settings, watcher);
+        (io, sender)
     }
 
     /// Draining ends a connection with nothing sent, but not one whose request is in the
@@ -412,15 +418,7 @@ mod tests {
             .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
             .expect("write");
         let (stream, _) = listener.accept().await.expect("accept");
-        let settings = settings();
-        let (_lifecycle, watcher) = watch::channel(Lifecycle::Draining);
-        let mut io = GuardedIo::new(
-            Socket::Tcp(stream),
-            permit().await,
-            Mode::Http1,
-            settings,
-            watcher,
-        );
+        let (mut io, _lifecycle) = guarded(stream, Mode::Http1, Lifecycle::Draining).await;
         let mut buf = [0u8; 64];
         let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
             .await
@@ -432,14 +430,7 @@ mod tests {
         // With nothing sent, draining ends the connection (end of stream), after the grace.
         let mut quiet = std::net::TcpStream::connect(addr).expect("connect");
         let (stream, _) = listener.accept().await.expect("accept");
-        let (_lifecycle, watcher) = watch::channel(Lifecycle::Draining);
-        let mut io = GuardedIo::new(
-            Socket::Tcp(stream),
-            permit().await,
-            Mode::Http1,
-            settings,
-            watcher,
-        );
+        let (mut io, _lifecycle) = guarded(stream, Mode::Http1, Lifecycle::Draining).await;
         let n = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf))
             .await
             .expect("read within 5 s")
@@ -462,15 +453,8 @@ mod tests {
         for (tls, sent) in [(true, 26), (false, 13)] {
             let _client = std::net::TcpStream::connect(addr).expect("connect");
             let (stream, _) = listener.accept().await.expect("accept");
-            let (_lifecycle, watcher) = watch::channel(Lifecycle::Serving);
             let mode = if tls { Mode::Quiet } else { Mode::Http1 };
-            let mut io = GuardedIo::new(
-                Socket::Tcp(stream),
-                permit().await,
-                mode,
-                settings(),
-                watcher,
-            );
+            let (mut io, _lifecycle) = guarded(stream, mode, Lifecycle::Serving).await;
             if tls {
                 io = io.under_tls();
             }
