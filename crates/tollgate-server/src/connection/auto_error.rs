@@ -6,6 +6,16 @@
 //! head alone in one write, with one of those statuses and `content-length: 0`. Nothing the
 //! API answers looks like that (every API error has a JSON body), so nothing else is touched.
 //! hyper is set to write a head in one buffer (`writev(false)`), so the head arrives whole.
+//!
+//! In plaintext the connection's socket ([`super::GuardedIo`]) rewrites them; under TLS the
+//! socket sees only records, so [`Rewriting`] does it above TLS. Both hold the answer in a
+//! [`Rewritten`] until all of it is written.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::http::ApiError;
 
@@ -30,6 +40,113 @@ pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {
         }
     }
     empty.then(|| error.raw_http1())
+}
+
+/// A rewritten answer, until all of it is written (before anything else).
+#[derive(Debug, Default)]
+pub(super) struct Rewritten(Vec<u8>);
+
+impl Rewritten {
+    /// Holds the JSON answer in place of `written` when it is one of hyper's empty error
+    /// answers; whether it was.
+    pub(super) fn replace(&mut self, written: &[u8]) -> bool {
+        match rewrite(written) {
+            Some(answer) => {
+                self.0 = answer;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Nothing held.
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes what is held to `io`, `Ready` once none is left.
+    pub(super) fn poll_write_to<W: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut W,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        while !self.0.is_empty() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.0))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.0.drain(..n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// An HTTP/1 connection through TLS whose writes pass [`rewrite`] (its reads pass through).
+#[derive(Debug)]
+pub(crate) struct Rewriting<T> {
+    inner: T,
+    held: Rewritten,
+}
+
+impl<T> Rewriting<T> {
+    pub(crate) fn new(inner: T) -> Rewriting<T> {
+        Rewriting {
+            inner,
+            held: Rewritten::default(),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewriting<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewriting<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.held.poll_write_to(&mut this.inner, cx))?;
+        if this.held.replace(buf) {
+            // hyper's whole write; the rewritten answer goes now or on the flush that follows.
+            let _ = this.held.poll_write_to(&mut this.inner, cx)?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    /// One slice at a time, as by default: an answer is recognised from one whole write.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let buf = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &**b);
+        self.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.held.poll_write_to(&mut this.inner, cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.held.poll_write_to(&mut this.inner, cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]

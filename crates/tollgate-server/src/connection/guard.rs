@@ -9,7 +9,8 @@
 //! A read that would wait checks the phase's deadline; once it has passed, the read fails with
 //! `TimedOut` and the connection ends. A head cut short by `header_timeout` is first answered
 //! `408` (one non-blocking write, only when no response bytes are pending). Writes pass
-//! through, except two: hyper's own empty error answers, which `auto_error` rewrites; and on
+//! through, except two: hyper's own empty error answers, which `auto_error` rewrites (here in
+//! plaintext; above TLS under TLS, with `auto_error::Rewriting`); and on
 //! HTTP/2, while every worker is busy, the first write of each flush, which waits one turn of
 //! the scheduler so that answers decided in that turn leave together ([`DeferredWrite`]). Under
 //! TLS that turn is taken above TLS ([`GuardedIo::poll_write_turn`], called by `Transport`):
@@ -30,7 +31,7 @@ use tokio::time::Sleep;
 use tollgate_envoy::DeferredWrite;
 
 use super::Settings;
-use super::auto_error;
+use super::auto_error::Rewritten;
 use super::listener::Slot;
 use super::phase::{Mode, Phase, State, bytes_waiting};
 use super::socket::Socket;
@@ -63,7 +64,7 @@ pub(crate) struct GuardedIo {
     /// Bytes written and not yet flushed: a 408 written now would land inside them.
     unflushed: bool,
     /// A rewritten error answer still to be written.
-    pending: Vec<u8>,
+    pending: Rewritten,
     /// HTTP/2: writes wait a turn while every worker is busy, to leave together.
     turn: DeferredWrite,
     _permit: OwnedSemaphorePermit,
@@ -107,7 +108,7 @@ impl GuardedIo {
             sleep: Box::pin(tokio::time::sleep(settings.header_timeout)),
             armed: None,
             unflushed: false,
-            pending: Vec::new(),
+            pending: Rewritten::default(),
             turn: DeferredWrite::new(),
             _permit: permit,
         }
@@ -159,15 +160,11 @@ impl GuardedIo {
 
     /// Writes what is left of a rewritten answer.
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.pending.is_empty() {
-            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.pending.drain(..n);
+        if !self.pending.is_empty() {
+            // Some of it may be written now: a 408 must not land inside it.
             self.unflushed = true;
         }
-        Poll::Ready(Ok(()))
+        self.pending.poll_write_to(&mut self.inner, cx)
     }
 }
 
@@ -271,11 +268,7 @@ impl AsyncWrite for GuardedIo {
             return Poll::Ready(Err(closing()));
         }
         std::task::ready!(this.poll_pending(cx))?;
-        if this.phase.mode == Mode::Http1
-            && !this.under_tls
-            && let Some(answer) = auto_error::rewrite(buf)
-        {
-            this.pending = answer;
+        if this.phase.mode == Mode::Http1 && !this.under_tls && this.pending.replace(buf) {
             // The error answer is hyper's whole write; the rewritten one goes out now or on
             // the flush that follows.
             let _ = this.poll_pending(cx)?;

@@ -29,6 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::auto_error::Rewriting;
 use super::body::TimeoutBody;
 use super::listener::{Slot, pause_after};
 use super::phase::Phase;
@@ -79,7 +80,7 @@ pub(crate) async fn serve(
                 connections.spawn(async move {
                     if let Ok(io) = handshake(acceptor, io, settings, "http").await {
                         let phase = io.get_ref().0.phase();
-                        serve_one(builder, io, phase, peer).await;
+                        serve_one(builder, Rewriting::new(io), phase, peer).await;
                     }
                 })
             }

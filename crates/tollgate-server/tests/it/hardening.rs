@@ -44,7 +44,10 @@ fn check_request(extra_headers: &str) -> String {
 
 /// Everything `stream` yields until the peer closes it (EOF or reset), and when; `None` if it
 /// is still open after `limit`.
-async fn read_to_close(stream: &mut TcpStream, limit: Duration) -> Option<(String, Instant)> {
+pub(crate) async fn read_to_close(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    limit: Duration,
+) -> Option<(String, Instant)> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     let deadline = tokio::time::Instant::now() + limit;
@@ -88,7 +91,7 @@ async fn read_response(stream: &mut TcpStream, limit: Duration) -> Option<String
 }
 
 /// The JSON body of a raw response.
-fn json_body(response: &str) -> serde_json::Value {
+pub(crate) fn json_body(response: &str) -> serde_json::Value {
     let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
 }

@@ -22,6 +22,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::binary::{Process, config_file, serve_refused};
 use crate::grpc::{Client, call, code, user_rule};
+use crate::hardening::{json_body, read_to_close};
 use crate::support::{eventually, one_limit};
 
 /// `[server]` with TLS from `tls` (and `extra` lines), a gRPC port, one limit and its rule.
@@ -504,4 +505,30 @@ async fn stalled_handshakes_cannot_exhaust_the_listener() {
         scraped.contains("tollgate_tls_handshakes_total{listener=\"http\",result=\"error\"}"),
         "{scraped}"
     );
+}
+
+/// Errors hyper answers below the router (a malformed header: 400) carry the API's JSON error
+/// body over TLS as in plaintext (`hardening::errors_below_the_router_answer_json`): the socket
+/// sees only records there, so they are rewritten above TLS.
+#[tokio::test]
+async fn errors_below_the_router_answer_json_over_tls() {
+    let tls = TlsFiles::new();
+    let (_dir, path) = config_file(&config(&tls, ""));
+    let process = Process::serve(&path);
+    let (mut stream, _) = rustls_connect(process.addr, tls.ca()).await;
+    let _ = stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nbad header\r\n\r\n")
+        .await;
+    let _ = stream.flush().await;
+    let (answer, _) = read_to_close(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("closed");
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{answer}"
+    );
+    assert_eq!(json_body(&answer)["error"], "malformed request", "{answer}");
 }
