@@ -28,10 +28,17 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
+    // Each task's calls so far.
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..32).map(|_| AtomicU64::new(0)).collect());
     let tasks: Vec<_> = (0..32u64)
         .map(|t| {
-            let (limiter, stop, total, failed) =
-                (limiter.clone(), stop.clone(), total.clone(), failed.clone());
+            let (limiter, stop, total, failed, done) = (
+                limiter.clone(),
+                stop.clone(),
+                total.clone(),
+                failed.clone(),
+                done.clone(),
+            );
             tokio::spawn(async move {
                 let mut i = t;
                 while !stop.load(Ordering::Relaxed) {
@@ -42,6 +49,7 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
                         .expect("valid");
                     let v = limiter.decide(&request, op).await;
                     total.fetch_add(1, Ordering::Relaxed);
+                    done[t as usize].fetch_add(1, Ordering::Relaxed);
                     match v.outcome() {
                         Outcome::Allowed => {}
                         _ => {
@@ -73,6 +81,22 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
                 "the store never reconnected"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // And every caller has had a call answered since: calls that were waiting for the
+        // reconnection (a peek's one resend among them) are over, so this kill meets only
+        // calls made on a working connection (on a loaded machine the reconnection can end
+        // just before the kill, which then caught the resent peeks in flight).
+        let before: Vec<u64> = done.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+        while done
+            .iter()
+            .zip(&before)
+            .any(|(d, b)| d.load(Ordering::Relaxed) <= *b)
+        {
+            assert!(
+                tokio::time::Instant::now() < back,
+                "callers stalled after the reconnection"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let reply = server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
         killed += reply
