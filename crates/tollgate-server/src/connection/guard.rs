@@ -134,6 +134,15 @@ impl GuardedIo {
         }
     }
 
+    /// Whether a write may go: not once the drain deadline has passed, and only after what is
+    /// left of a rewritten answer.
+    fn poll_writable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.lifecycle.poll(cx) == Lifecycle::Closing {
+            return Poll::Ready(Err(closing()));
+        }
+        self.poll_pending(cx)
+    }
+
     /// `written`, noted: bytes now wait for a flush.
     fn note_written(&mut self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
@@ -264,10 +273,7 @@ impl AsyncWrite for GuardedIo {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.lifecycle.poll(cx) == Lifecycle::Closing {
-            return Poll::Ready(Err(closing()));
-        }
-        std::task::ready!(this.poll_pending(cx))?;
+        std::task::ready!(this.poll_writable(cx))?;
         if this.phase.mode == Mode::Http1 && !this.under_tls && this.pending.replace(buf) {
             // The error answer is hyper's whole write; the rewritten one goes out now or on
             // the flush that follows.
@@ -296,10 +302,7 @@ impl AsyncWrite for GuardedIo {
                 .map_or(&[][..], |b| &**b);
             return Pin::new(this).poll_write(cx, buf);
         }
-        if this.lifecycle.poll(cx) == Lifecycle::Closing {
-            return Poll::Ready(Err(closing()));
-        }
-        std::task::ready!(this.poll_pending(cx))?;
+        std::task::ready!(this.poll_writable(cx))?;
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.note_written(written)
     }
