@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{
-    BoxStore, CheckError, Clock, Decision, LimitError, Limiter, Namespace, Op, Request,
-    Reservation, SettleError, Span, StoreError, TopKey, Verdict,
+    BoxStore, CheckError, Clock, Decision, LimitError, Limiter, Namespace, Request, Reservation,
+    SettleError, Span, StoreError, TopKey,
 };
 use tollgate_envoy::{EnvoyRules, RulesError, Snapshot};
 
@@ -127,9 +127,9 @@ impl Limits {
         Ok(self.limiter.prepare(&names, &key, cost)?)
     }
 
-    /// Checks (charging) or peeks a prepared request.
-    pub async fn decide(&self, request: &Request<'_>, op: Op) -> Verdict {
-        self.limiter.decide(request, op).await
+    /// The limiter that decides this set's requests ([`Limiter::decide`]).
+    pub fn limiter(&self) -> &Limiter<BoxStore> {
+        &self.limiter
     }
 
     /// Reserves `cost` units of `limit` for `key`, a slot within `max_wait`

@@ -26,7 +26,7 @@ impl RedisStore {
         for line in crate::permissions::lines(self.is_cluster(), sentinel) {
             cmd.arg(line);
         }
-        let reply = match self.guarded(self.eval(&cmd)).await {
+        let reply = match self.guarded(self.clone().eval(cmd)).await {
             Err(StoreError::Auth(cause)) => {
                 return Err(StoreError::Auth(
                     format!(

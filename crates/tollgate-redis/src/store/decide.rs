@@ -3,12 +3,15 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "bench")]
 use redis::Value;
 use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, Request, StoreError, Timestamp};
 
 use super::connection::Connection;
 use super::redis_store::RedisStore;
+#[cfg(not(feature = "bench"))]
+use super::unanswered::Unanswered;
 use crate::deadline::late;
 #[cfg(feature = "bench")]
 use crate::script::old_gcra_invocation;
@@ -18,8 +21,8 @@ use crate::slot::slot_of;
 impl RedisStore {
     /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`].
     #[cfg(not(feature = "bench"))]
-    async fn eval_alone(&self, part: &Part) -> Result<Value, StoreError> {
-        self.eval_settled(part).await
+    fn eval_alone<'a>(&'a self, part: &'a Part) -> Unanswered<'a> {
+        self.eval_settled(part)
     }
 
     /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`], or the old GCRA
@@ -27,7 +30,9 @@ impl RedisStore {
     #[cfg(feature = "bench")]
     async fn eval_alone(&self, part: &Part) -> Result<Value, StoreError> {
         match self.inner.old_gcra_sha.as_deref() {
-            Some(sha) if let Some(cmd) = old_gcra_invocation(part, sha) => self.eval(&cmd).await,
+            Some(sha) if let Some(cmd) = old_gcra_invocation(part, sha) => {
+                self.clone().eval(cmd).await
+            }
             _ => self.eval_settled(part).await,
         }
     }

@@ -12,7 +12,7 @@ use tollgate::StoreError;
 use super::coalescer::Coalescer;
 use super::connection::Connection;
 use super::scripts::Scripts;
-use crate::breaker::Breaker;
+use crate::breaker::{Breaker, Permit};
 use crate::deadline::ServerClock;
 use crate::error::classify;
 use crate::patience::{GaveUp, Patience};
@@ -160,7 +160,19 @@ impl RedisStore {
         F: Future<Output = Result<T, StoreError>>,
     {
         let permit = self.inner.breaker.admit()?;
-        let result = match self.inner.patience.wait(self.inner.timeout, call).await {
+        let waited = self.inner.patience.wait(self.inner.timeout, call).await;
+        self.guarded_end(permit, waited)
+    }
+
+    /// How a call under the breaker (`permit`) ends: given up on (see [`RedisStore::gave_up`])
+    /// or answered; a failure logged and, behind Sentinel, a reason to look for the master
+    /// again; the breaker told either way.
+    pub(super) fn guarded_end<T>(
+        &self,
+        permit: Permit,
+        waited: Result<Result<T, StoreError>, GaveUp>,
+    ) -> Result<T, StoreError> {
+        let result = match waited {
             Ok(r) => r,
             Err(gave_up) => Err(self.gave_up(gave_up)),
         };
@@ -220,12 +232,16 @@ impl RedisStore {
     /// script charged nothing. The `redis` crate's own retries are off (see
     /// `store_builder.rs`): they also sent a call again after a lost connection, when its
     /// script may have run.
-    pub(crate) async fn eval(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+    ///
+    /// Takes a clone of the store and the command, so that a call handed off (see
+    /// `unanswered.rs`) is this future itself, boxed, with no wrapper of its own on every
+    /// call's path (docs/architecture.md counts the path).
+    pub(crate) async fn eval(self, cmd: Cmd) -> Result<Value, StoreError> {
         let mut attempts = 0;
         let mut moving = 0u32;
         loop {
             let loaded = self.inner.scripts.generation();
-            let result: Result<Value, redis::RedisError> = self.inner.connection.query(cmd).await;
+            let result: Result<Value, redis::RedisError> = self.inner.connection.query(&cmd).await;
             self.heard(&result);
             match result {
                 Err(e)

@@ -22,9 +22,14 @@ impl Store for RedisStore {
         // value keeps its own copy of it (the argument, then the awaited local), and this one
         // is the whole decision's state, so passed by value it was copied three times per
         // decision (docs/benchmarks.md, "Smaller futures").
+        //
+        // `guarded`'s body, written out: every check and peek awaits Redis here, not through
+        // a layer of its own (docs/architecture.md counts the path).
+        let permit = self.inner.breaker.admit()?;
         let deadline = self.deadline_from(Instant::now());
         let call = std::pin::pin!(self.decide(request, now, Op::from(op), deadline));
-        self.guarded(call).await
+        let waited = self.inner.patience.wait(self.inner.timeout, call).await;
+        self.guarded_end(permit, waited)
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {

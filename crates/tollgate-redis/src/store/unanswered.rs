@@ -72,8 +72,11 @@ pub(crate) struct Unanswered<'a> {
 impl RedisStore {
     /// [`RedisStore::eval`] of `part`'s own call, given back if its caller stops waiting
     /// before the reply and the reply says it charged (this module).
-    pub(crate) async fn eval_settled(&self, part: &Part) -> Result<Value, StoreError> {
-        Unanswered::new(self, invocation(part), Charges::One(part)).await
+    ///
+    /// The future itself, not an `async fn` awaiting it: no layer of its own on every call's
+    /// path (docs/architecture.md counts the path).
+    pub(crate) fn eval_settled<'a>(&'a self, part: &'a Part) -> Unanswered<'a> {
+        Unanswered::new(self, invocation(part), Charges::One(part))
     }
 
     /// [`RedisStore::eval`] within the store's timeout, measured as every call's is (Redis's
@@ -102,10 +105,9 @@ impl<'a> Unanswered<'a> {
     /// `cmd` on `store` (its `eval`: script reloads and slot moves included), undone as
     /// `charges` says if its caller is gone when it ends.
     pub(crate) fn new(store: &'a RedisStore, cmd: Cmd, charges: Charges<'a>) -> Unanswered<'a> {
-        let owned = store.clone();
         Unanswered {
             store,
-            call: Some(Box::pin(async move { owned.eval(&cmd).await })),
+            call: Some(Box::pin(store.clone().eval(cmd))),
             charges,
         }
     }
@@ -205,7 +207,7 @@ async fn settle_lease(store: &RedisStore, take: &LeaseCall, reply: Value) {
 
 async fn give_back(store: &RedisStore, cmd: &Cmd) {
     store.gave_back_unanswered();
-    match tokio::time::timeout(SETTLE_WITHIN, store.eval(cmd)).await {
+    match tokio::time::timeout(SETTLE_WITHIN, store.clone().eval(cmd.clone())).await {
         Ok(Ok(_)) => tracing::debug!("gave back a check whose caller stopped waiting"),
         Ok(Err(cause)) => tracing::warn!(
             %cause,

@@ -51,7 +51,11 @@ impl<S: Store> Limiter<S> {
         let decisions = match cached {
             Ok(decisions) => decisions,
             Err(remember) => {
-                let decisions = self.ask_store(request, op, now).await;
+                // `ask_store`'s body, written out: the everyday path awaits the store here,
+                // not through a layer of its own (docs/architecture.md counts the path).
+                let started = (!self.store.in_process()).then(Instant::now);
+                let answer = self.store.decide(request, op, now).await;
+                let decisions = self.store_answered(request, op, started, answer);
                 if let Some((cache, asked_at)) = remember {
                     remember_denials(cache, request, op, &decisions, asked_at);
                 }
@@ -59,30 +63,36 @@ impl<S: Store> Limiter<S> {
             }
         };
         if op == Op::Check {
-            let minute = self.minute();
-            for (e, d) in request.entries().iter().zip(&decisions) {
-                let refused = !d.decision.is_allowed()
-                    && matches!(d.source, Source::Store | Source::DenyCache | Source::Lease);
-                if let Some(activity) = self.activity.get(e.limit.name()) {
-                    activity.record(&e.key, refused, minute);
-                }
-            }
-            for d in &decisions {
-                let outcome = match (d.source, d.decision.is_allowed()) {
-                    (Source::Store | Source::DenyCache | Source::Lease, true) => "allowed",
-                    (Source::Store | Source::DenyCache | Source::Lease, false) => "denied",
-                    (Source::Policy { .. }, true) => "store_error_allowed",
-                    (Source::Policy { .. }, false) => "store_error_denied",
-                };
-                metrics::counter!(
-                    "tollgate_decisions_total",
-                    "limit" => Arc::clone(&d.limit),
-                    "outcome" => outcome
-                )
-                .increment(1);
-            }
+            self.count_checked(request, &decisions);
         }
         decisions
+    }
+
+    /// Counts a check's decisions: for `/v1/top` and the refusal ratio, and in
+    /// `tollgate_decisions_total` by outcome.
+    fn count_checked(&self, request: &Request<'_>, decisions: &[LimitDecision]) {
+        let minute = self.minute();
+        for (e, d) in request.entries().iter().zip(decisions) {
+            let refused = !d.decision.is_allowed()
+                && matches!(d.source, Source::Store | Source::DenyCache | Source::Lease);
+            if let Some(activity) = self.activity.get(e.limit.name()) {
+                activity.record(&e.key, refused, minute);
+            }
+        }
+        for d in decisions {
+            let outcome = match (d.source, d.decision.is_allowed()) {
+                (Source::Store | Source::DenyCache | Source::Lease, true) => "allowed",
+                (Source::Store | Source::DenyCache | Source::Lease, false) => "denied",
+                (Source::Policy { .. }, true) => "store_error_allowed",
+                (Source::Policy { .. }, false) => "store_error_denied",
+            };
+            metrics::counter!(
+                "tollgate_decisions_total",
+                "limit" => Arc::clone(&d.limit),
+                "outcome" => outcome
+            )
+            .increment(1);
+        }
     }
 
     /// One store call, timed (see [`store_latency`]); each limit's policy when it fails.
@@ -93,7 +103,19 @@ impl<S: Store> Limiter<S> {
         now: Option<Timestamp>,
     ) -> SmallVec<[LimitDecision; 2]> {
         let started = (!self.store.in_process()).then(Instant::now);
-        let result = self.store.decide(request, op, now).await;
+        let answer = self.store.decide(request, op, now).await;
+        self.store_answered(request, op, started, answer)
+    }
+
+    /// The store's answer (`started`: when the call began, if it is timed) as one decision
+    /// per entry; when it failed, each limit's policy decides.
+    fn store_answered(
+        &self,
+        request: &Request<'_>,
+        op: Op,
+        started: Option<Instant>,
+        result: Result<Decisions, StoreError>,
+    ) -> SmallVec<[LimitDecision; 2]> {
         if let Some(started) = started {
             store_latency(started, result.as_ref().err());
         }
