@@ -83,7 +83,10 @@ impl<St: Store> rate_limit_service_server::RateLimitService for RateLimitService
         let started = std::time::Instant::now();
         let snapshot = (self.source)();
         let request = request.into_inner();
-        let answer = should_rate_limit(&snapshot, &request).await;
+        // `should_rate_limit`'s two steps, written out: the call awaits the decision here,
+        // not through a layer of its own (docs/architecture.md counts the path).
+        let decided = decide(&snapshot, &request).await;
+        let answer = respond(&snapshot, &request, decided);
         // The reference's gRPC server counts every call and its time (its `POST /json` calls
         // the service directly, past these counters, and so does tollgate's).
         crate::metrics::grpc_call("ShouldRateLimit", started.elapsed());
@@ -105,7 +108,18 @@ pub async fn should_rate_limit<St: Store>(
     snapshot: &Snapshot<St>,
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    let answer = match decide(snapshot, request).await {
+    let decided = decide(snapshot, request).await;
+    respond(snapshot, request, decided)
+}
+
+/// The response to `request` from what [`decide`] answered, with the reference's error and
+/// per-rule statistics counted.
+fn respond<St: Store>(
+    snapshot: &Snapshot<St>,
+    request: &RateLimitRequest,
+    decided: Result<Answer<'_>, Status>,
+) -> Result<RateLimitResponse, Status> {
+    let answer = match decided {
         Ok(answer) => answer,
         Err(status) => {
             crate::metrics::call_error(if status.code() == tonic::Code::Unavailable {

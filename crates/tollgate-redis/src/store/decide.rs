@@ -112,7 +112,10 @@ impl RedisStore {
         Ok((undo_at, decisions))
     }
 
-    pub(super) async fn decide(
+    /// A request on a cluster: its entries grouped by slot, one group run as a single Redis
+    /// runs every request ([`RedisStore::run_group`], called directly by `Store::decide`
+    /// there: a single Redis holds every key, so there is nothing to group).
+    pub(super) async fn decide_on_cluster(
         &self,
         request: &Request<'_>,
         now: Option<Timestamp>,
@@ -120,34 +123,33 @@ impl RedisStore {
         deadline: Option<u64>,
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
-        let at = match now {
-            Some(t) => TimeSource::Caller(t.as_micros()),
-            None => TimeSource::Server,
-        };
+        let at = time_source(now);
         let counts = request.counts_refusals();
-        // On a single Redis every entry is in one group: nothing to group.
-        if self.is_cluster() {
-            let groups = self.groups(entries);
-            if groups.len() > 1 {
-                // Boxed: only a cluster's cross-slot requests come here, and inline this
-                // path's give-backs would make every call's state larger.
-                if counts || op == Op::Peek {
-                    // Each entry on its own: one call per slot, nothing to give back.
-                    return Box::pin(
-                        self.decide_per_slot(entries, &groups, op, at, deadline, counts),
-                    )
-                    .await;
-                }
-                if request.has_needs() {
-                    return Box::pin(self.decide_needs_across_slots(request, at, deadline)).await;
-                }
-                return Box::pin(self.decide_across_slots(entries, &groups, op, at, deadline))
+        let groups = self.groups(entries);
+        if groups.len() > 1 {
+            // Boxed: only a cluster's cross-slot requests come here, and inline this
+            // path's give-backs would make every call's state larger.
+            if counts || op == Op::Peek {
+                // Each entry on its own: one call per slot, nothing to give back.
+                return Box::pin(self.decide_per_slot(entries, &groups, op, at, deadline, counts))
                     .await;
             }
+            if request.has_needs() {
+                return Box::pin(self.decide_needs_across_slots(request, at, deadline)).await;
+            }
+            return Box::pin(self.decide_across_slots(entries, &groups, op, at, deadline)).await;
         }
         let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
         let (_, decisions) = self.run_group(op, &group, at, deadline, counts).await?;
         Ok(decisions.into_iter().collect())
+    }
+}
+
+/// The clock a request is decided on: the caller's instant, else Redis's own.
+pub(super) fn time_source(now: Option<Timestamp>) -> TimeSource {
+    match now {
+        Some(t) => TimeSource::Caller(t.as_micros()),
+        None => TimeSource::Server,
     }
 }
 

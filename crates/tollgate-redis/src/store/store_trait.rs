@@ -1,11 +1,13 @@
 //! [`tollgate::Store`] for [`RedisStore`]: each operation under the breaker and the timeout.
 
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use tollgate::{
     Decisions, Entry, Key, LeaseGrant, LeaseTake, Pace, Paced, Request, Store, StoreError,
     Timestamp,
 };
 
+use super::decide::time_source;
 use super::redis_store::RedisStore;
 use super::unanswered::{Charges, Unanswered};
 use crate::deadline::late;
@@ -27,8 +29,19 @@ impl Store for RedisStore {
         // a layer of its own (docs/architecture.md counts the path).
         let permit = self.inner.breaker.admit()?;
         let deadline = self.deadline_from(Instant::now());
-        let call = std::pin::pin!(self.decide(request, now, Op::from(op), deadline));
-        let waited = self.inner.patience.wait(self.inner.timeout, call).await;
+        let op = Op::from(op);
+        let waited = if self.is_cluster() {
+            let call = std::pin::pin!(self.decide_on_cluster(request, now, op, deadline));
+            self.inner.patience.wait(self.inner.timeout, call).await
+        } else {
+            // A single Redis holds every key: the request is one group, run as it is.
+            let group: SmallVec<[&Entry<'_>; 2]> = request.entries().iter().collect();
+            let at = time_source(now);
+            let counts = request.counts_refusals();
+            let call = std::pin::pin!(self.run_group(op, &group, at, deadline, counts));
+            let waited = self.inner.patience.wait(self.inner.timeout, call).await;
+            waited.map(|ran| ran.map(|(_, decisions)| decisions.into_iter().collect()))
+        };
         self.guarded_end(permit, waited)
     }
 
