@@ -54,7 +54,7 @@ where
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    report.print(what, over);
+    report.print(what, over).map_err(LoadError::Output)?;
     Ok(report)
 }
 

@@ -80,6 +80,9 @@ pub enum LoadError {
     /// A connection could not be opened.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The report could not be written to standard output (closed by its reader, say).
+    #[error("cannot write the report")]
+    Output(#[source] std::io::Error),
     /// An HTTP exchange failed.
     #[error(transparent)]
     Http(#[from] hyper::Error),

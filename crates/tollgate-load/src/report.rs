@@ -1,5 +1,6 @@
 //! [`Report`]: the totals of a run, and the two lines printed for it.
 
+use std::io::Write;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -34,8 +35,14 @@ impl Report {
 
     /// Prints the two summary lines; `what` names the calls, e.g. `checks of "per_user"`, and
     /// `over` what carried them, e.g. `64 connections`.
-    pub(crate) fn print(&self, what: &str, over: &str) {
-        println!(
+    /// Writes the two lines to standard output.
+    ///
+    /// # Errors
+    /// Standard output refused them (closed early by a reader such as `head`).
+    pub(crate) fn print(&self, what: &str, over: &str) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
             "{} {what} in {:.1}s over {over}: {:.0} decisions/s ({} allowed, {} denied, {} other)",
             self.allowed + self.denied + self.other,
             self.elapsed.as_secs_f64(),
@@ -43,14 +50,15 @@ impl Report {
             self.allowed,
             self.denied,
             self.other,
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "latency µs: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
             self.percentile_us(0.5),
             self.percentile_us(0.9),
             self.percentile_us(0.99),
             self.percentile_us(0.999),
             self.latency.max(),
-        );
+        )
     }
 }

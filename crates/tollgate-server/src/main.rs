@@ -2,6 +2,7 @@
 //! load the config, bind, and hand over to the library ([`tollgate_server::server`], and
 //! `tollgate_load` for `tollgate bench`).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,6 +34,9 @@ fn main() -> ExitCode {
     };
     let code = match runtime.block_on(run(Cli::parse())) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`tollgate bench | head -1`) ends the output, as it
+        // ends any command-line tool's: quietly, not as a failure.
+        Err(e) if cli::OutputError::closed_by_reader(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", report(&e));
             ExitCode::FAILURE
@@ -61,22 +65,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { config } => serve(config, overrides).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file, &overrides)?;
-            println!(
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
                 "{}: ok ({} limits, {} envoy rules, {} store)",
                 config.origin,
                 config.limits.len(),
                 config.envoy.rules.len(),
                 config.store.backend.name()
-            );
+            )
+            .map_err(cli::OutputError)?;
             if let Some(tls) = &config.server.tls {
                 let expires = tollgate_server::tls::check(tls)?;
-                println!(
+                writeln!(
+                    out,
                     "{}: certificate ok, expires {}",
                     tls.cert.display(),
                     tollgate_server::tls::format_time(expires)
-                );
+                )
+                .map_err(cli::OutputError)?;
             }
-            print!("{}", cli::imported_table(&config));
+            write!(out, "{}", cli::imported_table(&config)).map_err(cli::OutputError)?;
             Ok(())
         }
         #[cfg(feature = "load")]

@@ -20,6 +20,31 @@ use crate::duration;
 
 pub mod what_if;
 
+/// Standard output refused a command's output. When its reader closed it
+/// (`tollgate check-config … | head -1`), the command ends quietly, as any command-line tool
+/// does: see [`OutputError::closed_by_reader`].
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output")]
+pub struct OutputError(#[source] pub std::io::Error);
+
+impl OutputError {
+    /// Whether `e` is standard output closed by its reader (a broken pipe on it; one on a
+    /// socket stays an error).
+    pub fn closed_by_reader(e: &anyhow::Error) -> bool {
+        let broken = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
+        e.chain().any(|cause| {
+            if let Some(OutputError(io)) = cause.downcast_ref::<OutputError>() {
+                return broken(io);
+            }
+            #[cfg(feature = "load")]
+            if let Some(LoadError::Output(io)) = cause.downcast_ref::<LoadError>() {
+                return broken(io);
+            }
+            false
+        })
+    }
+}
+
 /// A distributed rate limiter as a service.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
@@ -237,4 +262,31 @@ pub fn imported_table(config: &crate::config::Config) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OutputError;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn only_a_closed_standard_output_ends_quietly() {
+        let closed = anyhow::Error::new(OutputError(Error::from(ErrorKind::BrokenPipe)));
+        assert!(OutputError::closed_by_reader(&closed));
+        let full = anyhow::Error::new(OutputError(Error::from(ErrorKind::StorageFull)));
+        assert!(!OutputError::closed_by_reader(&full));
+        // A broken pipe elsewhere (a socket) is an error like any other.
+        let socket = anyhow::Error::new(Error::from(ErrorKind::BrokenPipe));
+        assert!(!OutputError::closed_by_reader(&socket));
+    }
+
+    #[cfg(feature = "load")]
+    #[test]
+    fn a_bench_report_closed_by_its_reader_ends_quietly() {
+        use tollgate_load::LoadError;
+        let closed = anyhow::Error::new(LoadError::Output(Error::from(ErrorKind::BrokenPipe)));
+        assert!(OutputError::closed_by_reader(&closed));
+        let socket = anyhow::Error::new(LoadError::Io(Error::from(ErrorKind::BrokenPipe)));
+        assert!(!OutputError::closed_by_reader(&socket));
+    }
 }

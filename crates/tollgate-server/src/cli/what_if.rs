@@ -2,7 +2,7 @@
 //! [`tollgate_replay`] (what a limit would do, before it is deployed).
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal as _};
+use std::io::{BufReader, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,10 +233,11 @@ impl EnvoyRoute {
 
 /// Prints `report`'s summary, and writes its page when asked.
 fn publish(report: &Report, dir: Option<&PathBuf>) -> anyhow::Result<()> {
-    print!("{}", report.summary());
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", report.summary()).map_err(super::OutputError)?;
     if let Some(dir) = dir {
         let path = report.write_html(dir)?;
-        println!("\nreport: {}", path.display());
+        writeln!(out, "\nreport: {}", path.display()).map_err(super::OutputError)?;
     }
     Ok(())
 }

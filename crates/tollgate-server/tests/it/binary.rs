@@ -419,6 +419,49 @@ fn check_config_exit_codes() {
     );
 }
 
+/// A command whose reader closes its output early (`tollgate … | head -1`) ends quietly and
+/// successfully, as command-line tools do, instead of panicking on the closed pipe.
+#[test]
+fn commands_end_quietly_when_their_reader_closes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let runs: [&[&str]; 2] = [
+        &["check-config", "examples/tollgate.toml"],
+        &[
+            "replay",
+            "examples/access.log",
+            "--config",
+            "examples/tollgate.toml",
+            "--key",
+            "user=$remote_user",
+        ],
+    ];
+    for args in runs {
+        // The pipe's reading end is gone before the command writes: its first write fails.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let mut child = Command::new(BIN)
+            .current_dir(&root)
+            .args(args)
+            .env_remove("TOLLGATE_REDIS_URL")
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tollgate");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().expect("try_wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{args:?} still running after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?}\n{stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 /// Runs `command` to its end, 10 s at most (killed and failed after that).
 fn output_within_10s(command: &mut Command) -> std::process::Output {
     let mut child = command
