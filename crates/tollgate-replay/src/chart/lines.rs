@@ -6,14 +6,14 @@ use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
+use super::clock_axis::ClockAxis;
 use super::{
     Drawn, HEIGHT, LEGEND, Level, Mark, PALETTE, Series, TimeAxis, WIDTH, clock, color, legend,
     per_bin, whole,
 };
 
-/// A chart of seconds since the axis's start against counts.
-type TimeChart<'a, 'b> =
-    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// A chart of seconds since the axis's start (ticks on round clock times) against counts.
+type TimeChart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<ClockAxis, RangedCoordf64>>;
 
 /// A legend's entries: text, colour, dashed, vertical.
 type Entries = Vec<(String, RGBColor, bool, bool)>;
@@ -75,7 +75,7 @@ fn time_chart<'a, 'b>(
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..span_s, 0.0..y_max)?;
+        .build_cartesian_2d(ClockAxis::new(axis.start_us, span_s), 0.0..y_max)?;
     let start = axis.start_us;
     chart
         .configure_mesh()
@@ -84,7 +84,6 @@ fn time_chart<'a, 'b>(
             crate::utc::utc(axis.start_us)
         ))
         .y_desc(format!("{y_label} {}", per_bin(axis.bin_s)))
-        .x_labels(8)
         .y_labels(if y_max <= 10.0 { y_max as usize + 1 } else { 8 })
         .x_label_formatter(&|x| clock(start + (*x * 1e6) as u64))
         .y_label_formatter(&whole)

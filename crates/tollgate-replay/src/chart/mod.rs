@@ -11,6 +11,7 @@
 //! not) in `bars.rs`.
 
 mod bars;
+mod clock_axis;
 mod lines;
 
 use plotters::coord::Shift;
