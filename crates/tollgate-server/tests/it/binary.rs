@@ -439,23 +439,15 @@ fn commands_end_quietly_when_their_reader_closes() {
         // The pipe's reading end is gone before the command writes: its first write fails.
         let (reader, writer) = std::io::pipe().expect("pipe");
         drop(reader);
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .current_dir(&root)
             .args(args)
             .env_remove("TOLLGATE_REDIS_URL")
             .stdout(writer)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tollgate");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().expect("try_wait").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("{args:?} still running after 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().expect("output");
+            .stderr(Stdio::piped());
+        let child = command.spawn().expect("spawn tollgate");
+        let out = finish_within_10s(child, &command);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{args:?}: {:?}\n{stderr}", out.status);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
@@ -464,7 +456,7 @@ fn commands_end_quietly_when_their_reader_closes() {
 
 /// Runs `command` to its end, 10 s at most (killed and failed after that).
 fn output_within_10s(command: &mut Command) -> std::process::Output {
-    let mut child = command
+    let child = command
         .env("TOLLGATE_HTTP", "127.0.0.1:0")
         .env_remove("TOLLGATE_GRPC")
         .env_remove("TOLLGATE_REDIS_URL")
@@ -472,6 +464,12 @@ fn output_within_10s(command: &mut Command) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tollgate");
+    finish_within_10s(child, command)
+}
+
+/// Waits for `child` (spawned from `command`) to end, 10 s at most (killed and failed after
+/// that).
+fn finish_within_10s(mut child: Child, command: &Command) -> std::process::Output {
     let deadline = Instant::now() + Duration::from_secs(10);
     while child.try_wait().expect("try_wait").is_none() {
         if Instant::now() > deadline {
