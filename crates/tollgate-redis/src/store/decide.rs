@@ -18,6 +18,11 @@ use crate::script::old_gcra_invocation;
 use crate::script::{Op, Part, TimeSource, decode};
 use crate::slot::slot_of;
 
+/// How many times a peek whose connection was lost is sent again. More than once: the first
+/// resend can race the reconnection (it may still meet the connection that was lost); the
+/// store's timeout bounds them all, and a Redis that is down refuses each at once.
+const PEEK_RESENDS: u32 = 3;
+
 impl RedisStore {
     /// `part` called on its own, not coalesced: [`RedisStore::eval_settled`].
     #[cfg(not(feature = "bench"))]
@@ -44,7 +49,8 @@ impl RedisStore {
     ///
     /// On the server's clock, a refusal due within a millisecond is decided again a
     /// millisecond later, once (see [`due_within_a_millisecond`]). A peek whose connection was
-    /// lost is sent again, once; a check is not (its script may have run).
+    /// lost is sent again, up to [`PEEK_RESENDS`] times; a check is not (its script may have
+    /// run).
     pub(super) async fn run_group(
         &self,
         op: Op,
@@ -55,16 +61,20 @@ impl RedisStore {
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let mut inv = Part::new(op, entries, at, counts_refusals);
         inv.set_deadline(deadline);
-        let mut decided = match self.run_once(&mut inv, entries, at).await {
-            // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
-            // check's script may have run and charged before its reply was lost, so only a
-            // peek, which writes nothing, is sent again (once, on the reconnected connection).
-            Err(StoreError::Connection(cause)) if op == Op::Peek => {
-                tracing::debug!(%cause, "connection lost under a peek; sending it again");
-                Box::pin(self.run_once(&mut inv, entries, at)).await?
-            }
-            other => other?,
-        };
+        let mut sent = self.run_once(&mut inv, entries, at).await;
+        // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
+        // check's script may have run and charged before its reply was lost, so only a peek,
+        // which writes nothing, is sent again, on the connection as re-established.
+        let mut resends = 0;
+        while op == Op::Peek && resends < PEEK_RESENDS {
+            let Err(StoreError::Connection(cause)) = &sent else {
+                break;
+            };
+            tracing::debug!(%cause, "connection lost under a peek; sending it again");
+            resends += 1;
+            sent = Box::pin(self.run_once(&mut inv, entries, at)).await;
+        }
+        let mut decided = sent?;
         // The second calls are boxed: rare, and inline they would make every call's state
         // larger (see `Store::decide` below).
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {

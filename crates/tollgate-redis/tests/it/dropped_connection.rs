@@ -13,8 +13,9 @@ use tollgate_testkit::RedisServer;
 use crate::common::unreachable_gcra;
 
 /// Runs `tasks` callers of `op` for ~1.8 s while the connection is killed five times;
-/// returns (calls, calls not decided by Redis, connections killed).
-async fn under_kills(op: Op) -> (u64, u64, u64) {
+/// returns (calls, calls not decided by Redis, connections killed, how those calls were
+/// answered: the first few outcomes, for a failure's message).
+async fn under_kills(op: Op) -> (u64, u64, u64, Vec<String>) {
     let server = RedisServer::start();
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(2))
@@ -30,14 +31,16 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
     );
     // Each task's calls so far.
     let done: Arc<Vec<AtomicU64>> = Arc::new((0..32).map(|_| AtomicU64::new(0)).collect());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..32u64)
         .map(|t| {
-            let (limiter, stop, total, failed, done) = (
+            let (limiter, stop, total, failed, done, seen) = (
                 limiter.clone(),
                 stop.clone(),
                 total.clone(),
                 failed.clone(),
                 done.clone(),
+                seen.clone(),
             );
             tokio::spawn(async move {
                 let mut i = t;
@@ -52,8 +55,12 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
                     done[t as usize].fetch_add(1, Ordering::Relaxed);
                     match v.outcome() {
                         Outcome::Allowed => {}
-                        _ => {
+                        other => {
                             failed.fetch_add(1, Ordering::Relaxed);
+                            let mut seen = seen.lock().expect("seen");
+                            if seen.len() < 8 {
+                                seen.push(format!("{other:?} ({:?})", v.decisions()));
+                            }
                         }
                     }
                     // An open breaker answers without awaiting anything: yield, so that a
@@ -110,16 +117,18 @@ async fn under_kills(op: Op) -> (u64, u64, u64) {
     for t in tasks {
         t.await.expect("task");
     }
+    let seen = seen.lock().expect("seen").clone();
     (
         total.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed),
         killed,
+        seen,
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_kills_under_load_fail_only_the_calls_in_flight() {
-    let (total, failed, killed) = under_kills(Op::Check).await;
+    let (total, failed, killed, _) = under_kills(Op::Check).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
     // At most the 32 callers' calls in flight at each kill: not a share of the load, which
@@ -134,8 +143,8 @@ async fn five_kills_under_load_fail_only_the_calls_in_flight() {
 /// peeks nothing at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peeks_survive_kills() {
-    let (total, failed, killed) = under_kills(Op::Peek).await;
+    let (total, failed, killed, seen) = under_kills(Op::Peek).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
-    assert_eq!(failed, 0, "{failed} of {total} peeks failed");
+    assert_eq!(failed, 0, "{failed} of {total} peeks failed: {seen:?}");
 }
