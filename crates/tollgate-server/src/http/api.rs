@@ -136,10 +136,10 @@ impl AdjustBody {
 
 /// The answer to an acquire: a check's body, and the wait.
 #[derive(Debug, Serialize)]
-pub struct AcquireBody {
+pub struct AcquireBody<'a> {
     /// As a check of the one limit.
     #[serde(flatten)]
-    pub verdict: VerdictBody,
+    pub verdict: VerdictBody<'a>,
     /// When allowed: ms from the reservation until the slot begins (rounded up, so a caller
     /// that sleeps it never goes early); 0 to go now.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -267,7 +267,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
 /// The answer to a check or peek. Top-level fields describe the most restrictive enforced
 /// limit; `decisions` lists every limit in the order asked.
 #[derive(Debug, Serialize)]
-pub struct VerdictBody {
+pub struct VerdictBody<'a> {
     /// Whether the request passes.
     pub allowed: bool,
     /// The most restrictive limit's quota (`RateLimit-Policy` `q=`).
@@ -279,14 +279,14 @@ pub struct VerdictBody {
     /// When denied: until this cost would pass, ms (rounded up).
     pub retry_after_ms: Option<u64>,
     /// Each limit's decision.
-    pub decisions: Vec<DecisionBody>,
+    pub decisions: Vec<DecisionBody<'a>>,
 }
 
 /// One limit's decision.
 #[derive(Debug, Serialize)]
-pub struct DecisionBody {
-    /// The limit's name.
-    pub limit: String,
+pub struct DecisionBody<'a> {
+    /// The limit's name (borrowed from the verdict: the body is written once, at once).
+    pub limit: &'a str,
     /// Whether it admits (always `true` for a shadow limit).
     pub allowed: bool,
     /// Its quota.
@@ -308,9 +308,9 @@ pub struct DecisionBody {
     pub store_error: Option<&'static str>,
 }
 
-impl VerdictBody {
+impl VerdictBody<'_> {
     /// The body for `verdict`.
-    pub fn new(verdict: &Verdict) -> VerdictBody {
+    pub fn new(verdict: &Verdict) -> VerdictBody<'_> {
         let top = verdict.shown();
         VerdictBody {
             allowed: verdict.outcome() == Outcome::Allowed,
@@ -323,10 +323,10 @@ impl VerdictBody {
     }
 }
 
-fn decision_body(d: &LimitDecision) -> DecisionBody {
+fn decision_body(d: &LimitDecision) -> DecisionBody<'_> {
     let decision = &d.decision;
     DecisionBody {
-        limit: d.limit.to_string(),
+        limit: &d.limit,
         allowed: d.shown_allowed(),
         quota: decision.limit,
         remaining: decision.remaining,

@@ -59,7 +59,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Counts every request by route and status, and times it
 /// (`tollgate_http_requests_total`, `tollgate_http_request_duration_seconds`).
 async fn observe_http(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let route = metrics::route_label(request.uri().path());
+    let route = metrics::Route::of(request.uri().path());
     let started = Instant::now();
     let response = next.run(request).await;
     metrics::http_request(route, response.status(), started.elapsed());

@@ -180,49 +180,50 @@ impl IntoResponse for Reply {
         match self {
             Reply::Json(body) => Json(body).into_response(),
             Reply::Verdict(verdict) => {
-                let (status, headers) = verdict_head(&verdict);
-                (status, headers, Json(VerdictBody::new(&verdict))).into_response()
+                let response = Json(VerdictBody::new(&verdict)).into_response();
+                with_verdict_head(response, &verdict)
             }
             Reply::Acquired {
                 verdict,
                 wait,
                 held,
             } => {
-                let (status, headers) = verdict_head(&verdict);
                 let body = AcquireBody {
                     verdict: VerdictBody::new(&verdict),
                     wait_ms: wait.map(wire::ceil_millis),
                     held,
                 };
-                (status, headers, Json(body)).into_response()
+                with_verdict_head(Json(body).into_response(), &verdict)
             }
         }
     }
 }
 
-/// A verdict's status (200, 429, 503) and its `RateLimit-Policy`, `RateLimit` and
-/// `Retry-After` fields (axum adds `Content-Type` after).
-fn verdict_head(verdict: &Verdict) -> (StatusCode, HeaderMap) {
-    let mut headers = HeaderMap::with_capacity(4);
-    let decisions = verdict.decisions();
-    insert(
-        &mut headers,
-        wire::RATELIMIT_POLICY,
-        wire::policy_of(decisions),
-    );
-    if let Some(value) = wire::rate_limit(decisions, false) {
-        insert(&mut headers, wire::RATELIMIT, value);
+/// Sets a verdict's status (200, 429, 503) and its `RateLimit-Policy`, `RateLimit` and
+/// `Retry-After` fields on the response holding its body, in place: a check's answer is
+/// built once, not as a second header map merged into the first. A body that failed to
+/// serialize (axum answers 500) keeps its status and gets no fields.
+fn with_verdict_head(mut response: Response, verdict: &Verdict) -> Response {
+    if response.status() != StatusCode::OK {
+        return response;
     }
     let status = match verdict.outcome() {
         Outcome::Allowed => StatusCode::OK,
         Outcome::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Outcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
     };
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    let decisions = verdict.decisions();
+    insert(headers, wire::RATELIMIT_POLICY, wire::policy_of(decisions));
+    if let Some(value) = wire::rate_limit(decisions, false) {
+        insert(headers, wire::RATELIMIT, value);
+    }
     if let Some(secs) = wire::retry_after(verdict) {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         tracing::debug!(status = status.as_u16(), "refused");
     }
-    (status, headers)
+    response
 }
 
 /// Inserts a `wire` value (printable ASCII, always a valid header value) unless it is empty.

@@ -3,7 +3,10 @@
 //! lease sweep. Each function sets one idea, by the names in [`super::names`]; none counts a
 //! decision (the core limiter does).
 
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
+
+use metrics::{Counter, Histogram};
 
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DENY_CACHE_ENTRIES, DENY_RATIO, HTTP_DURATION,
@@ -11,55 +14,97 @@ use super::names::{
     STORE_UP, TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
-/// The route label of a request path: the API's own routes by name, anything else `other`
-/// (a label per path would let a client grow the metrics without bound).
-pub fn route_label(path: &str) -> &'static str {
-    match path {
-        "/v1/check" => "/v1/check",
-        "/v1/peek" => "/v1/peek",
-        "/v1/reset" => "/v1/reset",
-        "/v1/acquire" => "/v1/acquire",
-        "/v1/adjust" => "/v1/adjust",
-        "/v1/limits" => "/v1/limits",
-        "/v1/top" => "/v1/top",
-        "/v1/status" => "/v1/status",
-        "/v1/history" => "/v1/history",
-        "/metrics" => "/metrics",
-        "/healthz" => "/healthz",
-        "/healthcheck" => "/healthcheck",
-        "/readyz" => "/readyz",
-        "/json" => "/json",
-        "/" => "/",
-        "/status.js" | "/status.css" | "/favicon.svg" | "/favicon.ico" => "page asset",
-        _ => "other",
+/// The route labels: the API's own routes by name, anything else `other` (a label per path
+/// would let a client grow the metrics without bound).
+const ROUTES: [&str; 17] = [
+    "/v1/check",
+    "/v1/peek",
+    "/v1/reset",
+    "/v1/acquire",
+    "/v1/adjust",
+    "/v1/limits",
+    "/v1/top",
+    "/v1/status",
+    "/v1/history",
+    "/metrics",
+    "/healthz",
+    "/healthcheck",
+    "/readyz",
+    "/json",
+    "/",
+    "page asset",
+    "other",
+];
+
+/// The status labels: the codes this service answers by number, any other by class.
+const STATUSES: [&str; 17] = [
+    "200", "400", "401", "403", "404", "405", "408", "413", "415", "429", "500", "503", "1xx",
+    "2xx", "3xx", "4xx", "5xx",
+];
+
+/// A request's route, as labelled in `tollgate_http_requests_total`: an index into the
+/// route labels, so that a request's series are found without hashing their labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route(usize);
+
+impl Route {
+    /// The route of a request path.
+    pub fn of(path: &str) -> Route {
+        const PAGE_ASSET: usize = 15;
+        const OTHER: usize = 16;
+        Route(match path {
+            "/status.js" | "/status.css" | "/favicon.svg" | "/favicon.ico" => PAGE_ASSET,
+            _ => ROUTES[..PAGE_ASSET]
+                .iter()
+                .position(|r| *r == path)
+                .unwrap_or(OTHER),
+        })
+    }
+
+    /// Its label.
+    pub fn label(self) -> &'static str {
+        ROUTES[self.0]
     }
 }
 
+/// The index of a status's label.
+fn status_index(status: axum::http::StatusCode) -> usize {
+    match status.as_u16() {
+        200 => 0,
+        400 => 1,
+        401 => 2,
+        403 => 3,
+        404 => 4,
+        405 => 5,
+        408 => 6,
+        413 => 7,
+        415 => 8,
+        429 => 9,
+        500 => 10,
+        503 => 11,
+        other => 11 + usize::from((other / 100).clamp(1, 5)),
+    }
+}
+
+/// Each route's and status's request counter, and each route's latency histogram, made on
+/// first use. A handle is the series itself (the registry's lookup, hashing the name and
+/// labels, was a tenth of a check's own CPU), so it must be made from the process's recorder:
+/// the router's state installs it ([`super::handle`]) before any request is served.
+static REQUESTS: [[OnceLock<Counter>; STATUSES.len()]; ROUTES.len()] =
+    [const { [const { OnceLock::new() }; STATUSES.len()] }; ROUTES.len()];
+static DURATIONS: [OnceLock<Histogram>; ROUTES.len()] = [const { OnceLock::new() }; ROUTES.len()];
+
 /// Counts a request and records its latency.
-pub fn http_request(route: &'static str, status: axum::http::StatusCode, took: Duration) {
-    let status: &'static str = match status.as_u16() {
-        200 => "200",
-        400 => "400",
-        401 => "401",
-        403 => "403",
-        404 => "404",
-        405 => "405",
-        408 => "408",
-        413 => "413",
-        415 => "415",
-        429 => "429",
-        500 => "500",
-        503 => "503",
-        other => match other / 100 {
-            1 => "1xx",
-            2 => "2xx",
-            3 => "3xx",
-            4 => "4xx",
-            _ => "5xx",
-        },
-    };
-    metrics::counter!(HTTP_REQUESTS, "route" => route, "status" => status).increment(1);
-    metrics::histogram!(HTTP_DURATION, "route" => route).record(took);
+pub fn http_request(route: Route, status: axum::http::StatusCode, took: Duration) {
+    let status = status_index(status);
+    REQUESTS[route.0][status]
+        .get_or_init(|| {
+            metrics::counter!(HTTP_REQUESTS, "route" => route.label(), "status" => STATUSES[status])
+        })
+        .increment(1);
+    DURATIONS[route.0]
+        .get_or_init(|| metrics::histogram!(HTTP_DURATION, "route" => route.label()))
+        .record(took);
 }
 
 /// Sets `tollgate_build_info{version}` to 1 (at start).
@@ -148,4 +193,39 @@ pub fn keys(limit: &str, count: u64) {
     // A gauge is an f64; key counts are far below 2^53.
     #[allow(clippy::cast_precision_loss)]
     metrics::gauge!(KEYS, "limit" => limit.to_owned()).set(count as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::{ROUTES, Route, STATUSES, status_index};
+
+    #[test]
+    fn every_route_has_its_own_label_and_anything_else_is_other() {
+        for route in &ROUTES[..15] {
+            assert_eq!(Route::of(route).label(), *route);
+        }
+        for asset in ["/status.js", "/status.css", "/favicon.svg", "/favicon.ico"] {
+            assert_eq!(Route::of(asset).label(), "page asset");
+        }
+        for other in ["/v1/check/", "/V1/CHECK", "", "page asset", "other", "/x"] {
+            assert_eq!(Route::of(other).label(), "other", "{other:?}");
+        }
+    }
+
+    #[test]
+    fn statuses_are_labelled_by_code_or_else_by_class() {
+        let label =
+            |code: u16| STATUSES[status_index(StatusCode::from_u16(code).expect("a valid code"))];
+        for code in [200, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503] {
+            assert_eq!(label(code), code.to_string());
+        }
+        for (code, class) in [(101, "1xx"), (204, "2xx"), (304, "3xx"), (418, "4xx")] {
+            assert_eq!(label(code), class);
+        }
+        for code in [502, 504, 599, 999] {
+            assert_eq!(label(code), "5xx", "{code}");
+        }
+    }
 }
