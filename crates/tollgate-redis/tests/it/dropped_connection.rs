@@ -6,16 +6,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{Limiter, Op, Outcome};
+use tollgate::{Limiter, Op, Outcome, StoreErrorKind};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisServer;
 
 use crate::common::unreachable_gcra;
 
-/// Runs `tasks` callers of `op` for ~1.8 s while the connection is killed five times;
-/// returns (calls, calls not decided by Redis, connections killed, how those calls were
-/// answered: the first few outcomes, for a failure's message).
-async fn under_kills(op: Op) -> (u64, u64, u64, Vec<String>) {
+/// What [`under_kills`] saw.
+struct Kills {
+    /// Calls made.
+    total: u64,
+    /// Calls not decided by Redis.
+    failed: u64,
+    /// Of them, calls given up on at the store's patience bound (`Overloaded`).
+    overloaded: u64,
+    /// Connections killed.
+    killed: u64,
+    /// How the failed calls were answered: the first few outcomes, for a failure's message.
+    seen: Vec<String>,
+}
+
+/// Runs 32 callers of `op` for ~1.8 s while the connection is killed five times.
+async fn under_kills(op: Op) -> Kills {
     let server = RedisServer::start();
     let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(2))
@@ -24,8 +36,9 @@ async fn under_kills(op: Op) -> (u64, u64, u64, Vec<String>) {
         .expect("connect");
     let limit = unreachable_gcra("kills");
     let limiter = Arc::new(Limiter::builder(store).limit(limit).build().expect("valid"));
-    let (stop, total, failed) = (
+    let (stop, total, failed, overloaded) = (
         Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
@@ -34,11 +47,12 @@ async fn under_kills(op: Op) -> (u64, u64, u64, Vec<String>) {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..32u64)
         .map(|t| {
-            let (limiter, stop, total, failed, done, seen) = (
+            let (limiter, stop, total, failed, overloaded, done, seen) = (
                 limiter.clone(),
                 stop.clone(),
                 total.clone(),
                 failed.clone(),
+                overloaded.clone(),
                 done.clone(),
                 seen.clone(),
             );
@@ -57,6 +71,13 @@ async fn under_kills(op: Op) -> (u64, u64, u64, Vec<String>) {
                         Outcome::Allowed => {}
                         other => {
                             failed.fetch_add(1, Ordering::Relaxed);
+                            if let Outcome::Unavailable {
+                                error: StoreErrorKind::Overloaded,
+                                ..
+                            } = other
+                            {
+                                overloaded.fetch_add(1, Ordering::Relaxed);
+                            }
                             let mut seen = seen.lock().expect("seen");
                             if seen.len() < 8 {
                                 seen.push(format!("{other:?} ({:?})", v.decisions()));
@@ -118,17 +139,23 @@ async fn under_kills(op: Op) -> (u64, u64, u64, Vec<String>) {
         t.await.expect("task");
     }
     let seen = seen.lock().expect("seen").clone();
-    (
-        total.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
+    Kills {
+        total: total.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+        overloaded: overloaded.load(Ordering::Relaxed),
         killed,
         seen,
-    )
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_kills_under_load_fail_only_the_calls_in_flight() {
-    let (total, failed, killed, _) = under_kills(Op::Check).await;
+    let Kills {
+        total,
+        failed,
+        killed,
+        ..
+    } = under_kills(Op::Check).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
     // At most the 32 callers' calls in flight at each kill: not a share of the load, which
@@ -139,12 +166,27 @@ async fn five_kills_under_load_fail_only_the_calls_in_flight() {
     );
 }
 
-/// A peek writes nothing, so one whose connection was lost is sent again: the kills cost
-/// peeks nothing at all.
+/// A peek writes nothing, so one whose connection was lost is sent again: no peek fails with
+/// the lost connection.
+///
+/// What a resend cannot see: a call that got neither a reply nor an error. Twice in the
+/// workspace's CI (never in 79 runs alone or beside two busy loops), one peek of about 200 000
+/// under the five kills waited out the store's patience while Redis answered the others, and
+/// ended `Overloaded` (`patience.rs`: the bound, three seconds here). So a peek may end so,
+/// at most one per kill; any other failure, or more of them, fails the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peeks_survive_kills() {
-    let (total, failed, killed, seen) = under_kills(Op::Peek).await;
+    let Kills {
+        total,
+        failed,
+        overloaded,
+        killed,
+        seen,
+    } = under_kills(Op::Peek).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
-    assert_eq!(failed, 0, "{failed} of {total} peeks failed: {seen:?}");
+    assert!(
+        failed == overloaded && overloaded <= killed,
+        "{failed} of {total} peeks failed over {killed} kills ({overloaded} overloaded): {seen:?}"
+    );
 }
