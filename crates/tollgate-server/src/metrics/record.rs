@@ -88,8 +88,9 @@ fn status_index(status: axum::http::StatusCode) -> usize {
 
 /// Each route's and status's request counter, and each route's latency histogram, made on
 /// first use. A handle is the series itself (the registry's lookup, hashing the name and
-/// labels, was a tenth of a check's own CPU), so it must be made from the process's recorder:
-/// the router's state installs it ([`super::handle`]) before any request is served.
+/// labels, cost every request 0.15 µs in-process: `benches/router.rs`), so it must be made
+/// from the process's recorder: the router's state installs it ([`super::handle`]) before any
+/// request is served.
 static REQUESTS: [[OnceLock<Counter>; STATUSES.len()]; ROUTES.len()] =
     [const { [const { OnceLock::new() }; STATUSES.len()] }; ROUTES.len()];
 static DURATIONS: [OnceLock<Histogram>; ROUTES.len()] = [const { OnceLock::new() }; ROUTES.len()];
