@@ -8,9 +8,9 @@
 //! is the difference of these two cases, which moves far less; the kernel's and hyper's share
 //! (the rest of a wrk request) is the same for any version of the handlers.
 //!
-//! Only the server's public API of every release since the status page is used, so the same
-//! file builds in an older tree (copy it there, with its `[[bench]]` entry) to compare two
-//! builds in one sitting.
+//! Only the server's public API is used, so the same file builds in an older tree (copy it
+//! there, with its `[[bench]]` entry and the `criterion` dev-dependency; it built unchanged at
+//! `5ad208c`) to compare two builds in one sitting.
 //!
 //! Usage: `cargo bench -p tollgate-server --bench router`.
 
