@@ -274,15 +274,17 @@ impl RedisStore {
 
     /// Counts a reply (or a server error: Redis answered) for the calls waiting on theirs.
     pub(super) fn heard<T>(&self, result: &Result<T, redis::RedisError>) {
-        let answered = match result {
-            Ok(_) => true,
-            Err(e) => !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()),
-        };
-        if answered {
-            self.inner.patience.heard();
-            self.inner.clock.heard();
-        } else {
-            self.inner.patience.lost();
+        match result {
+            // The `redis` crate's own timeout (a cluster's; an I/O error too, so first): no
+            // reply, the connection kept.
+            Err(e) if e.is_timeout() => self.inner.patience.lost(false),
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                self.inner.patience.lost(true);
+            }
+            _ => {
+                self.inner.patience.heard();
+                self.inner.clock.heard();
+            }
         }
     }
 }

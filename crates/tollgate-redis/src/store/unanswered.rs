@@ -18,6 +18,11 @@
 //! `tollgate_redis_unanswered_give_backs_total`; a give-back that fails is logged, and its
 //! units stay taken until they replenish (an under-admission, never an overshoot).
 //!
+//! A call still waiting when its patience cuts it (a connection was lost since it was made,
+//! and Redis answers the others: `patience.rs`) is handed off the same way, and its caller is
+//! told the connection was lost: its request may sit unsent in the `redis` crate for good, or
+//! may yet run, and then what it charged is given back.
+//!
 //! Lease takes are settled the same way: a grant that arrives after its caller gave up is
 //! given back whole (`give_back` = the units granted, to the window they were taken in).
 
@@ -67,6 +72,10 @@ pub(crate) struct Unanswered<'a> {
     store: &'a RedisStore,
     call: Option<Call>,
     charges: Charges<'a>,
+    /// Lost connections the store had seen when the call was made ([`Patience::losses`]).
+    ///
+    /// [`Patience::losses`]: crate::patience::Patience::losses
+    losses: u64,
 }
 
 impl RedisStore {
@@ -109,6 +118,7 @@ impl<'a> Unanswered<'a> {
             store,
             call: Some(Box::pin(store.clone().eval(cmd))),
             charges,
+            losses: store.inner.patience.losses(),
         }
     }
 }
@@ -122,14 +132,31 @@ impl Future for Unanswered<'_> {
                 "a store call was polled after it ended".into(),
             )));
         };
-        let out = std::task::ready!(call.as_mut().poll(cx));
-        self.call = None;
-        Poll::Ready(out)
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            self.call = None;
+            return Poll::Ready(out);
+        }
+        if !self.store.inner.patience.cut_since(self.losses) {
+            return Poll::Pending;
+        }
+        self.hand_off();
+        Poll::Ready(Err(StoreError::Connection(
+            "no reply: a connection was lost while this call waited, and Redis answers the others"
+                .into(),
+        )))
     }
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
+        self.hand_off();
+    }
+}
+
+impl Unanswered<'_> {
+    /// Hands the unfinished call off to a task of its own, which waits for its reply and gives
+    /// back what it charged (nothing to wait for when it charges nothing).
+    fn hand_off(&mut self) {
         let Some(call) = self.call.take() else {
             return;
         };

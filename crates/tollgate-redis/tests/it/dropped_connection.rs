@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{Limiter, Op, Outcome, StoreErrorKind};
+use tollgate::{Limiter, Op, Outcome};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::RedisServer;
 
@@ -18,8 +18,6 @@ struct Kills {
     total: u64,
     /// Calls not decided by Redis.
     failed: u64,
-    /// Of them, calls given up on at the store's patience bound (`Overloaded`).
-    overloaded: u64,
     /// Connections killed.
     killed: u64,
     /// How the failed calls were answered: the first few outcomes, for a failure's message.
@@ -36,9 +34,8 @@ async fn under_kills(op: Op) -> Kills {
         .expect("connect");
     let limit = unreachable_gcra("kills");
     let limiter = Arc::new(Limiter::builder(store).limit(limit).build().expect("valid"));
-    let (stop, total, failed, overloaded) = (
+    let (stop, total, failed) = (
         Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
@@ -47,12 +44,11 @@ async fn under_kills(op: Op) -> Kills {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..32u64)
         .map(|t| {
-            let (limiter, stop, total, failed, overloaded, done, seen) = (
+            let (limiter, stop, total, failed, done, seen) = (
                 limiter.clone(),
                 stop.clone(),
                 total.clone(),
                 failed.clone(),
-                overloaded.clone(),
                 done.clone(),
                 seen.clone(),
             );
@@ -71,13 +67,6 @@ async fn under_kills(op: Op) -> Kills {
                         Outcome::Allowed => {}
                         other => {
                             failed.fetch_add(1, Ordering::Relaxed);
-                            if let Outcome::Unavailable {
-                                error: StoreErrorKind::Overloaded,
-                                ..
-                            } = other
-                            {
-                                overloaded.fetch_add(1, Ordering::Relaxed);
-                            }
                             let mut seen = seen.lock().expect("seen");
                             if seen.len() < 8 {
                                 seen.push(format!("{other:?} ({:?})", v.decisions()));
@@ -142,7 +131,6 @@ async fn under_kills(op: Op) -> Kills {
     Kills {
         total: total.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
-        overloaded: overloaded.load(Ordering::Relaxed),
         killed,
         seen,
     }
@@ -166,27 +154,27 @@ async fn five_kills_under_load_fail_only_the_calls_in_flight() {
     );
 }
 
-/// A peek writes nothing, so one whose connection was lost is sent again: no peek fails with
-/// the lost connection.
+/// A peek writes nothing, so one whose connection was lost is sent again: the kills cost
+/// peeks nothing at all.
 ///
-/// What a resend cannot see: a call that got neither a reply nor an error. Twice in the
-/// workspace's CI (never in 79 runs alone or beside two busy loops), one peek of about 200 000
-/// under the five kills waited out the store's patience while Redis answered the others, and
-/// ended `Overloaded` (`patience.rs`: the bound, three seconds here). So a peek may end so,
-/// at most one per kill; any other failure, or more of them, fails the test.
+/// That includes a peek whose request the `redis` crate stranded as the connection closed
+/// (pushed into the connection's channel just after its driver ended: no reply and no error
+/// ever come). In one to five runs of a hundred, such a call waited out the store's patience
+/// while Redis answered the others, and a peek ended `Overloaded` (seen twice in CI). The
+/// patience now cuts a call that waited across a lost connection at its timeout, and the
+/// peek is sent again (`patience.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peeks_survive_kills() {
     let Kills {
         total,
         failed,
-        overloaded,
         killed,
         seen,
     } = under_kills(Op::Peek).await;
     assert!(killed >= 5, "each kill dropped our connection: {killed}");
     assert!(total > 1_000, "load ran: {total}");
-    assert!(
-        failed == overloaded && overloaded <= killed,
-        "{failed} of {total} peeks failed over {killed} kills ({overloaded} overloaded): {seen:?}"
+    assert_eq!(
+        failed, 0,
+        "{failed} of {total} peeks failed over {killed} kills: {seen:?}"
     );
 }
