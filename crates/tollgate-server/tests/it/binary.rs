@@ -203,9 +203,8 @@ pub(crate) struct EnvoyServe {
 impl EnvoyServe {
     pub(crate) fn start(redis: bool, envoy: &str, yaml: &[(&str, &str)]) -> EnvoyServe {
         let redis = redis.then(tollgate_testkit::RedisServer::start);
-        let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port");
+        // Port 0: the process binds a free port itself (`Process::grpc`).
+        let grpc = "127.0.0.1:0";
         let store = redis.as_ref().map_or(String::new(), |r| {
             format!("[store]\nredis = \"{}\"\ntimeout = \"2s\"\n\n", r.url())
         });

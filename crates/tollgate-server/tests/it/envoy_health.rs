@@ -40,9 +40,8 @@ type Files<'a> = &'a [(&'a str, &'a str)];
 /// `tollgate.toml` (gRPC on a free port, `[envoy] config_dir = "ratelimit"` and `extra`) and
 /// the directory holding `files`, under `dir`.
 fn layout(dir: &Path, files: &[(&str, &str)], extra: &str) -> PathBuf {
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
+    // Port 0: the process binds a free port itself (`Process::grpc`).
+    let grpc = "127.0.0.1:0";
     let yaml = dir.join("ratelimit");
     std::fs::create_dir_all(&yaml).expect("mkdir");
     for (name, text) in files {

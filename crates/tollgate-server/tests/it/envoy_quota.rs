@@ -45,9 +45,8 @@ pub(crate) enum On {
 /// A `tollgate serve` of the reference's example directory, with `extra` in `[envoy]`, on
 /// `redis` when given.
 fn serve(redis: Option<&str>, extra: &str) -> (tempfile::TempDir, Process) {
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
+    // Port 0: the process binds a free port itself (`Process::grpc`).
+    let grpc = "127.0.0.1:0";
     let store = redis.map_or(String::new(), |url| {
         format!("[store]\nredis = \"{url}\"\ntimeout = \"2s\"\n\n")
     });

@@ -43,9 +43,8 @@ descriptors:
 /// A `tollgate serve` of [`SHOP`] plus a `[[envoy.rules]]` rule (`edge`: `user` → 2 per hour),
 /// with `extra` added to `[envoy]`.
 fn serve(extra: &str) -> (tempfile::TempDir, Process) {
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
+    // Port 0: the process binds a free port itself (`Process::grpc`).
+    let grpc = "127.0.0.1:0";
     let (dir, path) = config_file(&format!(
         "[server]\ngrpc = \"{grpc}\"\n\n\
          [[limits]]\nname = \"per_user\"\nalgorithm = \"gcra\"\nlimit = 2\nperiod = \"1h\"\nkey = [\"user\"]\non_store_error = \"allow\"\n\n\
@@ -550,9 +549,8 @@ async fn json_answers_as_grpc_does() {
 async fn overrides_share_one_counter_across_instances_on_redis() {
     let redis = tollgate_testkit::RedisServer::start();
     let start = || {
-        let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port");
+        // Port 0: the process binds a free port itself (`Process::grpc`).
+        let grpc = "127.0.0.1:0";
         let (dir, path) = config_file(&format!(
             "[server]\ngrpc = \"{grpc}\"\n\n[store]\nredis = \"{}\"\nprefix = \"ovr\"\ntimeout = \"2s\"\n\n\
              [[limits]]\nname = \"per_user\"\nalgorithm = \"gcra\"\nlimit = 2\nperiod = \"1h\"\nkey = [\"user\"]\non_store_error = \"deny\"\n\n\

@@ -43,10 +43,12 @@ fn layout(
     envoy: &str,
 ) -> (tempfile::TempDir, std::path::PathBuf) {
     let server = if grpc {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port");
-        format!("[server]\ngrpc = \"{addr}\"\n\n")
+        // Port 0: the process binds a free port itself (`Process::grpc`).
+        "[server]
+grpc = \"127.0.0.1:0\"
+
+"
+        .to_owned()
     } else {
         String::new()
     };
@@ -571,9 +573,8 @@ async fn service_metrics_count_loads_calls_and_errors() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port");
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
+    // Port 0: the process binds a free port itself (`Process::grpc`).
+    let grpc = "127.0.0.1:0";
     let (redis_dir, redis_path) = config_file(&format!(
         "[server]\ngrpc = \"{grpc}\"\n\n[store]\nredis = \"redis://{closed}\"\ntimeout = \"50ms\"\n\n\
          [envoy]\nconfig_dir = \"ratelimit\"\n"

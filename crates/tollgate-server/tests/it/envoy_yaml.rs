@@ -34,9 +34,10 @@ fn layout(dir: &Path, grpc: Option<std::net::SocketAddr>, yaml: &str) -> std::pa
     path
 }
 
-fn free_port() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
+/// Port 0: the process binds a free port itself and names it in its listening line
+/// (`Process::grpc`).
+fn any_port() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
 /// The binary serves a config whose limits all come from YAML: the nested entry's limit
@@ -45,7 +46,7 @@ fn free_port() -> std::net::SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = layout(dir.path(), Some(free_port()), MESSAGING);
+    let path = layout(dir.path(), Some(any_port()), MESSAGING);
     let mut process = Process::serve(&path);
     let grpc = process.grpc.expect("gRPC address in the listening line");
     let mut client = connect(grpc).await;
@@ -117,7 +118,7 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_in_the_yaml_directory_reloads_without_a_signal() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = layout(dir.path(), Some(free_port()), MESSAGING);
+    let path = layout(dir.path(), Some(any_port()), MESSAGING);
     let process = Process::serve(&path);
     let grpc = process.grpc.expect("gRPC address in the listening line");
     let client = connect(grpc).await;
