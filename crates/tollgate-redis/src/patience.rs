@@ -39,9 +39,9 @@
 //! the error kind say "connection" when Redis is gone.
 //!
 //! A call that was waiting when a connection of the store was lost, and still waits at its
-//! timeout, is **cut**: its store call ends with a lost connection (a peek is then sent again
-//! on the connection as re-established, `store/decide.rs`), however busy Redis is with the
-//! others. Its request may never be answered: the `redis` crate can strand a request sent just
+//! timeout while Redis answers the others, is **cut**: its store call ends with a lost
+//! connection (a peek is then sent again on the connection as re-established,
+//! `store/decide.rs`). Its request may never be answered: the `redis` crate can strand a request sent just
 //! as its connection's driver ends. The driver drops its channel's receiver, which drops the
 //! requests queued in the channel; a request pushed a moment later, by a caller that had
 //! already reserved its place, stays in the channel with its reply's sender, and the channel
