@@ -29,6 +29,19 @@ use crate::{TlsFiles, TlsServer};
 /// How long a spawned server gets to answer PING.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many ports [`RedisServer::start_with`] and [`RedisServer::start_tls_with`] try: a
+/// free port is chosen by binding port 0 and letting it go, and another socket (an outgoing
+/// connection takes its port from the same range) can take it before the server binds it.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Why a spawned server did not come up.
+enum SpawnFailure {
+    /// Its port (or TLS port) was taken before it bound it: worth another port.
+    PortTaken(String),
+    /// Anything else: the message to panic with.
+    Other(String),
+}
+
 /// What to tell someone whose machine has no Redis.
 pub(crate) const INSTALL_HINT: &str = "install it: apt-get install redis-server redis-tools";
 
@@ -65,7 +78,10 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`], and when an argument makes the server exit.
     pub fn start_with(args: &[&str]) -> RedisServer {
-        RedisServer::start_in(temp_dir("tollgate-redis-"), free_port(false), None, args)
+        RedisServer::start_on_free_ports("tollgate-redis-", || {
+            let args = args.iter().map(|a| (*a).to_owned()).collect();
+            (free_port(false), None, args)
+        })
     }
 
     /// As [`RedisServer::start`], and listening TLS too, on [`RedisServer::tls_port`], with
@@ -84,13 +100,34 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start_with`].
     pub fn start_tls_with(tls: &TlsFiles, options: TlsServer, args: &[&str]) -> RedisServer {
-        let mut taken = HashSet::new();
-        let port = free_port_except(false, &mut taken);
-        let tls_port = free_port_except(false, &mut taken);
-        let mut all = options.args(tls, tls_port);
-        all.extend(args.iter().map(|a| (*a).to_owned()));
-        let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        RedisServer::start_in(temp_dir("tollgate-redis-tls-"), port, Some(tls_port), &all)
+        RedisServer::start_on_free_ports("tollgate-redis-tls-", || {
+            let mut taken = HashSet::new();
+            let port = free_port_except(false, &mut taken);
+            let tls_port = free_port_except(false, &mut taken);
+            let mut all = options.args(tls, tls_port);
+            all.extend(args.iter().map(|a| (*a).to_owned()));
+            (port, Some(tls_port), all)
+        })
+    }
+
+    /// A server on the ports and with the arguments `choose` gives, in a new directory named
+    /// `prefix…`; when a port was taken before the server bound it, on new ones, up to
+    /// [`PORT_ATTEMPTS`] times.
+    fn start_on_free_ports(
+        prefix: &str,
+        choose: impl Fn() -> (u16, Option<u16>, Vec<String>),
+    ) -> RedisServer {
+        let mut taken = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let (port, tls_port, args) = choose();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match RedisServer::try_start_in(temp_dir(prefix), port, tls_port, &args) {
+                Ok(server) => return server,
+                Err(SpawnFailure::PortTaken(message)) => taken = message,
+                Err(SpawnFailure::Other(message)) => panic!("{message}"),
+            }
+        }
+        panic!("{taken}\n(its port was taken before it bound it, {PORT_ATTEMPTS} times)")
     }
 
     /// Spawns a server on `port` (and `tls_port`, whose `--tls-*` arguments are among
@@ -101,6 +138,21 @@ impl RedisServer {
         tls_port: Option<u16>,
         extra: &[&str],
     ) -> RedisServer {
+        match RedisServer::try_start_in(dir, port, tls_port, extra) {
+            Ok(server) => server,
+            Err(SpawnFailure::PortTaken(message) | SpawnFailure::Other(message)) => {
+                panic!("{message}")
+            }
+        }
+    }
+
+    /// [`RedisServer::start_in`], failing instead of panicking.
+    fn try_start_in(
+        dir: TempDir,
+        port: u16,
+        tls_port: Option<u16>,
+        extra: &[&str],
+    ) -> Result<RedisServer, SpawnFailure> {
         let password = extra
             .iter()
             .position(|a| *a == "--requirepass")
@@ -115,11 +167,20 @@ impl RedisServer {
             child: None,
             pid: std::sync::OnceLock::new(),
         };
-        server.spawn();
-        server
+        server.try_spawn()?;
+        Ok(server)
     }
 
     fn spawn(&mut self) {
+        if let Err(SpawnFailure::PortTaken(message) | SpawnFailure::Other(message)) =
+            self.try_spawn()
+        {
+            panic!("{message}");
+        }
+    }
+
+    /// Spawns the server on its ports and waits for its PING (see [`START_TIMEOUT`]).
+    fn try_spawn(&mut self) -> Result<(), SpawnFailure> {
         let bin = server_bin();
         if !on_path(&bin) {
             panic!("{bin} not found: {INSTALL_HINT} (or set REDIS_SERVER_BIN)");
@@ -144,27 +205,34 @@ impl RedisServer {
         self.pid = std::sync::OnceLock::new();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
+            // A PONG counts only while our server runs: on a port taken by another server,
+            // that one answers while ours has exited.
             if exchange(self.port, self.password.as_deref(), &["PING"])
                 .is_ok_and(|reply| reply.starts_with(b"+PONG"))
+                && !supervisor::exited(self.dir.path())
             {
-                return;
+                return Ok(());
             }
             if supervisor::exited(self.dir.path()) {
                 self.kill();
-                panic!(
-                    "{bin} on port {} exited at start (arguments {:?})\nlog:\n{}",
-                    self.port,
-                    self.extra,
-                    self.log()
+                let log = self.log();
+                let message = format!(
+                    "{bin} on port {} exited at start (arguments {:?})\nlog:\n{log}",
+                    self.port, self.extra,
                 );
+                return Err(if log.contains("Address already in use") {
+                    SpawnFailure::PortTaken(message)
+                } else {
+                    SpawnFailure::Other(message)
+                });
             }
             if Instant::now() > deadline {
                 self.kill();
-                panic!(
+                return Err(SpawnFailure::Other(format!(
                     "{bin} did not answer PING on port {} within {START_TIMEOUT:?}\nlog:\n{}",
                     self.port,
                     self.log()
-                );
+                )));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -463,4 +531,41 @@ pub(crate) fn temp_dir(prefix: &str) -> TempDir {
         .prefix(prefix)
         .tempdir()
         .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port taken before the server binds it costs a second port, not the test: the
+    /// server comes up on the next one and answers there. The port is taken as in CI, by an
+    /// outgoing connection's end (it answers no PING, and the server cannot bind it).
+    #[test]
+    fn a_taken_port_is_replaced_by_a_free_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let holder =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let taken = holder.local_addr().expect("addr").port();
+        let tries = std::cell::Cell::new(0);
+        let server = RedisServer::start_on_free_ports("tollgate-redis-taken-", || {
+            tries.set(tries.get() + 1);
+            let port = if tries.get() == 1 {
+                taken
+            } else {
+                free_port(false)
+            };
+            (port, None, Vec::new())
+        });
+        assert_eq!(
+            tries.get(),
+            2,
+            "the taken port was tried once, then a free one"
+        );
+        assert_ne!(server.port(), taken);
+        assert!(
+            server.cmd(&["PING"]).contains("PONG"),
+            "the server answers on its new port"
+        );
+        drop(holder);
+    }
 }
