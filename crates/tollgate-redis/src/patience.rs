@@ -41,16 +41,16 @@
 //! A call that was waiting when a connection of the store was lost, and still waits at its
 //! timeout while Redis answers the others, is **cut**: its store call ends with a lost
 //! connection (a peek is then sent again on the connection as re-established,
-//! `store/decide.rs`). Its request may never be answered: the `redis` crate can strand a request sent just
-//! as its connection's driver ends. The driver drops its channel's receiver, which drops the
-//! requests queued in the channel; a request pushed a moment later, by a caller that had
-//! already reserved its place, stays in the channel with its reply's sender, and the channel
-//! lives on because that caller itself holds a sender to it. No reply and no error ever come.
-//! Seen in one to five of every hundred runs of the two `CLIENT KILL` tests
-//! (tests/it/dropped_connection.rs, ten kills a run), instrumented: each time the caller's
-//! request had been pushed into a closed channel; before the cut it waited out the bound
-//! while Redis answered everyone else, and ended `overloaded`. Which calls are cut
-//! is decided by [`Patience::cut_since`]: those made before the loss that are still waiting,
+//! `store/decide.rs`). Its request may never be answered: the `redis` crate can strand a
+//! request sent just as its connection's driver ends. The driver drops its channel's
+//! receiver, which drops the requests queued in the channel; a request pushed a moment later,
+//! by a caller that had already reserved its place, stays in the channel with its reply's
+//! sender, and the channel lives on because that caller itself holds a sender to it. No reply
+//! and no error ever come. Seen in one to five of every hundred runs of the two `CLIENT KILL`
+//! tests (tests/it/dropped_connection.rs, ten kills a run), instrumented: each time the
+//! caller's request had been pushed into a closed channel; before the cut it waited out the
+//! bound while Redis answered everyone else, and ended `overloaded`. Which calls are cut is
+//! decided by [`Patience::cut_since`]: those made before the loss that are still waiting,
 //! when a patience whose call was waiting across the loss reaches its timeout while Redis
 //! answers others (a Redis that answers nobody is a dead or silent one, as above, and its
 //! calls fail as they did).

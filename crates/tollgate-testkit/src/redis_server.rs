@@ -42,6 +42,15 @@ enum SpawnFailure {
     Other(String),
 }
 
+impl SpawnFailure {
+    /// What to panic with, whatever the failure.
+    fn message(self) -> String {
+        match self {
+            SpawnFailure::PortTaken(message) | SpawnFailure::Other(message) => message,
+        }
+    }
+}
+
 /// What to tell someone whose machine has no Redis.
 pub(crate) const INSTALL_HINT: &str = "install it: apt-get install redis-server redis-tools";
 
@@ -138,12 +147,8 @@ impl RedisServer {
         tls_port: Option<u16>,
         extra: &[&str],
     ) -> RedisServer {
-        match RedisServer::try_start_in(dir, port, tls_port, extra) {
-            Ok(server) => server,
-            Err(SpawnFailure::PortTaken(message) | SpawnFailure::Other(message)) => {
-                panic!("{message}")
-            }
-        }
+        RedisServer::try_start_in(dir, port, tls_port, extra)
+            .unwrap_or_else(|failure| panic!("{}", failure.message()))
     }
 
     /// [`RedisServer::start_in`], failing instead of panicking.
@@ -172,10 +177,8 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        if let Err(SpawnFailure::PortTaken(message) | SpawnFailure::Other(message)) =
-            self.try_spawn()
-        {
-            panic!("{message}");
+        if let Err(failure) = self.try_spawn() {
+            panic!("{}", failure.message());
         }
     }
 
