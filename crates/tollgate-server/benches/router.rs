@@ -12,6 +12,10 @@
 //! there, with its `[[bench]]` entry and the `criterion` dev-dependency; it built unchanged at
 //! `5ad208c`) to compare two builds in one sitting.
 //!
+//! `router_2threads` runs the same two cases on two threads at once, each with its own runtime,
+//! as the service's two workers do: against the one-thread time it shows what lines written by
+//! every request (counters, the hot key, reference counts) cost when two cores share them.
+//!
 //! Usage: `cargo bench -p tollgate-server --bench router`.
 
 use std::path::Path;
@@ -95,6 +99,42 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| rt.block_on(run(&app, healthz, iters)));
     });
     group.finish();
+    let mut group = c.benchmark_group("router_2threads");
+    for (name, make) in [
+        ("check", check as fn() -> Request<Body>),
+        ("healthz", healthz),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| two_threads(&app, make, iters));
+        });
+    }
+    group.finish();
+}
+
+/// Runs `iters` requests on each of two threads at once, each thread its own runtime, as the
+/// service's two workers do: the time is the slower thread's, so a shared line written by
+/// every request (a counter, a lock, a reference count) shows as a longer time than one thread's.
+fn two_threads(app: &axum::Router, make: fn() -> Request<Body>, iters: u64) -> Duration {
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a runtime");
+                    barrier.wait();
+                    rt.block_on(run(app, make, iters))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("the thread ran"))
+            .max()
+            .expect("two threads")
+    })
 }
 
 criterion_group!(benches, bench);

@@ -14,6 +14,7 @@
 //! error a client can see has the same `{"error": ...}` body.
 
 use axum::Json;
+use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -179,10 +180,11 @@ impl IntoResponse for Reply {
     fn into_response(self) -> Response {
         match self {
             Reply::Json(body) => Json(body).into_response(),
-            Reply::Verdict(verdict) => {
-                let response = Json(VerdictBody::new(&verdict)).into_response();
-                with_verdict_head(response, &verdict)
-            }
+            Reply::Verdict(verdict) => verdict_response(
+                &VerdictBody::new(&verdict),
+                verdict.decisions().len(),
+                &verdict,
+            ),
             Reply::Acquired {
                 verdict,
                 wait,
@@ -193,31 +195,33 @@ impl IntoResponse for Reply {
                     wait_ms: wait.map(wire::ceil_millis),
                     held,
                 };
-                with_verdict_head(Json(body).into_response(), &verdict)
+                verdict_response(&body, 1, &verdict)
             }
         }
     }
 }
 
-/// Sets a verdict's status (200, 429, 503) and its `RateLimit-Policy`, `RateLimit` and
-/// `Retry-After` fields on the response holding its body, in place: a check's answer is
-/// built once, not as a second header map merged into the first. A body that failed to
-/// serialize (axum answers 500) keeps its status and gets no fields.
-fn with_verdict_head(mut response: Response, verdict: &Verdict) -> Response {
-    if response.status() != StatusCode::OK {
-        return response;
+/// A verdict's answer: its JSON body, its status (200, 429, 503) and its `RateLimit-Policy`,
+/// `RateLimit` and `Retry-After` fields, built once. The body is written into a buffer sized
+/// for it (a check's body of one decision is about 200 bytes, each further decision about
+/// 110), where axum's `Json` starts at 128 bytes and grows, copying, on every check.
+fn verdict_response(body: &impl Serialize, decisions: usize, verdict: &Verdict) -> Response {
+    let mut bytes = Vec::with_capacity(VERDICT_BODY + decisions * DECISION_BODY);
+    if let Err(e) = serde_json::to_writer(&mut bytes, body) {
+        return ApiError::Internal(Box::new(e)).into_response();
     }
     let status = match verdict.outcome() {
         Outcome::Allowed => StatusCode::OK,
         Outcome::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Outcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
     };
-    *response.status_mut() = status;
+    let mut response = (status, Body::from(bytes)).into_response();
     let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
     let decisions = verdict.decisions();
-    insert(headers, wire::RATELIMIT_POLICY, wire::policy_of(decisions));
+    insert(headers, &RATELIMIT_POLICY, wire::policy_of(decisions));
     if let Some(value) = wire::rate_limit(decisions, false) {
-        insert(headers, wire::RATELIMIT, value);
+        insert(headers, &RATELIMIT, value);
     }
     if let Some(secs) = wire::retry_after(verdict) {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -226,13 +230,23 @@ fn with_verdict_head(mut response: Response, verdict: &Verdict) -> Response {
     response
 }
 
+/// The JSON content type, as axum's `Json` writes it.
+const JSON: &str = "application/json";
+/// A verdict body's bytes besides its decisions, rounded up.
+const VERDICT_BODY: usize = 112;
+/// One decision's bytes in a verdict body, for a short limit name, rounded up.
+const DECISION_BODY: usize = 128;
+/// The field names, made once (a name made from a string is checked byte by byte).
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(wire::RATELIMIT_POLICY);
+static RATELIMIT: HeaderName = HeaderName::from_static(wire::RATELIMIT);
+
 /// Inserts a `wire` value (printable ASCII, always a valid header value) unless it is empty.
-fn insert(headers: &mut HeaderMap, name: &'static str, value: String) {
+fn insert(headers: &mut HeaderMap, name: &HeaderName, value: String) {
     if value.is_empty() {
         return;
     }
     if let Ok(value) = HeaderValue::try_from(value) {
-        headers.insert(HeaderName::from_static(name), value);
+        headers.insert(name.clone(), value);
     }
 }
 

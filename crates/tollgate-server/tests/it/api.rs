@@ -5,7 +5,8 @@ use std::time::Duration;
 use crate::support::{TestServer, one_limit};
 
 /// Allowed checks answer 200 with the tower layer's headers; the refusal answers 429 with an
-/// integer `Retry-After` rounded up; the quota is back once the window has passed.
+/// integer `Retry-After` rounded up; the quota is back once the window has passed. Both are
+/// JSON, and say so.
 #[tokio::test]
 async fn check_allows_then_refuses_with_retry_after() {
     let server = TestServer::start(&one_limit(
@@ -23,6 +24,7 @@ async fn check_allows_then_refuses_with_retry_after() {
         assert_eq!(reply.status, 200, "{reply:?}");
         assert_eq!(reply.json["allowed"], true, "{reply:?}");
         assert_eq!(reply.json["remaining"], remaining, "{reply:?}");
+        assert_eq!(reply.header("content-type"), Some("application/json"));
         assert_eq!(
             reply.header("ratelimit-policy"),
             Some(r#""api_a";q=2;w=60"#)
@@ -37,6 +39,7 @@ async fn check_allows_then_refuses_with_retry_after() {
     let refused = server.post("/v1/check", body).await;
     assert_eq!(refused.status, 429, "{refused:?}");
     assert_eq!(refused.json["allowed"], false);
+    assert_eq!(refused.header("content-type"), Some("application/json"));
     assert_eq!(refused.json["limit"], 2);
     assert_eq!(refused.json["retry_after_ms"], 59_500, "{refused:?}");
     assert_eq!(
