@@ -27,7 +27,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::cluster_node::ClusterNode;
-use crate::redis_server::{INSTALL_HINT, RedisServer, free_port_except, temp_dir};
+use crate::redis_server::{INSTALL_HINT, RedisServer, free_port_except};
 use crate::resp::command;
 use crate::{SlotMove, TlsFiles, TlsServer};
 
@@ -100,32 +100,33 @@ impl RedisCluster {
         let mut taken = HashSet::new();
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
-            let dir = temp_dir("tollgate-cluster-");
-            let nodes_file = dir.path().join("nodes.conf");
-            let nodes_file = nodes_file.to_string_lossy().into_owned();
-            let mut args = vec![
-                "--cluster-enabled".to_owned(),
-                "yes".to_owned(),
-                "--cluster-config-file".to_owned(),
-                nodes_file,
-                "--cluster-node-timeout".to_owned(),
-                node_timeout_ms.to_string(),
-            ];
-            // The bus listens on the client port + 10000: the TLS port's with --tls-cluster.
-            let (port, tls_port) = match tls {
-                None => (free_port_except(true, &mut taken), None),
-                Some(tls) => {
-                    let port = free_port_except(false, &mut taken);
-                    let tls_port = free_port_except(true, &mut taken);
-                    args.extend(TlsServer::default().args(tls, tls_port));
-                    args.extend(
-                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
-                    );
-                    (port, Some(tls_port))
-                }
-            };
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            nodes.push(RedisServer::start_in(dir, port, tls_port, &args));
+            let node = RedisServer::start_on_free_ports("tollgate-cluster-", |dir| {
+                let nodes_file = dir.join("nodes.conf").to_string_lossy().into_owned();
+                let mut args = vec![
+                    "--cluster-enabled".to_owned(),
+                    "yes".to_owned(),
+                    "--cluster-config-file".to_owned(),
+                    nodes_file,
+                    "--cluster-node-timeout".to_owned(),
+                    node_timeout_ms.to_string(),
+                ];
+                // The bus listens on the client port + 10000: the TLS port's with
+                // --tls-cluster.
+                let (port, tls_port) = match tls {
+                    None => (free_port_except(true, &mut taken), None),
+                    Some(tls) => {
+                        let port = free_port_except(false, &mut taken);
+                        let tls_port = free_port_except(true, &mut taken);
+                        args.extend(TlsServer::default().args(tls, tls_port));
+                        args.extend(
+                            ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
+                        );
+                        (port, Some(tls_port))
+                    }
+                };
+                (port, tls_port, args)
+            });
+            nodes.push(node);
         }
         let cluster = RedisCluster {
             nodes,

@@ -29,13 +29,14 @@ use crate::{TlsFiles, TlsServer};
 /// How long a spawned server gets to answer PING.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How many ports [`RedisServer::start_with`] and [`RedisServer::start_tls_with`] try: a
-/// free port is chosen by binding port 0 and letting it go, and another socket (an outgoing
-/// connection takes its port from the same range) can take it before the server binds it.
+/// How many ports a spawned server (alone, a cluster node, a sentinel group's data node or
+/// sentinel) tries: a free port is chosen by binding port 0 and letting it go, and another
+/// socket (an outgoing connection takes its port from the same range) can take it before the
+/// server binds it.
 const PORT_ATTEMPTS: usize = 5;
 
 /// Why a spawned server did not come up.
-enum SpawnFailure {
+pub(crate) enum SpawnFailure {
     /// Its port (or TLS port) was taken before it bound it: worth another port.
     PortTaken(String),
     /// Anything else: the message to panic with.
@@ -43,8 +44,17 @@ enum SpawnFailure {
 }
 
 impl SpawnFailure {
+    /// The failure of a process that exited at start, saying `message`, by its `log`.
+    pub(crate) fn of_exit(message: String, log: &str) -> SpawnFailure {
+        if log.contains("Address already in use") {
+            SpawnFailure::PortTaken(message)
+        } else {
+            SpawnFailure::Other(message)
+        }
+    }
+
     /// What to panic with, whatever the failure.
-    fn message(self) -> String {
+    pub(crate) fn message(self) -> String {
         match self {
             SpawnFailure::PortTaken(message) | SpawnFailure::Other(message) => message,
         }
@@ -87,7 +97,7 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`], and when an argument makes the server exit.
     pub fn start_with(args: &[&str]) -> RedisServer {
-        RedisServer::start_on_free_ports("tollgate-redis-", || {
+        RedisServer::start_on_free_ports("tollgate-redis-", |_| {
             let args = args.iter().map(|a| (*a).to_owned()).collect();
             (free_port(false), None, args)
         })
@@ -109,7 +119,7 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start_with`].
     pub fn start_tls_with(tls: &TlsFiles, options: TlsServer, args: &[&str]) -> RedisServer {
-        RedisServer::start_on_free_ports("tollgate-redis-tls-", || {
+        RedisServer::start_on_free_ports("tollgate-redis-tls-", |_| {
             let mut taken = HashSet::new();
             let port = free_port_except(false, &mut taken);
             let tls_port = free_port_except(false, &mut taken);
@@ -119,39 +129,23 @@ impl RedisServer {
         })
     }
 
-    /// A server on the ports and with the arguments `choose` gives, in a new directory named
-    /// `prefix…`; when a port was taken before the server bound it, on new ones, up to
-    /// [`PORT_ATTEMPTS`] times.
-    fn start_on_free_ports(
+    /// A server on the ports and with the arguments `choose` gives for a new directory named
+    /// `prefix…` (its path given, for arguments that name files in it); when a port was taken
+    /// before the server bound it, on new ones, up to [`PORT_ATTEMPTS`] times.
+    pub(crate) fn start_on_free_ports(
         prefix: &str,
-        choose: impl Fn() -> (u16, Option<u16>, Vec<String>),
+        mut choose: impl FnMut(&Path) -> (u16, Option<u16>, Vec<String>),
     ) -> RedisServer {
-        let mut taken = String::new();
-        for _ in 0..PORT_ATTEMPTS {
-            let (port, tls_port, args) = choose();
+        on_free_ports(|| {
+            let dir = temp_dir(prefix);
+            let (port, tls_port, args) = choose(dir.path());
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            match RedisServer::try_start_in(temp_dir(prefix), port, tls_port, &args) {
-                Ok(server) => return server,
-                Err(SpawnFailure::PortTaken(message)) => taken = message,
-                Err(SpawnFailure::Other(message)) => panic!("{message}"),
-            }
-        }
-        panic!("{taken}\n(its port was taken before it bound it, {PORT_ATTEMPTS} times)")
+            RedisServer::try_start_in(dir, port, tls_port, &args)
+        })
     }
 
     /// Spawns a server on `port` (and `tls_port`, whose `--tls-*` arguments are among
-    /// `extra`) in `dir` with `extra` arguments, for the cluster and sentinel harnesses.
-    pub(crate) fn start_in(
-        dir: TempDir,
-        port: u16,
-        tls_port: Option<u16>,
-        extra: &[&str],
-    ) -> RedisServer {
-        RedisServer::try_start_in(dir, port, tls_port, extra)
-            .unwrap_or_else(|failure| panic!("{}", failure.message()))
-    }
-
-    /// [`RedisServer::start_in`], failing instead of panicking.
+    /// `extra`) in `dir` with `extra` arguments.
     fn try_start_in(
         dir: TempDir,
         port: u16,
@@ -223,11 +217,7 @@ impl RedisServer {
                     "{bin} on port {} exited at start (arguments {:?})\nlog:\n{log}",
                     self.port, self.extra,
                 );
-                return Err(if log.contains("Address already in use") {
-                    SpawnFailure::PortTaken(message)
-                } else {
-                    SpawnFailure::Other(message)
-                });
+                return Err(SpawnFailure::of_exit(message, &log));
             }
             if Instant::now() > deadline {
                 self.kill();
@@ -528,6 +518,23 @@ pub(crate) fn free_port_except(bus: bool, taken: &mut HashSet<u16>) -> u16 {
     panic!("no unclaimed free port found on 127.0.0.1")
 }
 
+/// What `attempt` starts; when its port was taken before it bound it, what a new `attempt`
+/// starts (on new ports), up to [`PORT_ATTEMPTS`] times.
+///
+/// # Panics
+/// On any other failure, or the last taken port, with its message.
+pub(crate) fn on_free_ports<T>(mut attempt: impl FnMut() -> Result<T, SpawnFailure>) -> T {
+    let mut taken = String::new();
+    for _ in 0..PORT_ATTEMPTS {
+        match attempt() {
+            Ok(started) => return started,
+            Err(SpawnFailure::PortTaken(message)) => taken = message,
+            Err(SpawnFailure::Other(message)) => panic!("{message}"),
+        }
+    }
+    panic!("{taken}\n(its port was taken before it bound it, {PORT_ATTEMPTS} times)")
+}
+
 /// A new temporary directory whose name starts with `prefix`.
 pub(crate) fn temp_dir(prefix: &str) -> TempDir {
     tempfile::Builder::new()
@@ -550,7 +557,7 @@ mod tests {
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let taken = holder.local_addr().expect("addr").port();
         let tries = std::cell::Cell::new(0);
-        let server = RedisServer::start_on_free_ports("tollgate-redis-taken-", || {
+        let server = RedisServer::start_on_free_ports("tollgate-redis-taken-", |_| {
             tries.set(tries.get() + 1);
             let port = if tries.get() == 1 {
                 taken

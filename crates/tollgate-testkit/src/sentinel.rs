@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use tempfile::TempDir;
 
-use crate::redis_server::{free_port, server_bin, temp_dir};
+use crate::redis_server::{SpawnFailure, free_port, on_free_ports, server_bin, temp_dir};
 use crate::resp::{Reply, request};
 use crate::supervisor::{self, on_path};
 use crate::{START_TIMEOUT, TlsFiles};
@@ -34,9 +34,23 @@ impl Sentinel {
     /// `logfile`, and with `tls` a TLS port and `tls-replication yes`, so that it talks TLS
     /// to the servers and the other sentinels), starts the sentinel on it and waits until it
     /// answers PING.
+    /// When its port was taken before it bound it, the sentinel starts again on new ports
+    /// (as a server does: [`crate::RedisServer::start`]).
     pub(crate) fn start(lines: &[String], tls: Option<&TlsFiles>) -> Sentinel {
+        on_free_ports(|| {
+            let mut sentinel = Sentinel::configure(lines, tls);
+            sentinel.try_spawn().map(|()| sentinel)
+        })
+    }
+
+    /// A sentinel not yet started, its config written on free ports.
+    fn configure(lines: &[String], tls: Option<&TlsFiles>) -> Sentinel {
+        Sentinel::configure_on(lines, tls, free_port(false))
+    }
+
+    /// A sentinel not yet started, its config written for `port` (and a free TLS port).
+    fn configure_on(lines: &[String], tls: Option<&TlsFiles>, port: u16) -> Sentinel {
         let dir = temp_dir("tollgate-sentinel-");
-        let port = free_port(false);
         let mut config = format!(
             "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n",
             dir.path().display(),
@@ -60,19 +74,23 @@ impl Sentinel {
         let path = dir.path().join("sentinel.conf");
         std::fs::write(&path, config)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-        let mut sentinel = Sentinel {
+        Sentinel {
             port,
             tls_port,
             dir,
             child: None,
-        };
-        sentinel.spawn();
-        sentinel
+        }
+    }
+
+    fn spawn(&mut self) {
+        if let Err(failure) = self.try_spawn() {
+            panic!("{}", failure.message());
+        }
     }
 
     /// Runs `redis-sentinel <conf>` (`$REDIS_SENTINEL_BIN`), or `redis-server <conf>
-    /// --sentinel` when there is no `redis-sentinel`.
-    fn spawn(&mut self) {
+    /// --sentinel` when there is no `redis-sentinel`, and waits for its PING.
+    fn try_spawn(&mut self) -> Result<(), SpawnFailure> {
         let config = self.config_path();
         let explicit = std::env::var("REDIS_SENTINEL_BIN").ok();
         let (bin, args): (String, Vec<&Path>) = match explicit {
@@ -86,24 +104,26 @@ impl Sentinel {
         self.child = Some(supervisor::spawn(&bin, args, self.dir.path()));
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if matches!(self.request(&["PING"]), Ok(Reply::Status(s)) if s == "PONG") {
-                return;
+            // A PONG counts only while our sentinel runs: on a port taken by another server,
+            // that one answers while ours has exited.
+            if matches!(self.request(&["PING"]), Ok(Reply::Status(s)) if s == "PONG")
+                && !supervisor::exited(self.dir.path())
+            {
+                return Ok(());
             }
             if supervisor::exited(self.dir.path()) {
                 self.kill();
-                panic!(
-                    "{bin} on port {} exited at start\nlog:\n{}",
-                    self.port,
-                    self.log()
-                );
+                let log = self.log();
+                let message = format!("{bin} on port {} exited at start\nlog:\n{log}", self.port);
+                return Err(SpawnFailure::of_exit(message, &log));
             }
             if Instant::now() > deadline {
                 self.kill();
-                panic!(
+                return Err(SpawnFailure::Other(format!(
                     "{bin} did not answer PING on port {} within {START_TIMEOUT:?}\nlog:\n{}",
                     self.port,
                     self.log()
-                );
+                )));
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
@@ -213,5 +233,31 @@ impl fmt::Debug for Sentinel {
             .field("tls_port", &self.tls_port)
             .field("running", &self.child.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// A sentinel whose port was taken before it bound it fails as a taken port (so that
+    /// [`Sentinel::start`] tries new ports), not as a broken sentinel. The port is taken as in
+    /// CI, by an outgoing connection's end.
+    #[test]
+    fn a_taken_port_is_told_apart() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let holder = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let taken = holder.local_addr().expect("addr").port();
+        let mut sentinel = Sentinel::configure_on(&[], None, taken);
+        match sentinel.try_spawn() {
+            Err(SpawnFailure::PortTaken(_)) => {}
+            Err(other) => panic!("not told as a taken port: {}", other.message()),
+            Ok(()) => panic!("a sentinel came up on a taken port {taken}"),
+        }
+        let started = Sentinel::start(&[], None);
+        assert_ne!(started.port(), taken);
+        drop(holder);
     }
 }

@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::redis_server::{free_port_except, temp_dir};
+use crate::redis_server::free_port_except;
 use crate::resp::Reply;
 use crate::{RedisServer, Sentinel, TlsFiles, TlsServer};
 
@@ -88,24 +88,25 @@ impl SentinelGroup {
         }
         let mut taken = HashSet::new();
         let mut start_node = |replica_of: Option<u16>| -> RedisServer {
-            let mut all = Vec::new();
-            let port = free_port_except(false, &mut taken);
-            let tls_port = tls.map(|tls| {
-                let tls_port = free_port_except(false, &mut taken);
-                all.extend(TlsServer::default().args(tls, tls_port));
-                all.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
-                tls_port
-            });
-            all.extend(args.iter().cloned());
-            if let Some(master) = replica_of {
-                all.extend([
-                    "--replicaof".to_owned(),
-                    "127.0.0.1".to_owned(),
-                    master.to_string(),
-                ]);
-            }
-            let all: Vec<&str> = all.iter().map(String::as_str).collect();
-            RedisServer::start_in(temp_dir("tollgate-sentinel-data-"), port, tls_port, &all)
+            RedisServer::start_on_free_ports("tollgate-sentinel-data-", |_| {
+                let mut all = Vec::new();
+                let port = free_port_except(false, &mut taken);
+                let tls_port = tls.map(|tls| {
+                    let tls_port = free_port_except(false, &mut taken);
+                    all.extend(TlsServer::default().args(tls, tls_port));
+                    all.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+                    tls_port
+                });
+                all.extend(args.iter().cloned());
+                if let Some(master) = replica_of {
+                    all.extend([
+                        "--replicaof".to_owned(),
+                        "127.0.0.1".to_owned(),
+                        master.to_string(),
+                    ]);
+                }
+                (port, tls_port, all)
+            })
         };
         let master = start_node(None);
         // The port the replica and the sentinels reach the master on.

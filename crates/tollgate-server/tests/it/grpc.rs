@@ -102,21 +102,7 @@ async fn start(server: Server) -> (TestServer, Client) {
 /// then OVER_LIMIT; shutting down stops the gRPC listener too.
 #[tokio::test]
 async fn run_serves_grpc_until_shutdown() {
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
-    let text = format!(
-        "[server]\ngrpc = \"{grpc}\"\n{}{}",
-        one_limit("per_user", "sliding_log", 1, "1h", r#""user""#, "deny"),
-        user_rule("per_user")
-    );
-    let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
-    assert_eq!(config.server.grpc, Some(grpc.into()));
-    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::run(http, config, async {
-        let _ = stopped.await;
-    }));
+    let (grpc, stop, task) = run_on_a_free_grpc_port().await;
     let mut client = connect(grpc).await;
 
     let first = call(&mut client, "edge", &[("user", "ada")]).await;
@@ -140,6 +126,52 @@ async fn run_serves_grpc_until_shutdown() {
         TcpStream::connect(grpc).await.is_err(),
         "the gRPC listener is closed after shutdown"
     );
+}
+
+/// What `server::run` returns.
+type Run = tokio::task::JoinHandle<Result<(), server::ServeError>>;
+
+/// `server::run` on a config whose `server.grpc` is a free port, running and listening there:
+/// the address, the sender that stops it, its task. The port is chosen free and let go (the
+/// server binds it from the config), so another socket can take it first: then it runs again
+/// on another, up to five times.
+async fn run_on_a_free_grpc_port() -> (SocketAddr, oneshot::Sender<()>, Run) {
+    for _ in 0..5 {
+        let grpc = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let text = format!(
+            "[server]\ngrpc = \"{grpc}\"\n{}{}",
+            one_limit("per_user", "sliding_log", 1, "1h", r#""user""#, "deny"),
+            user_rule("per_user")
+        );
+        let config = Config::parse(&text, "test.toml", &Overrides::default()).expect("valid");
+        assert_eq!(config.server.grpc, Some(grpc.into()));
+        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server::run(http, config, async {
+            let _ = stopped.await;
+        }));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if task.is_finished() {
+                match task.await.expect("server task") {
+                    Err(server::ServeError::GrpcBind { source, .. })
+                        if source.kind() == std::io::ErrorKind::AddrInUse =>
+                    {
+                        break;
+                    }
+                    other => panic!("the server stopped at start: {other:?}"),
+                }
+            }
+            if TcpStream::connect(grpc).await.is_ok() && !task.is_finished() {
+                return (grpc, stop, task);
+            }
+            assert!(Instant::now() < deadline, "nothing listens on {grpc}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    panic!("the gRPC port was taken before the server bound it, 5 times")
 }
 
 /// HTTP `/v1/check` and gRPC `ShouldRateLimit` charge the same counter.

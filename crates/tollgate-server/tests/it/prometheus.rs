@@ -92,6 +92,15 @@ fn dashboard_metrics() -> BTreeSet<String> {
     names
 }
 
+/// Whether a Prometheus answers `/-/ready` on `addr`.
+async fn request_ready(addr: SocketAddr) -> bool {
+    tokio::net::TcpStream::connect(addr).await.is_ok()
+        && request(addr, "GET", "/-/ready", Bytes::new(), &[])
+            .await
+            .status
+            == 200
+}
+
 /// A Prometheus process, killed on drop.
 struct Prometheus {
     child: Child,
@@ -107,9 +116,27 @@ impl Drop for Prometheus {
 }
 
 impl Prometheus {
-    /// Scrapes `targets` every second, evaluating `rules` every second.
+    /// Scrapes `targets` every second, evaluating `rules` every second. Its port is chosen
+    /// free and let go, so another socket can take it first: then it starts again on another
+    /// (up to five times), as the harness's Redis servers do.
     async fn start(targets: &[SocketAddr], rules: &str) -> Prometheus {
         let binary = system_tool(&["prometheus"], "prometheus");
+        let mut log = String::new();
+        for _ in 0..5 {
+            match Prometheus::try_start(&binary, targets, rules).await {
+                Ok(prometheus) => return prometheus,
+                Err(taken) => log = taken,
+            }
+        }
+        panic!("prometheus's port was taken before it bound it, 5 times; its log:\n{log}")
+    }
+
+    /// A Prometheus on a free port, ready; `Err` with its log when that port was taken.
+    async fn try_start(
+        binary: &Path,
+        targets: &[SocketAddr],
+        rules: &str,
+    ) -> Result<Prometheus, String> {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("alerts.yml"), rules).expect("write rules");
         let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
@@ -125,6 +152,8 @@ impl Prometheus {
             .expect("free port")
             .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let log_path = dir.path().join("prometheus.log");
+        let log_file = std::fs::File::create(&log_path).expect("create the log");
         let child = Command::new(binary)
             .arg(format!(
                 "--config.file={}",
@@ -138,24 +167,37 @@ impl Prometheus {
             .arg("--log.level=warn")
             .current_dir(dir.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log_file)
             .spawn()
             .expect("spawn prometheus");
-        let prometheus = Prometheus {
+        let mut prometheus = Prometheus {
             child,
             addr,
             _dir: dir,
         };
-        let ready = eventually(Duration::from_secs(30), || async {
-            tokio::net::TcpStream::connect(addr).await.is_ok()
-                && request(addr, "GET", "/-/ready", Bytes::new(), &[])
-                    .await
-                    .status
-                    == 200
-        })
-        .await;
-        assert!(ready, "prometheus not ready within 30 s");
-        prometheus
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            // Ready counts only while our process runs: on a port taken by another server,
+            // that one may answer while ours has exited.
+            let exited = prometheus.child.try_wait().expect("its status").is_some();
+            if exited {
+                let log = log();
+                if log.contains("address already in use") {
+                    return Err(log);
+                }
+                panic!("prometheus exited at start; its log:\n{log}");
+            }
+            if request_ready(addr).await {
+                return Ok(prometheus);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "prometheus not ready within 30 s; its log:\n{}",
+                log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn get(&self, path: &str) -> serde_json::Value {
