@@ -23,6 +23,7 @@ use tempfile::TempDir;
 
 use crate::command_stats::CommandStats;
 use crate::resp::{Reply, exchange, request};
+use crate::rng::Rng;
 use crate::supervisor::{self, on_path};
 use crate::{TlsFiles, TlsServer};
 
@@ -480,7 +481,71 @@ pub(crate) fn server_bin() -> String {
 
 /// A port nothing listens on now (never 6379). With `bus`, port + 10000 is free as well (the
 /// cluster bus port).
+///
+/// Chosen at random below the kernel's ephemeral range (`ip_local_port_range`, from 32768 by
+/// default), where no outgoing connection takes its local port: between the check and the
+/// server's bind, and while a test holds a killed server's port to start it again, only an
+/// explicit bind could take it. A port the kernel picked (binding port 0) came from that
+/// range, and an outgoing connection took one first more than once in CI. No port is handed
+/// out twice in a process, so two tests running at once never draw the same one. When the
+/// range leaves no room below it, the kernel picks, as before.
 pub(crate) fn free_port(bus: bool) -> u16 {
+    const LOWEST: u16 = 10_000;
+    const BUS_OFFSET: u16 = 10_000;
+    let ephemeral = ephemeral_start();
+    let end = if bus {
+        ephemeral.saturating_sub(BUS_OFFSET)
+    } else {
+        ephemeral
+    };
+    if end <= LOWEST + 1_000 {
+        return kernel_free_port(bus);
+    }
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut rng = Rng(port_seed());
+    for _ in 0..1_000 {
+        let port = LOWEST + u16::try_from(rng.below(u64::from(end - LOWEST))).unwrap_or(0);
+        let bus_port = bus.then_some(port + BUS_OFFSET);
+        let ours = [Some(port), bus_port];
+        if port == 6379 || ours.iter().flatten().any(|p| handed_out.contains(p)) {
+            continue;
+        }
+        let free = ours
+            .iter()
+            .flatten()
+            .all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok());
+        if free {
+            handed_out.extend(ours.iter().flatten());
+            return port;
+        }
+    }
+    panic!("no free port found on 127.0.0.1 between {LOWEST} and {end}")
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A seed of its own for each call: the time, the process and a count, so that the threads
+/// and processes of a test run draw different ports.
+fn port_seed() -> u64 {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (nanos ^ (u64::from(std::process::id()) << 32) ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1
+}
+
+/// A port the kernel picks (binding port 0), with its bus port free too (`bus`).
+fn kernel_free_port(bus: bool) -> u16 {
     for _ in 0..200 {
         let Ok(listener) = TcpListener::bind("127.0.0.1:0") else {
             continue;
@@ -546,6 +611,25 @@ pub(crate) fn temp_dir(prefix: &str) -> TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Free ports are drawn below the ephemeral range, bus ports too, so that no outgoing
+    /// connection can take one; and they are free.
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range() {
+        let ephemeral = ephemeral_start();
+        for bus in [false, true] {
+            for _ in 0..50 {
+                let port = free_port(bus);
+                let highest = if bus { port + 10_000 } else { port };
+                assert!(
+                    highest < ephemeral,
+                    "{port} (bus: {bus}) reaches {ephemeral}"
+                );
+                assert_ne!(port, 6379);
+                TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
+            }
+        }
+    }
 
     /// A port taken before the server binds it costs a second port, not the test: the
     /// server comes up on the next one and answers there. The port is taken as in CI, by an
