@@ -21,13 +21,13 @@
 //! and TLS ports to a TLS one; the bus port is the TLS port + 10000, and `MIGRATE` must be
 //! pointed at the TLS port.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::cluster_node::ClusterNode;
-use crate::redis_server::{INSTALL_HINT, RedisServer, free_port_except};
+use crate::redis_server::{INSTALL_HINT, RedisServer, free_port};
 use crate::resp::command;
 use crate::{SlotMove, TlsFiles, TlsServer};
 
@@ -97,7 +97,6 @@ impl RedisCluster {
         tls: Option<&TlsFiles>,
     ) -> RedisCluster {
         let count = masters * (1 + replicas);
-        let mut taken = HashSet::new();
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
             let node = RedisServer::start_on_free_ports("tollgate-cluster-", |dir| {
@@ -113,10 +112,10 @@ impl RedisCluster {
                 // The bus listens on the client port + 10000: the TLS port's with
                 // --tls-cluster.
                 let (port, tls_port) = match tls {
-                    None => (free_port_except(true, &mut taken), None),
+                    None => (free_port(true), None),
                     Some(tls) => {
-                        let port = free_port_except(false, &mut taken);
-                        let tls_port = free_port_except(true, &mut taken);
+                        let port = free_port(false);
+                        let tls_port = free_port(true);
                         args.extend(TlsServer::default().args(tls, tls_port));
                         args.extend(
                             ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),

@@ -12,7 +12,6 @@
 //! What it deliberately does not do: download or build Redis. A missing binary is a loud
 //! failure that says how to install it, never a skipped test.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -121,9 +120,8 @@ impl RedisServer {
     /// As [`RedisServer::start_with`].
     pub fn start_tls_with(tls: &TlsFiles, options: TlsServer, args: &[&str]) -> RedisServer {
         RedisServer::start_on_free_ports("tollgate-redis-tls-", |_| {
-            let mut taken = HashSet::new();
-            let port = free_port_except(false, &mut taken);
-            let tls_port = free_port_except(false, &mut taken);
+            let port = free_port(false);
+            let tls_port = free_port(false);
             let mut all = options.args(tls, tls_port);
             all.extend(args.iter().map(|a| (*a).to_owned()));
             (port, Some(tls_port), all)
@@ -501,10 +499,7 @@ pub(crate) fn free_port(bus: bool) -> u16 {
     if end <= LOWEST + 1_000 {
         return kernel_free_port(bus);
     }
-    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut handed_out = handed_out();
     let mut rng = Rng(port_seed());
     for _ in 0..1_000 {
         let port = LOWEST + u16::try_from(rng.below(u64::from(end - LOWEST))).unwrap_or(0);
@@ -523,6 +518,14 @@ pub(crate) fn free_port(bus: bool) -> u16 {
         }
     }
     panic!("no free port found on 127.0.0.1 between {LOWEST} and {end}")
+}
+
+/// The ports (bus ports too) [`free_port`] has handed out in this process, locked.
+fn handed_out() -> std::sync::MutexGuard<'static, Vec<u16>> {
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The first port of the kernel's ephemeral range (32768 when it cannot be read).
@@ -544,8 +547,10 @@ fn port_seed() -> u64 {
     (nanos ^ (u64::from(std::process::id()) << 32) ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1
 }
 
-/// A port the kernel picks (binding port 0), with its bus port free too (`bus`).
+/// A port the kernel picks (binding port 0), with its bus port free too (`bus`), not handed
+/// out before.
 fn kernel_free_port(bus: bool) -> u16 {
+    let mut handed_out = handed_out();
     for _ in 0..200 {
         let Ok(listener) = TcpListener::bind("127.0.0.1:0") else {
             continue;
@@ -554,33 +559,21 @@ fn kernel_free_port(bus: bool) -> u16 {
             continue;
         };
         let port = addr.port();
-        if port == 6379 {
+        let bus_port = bus.then(|| port.checked_add(10_000)).flatten();
+        let ours = [Some(port), bus_port];
+        if port == 6379
+            || (bus && bus_port.is_none())
+            || ours.iter().flatten().any(|p| handed_out.contains(p))
+        {
             continue;
         }
-        if !bus {
-            return port;
+        if bus_port.is_some_and(|b| TcpListener::bind(("127.0.0.1", b)).is_err()) {
+            continue;
         }
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
+        handed_out.extend(ours.iter().flatten());
+        return port;
     }
     panic!("no free port found on 127.0.0.1")
-}
-
-/// A free port (with its bus port, `bus`) that neither it nor its bus port collides with a
-/// port in `taken`; the ports it returns are added to `taken`.
-pub(crate) fn free_port_except(bus: bool, taken: &mut HashSet<u16>) -> u16 {
-    for _ in 0..100 {
-        let port = free_port(bus);
-        let bus_port = bus.then(|| port + 10_000);
-        let clashes = taken.contains(&port) || bus_port.is_some_and(|b| taken.contains(&b));
-        if !clashes {
-            taken.insert(port);
-            taken.extend(bus_port);
-            return port;
-        }
-    }
-    panic!("no unclaimed free port found on 127.0.0.1")
 }
 
 /// What `attempt` starts; when its port was taken before it bound it, what a new `attempt`

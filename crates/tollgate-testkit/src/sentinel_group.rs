@@ -17,11 +17,10 @@
 //! replicate over TLS, the sentinels reach them (and each other) over TLS, and the sentinels
 //! name the TLS ports; every process keeps a plaintext port too.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::redis_server::free_port_except;
+use crate::redis_server::free_port;
 use crate::resp::Reply;
 use crate::{RedisServer, Sentinel, TlsFiles, TlsServer};
 
@@ -86,13 +85,12 @@ impl SentinelGroup {
         {
             args.extend(["--masterauth".to_owned(), password.clone()]);
         }
-        let mut taken = HashSet::new();
-        let mut start_node = |replica_of: Option<u16>| -> RedisServer {
+        let start_node = |replica_of: Option<u16>| -> RedisServer {
             RedisServer::start_on_free_ports("tollgate-sentinel-data-", |_| {
                 let mut all = Vec::new();
-                let port = free_port_except(false, &mut taken);
+                let port = free_port(false);
                 let tls_port = tls.map(|tls| {
-                    let tls_port = free_port_except(false, &mut taken);
+                    let tls_port = free_port(false);
                     all.extend(TlsServer::default().args(tls, tls_port));
                     all.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
                     tls_port
