@@ -30,9 +30,8 @@ use crate::{TlsFiles, TlsServer};
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many ports a spawned server (alone, a cluster node, a sentinel group's data node or
-/// sentinel) tries: a free port is chosen by binding port 0 and letting it go, and another
-/// socket (an outgoing connection takes its port from the same range) can take it before the
-/// server binds it.
+/// sentinel) tries: a free port is checked free and let go ([`free_port`]), and another
+/// process can bind it before the server does.
 const PORT_ATTEMPTS: usize = 5;
 
 /// Why a spawned server did not come up.
@@ -488,8 +487,8 @@ pub(crate) fn server_bin() -> String {
 /// out twice in a process, so two tests running at once never draw the same one. When the
 /// range leaves no room below it, the kernel picks, as before.
 pub(crate) fn free_port(bus: bool) -> u16 {
+    // Above 6379 too, so Redis's own port is never drawn.
     const LOWEST: u16 = 10_000;
-    const BUS_OFFSET: u16 = 10_000;
     let ephemeral = ephemeral_start();
     let end = if bus {
         ephemeral.saturating_sub(BUS_OFFSET)
@@ -505,7 +504,7 @@ pub(crate) fn free_port(bus: bool) -> u16 {
         let port = LOWEST + u16::try_from(rng.below(u64::from(end - LOWEST))).unwrap_or(0);
         let bus_port = bus.then_some(port + BUS_OFFSET);
         let ours = [Some(port), bus_port];
-        if port == 6379 || ours.iter().flatten().any(|p| handed_out.contains(p)) {
+        if ours.iter().flatten().any(|p| handed_out.contains(p)) {
             continue;
         }
         let free = ours
@@ -519,6 +518,9 @@ pub(crate) fn free_port(bus: bool) -> u16 {
     }
     panic!("no free port found on 127.0.0.1 between {LOWEST} and {end}")
 }
+
+/// A cluster node's bus port is its port + 10000.
+const BUS_OFFSET: u16 = 10_000;
 
 /// The ports (bus ports too) [`free_port`] has handed out in this process, locked.
 fn handed_out() -> std::sync::MutexGuard<'static, Vec<u16>> {
@@ -559,7 +561,7 @@ fn kernel_free_port(bus: bool) -> u16 {
             continue;
         };
         let port = addr.port();
-        let bus_port = bus.then(|| port.checked_add(10_000)).flatten();
+        let bus_port = bus.then(|| port.checked_add(BUS_OFFSET)).flatten();
         let ours = [Some(port), bus_port];
         if port == 6379
             || (bus && bus_port.is_none())
@@ -613,7 +615,7 @@ mod tests {
         for bus in [false, true] {
             for _ in 0..50 {
                 let port = free_port(bus);
-                let highest = if bus { port + 10_000 } else { port };
+                let highest = if bus { port + BUS_OFFSET } else { port };
                 assert!(
                     highest < ephemeral,
                     "{port} (bus: {bus}) reaches {ephemeral}"
