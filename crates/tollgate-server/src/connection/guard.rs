@@ -167,6 +167,31 @@ impl GuardedIo {
         }
     }
 
+    /// A response has left: an HTTP/1 connection now idle gets its `idle_timeout` running at
+    /// once, its timer set with this task's waker. A read would set it too, but hyper may not
+    /// read again before the client writes: after a request without a body, its last read came
+    /// back empty while the request was still in the service, when no deadline runs, and that
+    /// read's wait is what it then sleeps on. Without this, such a connection was never closed.
+    fn arm_idle(&mut self, cx: &mut Context<'_>) {
+        if self.phase.mode != Mode::Http1 {
+            return;
+        }
+        let Some(state @ State::Idle(_)) = self.phase.get() else {
+            return;
+        };
+        let Some((deadline, _)) = self.deadline(state) else {
+            return;
+        };
+        if self.armed != Some(deadline) {
+            self.sleep.as_mut().reset(deadline.into());
+            self.armed = Some(deadline);
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            // Already due: the read that fails the connection runs on the next poll.
+            cx.waker().wake_by_ref();
+        }
+    }
+
     /// Writes what is left of a rewritten answer.
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.pending.is_empty() {
@@ -313,6 +338,7 @@ impl AsyncWrite for GuardedIo {
         std::task::ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
         this.unflushed = false;
         this.turn.flushed();
+        this.arm_idle(cx);
         Poll::Ready(Ok(()))
     }
 
