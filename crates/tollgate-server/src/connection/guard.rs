@@ -8,8 +8,11 @@
 //!
 //! A read that would wait checks the phase's deadline; once it has passed, the read fails with
 //! `TimedOut` and the connection ends. A head cut short by `header_timeout` is first answered
-//! `408` (one non-blocking write, only when no response bytes are pending). Writes pass
-//! through, except two: hyper's own empty error answers, which `auto_error` rewrites (here in
+//! `408` (one non-blocking write, only when no response bytes are pending). A write that
+//! waits (the client reads nothing, and its socket is full) is a stall: it fails once no byte
+//! has been taken for `idle_timeout`, or at once if the listener sheds the connection for
+//! it; nothing else would end a connection whose client sends pipelined requests and never
+//! reads. Writes otherwise pass through, except two: hyper's own empty error answers, which `auto_error` rewrites (here in
 //! plaintext; above TLS under TLS, with `auto_error::Rewriting`); and on
 //! HTTP/2, while every worker is busy, the first write of each flush, which waits one turn of
 //! the scheduler so that answers decided in that turn leave together ([`DeferredWrite`]). Under
@@ -61,6 +64,10 @@ pub(crate) struct GuardedIo {
     lifecycle: Watch,
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
+    /// Since when the socket has taken none of an answer's bytes, if it is so now.
+    stalled: Option<Instant>,
+    /// The stall's deadline (`idle_timeout` from its start), made at the first stall.
+    stall_sleep: Option<Pin<Box<Sleep>>>,
     /// Bytes written and not yet flushed: a 408 written now would land inside them.
     unflushed: bool,
     /// A rewritten error answer still to be written.
@@ -107,6 +114,8 @@ impl GuardedIo {
             lifecycle: Watch::new(lifecycle),
             sleep: Box::pin(tokio::time::sleep(settings.header_timeout)),
             armed: None,
+            stalled: None,
+            stall_sleep: None,
             unflushed: false,
             pending: Rewritten::default(),
             turn: DeferredWrite::new(),
@@ -151,6 +160,20 @@ impl GuardedIo {
         written
     }
 
+    /// Whether the listener shed this connection and the shed stands: it is taken back when the
+    /// client has in fact sent bytes, unless the connection is stalled on an answer its client
+    /// does not read (pipelined requests waiting do not make that client a live one).
+    fn shed_stands(&self) -> bool {
+        if !self.phase.is_shed() {
+            return false;
+        }
+        if self.stalled.is_some() {
+            self.phase.count_shed();
+            return true;
+        }
+        !self.phase.keep_if_speaking(&self.inner)
+    }
+
     /// The phase, for the service.
     pub(crate) fn phase(&self) -> Arc<Phase> {
         Arc::clone(&self.phase)
@@ -192,6 +215,55 @@ impl GuardedIo {
         }
     }
 
+    /// What a write to the socket came to, noted: one that waits starts (or continues) a
+    /// stall, which fails once it has lasted `idle_timeout`, or at once when the listener has
+    /// shed the connection; one that takes bytes ends it.
+    fn note_stall<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match written {
+            Poll::Pending => {}
+            Poll::Ready(result) => {
+                if self.stalled.take().is_some() {
+                    self.phase.stall(None);
+                }
+                return Poll::Ready(result);
+            }
+        }
+        let since = match self.stalled {
+            Some(since) => since,
+            None => {
+                let now = Instant::now();
+                self.stalled = Some(now);
+                self.phase.stall(Some(now));
+                now
+            }
+        };
+        // A shed wakes this task (see `Phase::shed`); bytes the client sends meanwhile do not
+        // take it back, as they do for a connection shed while waiting on a read.
+        self.phase.park(cx.waker());
+        if self.phase.is_shed() {
+            self.phase.count_shed();
+            return Poll::Ready(Err(shed_error()));
+        }
+        let deadline = tokio::time::Instant::from_std(since + self.settings.idle_timeout);
+        let sleep = self
+            .stall_sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.deadline() != deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took none of an answer within idle_timeout",
+            )));
+        }
+        Poll::Pending
+    }
+
     /// Writes what is left of a rewritten answer.
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.pending.is_empty() {
@@ -227,7 +299,7 @@ impl AsyncRead for GuardedIo {
         if lifecycle == Lifecycle::Closing {
             return Poll::Ready(Err(closing()));
         }
-        if this.phase.is_shed() && !this.phase.keep_if_speaking(&this.inner) {
+        if this.shed_stands() {
             return Poll::Ready(Err(shed_error()));
         }
         let before = buf.filled().len();
@@ -240,7 +312,7 @@ impl AsyncRead for GuardedIo {
         // Waiting on the socket: a shed wakes this task (checked again after parking, so a
         // shed between the check above and the park is not missed).
         this.phase.park(cx.waker());
-        if this.phase.is_shed() && !this.phase.keep_if_speaking(&this.inner) {
+        if this.shed_stands() {
             return Poll::Ready(Err(shed_error()));
         }
         let Some(state) = this.phase.get() else {
@@ -309,6 +381,7 @@ impl AsyncWrite for GuardedIo {
             std::task::ready!(this.turn.poll_write_turn(cx));
         }
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        let written = this.note_stall(cx, written);
         this.note_written(written)
     }
 
@@ -329,6 +402,7 @@ impl AsyncWrite for GuardedIo {
         }
         std::task::ready!(this.poll_writable(cx))?;
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        let written = this.note_stall(cx, written);
         this.note_written(written)
     }
 

@@ -49,6 +49,11 @@ pub(crate) struct Phase {
     parked: Mutex<Option<Waker>>,
     /// A TLS handshake is under way: reads do not move the phase on (it stays `Fresh`).
     handshaking: AtomicBool,
+    /// Since when the socket has taken none of an answer's bytes (its client reads nothing),
+    /// if it is so now.
+    stalled: Mutex<Option<Instant>>,
+    /// A shed that stood was counted (it ends the connection: once at most).
+    shed_counted: AtomicBool,
 }
 
 /// What a connection that may be shed is doing, in the order they are shed.
@@ -56,6 +61,9 @@ pub(crate) struct Phase {
 pub(crate) enum Sheddable {
     /// No whole request head yet (HTTP/2: nothing read at all).
     NoRequest,
+    /// An answer the client does not take: the socket has accepted none of its bytes since
+    /// then (the client's receive buffer is full), whatever the connection is doing.
+    Stalled,
     /// HTTP/1, idle between requests.
     Idle,
 }
@@ -81,6 +89,8 @@ impl Phase {
             shed: AtomicBool::new(false),
             parked: Mutex::new(None),
             handshaking: AtomicBool::new(false),
+            stalled: Mutex::new(None),
+            shed_counted: AtomicBool::new(false),
         })
     }
 
@@ -88,6 +98,9 @@ impl Phase {
     pub(crate) fn sheddable(&self) -> Option<(Sheddable, Instant)> {
         if self.shed.load(Ordering::Acquire) {
             return None;
+        }
+        if let Some(since) = self.stalled_since() {
+            return Some((Sheddable::Stalled, since));
         }
         match (self.mode, self.get()?) {
             (_, State::Fresh(since)) | (Mode::Http1, State::Head(since)) => {
@@ -119,12 +132,33 @@ impl Phase {
             self.shed.store(false, Ordering::Release);
             return true;
         }
+        self.count_shed();
+        false
+    }
+
+    /// A shed that stands, counted (once: the connection ends on it, though both its read and
+    /// its write may still see it).
+    pub(super) fn count_shed(&self) {
+        if self.shed_counted.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let listener = match self.mode {
             Mode::Http1 => "http",
             Mode::Quiet => "grpc",
         };
         metrics::counter!("tollgate_connections_shed_total", "listener" => listener).increment(1);
-        false
+    }
+
+    /// The socket stopped taking an answer's bytes at `since` (`Some`), or took some again
+    /// (`None`).
+    pub(super) fn stall(&self, since: Option<Instant>) {
+        if let Ok(mut stalled) = self.stalled.lock() {
+            *stalled = since;
+        }
+    }
+
+    fn stalled_since(&self) -> Option<Instant> {
+        self.stalled.lock().ok().and_then(|s| *s)
     }
 
     /// Remembers the task waiting on the socket (see [`Phase::shed`]).

@@ -10,12 +10,14 @@
 //!
 //! 1. a connection that has not yet sent a whole request head (HTTP/1: accepted and silent,
 //!    or a head still arriving; HTTP/2: nothing at all read) — what a slowloris holds;
-//! 2. else, on the HTTP API, a keep-alive connection idle between requests (its client
+//! 2. else one whose client has taken none of an answer's bytes for 50 ms (its receive buffer
+//!    full: it sends requests, pipelined, and reads no answers), whatever it is doing;
+//! 3. else, on the HTTP API, a keep-alive connection idle between requests (its client
 //!    reconnects when it has something to send).
 //!
-//! A connection with a request in the service, an HTTP/2 connection that has spoken, or one
-//! accepted less than 50 ms ago is never shed: the new connection then waits for a slot as
-//! before. A client that sends its request at once (every real client) moves out of reach
+//! Otherwise a connection with a request in the service, an HTTP/2 connection that has
+//! spoken, or one accepted less than 50 ms ago is never shed: the new connection then waits
+//! for a slot as before. A client that sends its request at once (every real client) moves out of reach
 //! within those 50 ms. Shed connections are counted in `tollgate_connections_shed_total{listener}`.
 
 use std::collections::VecDeque;
@@ -61,7 +63,7 @@ impl Shed {
     /// Cheap under a flood, where it runs for every accept: the list is in accept order, and a
     /// connection without a request has been so since its accept, so the first such entry is
     /// the oldest (and when it is too young, so are all after it). Only when there is none are
-    /// the idle connections scanned.
+    /// the stalled and idle connections scanned.
     pub(crate) fn evict_one(&self) -> bool {
         let mut phases = self
             .phases
@@ -84,10 +86,13 @@ impl Shed {
                 .iter()
                 .filter_map(Weak::upgrade)
                 .filter_map(|p| match p.sheddable() {
-                    Some((Sheddable::Idle, since)) => Some((since, p)),
+                    Some((Sheddable::Stalled, since)) if since.elapsed() >= GRACE => {
+                        Some(((Sheddable::Stalled, since), p))
+                    }
+                    Some((Sheddable::Idle, since)) => Some(((Sheddable::Idle, since), p)),
                     _ => None,
                 })
-                .min_by_key(|(since, _)| *since)
+                .min_by_key(|(rank, _)| *rank)
                 .map(|(_, p)| p)
         });
         drop(phases);
@@ -98,5 +103,47 @@ impl Shed {
             }
             None => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::connection::phase::{Mode, State};
+
+    /// A connection whose client reads no answer goes before one idle between requests, even
+    /// a younger one; but only once it has been so for the grace period.
+    #[test]
+    fn a_stalled_connection_is_shed_before_an_idle_one() {
+        let shed = Shed::new();
+        let long_ago = Instant::now() - 10 * GRACE;
+        let idle = Phase::new(Mode::Http1);
+        idle.update(|_| State::Idle(long_ago));
+        let stalled = Phase::new(Mode::Http1);
+        stalled.update(|_| State::Busy(1));
+        stalled.stall(Some(Instant::now()));
+        shed.register(&idle);
+        shed.register(&stalled);
+
+        // Stalled a moment ago: not yet; the idle one goes.
+        assert!(shed.evict_one());
+        assert!(idle.is_shed() && !stalled.is_shed());
+
+        let idle_too = Phase::new(Mode::Http1);
+        idle_too.update(|_| State::Idle(long_ago));
+        shed.register(&idle_too);
+        stalled.stall(Some(Instant::now() - 2 * GRACE));
+        assert!(shed.evict_one());
+        assert!(stalled.is_shed() && !idle_too.is_shed());
+
+        // Busy and not stalled: never.
+        let busy = Phase::new(Mode::Http1);
+        busy.update(|_| State::Busy(1));
+        let only_busy = Shed::new();
+        only_busy.register(&busy);
+        assert!(!only_busy.evict_one());
+        assert!(!busy.is_shed());
     }
 }

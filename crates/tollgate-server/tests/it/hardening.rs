@@ -200,6 +200,95 @@ async fn an_idle_keep_alive_connection_is_closed() {
     }
 }
 
+/// A client that sends requests, pipelined, for ever and reads no answer (its receive
+/// buffer kept small): once the server's answers fill the socket, every write of the server
+/// waits. The returned read half is never read; the writing task ends with the test.
+async fn stalled_reader(
+    addr: SocketAddr,
+) -> (tokio::net::tcp::OwnedReadHalf, tokio::task::JoinHandle<()>) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let stream = socket.connect(addr).await.expect("connect");
+    let (read, mut write) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        let requests = "GET /metrics HTTP/1.1\r\nhost: t\r\n\r\n".repeat(64);
+        while write.write_all(requests.as_bytes()).await.is_ok() {}
+    });
+    (read, writer)
+}
+
+/// Clients that send requests and never read the answers cannot hold the listener: with
+/// `max_connections = 4` held by four of them, a new client is still served, in the place of
+/// one of them (shed as stalled: it has taken none of an answer for 50 ms). Before, the four
+/// held every slot for as long as they liked (nothing timed a write), and the new client was
+/// not served at all.
+#[tokio::test]
+async fn clients_that_read_no_answers_do_not_lock_new_clients_out() {
+    let (_dir, path) = config_file(&config(
+        "max_connections = 4\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        stalled.push(stalled_reader(process.addr).await);
+    }
+    let mut client = TcpStream::connect(process.addr).await.expect("connect");
+    client
+        .write_all(check_request("").as_bytes())
+        .await
+        .expect("write");
+    let answer = read_response(&mut client, Duration::from_secs(10)).await;
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+        "a new client was not served while four clients reading nothing held the listener: \
+         {answer:?}; log:\n{}",
+        process.log()
+    );
+    let metrics =
+        crate::support::request(process.addr, "GET", "/metrics", bytes::Bytes::new(), &[]).await;
+    assert!(
+        metrics
+            .text
+            .contains("tollgate_connections_shed_total{listener=\"http\"}"),
+        "the shed is counted: {}",
+        metrics.text
+    );
+    for (_, writer) in stalled {
+        writer.abort();
+    }
+}
+
+/// A connection whose client reads no answers is closed once it has taken none of one for
+/// `idle_timeout`, even with room under the cap: its file descriptor and the answers buffered
+/// for it are freed. Before, nothing timed a write, and it stayed open.
+#[tokio::test]
+async fn a_client_that_reads_no_answers_is_closed_after_idle_timeout() {
+    let (_dir, path) = config_file(&config(
+        "idle_timeout = \"300ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let baseline = open_fds(process.pid());
+    let (_read, writer) = stalled_reader(process.addr).await;
+    let opened = eventually(Duration::from_secs(5), || async {
+        open_fds(process.pid()) > baseline
+    })
+    .await;
+    assert!(opened, "the connection was not accepted");
+    let closed = eventually(Duration::from_secs(10), || async {
+        open_fds(process.pid()) <= baseline
+    })
+    .await;
+    assert!(
+        closed,
+        "a client reading no answers still holds its connection after 10 s (idle_timeout \
+         300 ms); log:\n{}",
+        process.log()
+    );
+    writer.abort();
+}
+
 /// Open file descriptors of process `pid`.
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
