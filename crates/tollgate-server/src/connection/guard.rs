@@ -162,12 +162,13 @@ impl GuardedIo {
 
     /// Whether the listener shed this connection and the shed stands: it is taken back when the
     /// client has in fact sent bytes, unless the connection is stalled on an answer its client
-    /// does not read (pipelined requests waiting do not make that client a live one).
+    /// does not read (pipelined requests waiting do not make that client a live one) or its
+    /// request's body is late (a trickle is bytes too).
     fn shed_stands(&self) -> bool {
         if !self.phase.is_shed() {
             return false;
         }
-        if self.stalled.is_some() {
+        if self.stalled.is_some() || self.phase.body_waiting().is_some() {
             self.phase.count_shed();
             return true;
         }

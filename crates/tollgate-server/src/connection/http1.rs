@@ -16,6 +16,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -156,7 +157,7 @@ async fn connection(builder: hyper::server::conn::http1::Builder, io: GuardedIo,
 async fn serve_one(
     builder: hyper::server::conn::http1::Builder,
     io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    phase: std::sync::Arc<Phase>,
+    phase: Arc<Phase>,
     peer: Peer,
 ) {
     let Peer {
@@ -170,7 +171,8 @@ async fn serve_one(
         let answer = if uri_len(request.uri()) > MAX_URI {
             None
         } else {
-            let mut request = request.map(|body| TimeoutBody::new(body, body_timeout));
+            let mut request =
+                request.map(|body| TimeoutBody::new(body, body_timeout, Arc::clone(&phase)));
             request.extensions_mut().insert(ConnectInfo(peer));
             Some(router.call(request))
         };

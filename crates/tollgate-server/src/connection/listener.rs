@@ -6,9 +6,9 @@
 //! memory, and are accepted in order as connections close. Refusing them instead would turn a
 //! short burst into errors. When the cap is reached, the next connection is accepted anyway
 //! (one file descriptor over the cap, at most) and room is made for it by shedding the
-//! connection that has waited longest without a request, or whose client reads no answer
-//! ([`Shed`]); only when every connection is busy with a request does it wait for one to
-//! close.
+//! connection that has waited longest without a request, or whose client reads no answer,
+//! or whose body is late ([`Shed`]); only when every connection is busy with a request in the
+//! service does it wait for one to close.
 //!
 //! [`CappedListener::accept`] is cancel-safe: the connection accepted over the cap waits for
 //! its slot in the listener, not in the future, so a caller's `select!` that drops the future

@@ -54,6 +54,9 @@ pub(crate) struct Phase {
     stalled: Mutex<Option<Instant>>,
     /// A shed that stood was counted (it ends the connection: once at most).
     shed_counted: AtomicBool,
+    /// Since when a request in the service has waited for the rest of its body, if one does
+    /// now (see `connection::body`).
+    body_waiting: Mutex<Option<Instant>>,
 }
 
 /// What a connection that may be shed is doing, in the order they are shed.
@@ -66,6 +69,9 @@ pub(crate) enum Sheddable {
     Stalled,
     /// HTTP/1, idle between requests.
     Idle,
+    /// HTTP/1, a request in the service still waiting for its body (a trickle, or a body
+    /// announced and not sent), whose client has sent the head long since.
+    SlowBody,
 }
 
 /// A request in the service; its drop (the response is ready) makes the connection idle.
@@ -91,6 +97,7 @@ impl Phase {
             handshaking: AtomicBool::new(false),
             stalled: Mutex::new(None),
             shed_counted: AtomicBool::new(false),
+            body_waiting: Mutex::new(None),
         })
     }
 
@@ -107,6 +114,7 @@ impl Phase {
                 Some((Sheddable::NoRequest, since))
             }
             (Mode::Http1, State::Idle(since)) => Some((Sheddable::Idle, since)),
+            (Mode::Http1, State::Busy(_)) => Some((Sheddable::SlowBody, self.body_waiting()?)),
             _ => None,
         }
     }
@@ -159,6 +167,18 @@ impl Phase {
 
     fn stalled_since(&self) -> Option<Instant> {
         self.stalled.lock().ok().and_then(|s| *s)
+    }
+
+    /// A request's body began to wait for bytes at `since` (`Some`), or has ended (`None`).
+    pub(crate) fn wait_for_body(&self, since: Option<Instant>) {
+        if let Ok(mut waiting) = self.body_waiting.lock() {
+            *waiting = since;
+        }
+    }
+
+    /// Since when a request's body has waited for bytes, if one does.
+    pub(super) fn body_waiting(&self) -> Option<Instant> {
+        self.body_waiting.lock().ok().and_then(|w| *w)
     }
 
     /// Remembers the task waiting on the socket (see [`Phase::shed`]).

@@ -13,11 +13,15 @@
 //! 2. else one whose client has taken none of an answer's bytes for 50 ms (its receive buffer
 //!    full: it sends requests, pipelined, and reads no answers), whatever it is doing;
 //! 3. else, on the HTTP API, a keep-alive connection idle between requests (its client
-//!    reconnects when it has something to send).
+//!    reconnects when it has something to send);
+//! 4. else, on the HTTP API, one whose request has waited for the rest of its body for a
+//!    second ([`SLOW_BODY`]): a body trickled, or announced and never sent, a slot held for up
+//!    to `body_timeout` each time. Real clients send a request's body (at most 16 KiB) with
+//!    its head.
 //!
-//! Otherwise a connection with a request in the service, an HTTP/2 connection that has
-//! spoken, or one accepted less than 50 ms ago is never shed: the new connection then waits
-//! for a slot as before. A client that sends its request at once (every real client) moves out of reach
+//! Otherwise a connection with a request in the service (a held `/v1/acquire`, a store call),
+//! an HTTP/2 connection that has spoken, or one accepted less than 50 ms ago is never shed:
+//! the new connection then waits for a slot as before. A client that sends its request at once (every real client) moves out of reach
 //! within those 50 ms. Shed connections are counted in `tollgate_connections_shed_total{listener}`.
 
 use std::collections::VecDeque;
@@ -29,6 +33,11 @@ use super::phase::{Phase, Sheddable};
 /// client that connected a moment ago and sent its request at once must get the moment its
 /// task needs to read it (a just-accepted connection is "without a request" until then).
 pub(crate) const GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a request must have waited for the rest of its body before its connection may be
+/// shed: far longer than [`GRACE`], since its client did send a request (a body on a slow link
+/// takes a while), and last in the order.
+pub(crate) const SLOW_BODY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The connections of one listener that may be shed.
 #[derive(Debug)]
@@ -63,7 +72,7 @@ impl Shed {
     /// Cheap under a flood, where it runs for every accept: the list is in accept order, and a
     /// connection without a request has been so since its accept, so the first such entry is
     /// the oldest (and when it is too young, so are all after it). Only when there is none are
-    /// the stalled and idle connections scanned.
+    /// the stalled, idle and slow-bodied connections scanned.
     pub(crate) fn evict_one(&self) -> bool {
         let mut phases = self
             .phases
@@ -90,6 +99,9 @@ impl Shed {
                         Some(((Sheddable::Stalled, since), p))
                     }
                     Some((Sheddable::Idle, since)) => Some(((Sheddable::Idle, since), p)),
+                    Some((Sheddable::SlowBody, since)) if since.elapsed() >= SLOW_BODY => {
+                        Some(((Sheddable::SlowBody, since), p))
+                    }
                     _ => None,
                 })
                 .min_by_key(|(rank, _)| *rank)
@@ -114,9 +126,10 @@ mod tests {
     use crate::connection::phase::{Mode, State};
 
     /// A connection whose client reads no answer goes before one idle between requests, even
-    /// a younger one; but only once it has been so for the grace period.
+    /// a younger one; but only once it has been so for the grace period. One whose body is
+    /// late goes last, after a second.
     #[test]
-    fn a_stalled_connection_is_shed_before_an_idle_one() {
+    fn stalled_connections_go_before_idle_ones_and_late_bodies_after() {
         let shed = Shed::new();
         let long_ago = Instant::now() - 10 * GRACE;
         let idle = Phase::new(Mode::Http1);
@@ -138,7 +151,23 @@ mod tests {
         assert!(shed.evict_one());
         assert!(stalled.is_shed() && !idle_too.is_shed());
 
-        // Busy and not stalled: never.
+        // A body late for less than a second: not yet; for longer, after any idle one.
+        let slow = Phase::new(Mode::Http1);
+        slow.update(|_| State::Busy(1));
+        slow.wait_for_body(Some(Instant::now() - SLOW_BODY / 2));
+        let only_slow = Shed::new();
+        only_slow.register(&slow);
+        assert!(!only_slow.evict_one());
+        slow.wait_for_body(Some(Instant::now() - 2 * SLOW_BODY));
+        let idle_last = Phase::new(Mode::Http1);
+        idle_last.update(|_| State::Idle(Instant::now()));
+        only_slow.register(&idle_last);
+        assert!(only_slow.evict_one());
+        assert!(idle_last.is_shed() && !slow.is_shed());
+        assert!(only_slow.evict_one());
+        assert!(slow.is_shed());
+
+        // Busy, not stalled, its body whole: never.
         let busy = Phase::new(Mode::Http1);
         busy.update(|_| State::Busy(1));
         let only_busy = Shed::new();

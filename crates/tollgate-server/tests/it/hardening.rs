@@ -294,22 +294,57 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
 
-/// With `max_connections = 3` and three connections busy with a request (a body still
-/// arriving), the next ones are not served (queued by the kernel, at most one accepted and
-/// waiting: the fd count stays put) until one closes: busy connections are never shed.
+/// With `max_connections = 3` and three connections busy with a request (a held
+/// `/v1/acquire`, waiting in the service for its slot), the next ones are not served (queued by
+/// the kernel, at most one accepted and waiting: the fd count stays put) until one closes:
+/// connections busy in the service are never shed.
 #[tokio::test]
 async fn connections_beyond_the_cap_wait_while_every_slot_is_busy() {
-    let (_dir, path) = config_file(&config(
-        "max_connections = 3\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
+    let paced = format!(
+        "{}burst = 1\n",
+        one_limit("paced", "gcra", 1, "1m", r#""account""#, "deny")
+    );
+    let (_dir, path) = config_file(&format!(
+        "{}{paced}",
+        config(
+            "max_connections = 3\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"\nmax_acquire_wait = \"5m\""
+        )
     ));
     let process = Process::serve(&path);
+    let acquire = |hold: bool| {
+        let body = format!(
+            r#"{{"limit":"paced","key":{{"account":"a"}},"max_wait_ms":250000,"hold":{hold}}}"#
+        );
+        format!(
+            "POST /v1/acquire HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
     let baseline = open_fds(process.pid());
+    // The key's first slot is now: taken, so that each held acquire waits a minute more.
+    let mut first = TcpStream::connect(process.addr).await.expect("connect");
+    first
+        .write_all(acquire(false).as_bytes())
+        .await
+        .expect("write");
+    let taken = read_response(&mut first, Duration::from_secs(5)).await;
+    assert!(
+        taken
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+        "{taken:?}"
+    );
+    drop(first);
+    let closed = eventually(Duration::from_secs(5), || async {
+        open_fds(process.pid()) <= baseline
+    })
+    .await;
+    assert!(closed, "the first connection was not closed");
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut stream = TcpStream::connect(process.addr).await.expect("connect");
-        // A whole head, then one byte of a 100-byte body: in the service, waiting for it.
         stream
-            .write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+            .write_all(acquire(true).as_bytes())
             .await
             .expect("write");
         held.push(stream);
@@ -335,7 +370,8 @@ async fn connections_beyond_the_cap_wait_while_every_slot_is_busy() {
                 .expect("connect (kernel queue)"),
         );
     }
-    let early = read_response(&mut waiting, Duration::from_millis(500)).await;
+    // Longer than the grace of a slow body (1 s): a held acquire is not one.
+    let early = read_response(&mut waiting, Duration::from_millis(1500)).await;
     assert_eq!(early, None, "served beyond the cap");
     let fds = open_fds(process.pid());
     assert!(
@@ -352,6 +388,58 @@ async fn connections_beyond_the_cap_wait_while_every_slot_is_busy() {
         "{answer:?}; log:\n{}",
         process.log()
     );
+}
+
+/// With `max_connections = 3` held by three requests whose bodies trickle (a byte every
+/// 100 ms of 100 announced, within `body_timeout`), a new client is served in the place of
+/// one of them once it has waited for its body for a second, not `body_timeout` (here 1 min)
+/// later. Before, such clients held every slot for as long as `body_timeout` allowed, again
+/// and again.
+#[tokio::test]
+async fn trickled_bodies_at_the_cap_are_shed_after_a_second() {
+    let (_dir, path) = config_file(&config(
+        "max_connections = 3\nidle_timeout = \"1m\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let mut tricklers = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(process.addr).await.expect("connect");
+        stream
+            .write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+            .await
+            .expect("write");
+        tricklers.push(tokio::spawn(async move {
+            for _ in 0..98 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if stream.write_all(b" ").await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    let mut client = TcpStream::connect(process.addr).await.expect("connect");
+    client
+        .write_all(check_request("").as_bytes())
+        .await
+        .expect("write");
+    let answer = read_response(&mut client, Duration::from_secs(8)).await;
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+        "a new client was not served while three trickled bodies held the listener: \
+         {answer:?}; log:\n{}",
+        process.log()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "a body waited for less than a second was shed: {:?}",
+        started.elapsed()
+    );
+    for trickler in tricklers {
+        trickler.abort();
+    }
 }
 
 /// A flood of silent sockets, re-opened as fast as they are closed, against a listener whose
