@@ -532,3 +532,36 @@ async fn errors_below_the_router_answer_json_over_tls() {
     );
     assert_eq!(json_body(&answer)["error"], "malformed request", "{answer}");
 }
+
+/// Over TLS too, a keep-alive connection whose last request had no body is closed after
+/// `idle_timeout` (the deadline is set when the answer is flushed through TLS).
+#[tokio::test]
+async fn an_idle_tls_connection_is_closed_after_a_get() {
+    let tls = TlsFiles::new();
+    let (_dir, path) = config_file(&config(
+        &tls,
+        "idle_timeout = \"300ms\"\nheader_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let (mut stream, _) = rustls_connect(process.addr, tls.ca()).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .expect("write");
+    stream.flush().await.expect("flush");
+    let sent = std::time::Instant::now();
+    let (answer, closed) = read_to_close(&mut stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "an idle TLS connection still open after 5 s; log:\n{}",
+                process.log()
+            )
+        });
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(
+        closed - sent >= Duration::from_millis(250),
+        "closed before idle_timeout: {:?}",
+        closed - sent
+    );
+}
