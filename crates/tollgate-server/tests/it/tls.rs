@@ -565,3 +565,33 @@ async fn an_idle_tls_connection_is_closed_after_a_get() {
         closed - sent
     );
 }
+
+/// Over TLS, a client that sends requests and reads no answers is closed once it has taken
+/// none of one for `idle_timeout` (the stall is seen below TLS, on its records' writes).
+#[tokio::test]
+async fn a_tls_client_that_reads_no_answers_is_closed() {
+    let tls = TlsFiles::new();
+    let (_dir, path) = config_file(&config(
+        &tls,
+        "idle_timeout = \"300ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
+    ));
+    let process = Process::serve(&path);
+    let fds =
+        || std::fs::read_dir(format!("/proc/{}/fd", process.pid())).map_or(0, Iterator::count);
+    let baseline = fds();
+    let (stream, _) = rustls_connect(process.addr, tls.ca()).await;
+    let (_unread, mut write) = tokio::io::split(stream);
+    let writer = tokio::spawn(async move {
+        let requests = "GET /metrics HTTP/1.1\r\nhost: localhost\r\n\r\n".repeat(64);
+        while write.write_all(requests.as_bytes()).await.is_ok() {}
+    });
+    let opened = eventually(Duration::from_secs(5), || async { fds() > baseline }).await;
+    assert!(opened, "the connection was not accepted");
+    let closed = eventually(Duration::from_secs(10), || async { fds() <= baseline }).await;
+    assert!(
+        closed,
+        "a TLS client reading no answers still holds its connection after 10 s; log:\n{}",
+        process.log()
+    );
+    writer.abort();
+}
