@@ -257,6 +257,7 @@ impl GuardedIo {
             sleep.as_mut().reset(deadline);
         }
         if sleep.as_mut().poll(cx).is_ready() {
+            self.phase.count_timeout("answer");
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the client took none of an answer within idle_timeout",
@@ -357,6 +358,10 @@ impl AsyncRead for GuardedIo {
             let answer = ApiError::HeaderTimeout.raw_http1();
             let _ = Pin::new(&mut this.inner).poll_write(cx, &answer);
         }
+        this.phase.count_timeout(match state {
+            State::Idle(_) => "idle",
+            State::Fresh(_) | State::Head(_) | State::Busy(_) => "head",
+        });
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "connection timed out",

@@ -150,11 +150,28 @@ impl Phase {
         if self.shed_counted.swap(true, Ordering::AcqRel) {
             return;
         }
-        let listener = match self.mode {
+        metrics::counter!("tollgate_connections_shed_total", "listener" => self.listener())
+            .increment(1);
+    }
+
+    /// A connection closed by one of its deadlines, counted by what it had not done in time:
+    /// `head` (send its first bytes, or the rest of a head), `idle` (send a next request, or
+    /// on HTTP/2 anything), `answer` (take any of an answer's bytes).
+    pub(super) fn count_timeout(&self, phase: &'static str) {
+        metrics::counter!(
+            "tollgate_connections_timed_out_total",
+            "listener" => self.listener(),
+            "phase" => phase
+        )
+        .increment(1);
+    }
+
+    /// The listener's name in the connection series.
+    fn listener(&self) -> &'static str {
+        match self.mode {
             Mode::Http1 => "http",
             Mode::Quiet => "grpc",
-        };
-        metrics::counter!("tollgate_connections_shed_total", "listener" => listener).increment(1);
+        }
     }
 
     /// The socket stopped taking an answer's bytes at `since` (`Some`), or took some again

@@ -105,6 +105,12 @@ const COUNTERS: &[(&str, &str)] = &[
         "Connections closed to make room for a new client on a full listener, by listener",
     ),
     (
+        "tollgate_connections_timed_out_total",
+        "Connections closed by a deadline, by listener and by what the client had not done in \
+         time (head: its first bytes or a whole head; idle: a next request; answer: take an \
+         answer's bytes)",
+    ),
+    (
         "tollgate_redis_batches_total",
         "Coalesced Redis calls (one EVALSHA of the batch script for requests that queued)",
     ),

@@ -151,6 +151,9 @@ async fn a_partial_request_is_answered_408_after_its_timeout() {
         assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
         assert_eq!(json_body(&answer)["error"], error, "{answer}");
     }
+    // The half head is counted as a deadline's close; the late body is a 408 of the service
+    // (counted in the HTTP series), not one.
+    assert_eq!(timed_out(process.addr, "head").await.as_deref(), Some("1"));
 }
 
 /// A keep-alive connection without a next request is closed after `idle_timeout` (not after
@@ -198,6 +201,7 @@ async fn an_idle_keep_alive_connection_is_closed() {
         );
         assert_eq!(rest, "", "{what}: nothing is sent to an idle connection");
     }
+    assert_eq!(timed_out(process.addr, "idle").await.as_deref(), Some("3"));
 }
 
 /// A client that sends requests, pipelined, for ever and reads no answer (its receive
@@ -286,7 +290,21 @@ async fn a_client_that_reads_no_answers_is_closed_after_idle_timeout() {
          300 ms); log:\n{}",
         process.log()
     );
+    assert_eq!(
+        timed_out(process.addr, "answer").await.as_deref(),
+        Some("1")
+    );
     writer.abort();
+}
+
+/// The value of `tollgate_connections_timed_out_total` for the HTTP listener and `phase`, as
+/// `addr`'s `/metrics` shows it (`None`: not counted yet).
+async fn timed_out(addr: SocketAddr, phase: &str) -> Option<String> {
+    let metrics = crate::support::request(addr, "GET", "/metrics", bytes::Bytes::new(), &[]).await;
+    crate::support::sample(
+        &metrics.text,
+        &format!(r#"tollgate_connections_timed_out_total{{listener="http",phase="{phase}"}}"#),
+    )
 }
 
 /// Open file descriptors of process `pid`.
