@@ -62,6 +62,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let tls = tls.filter(|_| listener.is_tcp());
+    Mode::Http1.count_from_zero();
     let (lifecycle, watcher) = watch::channel(Lifecycle::Serving);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.max_header_size(MAX_HEAD).writev(false);

@@ -98,6 +98,7 @@ pub(crate) fn grpc_incoming(
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Transport>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let tls = tls.filter(|_| listener.is_tcp());
+    Mode::Quiet.count_from_zero();
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {

@@ -25,6 +25,31 @@ pub(crate) enum Mode {
     Quiet,
 }
 
+impl Mode {
+    /// The name of the listener whose connections follow this rule, in the connection series.
+    fn listener(self) -> &'static str {
+        match self {
+            Mode::Http1 => "http",
+            Mode::Quiet => "grpc",
+        }
+    }
+
+    /// A listener of this mode starts: its connection series exist from now on, at 0, so that
+    /// a rate over them (the dashboard's, an alert's) is 0 rather than absent.
+    pub(crate) fn count_from_zero(self) {
+        let listener = self.listener();
+        metrics::counter!("tollgate_connections_shed_total", "listener" => listener).increment(0);
+        for phase in ["head", "idle", "answer"] {
+            metrics::counter!(
+                "tollgate_connections_timed_out_total",
+                "listener" => listener,
+                "phase" => phase
+            )
+            .increment(0);
+        }
+    }
+}
+
 /// What a connection is doing, and since when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum State {
@@ -168,10 +193,7 @@ impl Phase {
 
     /// The listener's name in the connection series.
     fn listener(&self) -> &'static str {
-        match self.mode {
-            Mode::Http1 => "http",
-            Mode::Quiet => "grpc",
-        }
+        self.mode.listener()
     }
 
     /// The socket stopped taking an answer's bytes at `since` (`Some`), or took some again
