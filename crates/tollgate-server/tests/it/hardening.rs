@@ -98,12 +98,18 @@ pub(crate) fn json_body(response: &str) -> serde_json::Value {
 
 /// Connects and sends one check on a fresh connection; its status line.
 async fn quick_check(addr: SocketAddr) -> String {
+    check_within(addr, Duration::from_secs(5)).await
+}
+
+/// Connects and sends one check on a fresh connection; its status line if answered within
+/// `limit`, else an empty one.
+async fn check_within(addr: SocketAddr, limit: Duration) -> String {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream
         .write_all(check_request("").as_bytes())
         .await
         .expect("write");
-    let response = read_response(&mut stream, Duration::from_secs(5)).await;
+    let response = read_response(&mut stream, limit).await;
     response
         .unwrap_or_default()
         .lines()
@@ -236,18 +242,11 @@ async fn clients_that_read_no_answers_do_not_lock_new_clients_out() {
     for _ in 0..4 {
         stalled.push(stalled_reader(process.addr).await);
     }
-    let mut client = TcpStream::connect(process.addr).await.expect("connect");
-    client
-        .write_all(check_request("").as_bytes())
-        .await
-        .expect("write");
-    let answer = read_response(&mut client, Duration::from_secs(10)).await;
+    let status = check_within(process.addr, Duration::from_secs(10)).await;
     assert!(
-        answer
-            .as_deref()
-            .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+        status.starts_with("HTTP/1.1 200 "),
         "a new client was not served while four clients reading nothing held the listener: \
-         {answer:?}; log:\n{}",
+         {status:?}; log:\n{}",
         process.log()
     );
     let metrics =
@@ -308,7 +307,7 @@ async fn timed_out(addr: SocketAddr, phase: &str) -> Option<String> {
 }
 
 /// Open file descriptors of process `pid`.
-fn open_fds(pid: u32) -> usize {
+pub(crate) fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
 
@@ -436,18 +435,11 @@ async fn trickled_bodies_at_the_cap_are_shed_after_a_second() {
         }));
     }
     let started = Instant::now();
-    let mut client = TcpStream::connect(process.addr).await.expect("connect");
-    client
-        .write_all(check_request("").as_bytes())
-        .await
-        .expect("write");
-    let answer = read_response(&mut client, Duration::from_secs(8)).await;
+    let status = check_within(process.addr, Duration::from_secs(8)).await;
     assert!(
-        answer
-            .as_deref()
-            .is_some_and(|a| a.starts_with("HTTP/1.1 200 ")),
+        status.starts_with("HTTP/1.1 200 "),
         "a new client was not served while three trickled bodies held the listener: \
-         {answer:?}; log:\n{}",
+         {status:?}; log:\n{}",
         process.log()
     );
     assert!(

@@ -22,7 +22,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::binary::{Process, config_file, serve_refused};
 use crate::grpc::{Client, call, code, user_rule};
-use crate::hardening::{json_body, read_to_close};
+use crate::hardening::{json_body, open_fds, read_to_close};
 use crate::support::{eventually, one_limit};
 
 /// `[server]` with TLS from `tls` (and `extra` lines), a gRPC port, one limit and its rule.
@@ -576,8 +576,7 @@ async fn a_tls_client_that_reads_no_answers_is_closed() {
         "idle_timeout = \"300ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
     ));
     let process = Process::serve(&path);
-    let fds =
-        || std::fs::read_dir(format!("/proc/{}/fd", process.pid())).map_or(0, Iterator::count);
+    let fds = || open_fds(process.pid());
     let baseline = fds();
     let (stream, _) = rustls_connect(process.addr, tls.ca()).await;
     let (_unread, mut write) = tokio::io::split(stream);
