@@ -12,10 +12,11 @@
 //! waits (the client reads nothing, and its socket is full) is a stall: it fails once no byte
 //! has been taken for `idle_timeout`, or at once if the listener sheds the connection for
 //! it; nothing else would end a connection whose client sends pipelined requests and never
-//! reads. Writes otherwise pass through, except two: hyper's own empty error answers, which `auto_error` rewrites (here in
-//! plaintext; above TLS under TLS, with `auto_error::Rewriting`); and on
-//! HTTP/2, while every worker is busy, the first write of each flush, which waits one turn of
-//! the scheduler so that answers decided in that turn leave together ([`DeferredWrite`]). Under
+//! reads. Writes otherwise pass through, except two: hyper's own empty error answers, which
+//! `auto_error` rewrites (here in plaintext; above TLS under TLS, with
+//! `auto_error::Rewriting`); and on HTTP/2, while every worker is busy, the first write of
+//! each flush, which waits one turn of the scheduler so that answers decided in that turn
+//! leave together ([`DeferredWrite`]). Under
 //! TLS that turn is taken above TLS ([`GuardedIo::poll_write_turn`], called by `Transport`):
 //! here, TLS would already have sealed each write as a record, and its flush would send it
 //! before the turn's other answers were queued; the records TLS holds then leave in one
