@@ -286,6 +286,19 @@ mod tests {
         })
     }
 
+    /// `event` done to `patience` once, `delay` from now, from a task of its own.
+    fn after(
+        patience: &std::sync::Arc<Patience>,
+        delay: Duration,
+        event: impl FnOnce(&Patience) + Send + 'static,
+    ) {
+        let patience = std::sync::Arc::clone(patience);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            event(&patience);
+        });
+    }
+
     /// Redis answering others every 10 ms, after `lost_after` a lost connection reported.
     fn answering_after_a_loss(patience: &std::sync::Arc<Patience>, lost_after: Duration) {
         let talker = std::sync::Arc::clone(patience);
@@ -331,11 +344,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_loss_with_redis_silent_fails_as_before() {
         let patience = std::sync::Arc::new(Patience::default());
-        let reporter = std::sync::Arc::clone(&patience);
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            reporter.lost(true);
-        });
+        after(&patience, Duration::from_millis(5), |p| p.lost(true));
         let start = Instant::now();
         let out = patience.wait(T, stranded(&patience)).await;
         assert_eq!(out, Err(GaveUp::Disconnected));
@@ -347,11 +356,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn replies_that_stop_fail_within_two_timeouts() {
         let patience = std::sync::Arc::new(Patience::default());
-        let talker = std::sync::Arc::clone(&patience);
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            talker.heard();
-        });
+        after(&patience, Duration::from_millis(10), Patience::heard);
         let start = Instant::now();
         let out = patience.wait(T, std::future::pending::<()>()).await;
         assert_eq!(out, Err(GaveUp::Silent));
