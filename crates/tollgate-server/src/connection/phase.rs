@@ -97,6 +97,8 @@ pub(crate) enum Sheddable {
     /// HTTP/1, a request in the service still waiting for its body (a trickle, or a body
     /// announced and not sent), whose client has sent the head long since.
     SlowBody,
+    /// HTTP/2, nothing read since (no call, no answer to a ping).
+    Silent,
 }
 
 /// A request in the service; its drop (the response is ready) makes the connection idle.
@@ -140,6 +142,7 @@ impl Phase {
             }
             (Mode::Http1, State::Idle(since)) => Some((Sheddable::Idle, since)),
             (Mode::Http1, State::Busy(_)) => Some((Sheddable::SlowBody, self.body_waiting()?)),
+            (Mode::Quiet, State::Idle(since)) => Some((Sheddable::Silent, since)),
             _ => None,
         }
     }

@@ -15,13 +15,18 @@
 //! 3. else, on the HTTP API, a keep-alive connection idle between requests (its client
 //!    reconnects when it has something to send);
 //! 4. else, on the HTTP API, one whose request has waited for the rest of its body for a
-//!    second ([`SLOW_BODY`]): a body trickled, or announced and never sent, a slot held for up
+//!    second ([`LONG_GRACE`]): a body trickled, or announced and never sent, a slot held for up
 //!    to `body_timeout` each time. Real clients send a request's body (at most 16 KiB) with
-//!    its head.
+//!    its head;
+//! 5. else, on the gRPC listener, the HTTP/2 connection silent longest, once silent for a
+//!    second ([`LONG_GRACE`] too): no call and no answer to a ping in that time. A client that
+//!    answers the server's pings (every half `idle_timeout`) and calls nothing would otherwise
+//!    hold its slot for ever; a proxy such as Envoy opens a connection again when it next has
+//!    a call, and a call takes milliseconds, so one in flight for a second is rare.
 //!
 //! Otherwise a connection with a request in the service (a held `/v1/acquire`, a store call),
-//! an HTTP/2 connection that has spoken, or one accepted less than 50 ms ago is never shed:
-//! the new connection then waits for a slot as before. A client that sends its request at once (every real client) moves out of reach
+//! an HTTP/2 connection that spoke within the last second, or one accepted less than 50 ms
+//! ago is never shed: the new connection then waits for a slot as before. A client that sends its request at once (every real client) moves out of reach
 //! within those 50 ms. Shed connections are counted in `tollgate_connections_shed_total{listener}`.
 
 use std::collections::VecDeque;
@@ -34,10 +39,11 @@ use super::phase::{Phase, Sheddable};
 /// task needs to read it (a just-accepted connection is "without a request" until then).
 pub(crate) const GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// How long a request must have waited for the rest of its body before its connection may be
-/// shed: far longer than [`GRACE`], since its client did send a request (a body on a slow link
-/// takes a while), and last in the order.
-pub(crate) const SLOW_BODY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a connection whose client did speak must have made no progress before it may be
+/// shed (a request waiting for the rest of its body, an HTTP/2 connection silent): far longer
+/// than [`GRACE`], since a body on a slow link takes a while, and a call in flight leaves its
+/// connection silent until answered.
+pub(crate) const LONG_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The connections of one listener that may be shed.
 #[derive(Debug)]
@@ -72,7 +78,7 @@ impl Shed {
     /// Cheap under a flood, where it runs for every accept: the list is in accept order, and a
     /// connection without a request has been so since its accept, so the first such entry is
     /// the oldest (and when it is too young, so are all after it). Only when there is none are
-    /// the stalled, idle and slow-bodied connections scanned.
+    /// the stalled, idle, slow-bodied and silent HTTP/2 connections scanned.
     pub(crate) fn evict_one(&self) -> bool {
         let mut phases = self
             .phases
@@ -99,8 +105,10 @@ impl Shed {
                         Some(((Sheddable::Stalled, since), p))
                     }
                     Some((Sheddable::Idle, since)) => Some(((Sheddable::Idle, since), p)),
-                    Some((Sheddable::SlowBody, since)) if since.elapsed() >= SLOW_BODY => {
-                        Some(((Sheddable::SlowBody, since), p))
+                    Some((kind @ (Sheddable::SlowBody | Sheddable::Silent), since))
+                        if since.elapsed() >= LONG_GRACE =>
+                    {
+                        Some(((kind, since), p))
                     }
                     _ => None,
                 })
@@ -127,7 +135,7 @@ mod tests {
 
     /// A connection whose client reads no answer goes before one idle between requests, even
     /// a younger one; but only once it has been so for the grace period. One whose body is
-    /// late goes last, after a second.
+    /// late goes last, after a second; so does an HTTP/2 connection silent for a second.
     #[test]
     fn stalled_connections_go_before_idle_ones_and_late_bodies_after() {
         let shed = Shed::new();
@@ -154,11 +162,11 @@ mod tests {
         // A body late for less than a second: not yet; for longer, after any idle one.
         let slow = Phase::new(Mode::Http1);
         slow.update(|_| State::Busy(1));
-        slow.wait_for_body(Some(Instant::now() - SLOW_BODY / 2));
+        slow.wait_for_body(Some(Instant::now() - LONG_GRACE / 2));
         let only_slow = Shed::new();
         only_slow.register(&slow);
         assert!(!only_slow.evict_one());
-        slow.wait_for_body(Some(Instant::now() - 2 * SLOW_BODY));
+        slow.wait_for_body(Some(Instant::now() - 2 * LONG_GRACE));
         let idle_last = Phase::new(Mode::Http1);
         idle_last.update(|_| State::Idle(Instant::now()));
         only_slow.register(&idle_last);
@@ -166,6 +174,16 @@ mod tests {
         assert!(idle_last.is_shed() && !slow.is_shed());
         assert!(only_slow.evict_one());
         assert!(slow.is_shed());
+
+        // HTTP/2: silent for a second, yes; for less, no.
+        let quiet = Phase::new(Mode::Quiet);
+        quiet.update(|_| State::Idle(Instant::now() - LONG_GRACE / 2));
+        let only_quiet = Shed::new();
+        only_quiet.register(&quiet);
+        assert!(!only_quiet.evict_one());
+        quiet.update(|_| State::Idle(Instant::now() - 2 * LONG_GRACE));
+        assert!(only_quiet.evict_one());
+        assert!(quiet.is_shed());
 
         // Busy, not stalled, its body whole: never.
         let busy = Phase::new(Mode::Http1);

@@ -859,7 +859,9 @@ async fn grpc_server(server_lines: &str) -> (TestServer, SocketAddr) {
 }
 
 /// The gRPC listener: a connection that sends nothing is closed after `header_timeout`, and
-/// with `max_connections = 1` a second client is served only once the first has gone.
+/// with `max_connections = 1` a second client is not served while the first has spoken within
+/// the last second (see `a_silent_grpc_connection_makes_room_at_the_cap` for after), and is
+/// once the first has gone.
 #[tokio::test]
 async fn grpc_connections_are_capped_and_timed() {
     let (_server, grpc) = grpc_server("max_connections = 1\nheader_timeout = \"300ms\"").await;
@@ -898,6 +900,41 @@ async fn grpc_connections_are_capped_and_timed() {
     )
     .await;
     assert_eq!(later.map(|r| code(&r)).ok(), Some(Code::Ok));
+}
+
+/// With `max_connections = 1` held by a gRPC client that made its call and keeps its
+/// connection open (here it would answer the server's pings for ever), a new client is
+/// served in its place once it has been silent for a second, not after `idle_timeout`. Before,
+/// an HTTP/2 connection that had spoken was never shed.
+#[tokio::test]
+async fn a_silent_grpc_connection_makes_room_at_the_cap() {
+    let (_server, grpc) =
+        grpc_server("max_connections = 1\nidle_timeout = \"10m\"\nheader_timeout = \"1m\"").await;
+    let endpoint = || {
+        Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("url")
+            .connect_lazy()
+    };
+    let mut first = Client::new(endpoint());
+    assert_eq!(
+        code(&call(&mut first, "edge", &[("user", "a")]).await),
+        Code::Ok
+    );
+    let silent_since = Instant::now();
+    let mut second = Client::new(endpoint());
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        call(&mut second, "edge", &[("user", "b")]),
+    )
+    .await
+    .expect("a new client was not served while a silent gRPC connection held the listener");
+    assert_eq!(code(&answer), Code::Ok);
+    assert!(
+        silent_since.elapsed() >= Duration::from_millis(900),
+        "shed before it had been silent for a second: {:?}",
+        silent_since.elapsed()
+    );
+    drop(first);
 }
 
 /// A gRPC call whose request never ends (headers sent, no message) does not stall shutdown:
