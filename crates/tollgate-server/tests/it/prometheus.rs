@@ -240,7 +240,7 @@ fn rules_for_the_live_test() -> String {
         })
         .collect();
     let rules = rules.join("\n");
-    assert_eq!(rules.matches("for: 2s").count(), 7, "{rules}");
+    assert_eq!(rules.matches("for: 2s").count(), 8, "{rules}");
     rules
 }
 
