@@ -104,7 +104,7 @@ pub use metrics::{
 };
 pub use serve::deferred_write::DeferredWrite;
 pub use serve::deferred_write_io::DeferredWriteIo;
-pub use serve::{GrpcOptions, HEALTH_INTERVAL, serve, serve_with};
+pub use serve::{GrpcOptions, HEALTH_INTERVAL, MAX_MESSAGE_BYTES, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};

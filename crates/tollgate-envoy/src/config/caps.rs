@@ -1,11 +1,11 @@
 //! How many descriptors one call may carry, and how many entries one descriptor: `[envoy]
 //! max_descriptors` and `max_entries`.
 //!
-//! Nothing else bounds them: gRPC's 4 MB message limit admits about 240,000 small
-//! descriptors, and each is matched, keyed, charged and answered. A call is decided on the
-//! async runtime, in one piece, and its descriptors go to the store as one atomic script, so
-//! an unbounded call holds a runtime thread (and on Redis, the server) for as long as it
-//! likes. Envoy sends a handful of descriptors per request (one per rate limit action of the
+//! Nothing else bounds them: the 1 MiB message limit ([`crate::MAX_MESSAGE_BYTES`]) admits
+//! about 60,000 small descriptors (gRPC's default 4 MB, about 240,000), and each is matched,
+//! keyed, charged and answered. A call is decided on the async runtime, in one piece, and its
+//! descriptors go to the store as one atomic script, so an unbounded call holds a runtime
+//! thread (and on Redis, the server) for as long as it likes. Envoy sends a handful of descriptors per request (one per rate limit action of the
 //! route), each of a few entries, so the defaults are far above real use and still bound one
 //! call's work, its keys and its Redis script. A call past a cap is refused as a whole with
 //! `INVALID_ARGUMENT` naming the cap, the count received and the setting, before anything is

@@ -32,6 +32,16 @@ use tonic::transport::server::Connected;
 
 use crate::RateLimitService;
 
+/// The largest `ShouldRateLimit` message decoded (1 MiB); a larger one is refused with
+/// `OUT_OF_RANGE` before it is decoded.
+///
+/// gRPC's default is 4 MiB, and decoding is what costs: 4 MB of small descriptors took a
+/// server from 19 to 124 MB of memory, for a call the descriptor caps then refused (one
+/// decode per worker thread at a time, so a many-core instance took as many such spikes at
+/// once). A call within the default caps (256 descriptors of 32 entries) fits with entries of
+/// up to about 120 bytes; Envoy's calls are a few hundred bytes.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
 /// How often the gRPC health service looks at the current snapshot's health.
 pub const HEALTH_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -125,7 +135,11 @@ where
         .max_concurrent_streams(options.max_concurrent_streams)
         .timeout(options.call_timeout)
         .add_service(health)
-        .add_service(service.into_server())
+        .add_service(
+            service
+                .into_server()
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     watcher.abort();

@@ -509,7 +509,9 @@ async fn malformed_requests_are_invalid_argument() {
 #[tokio::test]
 async fn oversized_descriptor_values_are_refused() {
     let mut rls = Rls::start(vec![per_minute("per_ip", 2, &["ip"])], PER_IP).await;
-    let huge = "1".repeat(1 << 20);
+    // Far past the bound, within the message limit (a message over 1 MiB is refused before
+    // it is decoded: `a_grpc_message_over_a_mebibyte_is_refused_undecoded` in the server).
+    let huge = "1".repeat(64 << 10);
     let err = rls
         .client
         .should_rate_limit(request("edge", &[&[("remote_address", huge.as_str())]], 0))

@@ -1019,6 +1019,50 @@ fn users_request(users: impl IntoIterator<Item = String>, entries: usize) -> Rat
     }
 }
 
+/// A `ShouldRateLimit` message over 1 MiB is refused before it is decoded (`OUT_OF_RANGE`,
+/// naming the limit); one under it is decoded, and then refused by the descriptor cap.
+/// Decoded, gRPC's default 4 MiB of small descriptors took over 100 MB of memory.
+#[tokio::test]
+async fn a_grpc_message_over_a_mebibyte_is_refused_undecoded() {
+    use prost::Message as _;
+    let (_server, client) = envoy_server("").await;
+    let large = users_request((0..70_000).map(|i| format!("user-{i}")), 1);
+    let small = users_request((0..30_000).map(|i| format!("user-{i}")), 1);
+    assert!(
+        large.encoded_len() > tollgate_envoy::MAX_MESSAGE_BYTES,
+        "{}",
+        large.encoded_len()
+    );
+    assert!(
+        small.encoded_len() < tollgate_envoy::MAX_MESSAGE_BYTES,
+        "{}",
+        small.encoded_len()
+    );
+
+    let refused = client
+        .clone()
+        .should_rate_limit(large)
+        .await
+        .expect_err("a message over 1 MiB is refused");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains(&tollgate_envoy::MAX_MESSAGE_BYTES.to_string()),
+        "{refused:?}"
+    );
+    let decoded = client
+        .clone()
+        .should_rate_limit(small)
+        .await
+        .expect_err("30,000 descriptors are past the cap");
+    assert_eq!(decoded.code(), tonic::Code::InvalidArgument, "{decoded:?}");
+    assert!(
+        decoded.message().contains("30000 descriptors"),
+        "{decoded:?}"
+    );
+}
+
 /// `[envoy] max_descriptors` and `max_entries`: one descriptor or one entry past the cap is
 /// `INVALID_ARGUMENT` naming the cap, the count and the setting, and charges nothing; a call
 /// at the caps is decided. `POST /json` shares the caps (400 with the same message).
