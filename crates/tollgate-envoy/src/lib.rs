@@ -104,6 +104,7 @@ pub use metrics::{
 };
 pub use serve::deferred_write::DeferredWrite;
 pub use serve::deferred_write_io::DeferredWriteIo;
+pub use serve::message_budget::MESSAGE_BUDGET_BYTES;
 pub use serve::{GrpcOptions, HEALTH_INTERVAL, MAX_MESSAGE_BYTES, serve, serve_with};
 pub use service::{RateLimitService, should_rate_limit};
 pub use tonic;

@@ -14,10 +14,12 @@
 //! a bound on concurrent streams per connection, and a deadline per call.
 //!
 //! Beside it: `deferred_write.rs` and `deferred_write_io.rs`, the connection whose HTTP/2
-//! writes wait one turn so that answers ready together leave in one write.
+//! writes wait one turn so that answers ready together leave in one write; and
+//! `message_budget.rs`, the bound on the bytes of unfinished messages all calls hold.
 
 pub(crate) mod deferred_write;
 pub(crate) mod deferred_write_io;
+pub(crate) mod message_budget;
 
 use std::future::Future;
 use std::time::Duration;
@@ -129,7 +131,16 @@ where
             }
         }
     });
+    let budget = message_budget::MessageBudget::new(message_budget::MESSAGE_BUDGET_BYTES);
+    let counted = tower::util::MapRequestLayer::new(
+        move |request: tonic::codegen::http::Request<tonic::body::Body>| {
+            let budget = std::sync::Arc::clone(&budget);
+            request
+                .map(|body| tonic::body::Body::new(message_budget::BudgetBody::new(body, budget)))
+        },
+    );
     let served = tonic::transport::Server::builder()
+        .layer(counted)
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .max_concurrent_streams(options.max_concurrent_streams)

@@ -1063,6 +1063,79 @@ async fn a_grpc_message_over_a_mebibyte_is_refused_undecoded() {
     );
 }
 
+/// Unfinished gRPC messages count against one budget for the whole server
+/// (`MESSAGE_BUDGET_BYTES`, 64 MiB): 100 calls on one connection that each send 1 MB of an
+/// announced 1,000,000-byte message and never the rest are not all held until their deadline
+/// (11 s); those past the budget are refused `RESOURCE_EXHAUSTED` at once. Once the client
+/// goes, its bytes are given back and a normal call is served. Before, all 100 MB were held.
+#[tokio::test]
+async fn unfinished_grpc_messages_are_bounded_by_one_budget() {
+    const CALLS: usize = 100;
+    const ANNOUNCED: usize = 1_000_000;
+    let (_server, grpc) = grpc_server("").await;
+    let tcp = TcpStream::connect(grpc).await.expect("connect");
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let driver = tokio::spawn(connection);
+    let mut chunk = vec![0u8; ANNOUNCED];
+    chunk[..5].copy_from_slice(&[0, 0, 0x0f, 0x42, 0x40]); // uncompressed, 1,000,000 bytes
+    let chunk = bytes::Bytes::from(chunk);
+    let mut answers = Vec::new();
+    let mut open = Vec::new();
+    for _ in 0..CALLS {
+        let request = tonic::codegen::http::Request::post(format!(
+            "http://{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+        sender = sender.ready().await.expect("ready");
+        let (answer, mut stream) = sender.send_request(request, false).expect("send");
+        // The message but its last 5 bytes: never whole.
+        stream
+            .send_data(chunk.slice(..ANNOUNCED - 5), false)
+            .expect("data");
+        answers.push(answer);
+        open.push(stream);
+    }
+    // Well before the calls' deadline (11 s): those past the budget are refused at once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut refused = 0;
+    for answer in answers {
+        let Ok(Ok(response)) = tokio::time::timeout_at(deadline, answer).await else {
+            continue;
+        };
+        if response.headers().get("grpc-status").map(|v| v.as_bytes()) == Some(b"8") {
+            refused += 1;
+        }
+    }
+    let budget = tollgate_envoy::MESSAGE_BUDGET_BYTES;
+    assert!(
+        refused >= CALLS - budget / (ANNOUNCED - 5),
+        "{refused} of {CALLS} unfinished 1 MB calls refused within 5 s; the budget holds \
+         {budget} bytes"
+    );
+    drop(open);
+    drop(sender);
+    driver.abort();
+
+    let mut client = Client::new(
+        Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("url")
+            .connect_lazy(),
+    );
+    let served = eventually(Duration::from_secs(5), || {
+        let mut client = client.clone();
+        async move { code(&call(&mut client, "edge", &[("user", "a")]).await) == Code::Ok }
+    })
+    .await;
+    assert!(served, "the budget was not given back when the client went");
+    assert_eq!(
+        code(&call(&mut client, "edge", &[("user", "b")]).await),
+        Code::Ok
+    );
+}
+
 /// `[envoy] max_descriptors` and `max_entries`: one descriptor or one entry past the cap is
 /// `INVALID_ARGUMENT` naming the cap, the count and the setting, and charges nothing; a call
 /// at the caps is decided. `POST /json` shares the caps (400 with the same message).
