@@ -90,6 +90,7 @@ pub use limiter::check_error::CheckError;
 pub use limiter::deny_cache::DEFAULT_DENY_CACHE_ENTRIES;
 pub use limiter::top_denied::{Span, TOP_CAPACITY, TopKey};
 pub use limiter::{CostedLimit, Limiter, LimiterBuilder};
+pub use log_throttle::LogThrottle;
 pub use pacing::reservation::Reservation;
 pub use pacing::settle_error::SettleError;
 pub use pacing::{Pace, Paced, Slot};

@@ -12,9 +12,10 @@ use crate::{Clock, SystemClock};
 /// The shortest interval between two lines (µs).
 const INTERVAL_US: u64 = 1_000_000;
 
-/// Lets one line through per [`INTERVAL_US`]; counts the rest.
+/// Lets one line through per second; counts the rest. Public for the service's crates, whose
+/// listeners log events of the same kind.
 #[derive(Debug, Default)]
-pub(crate) struct LogThrottle {
+pub struct LogThrottle {
     /// When the last line was let through (µs since the epoch).
     last: AtomicU64,
     /// Lines held back since.
@@ -24,7 +25,7 @@ pub(crate) struct LogThrottle {
 impl LogThrottle {
     /// `Some(lines held back since the last one)` when a line may be written now; `None` (and
     /// the line counted) otherwise.
-    pub(crate) fn admit(&self) -> Option<u64> {
+    pub fn admit(&self) -> Option<u64> {
         let now = SystemClock.now().as_micros();
         let last = self.last.load(Ordering::Relaxed);
         if now.saturating_sub(last) < INTERVAL_US

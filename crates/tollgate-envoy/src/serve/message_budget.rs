@@ -13,7 +13,8 @@
 //! Envoy's calls are a few hundred bytes, whole in one chunk, and leave the budget as soon as
 //! they are decoded: a thousand calls in flight hold under a megabyte of it. Only messages that
 //! stay unfinished fill it; while they do, new calls are refused rather than the process
-//! running out of memory.
+//! running out of memory. Refusals are counted (`tollgate_grpc_budget_refusals_total`) and
+//! logged, at most once a second.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use tollgate::LogThrottle;
 
 /// The most bytes of messages still arriving that the server holds at once (64 MiB).
 pub const MESSAGE_BUDGET_BYTES: usize = 64 << 20;
@@ -31,6 +33,8 @@ pub const MESSAGE_BUDGET_BYTES: usize = 64 << 20;
 pub(crate) struct MessageBudget {
     held: AtomicUsize,
     cap: usize,
+    /// Refusals are logged at most once a second (counted in full in the metric).
+    warnings: LogThrottle,
 }
 
 impl MessageBudget {
@@ -39,6 +43,7 @@ impl MessageBudget {
         Arc::new(MessageBudget {
             held: AtomicUsize::new(0),
             cap,
+            warnings: LogThrottle::default(),
         })
     }
 
@@ -50,6 +55,20 @@ impl MessageBudget {
             return false;
         }
         true
+    }
+
+    /// A call refused because the budget is full: counted, and logged (at most once a second).
+    fn refused(&self) {
+        metrics::counter!("tollgate_grpc_budget_refusals_total").increment(1);
+        if let Some(also) = self.warnings.admit() {
+            tracing::warn!(
+                budget = self.cap,
+                held = self.held.load(Ordering::Acquire),
+                also_refused_since_last_warning = also,
+                "gRPC calls refused: unfinished messages fill their budget (a client sending \
+                 messages it does not finish?)"
+            );
+        }
     }
 
     /// Gives `n` bytes back.
@@ -106,6 +125,7 @@ impl Body for BudgetBody {
             if !this.budget.take(data.len()) {
                 // What this call held goes back now: it is refused, whatever it sends next.
                 this.budget.give(std::mem::take(&mut this.held));
+                this.budget.refused();
                 return Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
                     "the server holds {MESSAGE_BUDGET_BYTES} bytes of unfinished messages at \
                      most, and is full; send the message whole"

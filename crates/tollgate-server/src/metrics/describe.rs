@@ -105,6 +105,11 @@ const COUNTERS: &[(&str, &str)] = &[
         "Connections closed to make room for a new client on a full listener, by listener",
     ),
     (
+        "tollgate_grpc_budget_refusals_total",
+        "gRPC calls refused because unfinished messages of all calls filled their budget \
+         (64 MiB)",
+    ),
+    (
         "tollgate_connections_timed_out_total",
         "Connections closed by a deadline, by listener and by what the client had not done in \
          time (head: its first bytes or a whole head; idle: a next request; answer: take an \

@@ -1073,7 +1073,7 @@ async fn a_grpc_message_over_a_mebibyte_is_refused_undecoded() {
 async fn unfinished_grpc_messages_are_bounded_by_one_budget() {
     const CALLS: usize = 100;
     const ANNOUNCED: usize = 1_000_000;
-    let (_server, grpc) = grpc_server("").await;
+    let (server, grpc) = grpc_server("").await;
     let tcp = TcpStream::connect(grpc).await.expect("connect");
     let (mut sender, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
     let driver = tokio::spawn(connection);
@@ -1115,6 +1115,16 @@ async fn unfinished_grpc_messages_are_bounded_by_one_budget() {
     assert!(
         refused >= CALLS - budget / (ANNOUNCED - 5),
         "{refused} of {CALLS} unfinished 1 MB calls refused; the budget holds {budget} bytes"
+    );
+    // Counted (the registry is the test process's: only this test refuses by budget).
+    let counted = crate::support::sample(
+        &server.get("/metrics").await.text,
+        "tollgate_grpc_budget_refusals_total",
+    )
+    .and_then(|v| v.parse::<usize>().ok());
+    assert!(
+        counted.is_some_and(|n| n >= refused),
+        "{counted:?} refusals counted, {refused} seen"
     );
     drop(open);
     drop(sender);
