@@ -68,7 +68,7 @@ use tokio::time::Instant;
 const BUSY_BOUND: Duration = Duration::from_secs(1);
 
 /// The longest a store call with this `timeout` waits, however busy a healthy Redis is: the
-/// timeout and [`BUSY_BOUND`], and the millisecond of the second look (see the module docs).
+/// timeout and `BUSY_BOUND`, and the millisecond of the second look (see the module docs).
 pub fn longest_wait(timeout: Duration) -> Duration {
     timeout + BUSY_BOUND + GRACE
 }

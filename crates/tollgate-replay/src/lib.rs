@@ -9,7 +9,7 @@
 //! request, an HTML page of SVG charts.
 //!
 //! The crate has no command line: `tollgate replay` and `tollgate simulate` (crates/tollgate-
-//! server) are thin shells over [`replay_log`] and [`simulate`].
+//! server) are thin shells over [`replay_log()`] and [`simulate()`].
 
 pub mod chart;
 pub mod key_count;

@@ -4,7 +4,7 @@
 //! Which keys are the most refused is known only at the end of a replay, and keeping a
 //! timeline for every key would hold the log's keys × its seconds. So the report's per-key
 //! timelines come from reading the log again: the same lines on the same clock
-//! ([`crate::replay_log`]'s rules), and each chosen key's requests decided by its limit's
+//! ([`crate::replay_log()`]'s rules), and each chosen key's requests decided by its limit's
 //! rule from a fresh state. A key's decisions depend only on its own requests and the
 //! clock, so they are the replay's own, exactly; memory is the chosen keys' series.
 
@@ -24,7 +24,7 @@ use crate::replay_log::{LogOptions, each_decided};
 /// `reader`, read with `options`.
 ///
 /// # Errors
-/// As [`crate::replay_log`] before its first line.
+/// As [`crate::replay_log()`] before its first line.
 pub fn key_timelines<R: BufRead>(
     reader: R,
     limits: &[Limit],

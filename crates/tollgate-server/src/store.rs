@@ -9,7 +9,7 @@
 //! **Started while Redis is down**, the service does not exit: in an orchestrator that
 //! restarts it, a Redis outage would become a crash loop of every rate limiter, with no
 //! limit's policy applied. A transient failure to connect (refused, timed out) starts the
-//! service on a [`Connecting`] store instead: every call fails as a connection error until a
+//! service on a `Connecting` store instead: every call fails as a connection error until a
 //! background task connects (with backoff), so every limit answers by its `on_store_error`
 //! policy and `/readyz` says why it is not ready. A permanent failure (a wrong password, no
 //! permission) still refuses to start, with the reason.

@@ -48,7 +48,7 @@ type Names = HashMap<u64, Box<str>, BuildPrehashed>;
 /// the log `open` opens (called three times: it is read in three passes).
 ///
 /// # Errors
-/// As [`crate::replay_log`] before its first line; a share outside (0, 1).
+/// As [`crate::replay_log()`] before its first line; a share outside (0, 1).
 pub fn suggest<R: BufRead>(
     open: &mut dyn FnMut() -> std::io::Result<R>,
     limit: &Limit,

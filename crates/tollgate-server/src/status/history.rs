@@ -5,7 +5,7 @@
 //! An operator opening the page during or after an incident asks "since when?" and "is it
 //! over?": the counters and the last minute's latency cannot say. So a task samples every
 //! `server.history_interval` (10 s by default: 360 points an hour) and keeps the last hour in
-//! a ring. Bounded whatever the config: per-limit series for the first [`MAX_LIMITS`] limits
+//! a ring. Bounded whatever the config: per-limit series for the first `MAX_LIMITS` limits
 //! that decide anything (an imported Envoy directory may hold thousands), totals for all.
 //! Counts are stored as each interval's increase, so a reload or a new limit starts at zero
 //! without a spike.
@@ -60,7 +60,7 @@ pub struct HistoryBody {
     pub interval_s: f64,
     /// The intervals, oldest first.
     pub points: Vec<Point>,
-    /// Per limit (at most [`MAX_LIMITS`] of them).
+    /// Per limit (at most `MAX_LIMITS` of them).
     pub limits: HashMap<String, LimitSeries>,
 }
 

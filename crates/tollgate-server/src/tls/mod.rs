@@ -6,8 +6,8 @@
 //! The handshake itself runs in the connection layer (`crate::connection`), under the same
 //! deadlines and connection cap as the requests that follow it.
 //!
-//! - `configs`: [`TlsConfigs`], the files read and checked, one configuration per listener;
-//! - `acceptors`: [`TlsAcceptors`], the current configurations, swapped by the reloader;
+//! - `configs`: `TlsConfigs`, the files read and checked, one configuration per listener;
+//! - `acceptors`: `TlsAcceptors`, the current configurations, swapped by the reloader;
 //! - `client_names`: the gRPC listener's `tls_client_names` check, inside the handshake;
 //! - `validity`: a certificate's validity period, read from its DER;
 //! - `error`: [`TlsError`], naming the file and the cause.
