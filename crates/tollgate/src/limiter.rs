@@ -40,6 +40,7 @@ use crate::{
 mod acquire;
 mod builder;
 pub(crate) mod check_error;
+mod decision_counters;
 pub(crate) mod deny_cache;
 mod leased;
 mod name_copy;
@@ -74,7 +75,7 @@ pub struct Limiter<S> {
     deny_cache: Option<DenyCache>,
     /// Units taken ahead for lease-mode limits (`crate::lease`).
     leases: LeaseTier,
-    /// Per limit: the most refused keys and the refusal ratio.
+    /// Per limit: the most refused keys, the refusal ratio and the decision counters.
     activity: HashMap<Arc<str>, LimitActivity, NameHasher>,
     /// Store-failure warnings: one a second at most, the rest counted
     /// (`tollgate_store_errors_total`) and summed into the next one.

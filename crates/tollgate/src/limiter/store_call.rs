@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use super::decision_counters::Counted;
 use super::{Limiter, name_copy, subset};
 use crate::limiter::deny_cache::DenyCache;
 use crate::verdict::outcome::POLICY_RETRY_AFTER;
@@ -73,25 +74,20 @@ impl<S: Store> Limiter<S> {
     fn count_checked(&self, request: &Request<'_>, decisions: &[LimitDecision]) {
         let minute = self.minute();
         for (e, d) in request.entries().iter().zip(decisions) {
-            let refused = !d.decision.is_allowed()
-                && matches!(d.source, Source::Store | Source::DenyCache | Source::Lease);
-            if let Some(activity) = self.activity.get(e.limit.name()) {
-                activity.record(&e.key, refused, minute);
+            let counted = Counted::of(d.source, d.decision.is_allowed());
+            match self.activity.get(e.limit.name()) {
+                Some(activity) => {
+                    activity.record(&e.key, counted == Counted::Denied, minute);
+                    activity.decisions.count(&d.limit, counted);
+                }
+                // Every limit has its activity; a decision is counted whatever happens.
+                None => metrics::counter!(
+                    "tollgate_decisions_total",
+                    "limit" => Arc::clone(&d.limit),
+                    "outcome" => counted.label()
+                )
+                .increment(1),
             }
-        }
-        for d in decisions {
-            let outcome = match (d.source, d.decision.is_allowed()) {
-                (Source::Store | Source::DenyCache | Source::Lease, true) => "allowed",
-                (Source::Store | Source::DenyCache | Source::Lease, false) => "denied",
-                (Source::Policy { .. }, true) => "store_error_allowed",
-                (Source::Policy { .. }, false) => "store_error_denied",
-            };
-            metrics::counter!(
-                "tollgate_decisions_total",
-                "limit" => Arc::clone(&d.limit),
-                "outcome" => outcome
-            )
-            .increment(1);
         }
     }
 

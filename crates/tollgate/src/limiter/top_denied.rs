@@ -34,6 +34,7 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
+use super::decision_counters::DecisionCounters;
 use crate::Key;
 use crate::limit::key::BuildKeyHasher;
 
@@ -72,6 +73,8 @@ pub enum Span {
 #[derive(Debug)]
 pub(crate) struct LimitActivity {
     shards: Box<[Shard]>,
+    /// `tollgate_decisions_total` for this limit (counted beside, not in the shards).
+    pub(super) decisions: DecisionCounters,
 }
 
 impl Default for LimitActivity {
@@ -210,6 +213,7 @@ impl LimitActivity {
     fn with_shards(shards: usize) -> Self {
         LimitActivity {
             shards: (0..shards.max(1)).map(|_| Shard::default()).collect(),
+            decisions: DecisionCounters::default(),
         }
     }
 
