@@ -153,6 +153,15 @@ impl Verdict {
         Verdict { decisions }
     }
 
+    /// The verdict of these decisions, in the order the limits were asked; `None` for no
+    /// decision (a request has at least one limit). For tests of code that answers verdicts,
+    /// and for a face that gets its decisions elsewhere: the outcome is derived from them,
+    /// as for a verdict [`crate::Limiter`] returns.
+    pub fn from_decisions(decisions: impl IntoIterator<Item = LimitDecision>) -> Option<Verdict> {
+        let decisions: SmallVec<[LimitDecision; 2]> = decisions.into_iter().collect();
+        (!decisions.is_empty()).then_some(Verdict { decisions })
+    }
+
     /// What the verdict means for the request: allowed, limited (429) or unavailable (503).
     /// Match on it: a refusal because Redis timed out is not a refusal because of a quota.
     pub fn outcome(&self) -> Outcome {
