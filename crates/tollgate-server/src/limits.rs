@@ -115,16 +115,17 @@ impl Limits {
     /// The first problem, as an [`AskError`].
     pub fn prepare<'a>(
         &'a self,
-        names: &[String],
-        key: &[(String, String)],
+        names: &[&str],
+        key: &[(&str, &str)],
         cost: u64,
     ) -> Result<Request<'a>, AskError> {
         if names.len() > MAX_LIMITS_PER_REQUEST {
             return Err(AskError::TooManyLimits);
         }
-        let key = bounded_key(key)?;
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        Ok(self.limiter.prepare(&names, &key, cost)?)
+        if key.len() > MAX_KEY_PARTS {
+            return Err(AskError::TooManyKeyParts);
+        }
+        Ok(self.limiter.prepare(names, key, cost)?)
     }
 
     /// The limiter that decides this set's requests ([`Limiter::decide`]).

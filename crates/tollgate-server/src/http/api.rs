@@ -3,11 +3,14 @@
 //! Requests are parsed by hand from the raw bytes (not axum's `Json` extractor) so that every
 //! malformed body gets the API's own `{"error": ...}` answer naming the field at fault.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 
-use serde::de::{self, DeserializeOwned, Visitor};
+use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
+use smallvec::SmallVec;
 use tollgate::wire::ceil_millis;
 use tollgate::{Algorithm, LimitDecision, Outcome, Source, Verdict};
 
@@ -18,32 +21,36 @@ use crate::duration;
 /// `{"limits": ["a", "b"], "key": {...}}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CheckRequest {
-    limit: Option<String>,
-    limits: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "key_parts_once")]
-    key: BTreeMap<String, KeyValue>,
+pub struct CheckRequest<'a> {
+    #[serde(borrow)]
+    limit: Option<Text<'a>>,
+    #[serde(borrow)]
+    limits: Option<Vec<Text<'a>>>,
+    #[serde(default, borrow, deserialize_with = "key_parts_once")]
+    key: KeyParts<'a>,
     cost: Option<u64>,
 }
 
 /// `POST /v1/reset`: as a check, without a cost.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResetRequest {
-    limit: Option<String>,
-    limits: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "key_parts_once")]
-    key: BTreeMap<String, KeyValue>,
+pub struct ResetRequest<'a> {
+    #[serde(borrow)]
+    limit: Option<Text<'a>>,
+    #[serde(borrow)]
+    limits: Option<Vec<Text<'a>>>,
+    #[serde(default, borrow, deserialize_with = "key_parts_once")]
+    key: KeyParts<'a>,
 }
 
 /// `POST /v1/acquire`: `{"limit": "upstream", "key": {...}, "cost": 1, "max_wait_ms": 5000,
 /// "hold": false}`. One limit: a slot is one limit's.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AcquireRequest {
+pub struct AcquireRequest<'a> {
     limit: String,
-    #[serde(default, deserialize_with = "key_parts_once")]
-    key: BTreeMap<String, KeyValue>,
+    #[serde(default, borrow, deserialize_with = "key_parts_once")]
+    key: KeyParts<'a>,
     cost: Option<u64>,
     max_wait_ms: u64,
     #[serde(default)]
@@ -65,7 +72,7 @@ pub struct Acquire {
     pub hold: bool,
 }
 
-impl AcquireRequest {
+impl AcquireRequest<'_> {
     /// The request, its wait bounded by `max_wait`.
     ///
     /// # Errors
@@ -92,14 +99,14 @@ impl AcquireRequest {
 /// `POST /v1/adjust`: `{"limit": "tokens", "key": {...}, "delta": -120}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AdjustRequest {
+pub struct AdjustRequest<'a> {
     limit: String,
-    #[serde(default, deserialize_with = "key_parts_once")]
-    key: BTreeMap<String, KeyValue>,
+    #[serde(default, borrow, deserialize_with = "key_parts_once")]
+    key: KeyParts<'a>,
     delta: i64,
 }
 
-impl AdjustRequest {
+impl AdjustRequest<'_> {
     /// The limit, key parts and delta.
     pub fn into_parts(self) -> (String, Vec<(String, String)>, i64) {
         (self.limit, key_parts(self.key), self.delta)
@@ -148,102 +155,150 @@ pub struct AcquireBody<'a> {
     pub held: bool,
 }
 
+/// A request's key parts, in name order (as a map would give them), each named once. Small
+/// and borrowed from the body: a check's key is parsed without allocating.
+pub type KeyParts<'a> = SmallVec<[(Cow<'a, str>, Cow<'a, str>); 4]>;
+
 /// The `key` object, refusing a part named twice (`{"user": "A", "user": "B"}`), as serde
 /// refuses a top-level field given twice: a JSON parser would keep the last value silently,
 /// and which user is charged must not depend on that.
-fn key_parts_once<'de, D: Deserializer<'de>>(
+fn key_parts_once<'de: 'a, 'a, D: Deserializer<'de>>(
     deserializer: D,
-) -> Result<BTreeMap<String, KeyValue>, D::Error> {
-    struct Parts;
-    impl<'de> Visitor<'de> for Parts {
-        type Value = BTreeMap<String, KeyValue>;
+) -> Result<KeyParts<'a>, D::Error> {
+    struct Parts<'a>(PhantomData<&'a ()>);
+    impl<'de: 'a, 'a> Visitor<'de> for Parts<'a> {
+        type Value = KeyParts<'a>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("an object of key parts")
         }
         fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut parts = BTreeMap::new();
-            while let Some((name, value)) = map.next_entry::<String, KeyValue>()? {
-                if parts.contains_key(&name) {
-                    return Err(de::Error::custom(format_args!(
-                        "duplicate key part `{name}`"
-                    )));
+            let mut parts = KeyParts::new();
+            while let Some((Text(name), KeyValue(value))) = map.next_entry::<Text, KeyValue>()? {
+                match parts.binary_search_by(|(n, _)| (**n).cmp(&*name)) {
+                    Ok(_) => {
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate key part `{name}`"
+                        )));
+                    }
+                    Err(at) => parts.insert(at, (name, value)),
                 }
-                parts.insert(name, value);
             }
             Ok(parts)
         }
     }
-    deserializer.deserialize_map(Parts)
+    deserializer.deserialize_map(Parts(PhantomData))
+}
+
+/// A string of a request: borrowed from the body, or owned when JSON escapes made it differ
+/// from its bytes there.
+#[derive(Debug)]
+pub struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(V(PhantomData))
+    }
 }
 
 /// A key part's value: a string, or an integer taken as its decimal text.
 #[derive(Debug)]
-pub struct KeyValue(String);
+pub struct KeyValue<'a>(Cow<'a, str>);
 
-impl<'de> Deserialize<'de> for KeyValue {
+impl<'de: 'a, 'a> Deserialize<'de> for KeyValue<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = KeyValue;
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = KeyValue<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a string or an integer")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyValue, E> {
-                Ok(KeyValue(v.to_owned()))
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<KeyValue<'a>, E> {
+                Ok(KeyValue(Cow::Borrowed(v)))
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyValue, E> {
-                Ok(KeyValue(v.to_string()))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyValue<'a>, E> {
+                Ok(KeyValue(Cow::Owned(v.to_owned())))
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyValue, E> {
-                Ok(KeyValue(v.to_string()))
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyValue<'a>, E> {
+                Ok(KeyValue(Cow::Owned(v.to_string())))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyValue<'a>, E> {
+                Ok(KeyValue(Cow::Owned(v.to_string())))
             }
         }
-        deserializer.deserialize_any(V)
+        deserializer.deserialize_any(V(PhantomData))
     }
 }
 
-/// Limit names, key parts and cost, as asked.
-pub type Parts = (Vec<String>, Vec<(String, String)>, u64);
+/// Limit names, key parts and cost, as asked (borrowed from the request).
+pub type Parts<'s> = (
+    SmallVec<[&'s str; 4]>,
+    SmallVec<[(&'s str, &'s str); 4]>,
+    u64,
+);
 
-impl CheckRequest {
+impl CheckRequest<'_> {
     /// The limit names, key parts and cost (default 1).
     ///
     /// # Errors
     /// When both or neither of `limit` and `limits` are given.
-    pub fn into_parts(self) -> Result<Parts, String> {
-        let names = names(self.limit, self.limits)?;
-        Ok((names, key_parts(self.key), self.cost.unwrap_or(1)))
+    pub fn parts(&self) -> Result<Parts<'_>, String> {
+        let names = names(self.limit.as_ref(), self.limits.as_deref())?;
+        Ok((names, borrowed(&self.key), self.cost.unwrap_or(1)))
     }
 }
 
-impl ResetRequest {
+impl ResetRequest<'_> {
     /// The limit names and key parts.
     ///
     /// # Errors
-    /// As [`CheckRequest::into_parts`].
-    pub fn into_parts(self) -> Result<Parts, String> {
-        Ok((names(self.limit, self.limits)?, key_parts(self.key), 1))
+    /// As [`CheckRequest::parts`].
+    pub fn parts(&self) -> Result<Parts<'_>, String> {
+        let names = names(self.limit.as_ref(), self.limits.as_deref())?;
+        Ok((names, borrowed(&self.key), 1))
     }
 }
 
-fn names(limit: Option<String>, limits: Option<Vec<String>>) -> Result<Vec<String>, String> {
+fn names<'s>(
+    limit: Option<&'s Text<'_>>,
+    limits: Option<&'s [Text<'_>]>,
+) -> Result<SmallVec<[&'s str; 4]>, String> {
     match (limit, limits) {
         (Some(_), Some(_)) => Err("give either \"limit\" or \"limits\", not both".into()),
-        (Some(limit), None) => Ok(vec![limit]),
-        (None, Some(limits)) => Ok(limits),
+        (Some(limit), None) => Ok(smallvec::smallvec![&*limit.0]),
+        (None, Some(limits)) => Ok(limits.iter().map(|l| &*l.0).collect()),
         (None, None) => Err("missing field \"limit\" (or \"limits\")".into()),
     }
 }
 
-fn key_parts(key: BTreeMap<String, KeyValue>) -> Vec<(String, String)> {
-    key.into_iter().map(|(k, v)| (k, v.0)).collect()
+fn borrowed<'s>(key: &'s KeyParts<'_>) -> SmallVec<[(&'s str, &'s str); 4]> {
+    key.iter().map(|(n, v)| (&**n, &**v)).collect()
+}
+
+/// Owned key parts, for the requests that keep them past the body.
+fn key_parts(key: KeyParts<'_>) -> Vec<(String, String)> {
+    key.into_iter()
+        .map(|(n, v)| (n.into_owned(), v.into_owned()))
+        .collect()
 }
 
 /// Parses a JSON body, naming the field at fault.
 ///
 /// # Errors
 /// A message for the client.
-pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err("request body is empty: expected a JSON object".into());
     }
@@ -266,6 +321,9 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
 
 /// The answer to a check or peek. Top-level fields describe the most restrictive enforced
 /// limit; `decisions` lists every limit in the order asked.
+///
+/// The service writes this body by hand (`http/verdict_json.rs`, the check's hot path); this
+/// type describes it, and the tests check that the bytes written are serde_json's for it.
 #[derive(Debug, Serialize)]
 pub struct VerdictBody<'a> {
     /// Whether the request passes.

@@ -1,6 +1,7 @@
 //! The HTTP API's routes and handlers: thin glue between JSON and [`crate::limits::Limits`].
 //!
-//! Bodies are capped at [`MAX_BODY`] bytes and parsed by [`api::parse`]; every check
+//! Every body is read by [`Body`] (at most [`super::body::MAX_BODY`] bytes; no route uses
+//! axum's own body extractors) and parsed by [`api::parse`]; every check
 //! runs on the limit set current when the request arrived (a reload never changes a request
 //! halfway). A body that does not arrive within `server.body_timeout` is answered `408`.
 //! Resets are logged at `info` with the limits, a digest of the key and the client's address
@@ -12,18 +13,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 
 use super::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
-use super::body::{MAX_BODY, body};
+use super::body::Body;
 use super::pacing;
 use super::response::{ApiError, Reply};
 use super::state::AppState;
@@ -51,7 +50,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/json", post(envoy_json))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(observe_http))
         .with_state(state)
 }
@@ -70,27 +68,28 @@ async fn observe_http(request: axum::extract::Request, next: axum::middleware::N
 // a layer of its own on the check's path (docs/architecture.md counts the path).
 fn check(
     State(state): State<Arc<AppState>>,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
 ) -> impl Future<Output = Result<Reply, ApiError>> {
-    decide(state, bytes, Op::Check)
+    decide(state, body, Op::Check)
 }
 
 fn peek(
     State(state): State<Arc<AppState>>,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
 ) -> impl Future<Output = Result<Reply, ApiError>> {
-    decide(state, bytes, Op::Peek)
+    decide(state, body, Op::Peek)
 }
 
 /// `/v1/check` and `/v1/peek`: the same request, the same validation, the same reply; only
 /// the [`Op`] differs.
 async fn decide(
     state: Arc<AppState>,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
     op: Op,
 ) -> Result<Reply, ApiError> {
-    let request: CheckRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
-    let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
+    let body = body?.0;
+    let request: CheckRequest = api::parse(&body).map_err(ApiError::BadRequest)?;
+    let (names, key, cost) = request.parts().map_err(ApiError::BadRequest)?;
     let limits = state.limits.load_full();
     let request = limits
         .prepare(&names, &key, cost)
@@ -102,7 +101,7 @@ async fn reset(
     State(state): State<Arc<AppState>>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
 ) -> Result<Reply, ApiError> {
     let Some(token) = &state.admin_token else {
         return Err(ApiError::ResetDisabled);
@@ -123,8 +122,9 @@ async fn reset(
     if !same_secret(given, token.expose()) {
         return Err(ApiError::Unauthorized);
     }
-    let request: ResetRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
-    let (names, key, cost) = request.into_parts().map_err(ApiError::BadRequest)?;
+    let body = body?.0;
+    let request: ResetRequest = api::parse(&body).map_err(ApiError::BadRequest)?;
+    let (names, key, cost) = request.parts().map_err(ApiError::BadRequest)?;
     let limits = state.limits.load_full();
     let request = limits
         .prepare(&names, &key, cost)
@@ -134,12 +134,14 @@ async fn reset(
         .await
         .map_err(ApiError::StoreUnavailable)?;
     tracing::info!(limits = ?names, key = %key_digest(&key), %client, "reset");
-    Ok(Reply::json(serde_json::json!({ "reset": names })))
+    Ok(Reply::json(
+        serde_json::json!({ "reset": names.as_slice() }),
+    ))
 }
 
 /// Who reset what, without the key in clear: the first 12 hex digits of the SHA-256 of the
 /// key parts (`name=value`, one a line, in name order), enough to match two log lines.
-fn key_digest(parts: &[(String, String)]) -> String {
+fn key_digest(parts: &[(&str, &str)]) -> String {
     let mut hasher = Sha256::new();
     for (name, value) in parts {
         hasher.update(name.as_bytes());
@@ -270,12 +272,12 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
 /// policy over a failed store) 503.
 async fn envoy_json(
     State(state): State<Arc<AppState>>,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
 ) -> Result<Response, ApiError> {
     use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
     use tollgate_envoy::tonic::Code as GrpcCode;
 
-    let bytes = body(bytes)?;
+    let bytes = body?.0;
     let request: tollgate_envoy::JsonRateLimitRequest =
         api::parse(&bytes).map_err(ApiError::BadRequest)?;
     let request = request.into();

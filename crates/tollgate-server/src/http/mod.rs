@@ -20,6 +20,7 @@ mod pacing;
 pub mod response;
 pub mod state;
 pub mod status_body;
+mod verdict_json;
 
 pub use body::MAX_BODY;
 pub use handlers::router;

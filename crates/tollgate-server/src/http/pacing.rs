@@ -15,12 +15,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use bytes::Bytes;
 use tollgate::SettleError;
 
 use super::api::{self, AcquireRequest, AdjustBody, AdjustRequest};
-use super::body::body;
+use super::body::Body;
 use super::response::{ApiError, Reply};
 use super::state::AppState;
 use crate::limits::bounded_key;
@@ -28,9 +26,10 @@ use crate::limits::bounded_key;
 /// `POST /v1/acquire`.
 pub(super) async fn acquire(
     State(state): State<Arc<AppState>>,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
 ) -> Result<Reply, ApiError> {
-    let request: AcquireRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let body = body?.0;
+    let request: AcquireRequest = api::parse(&body).map_err(ApiError::BadRequest)?;
     let asked = request
         .into_acquire(state.max_acquire_wait)
         .map_err(ApiError::BadRequest)?;
@@ -50,9 +49,10 @@ pub(super) async fn acquire(
 /// `POST /v1/adjust`.
 pub(super) async fn adjust(
     State(state): State<Arc<AppState>>,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Result<Body, ApiError>,
 ) -> Result<Reply, ApiError> {
-    let request: AdjustRequest = api::parse(&body(bytes)?).map_err(ApiError::BadRequest)?;
+    let body = body?.0;
+    let request: AdjustRequest = api::parse(&body).map_err(ApiError::BadRequest)?;
     let (limit, key, delta) = request.into_parts();
     let key = bounded_key(&key).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let limits = state.limits.load_full();

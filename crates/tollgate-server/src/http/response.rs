@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tollgate::{Outcome, Verdict, wire};
 
-use super::api::{AcquireBody, VerdictBody};
+use super::verdict_json::{self, AcquireFields};
 
 /// A successful answer.
 #[derive(Debug)]
@@ -180,37 +180,28 @@ impl IntoResponse for Reply {
     fn into_response(self) -> Response {
         match self {
             Reply::Json(body) => Json(body).into_response(),
-            Reply::Verdict(verdict) => verdict_response(
-                &VerdictBody::new(&verdict),
-                verdict.decisions().len(),
-                &verdict,
-            ),
+            Reply::Verdict(verdict) => verdict_response(&verdict, None),
             Reply::Acquired {
                 verdict,
                 wait,
                 held,
             } => {
-                let body = AcquireBody {
-                    verdict: VerdictBody::new(&verdict),
+                let acquire = AcquireFields {
                     wait_ms: wait.map(wire::ceil_millis),
                     held,
                 };
-                verdict_response(&body, 1, &verdict)
+                verdict_response(&verdict, Some(acquire))
             }
         }
     }
 }
 
-/// A verdict's answer: its JSON body, its status (200, 429, 503) and its `RateLimit-Policy`,
-/// `RateLimit` and `Retry-After` fields, built once. The body is written into a buffer sized
-/// for it (a check's body of one decision is about 200 bytes, each further decision about
-/// 110), where axum's `Json` starts at 128 bytes and grows, copying, on every check.
-fn verdict_response(body: &impl Serialize, decisions: usize, verdict: &Verdict) -> Response {
-    let mut bytes = Vec::with_capacity(VERDICT_BODY + decisions * DECISION_BODY);
-    if let Err(e) = serde_json::to_writer(&mut bytes, body) {
-        return ApiError::Internal(Box::new(e)).into_response();
-    }
-    let status = match verdict.outcome() {
+/// A verdict's answer: its JSON body ([`verdict_json`]), its status (200, 429, 503) and its
+/// `RateLimit-Policy`, `RateLimit` and `Retry-After` fields.
+fn verdict_response(verdict: &Verdict, acquire: Option<AcquireFields>) -> Response {
+    let outcome = verdict.outcome();
+    let bytes = verdict_json::write(verdict, outcome, acquire);
+    let status = match outcome {
         Outcome::Allowed => StatusCode::OK,
         Outcome::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Outcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -223,7 +214,7 @@ fn verdict_response(body: &impl Serialize, decisions: usize, verdict: &Verdict) 
     if let Some(value) = wire::rate_limit(decisions, false) {
         insert(headers, &RATELIMIT, value);
     }
-    if let Some(secs) = wire::retry_after(verdict) {
+    if let Some(secs) = outcome.retry_after().map(wire::retry_after_secs) {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         tracing::debug!(status = status.as_u16(), "refused");
     }
@@ -232,10 +223,6 @@ fn verdict_response(body: &impl Serialize, decisions: usize, verdict: &Verdict) 
 
 /// The JSON content type, as axum's `Json` writes it.
 const JSON: &str = "application/json";
-/// A verdict body's bytes besides its decisions, rounded up.
-const VERDICT_BODY: usize = 112;
-/// One decision's bytes in a verdict body, for a short limit name, rounded up.
-const DECISION_BODY: usize = 128;
 /// The field names, made once (a name made from a string is checked byte by byte).
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(wire::RATELIMIT_POLICY);
 static RATELIMIT: HeaderName = HeaderName::from_static(wire::RATELIMIT);

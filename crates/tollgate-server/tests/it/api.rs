@@ -453,3 +453,33 @@ async fn top_denied_keys() {
         assert!(reply.error().contains(fragment), "{query}: {reply:?}");
     }
 }
+
+/// A limit and a key are the same however the JSON spells them: with escapes (`\u0065`),
+/// an integer for its decimal text, the key's parts in any order. (Strings are borrowed
+/// from the body when they can be, and decoded when they hold escapes: both must agree.)
+#[tokio::test]
+async fn a_key_is_the_same_however_json_spells_it() {
+    let toml = one_limit(
+        "spelled",
+        "fixed_window",
+        10,
+        "1h",
+        r#""user", "app""#,
+        "deny",
+    );
+    let server = TestServer::start(&toml).await;
+    for body in [
+        r#"{"limit": "spelled", "key": {"user": "42", "app": "web"}}"#,
+        r#"{"limit": "spel\u006ced", "key": {"app": "web", "user": "42"}}"#,
+        r#"{"limit": "spelled", "key": {"us\u0065r": 42, "app": "w\u0065b"}}"#,
+        r#"{"limits": ["spelled"], "key": {"app": "web", "user": "4\u0032"}}"#,
+    ] {
+        let reply = server.post("/v1/check", body).await;
+        assert_eq!(reply.status, 200, "{body}: {reply:?}");
+    }
+    let same = r#"{"user": "42", "app": "web"}"#;
+    assert_eq!(server.remaining("spelled", same).await, 6);
+    // Another value is another key.
+    let other = r#"{"user": "43", "app": "web"}"#;
+    assert_eq!(server.remaining("spelled", other).await, 10);
+}

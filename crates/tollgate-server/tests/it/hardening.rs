@@ -119,7 +119,7 @@ async fn check_within(addr: SocketAddr, limit: Duration) -> String {
 }
 
 /// A partial request is answered 408 (JSON) and closed after its timeout: half a head after
-/// `header_timeout`, a body announced as 1 GB of which a few bytes come after `body_timeout`;
+/// `header_timeout`, a body announced as 100 bytes of which a few come after `body_timeout`;
 /// meanwhile a check on another connection is answered at once.
 #[tokio::test]
 async fn a_partial_request_is_answered_408_after_its_timeout() {
@@ -133,7 +133,7 @@ async fn a_partial_request_is_answered_408_after_its_timeout() {
             "request headers not received in time",
         ),
         (
-            "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 1000000000\r\n\r\n{\"limit\"",
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 100\r\n\r\n{\"limit\"",
             "request body not received within 300ms",
         ),
     ] {
@@ -160,6 +160,30 @@ async fn a_partial_request_is_answered_408_after_its_timeout() {
     // The half head is counted as a deadline's close; the late body is a 408 of the service
     // (counted in the HTTP series), not one.
     assert_eq!(timed_out(process.addr, "head").await.as_deref(), Some("1"));
+}
+
+/// A body announced larger than the API reads (16 KiB) is refused `413` as soon as its head
+/// is read, and the connection closed: it is not held for the body's bytes until
+/// `body_timeout` (a minute here), nor read.
+#[tokio::test]
+async fn a_body_announced_over_the_cap_is_refused_at_once() {
+    let (_dir, path) = config_file(&config("body_timeout = \"1m\""));
+    let process = Process::serve(&path);
+    let mut client = TcpStream::connect(process.addr).await.expect("connect");
+    let head = "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 1000000000\r\n\r\n";
+    client
+        .write_all(format!("{head}{{\"limit\"").as_bytes())
+        .await
+        .expect("write");
+    let (answer, _) = read_to_close(&mut client, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("still open after 5 s; log:\n{}", process.log()));
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert_eq!(
+        json_body(&answer)["error"],
+        "request body exceeds 16384 bytes",
+        "{answer}"
+    );
 }
 
 /// A keep-alive connection without a next request is closed after `idle_timeout` (not after
