@@ -14,11 +14,7 @@ set -euo pipefail
 PORT=18091
 WORK=$(mktemp -d)
 trap 'kill ${SPID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
-cat > "$WORK/check.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"limit": "sms", "key": {"user": "42"}}'
-wrk.headers["Content-Type"] = "application/json"
-LUA
+CHECK="$(dirname "$0")/check.lua"
 # Requests wrk sent in its run ($1: wrk's output).
 sent() { awk '/requests in/ {print $1}' <<<"$1"; }
 for bin in "${@:-target/release/tollgate}"; do
@@ -29,12 +25,12 @@ for bin in "${@:-target/release/tollgate}"; do
   SPID=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.3; done
   wrk -t1 -c2 -d2s "http://127.0.0.1:$PORT/healthz" >/dev/null
-  wrk -t1 -c2 -d2s -s "$WORK/check.lua" "http://127.0.0.1:$PORT/v1/check" >/dev/null
+  wrk -t1 -c2 -d2s -s "$CHECK" "http://127.0.0.1:$PORT/v1/check" >/dev/null
   callgrind_control -z "$SPID" >/dev/null 2>&1
   h=$(sent "$(wrk -t1 -c2 -d8s "http://127.0.0.1:$PORT/healthz")")
   callgrind_control -d healthz "$SPID" >/dev/null 2>&1
   callgrind_control -z "$SPID" >/dev/null 2>&1
-  c=$(sent "$(wrk -t1 -c2 -d8s -s "$WORK/check.lua" "http://127.0.0.1:$PORT/v1/check")")
+  c=$(sent "$(wrk -t1 -c2 -d8s -s "$CHECK" "http://127.0.0.1:$PORT/v1/check")")
   callgrind_control -d check "$SPID" >/dev/null 2>&1
   kill -TERM "$SPID"; wait "$SPID" 2>/dev/null || true
   hi=$(awk '/^totals:/ {print $2}' "$WORK/cg.out.1")

@@ -22,11 +22,7 @@ PORT=18081
 REDIS_PORT=16399
 WORK=$(mktemp -d)
 trap 'kill $RPID ${SPID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
-cat > "$WORK/check.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"limit": "sms", "key": {"user": "42"}}'
-wrk.headers["Content-Type"] = "application/json"
-LUA
+CHECK="$(dirname "$0")/check.lua"
 # The median of its arguments (the lower middle one for an even count).
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 redis-server --port $REDIS_PORT --save "" --appendonly no --logfile "$WORK/redis.log" &
@@ -47,7 +43,7 @@ for round in $(seq "$ROUNDS"); do
       hs=(); ws=()
       for _ in $(seq "$PAIRS"); do
         hs+=("$(wrk -t2 -c64 -d4s http://127.0.0.1:$PORT/healthz | awk '/Requests\/sec/ {print $2}')")
-        ws+=("$(wrk -t2 -c64 -d4s -s "$WORK/check.lua" http://127.0.0.1:$PORT/v1/check | awk '/Requests\/sec/ {print $2}')")
+        ws+=("$(wrk -t2 -c64 -d4s -s "$CHECK" http://127.0.0.1:$PORT/v1/check | awk '/Requests\/sec/ {print $2}')")
       done
       h=$(median "${hs[@]}"); w=$(median "${ws[@]}")
       b="(skipped)"

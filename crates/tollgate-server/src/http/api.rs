@@ -196,49 +196,66 @@ pub struct Text<'a>(Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(V(PhantomData))
+        deserializer.deserialize_str(Strings::new(false)).map(Text)
     }
 }
 
-/// A key part's value: a string, or an integer taken as its decimal text.
+/// A key part's value: a string (as [`Text`]), or an integer taken as its decimal text.
 #[derive(Debug)]
 pub struct KeyValue<'a>(Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for KeyValue<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = KeyValue<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or an integer")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<KeyValue<'a>, E> {
-                Ok(KeyValue(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyValue<'a>, E> {
-                Ok(KeyValue(Cow::Owned(v.to_owned())))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyValue<'a>, E> {
-                Ok(KeyValue(Cow::Owned(v.to_string())))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyValue<'a>, E> {
-                Ok(KeyValue(Cow::Owned(v.to_string())))
-            }
+        deserializer
+            .deserialize_any(Strings::new(true))
+            .map(KeyValue)
+    }
+}
+
+/// The visitor of [`Text`] and [`KeyValue`]: a string borrowed when it can be, and, when
+/// `integers`, an integer as its decimal text.
+struct Strings<'a> {
+    integers: bool,
+    life: PhantomData<&'a ()>,
+}
+
+impl Strings<'_> {
+    fn new(integers: bool) -> Self {
+        Strings {
+            integers,
+            life: PhantomData,
         }
-        deserializer.deserialize_any(V(PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for Strings<'a> {
+    type Value = Cow<'a, str>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.integers {
+            "a string or an integer"
+        } else {
+            "a string"
+        })
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Cow<'a, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Cow<'a, str>, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Cow<'a, str>, E> {
+        if self.integers {
+            Ok(Cow::Owned(v.to_string()))
+        } else {
+            Err(E::invalid_type(de::Unexpected::Unsigned(v), &self))
+        }
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Cow<'a, str>, E> {
+        if self.integers {
+            Ok(Cow::Owned(v.to_string()))
+        } else {
+            Err(E::invalid_type(de::Unexpected::Signed(v), &self))
+        }
     }
 }
 
