@@ -64,6 +64,12 @@ pub type CostedLimit<'a, V> = (&'a str, &'a [(&'a str, V)], u64);
 type NameHasher = foldhash::fast::RandomState;
 
 /// Named limits over a store.
+///
+/// It reports through the `metrics` crate's recorder (`tollgate_decisions_total` and the
+/// others docs/service.md lists). A limit's `tollgate_decisions_total` handles are taken on
+/// its first decision and kept: install the recorder before the first check, as the
+/// `metrics` crate asks, or that limit's decisions are counted by the recorder in place
+/// then (none, by default).
 pub struct Limiter<S> {
     store: S,
     limits: HashMap<Arc<str>, Limit, NameHasher>,
