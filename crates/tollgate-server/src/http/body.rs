@@ -45,8 +45,8 @@ async fn read(mut body: axum::body::Body) -> Result<Bytes, ApiError> {
         let Ok(data) = frame.into_data() else {
             continue; // trailers
         };
-        let read = only.as_ref().map_or(joined.len(), Bytes::len);
-        if read + data.len() > MAX_BODY {
+        let so_far = only.as_ref().map_or(joined.len(), Bytes::len);
+        if so_far + data.len() > MAX_BODY {
             return Err(ApiError::TooLarge(MAX_BODY));
         }
         if only.is_none() && joined.is_empty() {

@@ -68,17 +68,21 @@ pub(crate) struct DecisionCounters {
 impl DecisionCounters {
     /// Counts one decision of `limit` (the limit these counters are for).
     pub(crate) fn count(&self, limit: &Arc<str>, counted: Counted) {
-        let handles = self.handles.get_or_init(|| {
-            Counted::ALL.map(|c| {
-                metrics::counter!(
-                    "tollgate_decisions_total",
-                    "limit" => Arc::clone(limit),
-                    "outcome" => c.label()
-                )
-            })
-        });
+        let handles = self
+            .handles
+            .get_or_init(|| Counted::ALL.map(|c| series(limit, c)));
         handles[counted as usize].increment(1);
     }
+}
+
+/// The `tollgate_decisions_total` series of `limit` and `counted`, looked up in the recorder
+/// (for a limit without kept handles, a decision is counted through this each time).
+pub(crate) fn series(limit: &Arc<str>, counted: Counted) -> Counter {
+    metrics::counter!(
+        "tollgate_decisions_total",
+        "limit" => Arc::clone(limit),
+        "outcome" => counted.label()
+    )
 }
 
 #[cfg(test)]

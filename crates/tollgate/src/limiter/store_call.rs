@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::decision_counters::Counted;
+use super::decision_counters::{self, Counted};
 use super::{Limiter, name_copy, subset};
 use crate::limiter::deny_cache::DenyCache;
 use crate::verdict::outcome::POLICY_RETRY_AFTER;
@@ -80,13 +80,9 @@ impl<S: Store> Limiter<S> {
                     activity.record(&e.key, counted == Counted::Denied, minute);
                     activity.decisions.count(&d.limit, counted);
                 }
-                // Every limit has its activity; a decision is counted whatever happens.
-                None => metrics::counter!(
-                    "tollgate_decisions_total",
-                    "limit" => Arc::clone(&d.limit),
-                    "outcome" => counted.label()
-                )
-                .increment(1),
+                // A limit the limiter was not built with (an Envoy override's): counted all
+                // the same.
+                None => decision_counters::series(&d.limit, counted).increment(1),
             }
         }
     }
