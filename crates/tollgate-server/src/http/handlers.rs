@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -179,19 +179,25 @@ fn same_secret(given: &str, expected: &str) -> bool {
         == 0
 }
 
-async fn list_limits(State(state): State<Arc<AppState>>) -> Json<LimitsBody> {
-    let limits = state.limits.load();
-    Json(LimitsBody {
-        store: state.store.kind(),
-        limits: limits.configs().iter().map(LimitBody::new).collect(),
-    })
+async fn list_limits(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let lane = Arc::clone(&state);
+    state
+        .watch
+        .run(move || {
+            let limits = lane.limits.load();
+            json_body(&LimitsBody {
+                store: lane.store.kind(),
+                limits: limits.configs().iter().map(LimitBody::new).collect(),
+            })
+        })
+        .await?
 }
 
 /// `GET /v1/top?limit=NAME&k=20`: the most refused keys of a limit, recent and since start.
 async fn top_denied(
     State(state): State<Arc<AppState>>,
     RawQuery(query): RawQuery,
-) -> Result<Json<TopBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let (mut limit, mut k) = (None, 20usize);
     for pair in query
         .as_deref()
@@ -221,47 +227,61 @@ async fn top_denied(
     }
     let limit =
         limit.ok_or_else(|| ApiError::BadRequest("missing query parameter limit".into()))?;
-    let limits = state.limits.load();
-    let top = |span| {
-        limits.top_denied(&limit, k, span).ok_or_else(|| {
-            ApiError::BadRequest(CheckError::UnknownLimit(limit.clone()).to_string())
+    let lane = Arc::clone(&state);
+    state
+        .watch
+        .run(move || {
+            let limits = lane.limits.load();
+            let top = |span| {
+                limits.top_denied(&limit, k, span).ok_or_else(|| {
+                    ApiError::BadRequest(CheckError::UnknownLimit(limit.clone()).to_string())
+                })
+            };
+            let (recent, since_start) = (top(Span::Recent)?, top(Span::SinceStart)?);
+            json_body(&TopBody {
+                deny_ratio: limits.deny_ratio(&limit),
+                limit,
+                recent_window: "5m",
+                capacity: TOP_CAPACITY,
+                recent: recent.iter().map(TopKeyBody::new).collect(),
+                since_start: since_start.iter().map(TopKeyBody::new).collect(),
+            })
         })
-    };
-    let (recent, since_start) = (top(Span::Recent)?, top(Span::SinceStart)?);
-    Ok(Json(TopBody {
-        deny_ratio: limits.deny_ratio(&limit),
-        limit,
-        recent_window: "5m",
-        capacity: TOP_CAPACITY,
-        recent: recent.iter().map(TopKeyBody::new).collect(),
-        since_start: since_start.iter().map(TopKeyBody::new).collect(),
-    }))
+        .await?
 }
 
-async fn render_metrics(State(state): State<Arc<AppState>>) -> Response {
-    if let Some(per_limit) = state.store.memory_keys() {
-        for limit in state.limits.load().configs() {
-            let held = per_limit
-                .iter()
-                .find(|(name, _)| name == limit.limit.name())
-                .map_or(0, |(_, n)| *n);
-            metrics::keys(limit.limit.name(), held);
-        }
-    }
-    let limits = state.limits.load();
-    for limit in limits.configs() {
-        metrics::deny_ratio(limit.limit.name(), limits.deny_ratio(limit.limit.name()));
-    }
-    metrics::deny_cache_entries(limits.deny_cache_len());
+async fn render_metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let probed = status::probed(&state).await;
-    metrics::store_up(probed.error.is_none() && state.store.circuit_open() != Some(true));
-    if let Some(open) = state.store.circuit_open() {
-        metrics::circuit_open(open);
-    }
-    state.metrics.run_upkeep();
-    let mut text = state.metrics.render();
-    text.push_str(&metrics::process::render());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    let lane = Arc::clone(&state);
+    let text = state
+        .watch
+        .run(move || {
+            let state = &*lane;
+            if let Some(per_limit) = state.store.memory_keys() {
+                for limit in state.limits.load().configs() {
+                    let held = per_limit
+                        .iter()
+                        .find(|(name, _)| name == limit.limit.name())
+                        .map_or(0, |(_, n)| *n);
+                    metrics::keys(limit.limit.name(), held);
+                }
+            }
+            let limits = state.limits.load();
+            for limit in limits.configs() {
+                metrics::deny_ratio(limit.limit.name(), limits.deny_ratio(limit.limit.name()));
+            }
+            metrics::deny_cache_entries(limits.deny_cache_len());
+            metrics::store_up(probed.error.is_none() && state.store.circuit_open() != Some(true));
+            if let Some(open) = state.store.circuit_open() {
+                metrics::circuit_open(open);
+            }
+            state.metrics.run_upkeep();
+            let mut text = state.metrics.render();
+            text.push_str(&metrics::process::render());
+            text
+        })
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
 /// The reference Envoy rate limit service's `POST /json`: a `RateLimitRequest` in protobuf's
@@ -325,15 +345,48 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
 }
 
 /// `GET /v1/history`: the last hour, for the status page's charts.
-async fn history(State(state): State<Arc<AppState>>) -> Response {
-    let body = status::history(&state);
-    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+async fn history(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let lane = Arc::clone(&state);
+    let body = state
+        .watch
+        .run(move || json_body(&status::history(&lane)))
+        .await??;
+    Ok(no_store(body))
 }
 
 /// `GET /v1/status`: what the status page shows.
-async fn status(State(state): State<Arc<AppState>>) -> Response {
-    let body: StatusBody = status::status(&state).await;
-    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+async fn status(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let probed = status::probed(&state).await;
+    let lane = Arc::clone(&state);
+    let body = state
+        .watch
+        .run(move || {
+            let body: StatusBody = status::status(&lane, probed);
+            json_body(&body)
+        })
+        .await??;
+    Ok(no_store(body))
+}
+
+/// A JSON answer, serialized where it is built (on the watch lane, for the status reads).
+fn json_body(body: &impl serde::Serialize) -> Result<Response, ApiError> {
+    let bytes = serde_json::to_vec(body).map_err(|e| ApiError::Internal(e.into()))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response())
+}
+
+/// `response`, which a cache must not keep (the status page's reads are of now).
+fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 #[cfg(test)]
@@ -358,5 +411,112 @@ mod tests {
         assert!(!same_secret("token-1235", "token-1234"));
         assert!(!same_secret("", "token-1234"));
         assert!(!same_secret("token-12345", "token-1234"));
+    }
+}
+
+/// The status reads render on the watch lane: while it is busy, reads wait there and checks
+/// go on, whatever the number of reads waiting against the workers.
+#[cfg(test)]
+mod watch_lane_tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use axum::body::Body as HttpBody;
+    use axum::http::{Method, Request};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::config::{Config, Overrides};
+
+    const CONFIG: &str = r#"
+[[limits]]
+name = "lane_sms"
+algorithm = "fixed_window"
+limit = 1000
+period = "1h"
+key = ["user"]
+on_store_error = "deny"
+"#;
+
+    async fn call(app: &Router, method: Method, path: &str, body: &str) -> (StatusCode, String) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(HttpBody::from(body.to_owned()))
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_go_on_while_status_reads_wait_for_the_lane() {
+        let config =
+            Config::parse(CONFIG, "test.toml", &Overrides::default()).expect("valid config");
+        let state = crate::server::build_state(&config, None)
+            .await
+            .expect("state");
+        let app = router(Arc::clone(&state));
+
+        // The lane is busy until told.
+        let (release, held) = mpsc::channel::<()>();
+        let busy = state.watch.run(move || held.recv().ok());
+        let reads: Vec<_> = [
+            "/metrics",
+            "/v1/status",
+            "/v1/history",
+            "/v1/top?limit=lane_sms",
+            "/v1/limits",
+        ]
+        .iter()
+        .cycle()
+        .take(16)
+        .map(|path| {
+            let app = app.clone();
+            tokio::spawn(async move { (path, call(&app, Method::GET, path, "").await) })
+        })
+        .collect();
+
+        // Sixteen reads waiting, on two workers: the checks are answered all the same. (The
+        // timeout only turns a hang into a failure.)
+        for _ in 0..20 {
+            let (status, body) = tokio::time::timeout(
+                Duration::from_secs(30),
+                call(
+                    &app,
+                    Method::POST,
+                    "/v1/check",
+                    r#"{"limit": "lane_sms", "key": {"user": "7"}}"#,
+                ),
+            )
+            .await
+            .expect("a check answered while the status reads wait");
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        assert!(
+            reads.iter().all(|read| !read.is_finished()),
+            "a status read was answered while the lane was busy: rendered off the lane"
+        );
+
+        release.send(()).expect("release the lane");
+        assert_eq!(busy.await.expect("the busy render"), Some(()));
+        for read in reads {
+            let (path, (status, body)) = read.await.expect("read task");
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            let well_formed = if *path == "/metrics" {
+                body.contains("tollgate_decisions_total{limit=\"lane_sms\"")
+            } else {
+                serde_json::from_str::<serde_json::Value>(&body).is_ok()
+            };
+            assert!(well_formed, "{path}: {body}");
+        }
     }
 }

@@ -8,7 +8,9 @@
 //!   [`crate::limits::Limits`];
 //! - `pacing`: `POST /v1/acquire` and `POST /v1/adjust`, slots and settlements;
 //! - `status_body`: `GET /v1/status` and `GET /v1/history`, the status page's JSON, built from
-//!   [`crate::status`]'s figures.
+//!   [`crate::status`]'s figures;
+//! - `watch_lane`: the thread those reads (and `/metrics`, `/v1/top`, `/v1/limits`) are
+//!   rendered on, apart from the checks' workers.
 //!
 //! Below the router, `crate::connection` bounds what a client may hold and writes its
 //! errors with [`ApiError`] too, so every error a client sees has the same body.
@@ -21,6 +23,7 @@ pub mod response;
 pub mod state;
 pub mod status_body;
 mod verdict_json;
+mod watch_lane;
 
 pub use body::MAX_BODY;
 pub use handlers::router;

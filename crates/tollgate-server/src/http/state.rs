@@ -20,6 +20,8 @@ use crate::status::reload_status::ReloadStatus;
 use crate::status::store_probe::StoreProbe;
 use crate::store::AnyStore;
 
+use super::watch_lane::WatchLane;
+
 /// What every handler shares.
 #[derive(Debug)]
 pub struct AppState {
@@ -47,6 +49,8 @@ pub struct AppState {
     pub(crate) history: History,
     /// `server.max_acquire_wait`.
     pub(crate) max_acquire_wait: Duration,
+    /// Where the status reads are rendered, off the request workers.
+    pub(crate) watch: WatchLane,
 }
 
 impl AppState {
@@ -70,6 +74,7 @@ impl AppState {
             rates: RateHistory::default(),
             history: History::new(crate::config::DEFAULT_HISTORY_INTERVAL),
             max_acquire_wait: crate::config::DEFAULT_MAX_ACQUIRE_WAIT,
+            watch: WatchLane::start(),
         }
     }
 }

@@ -221,9 +221,8 @@ pub(crate) fn history(state: &AppState) -> HistoryReply {
     }
 }
 
-/// The status as of now.
-pub(crate) async fn status(state: &AppState) -> StatusBody {
-    let probed = probed(state).await;
+/// The status as of now, with the store's health as `probed` (by [`probed`]).
+pub(crate) fn status(state: &AppState, probed: Probed) -> StatusBody {
     let limits = state.limits.load();
     let memory_keys = state.store.memory_keys();
     let observed = observed();

@@ -50,7 +50,7 @@ use crate::config::{Config, Overrides};
 use crate::connection::Settings;
 use listen::bind_grpc;
 use serve::{serve_http, spawn_grpc, wind_down};
-use start::build_state;
+pub(crate) use start::build_state;
 use stop::Stop;
 use tasks::{spawn_history, spawn_lease_sweep, spawn_reload};
 

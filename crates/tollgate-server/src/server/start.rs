@@ -12,7 +12,7 @@ use crate::metrics;
 use crate::store::AnyStore;
 
 /// Opens the store and builds the limits and the Envoy rules over it.
-pub(super) async fn build_state(
+pub(crate) async fn build_state(
     config: &Config,
     clock: Option<SharedClock>,
 ) -> Result<Arc<AppState>, ServeError> {
