@@ -22,7 +22,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::binary::{Process, config_file, serve_refused};
 use crate::grpc::{Client, call, code, user_rule};
-use crate::hardening::{json_body, open_fds, read_to_close};
+use crate::hardening::{json_body, open_sockets, read_to_close};
 use crate::support::{eventually, one_limit};
 
 /// `[server]` with TLS from `tls` (and `extra` lines), a gRPC port, one limit and its rule.
@@ -576,17 +576,17 @@ async fn a_tls_client_that_reads_no_answers_is_closed() {
         "idle_timeout = \"300ms\"\nheader_timeout = \"1m\"\nbody_timeout = \"1m\"",
     ));
     let process = Process::serve(&path);
-    let fds = || open_fds(process.pid());
-    let baseline = fds();
+    let sockets = || open_sockets(process.pid());
+    let baseline = sockets();
     let (stream, _) = rustls_connect(process.addr, tls.ca()).await;
     let (_unread, mut write) = tokio::io::split(stream);
     let writer = tokio::spawn(async move {
         let requests = "GET /metrics HTTP/1.1\r\nhost: localhost\r\n\r\n".repeat(64);
         while write.write_all(requests.as_bytes()).await.is_ok() {}
     });
-    let opened = eventually(Duration::from_secs(5), || async { fds() > baseline }).await;
+    let opened = eventually(Duration::from_secs(5), || async { sockets() > baseline }).await;
     assert!(opened, "the connection was not accepted");
-    let closed = eventually(Duration::from_secs(10), || async { fds() <= baseline }).await;
+    let closed = eventually(Duration::from_secs(10), || async { sockets() <= baseline }).await;
     assert!(
         closed,
         "a TLS client reading no answers still holds its connection after 10 s; log:\n{}",
