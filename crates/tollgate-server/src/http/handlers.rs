@@ -24,7 +24,7 @@ use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 use super::api::{self, CheckRequest, LimitBody, LimitsBody, ResetRequest, TopBody, TopKeyBody};
 use super::body::Body;
 use super::pacing;
-use super::response::{ApiError, Reply};
+use super::response::{ApiError, Reply, json_body};
 use super::state::AppState;
 use super::status_body::{self as status, StatusBody};
 use crate::metrics;
@@ -366,19 +366,6 @@ async fn status(State(state): State<Arc<AppState>>) -> Result<Response, ApiError
         })
         .await??;
     Ok(no_store(body))
-}
-
-/// A JSON answer, serialized where it is built (on the watch lane, for the status reads).
-fn json_body(body: &impl serde::Serialize) -> Result<Response, ApiError> {
-    let bytes = serde_json::to_vec(body).map_err(|e| ApiError::Internal(e.into()))?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        bytes,
-    )
-        .into_response())
 }
 
 /// `response`, which a cache must not keep (the status page's reads are of now).

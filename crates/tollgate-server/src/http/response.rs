@@ -221,6 +221,20 @@ fn verdict_response(verdict: &Verdict, acquire: Option<AcquireFields>) -> Respon
     response
 }
 
+/// A 200 JSON answer, serialized where it is called (the status reads call it on the watch
+/// lane, so that the serializing is off the workers too).
+///
+/// # Errors
+/// [`ApiError::Internal`] if `body` does not serialize.
+pub(crate) fn json_body(body: &impl Serialize) -> Result<Response, ApiError> {
+    let bytes = serde_json::to_vec(body).map_err(|e| ApiError::Internal(e.into()))?;
+    let mut response = Body::from(bytes).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    Ok(response)
+}
+
 /// The JSON content type, as axum's `Json` writes it.
 const JSON: &str = "application/json";
 /// The field names, made once (a name made from a string is checked byte by byte).
