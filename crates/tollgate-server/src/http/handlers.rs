@@ -134,9 +134,7 @@ async fn reset(
         .await
         .map_err(ApiError::StoreUnavailable)?;
     tracing::info!(limits = ?names, key = %key_digest(&key), %client, "reset");
-    Ok(Reply::json(
-        serde_json::json!({ "reset": names.as_slice() }),
-    ))
+    Reply::json(serde_json::json!({ "reset": names.as_slice() }))
 }
 
 /// Who reset what, without the key in clear: the first 12 hex digits of the SHA-256 of the
@@ -339,9 +337,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
     let error = result.as_ref().err().map(|e| e.kind().as_str());
     state.history.probed(std::time::SystemTime::now(), error);
     result.map_err(ApiError::StoreUnavailable)?;
-    Ok(Reply::json(
-        serde_json::json!({ "status": "ready", "store": state.store.kind() }),
-    ))
+    Reply::json(serde_json::json!({ "status": "ready", "store": state.store.kind() }))
 }
 
 /// `GET /v1/history`: the last hour, for the status page's charts.

@@ -63,5 +63,5 @@ pub(super) async fn adjust(
             SettleError::Check(e) => ApiError::BadRequest(e.to_string()),
             SettleError::Store(e) => ApiError::StoreUnavailable(e),
         })?;
-    Ok(Reply::json(AdjustBody::new(limit, delta, &decision)))
+    Reply::json(AdjustBody::new(limit, delta, &decision))
 }

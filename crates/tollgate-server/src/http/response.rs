@@ -48,8 +48,14 @@ impl Reply {
     }
 
     /// A 200 JSON reply.
-    pub fn json(body: impl Serialize) -> Reply {
-        Reply::Json(serde_json::to_value(body).unwrap_or_default())
+    ///
+    /// # Errors
+    /// [`ApiError::Internal`] (500, logged with its cause) if `body` does not serialize: a
+    /// body that cannot be written is our failure, not a 200 with `null`.
+    pub fn json(body: impl Serialize) -> Result<Reply, ApiError> {
+        serde_json::to_value(body)
+            .map(Reply::Json)
+            .map_err(|e| ApiError::Internal(e.into()))
     }
 }
 
@@ -258,3 +264,34 @@ fn insert(headers: &mut HeaderMap, name: &HeaderName, value: String) {
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("request body not received within {}", crate::duration::format(*.0))]
 pub(crate) struct BodyTimedOut(pub(crate) std::time::Duration);
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn a_body_that_does_not_serialize_is_a_500_not_a_null() {
+        // JSON object keys must be strings; a map keyed by pairs cannot be written.
+        let body: BTreeMap<(u8, u8), u8> = BTreeMap::from([((1, 2), 3)]);
+        let error = Reply::json(&body).expect_err("a map with non-string keys serialized");
+        assert!(matches!(error, ApiError::Internal(_)), "{error:?}");
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            json_body(&body)
+                .expect_err("json_body serialized it")
+                .status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+
+    #[test]
+    fn a_body_that_serializes_is_its_json() {
+        let reply = Reply::json(serde_json::json!({ "status": "ready" })).expect("serializes");
+        let Reply::Json(value) = reply else {
+            panic!("not a JSON reply: {reply:?}")
+        };
+        assert_eq!(value["status"], "ready");
+    }
+}

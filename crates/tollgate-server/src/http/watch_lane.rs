@@ -86,14 +86,18 @@ impl WatchLane {
         });
         let queued = self.jobs.send(job);
         async move {
-            queued.map_err(|_| lane_gone())?;
-            result.await.map_err(|_| lane_gone())
+            queued.map_err(|_| internal("the status lane has stopped"))?;
+            // The job drops its sender without sending only when the render panicked (an
+            // abandoned read has no one waiting here).
+            result
+                .await
+                .map_err(|_| internal("the status read failed: its render panicked"))
         }
     }
 }
 
-fn lane_gone() -> ApiError {
-    ApiError::Internal("the status read failed: its render panicked".into())
+fn internal(what: &'static str) -> ApiError {
+    ApiError::Internal(what.into())
 }
 
 /// Lowers the calling thread's scheduling priority by [`NICENESS`] (Linux: `setpriority` on
