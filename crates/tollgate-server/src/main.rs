@@ -10,7 +10,9 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use tollgate_server::cli::{self, Cli, Command};
 use tollgate_server::config::{Config, ConfigError, Overrides};
-use tollgate_server::server::{DEFAULT_WATCH_INTERVAL, Server, bind, shutdown_signal};
+use tollgate_server::server::{
+    DEFAULT_WATCH_INTERVAL, Server, bind, report_panics, shutdown_signal,
+};
 
 /// mimalloc rather than the system's allocator. The service allocates and frees a few small
 /// buffers per request, often on another worker thread than the one that allocated them, and
@@ -100,8 +102,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `tollgate serve`: the file (or the defaults), bound, served until SIGINT or SIGTERM,
 /// reloaded from the file when there is one. The gRPC listener is bound by the server, before
-/// the store is opened, so a taken port stops start-up with its name too.
+/// the store is opened, so a taken port stops start-up with its name too. Every panic is
+/// counted and logged ([`report_panics`]).
 async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+    report_panics();
     let config = match &path {
         Some(path) => Config::load(path, &overrides)?,
         None => Config::without_file(&overrides)?,

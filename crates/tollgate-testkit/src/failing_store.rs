@@ -1,5 +1,6 @@
 //! [`FailingStore`]: a memory store with a switch that makes every call fail, for testing
-//! failure policies and how each face reports a store failure.
+//! failure policies and how each face reports a store failure; and one that makes every call
+//! panic, for testing how each face survives a bug.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,7 @@ use tollgate::{
 pub struct FailingStore {
     memory: MemoryStore,
     down: Arc<AtomicBool>,
+    panicking: Arc<AtomicBool>,
 }
 
 impl FailingStore {
@@ -23,6 +25,7 @@ impl FailingStore {
         FailingStore {
             memory,
             down: Arc::new(AtomicBool::new(false)),
+            panicking: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -38,12 +41,21 @@ impl FailingStore {
         self.down.store(down, Ordering::SeqCst);
     }
 
+    /// Makes every call panic (`true`), as a bug in a store would, or not (`false`).
+    pub fn set_panicking(&self, panicking: bool) {
+        self.panicking.store(panicking, Ordering::SeqCst);
+    }
+
     /// The memory store behind the switch.
     pub fn memory(&self) -> &MemoryStore {
         &self.memory
     }
 
     fn failure(&self) -> Result<(), StoreError> {
+        assert!(
+            !self.panicking.load(Ordering::SeqCst),
+            "test store panics on purpose"
+        );
         match self.down.load(Ordering::SeqCst) {
             true => Err(StoreError::Connection("test store is down".into())),
             false => Ok(()),

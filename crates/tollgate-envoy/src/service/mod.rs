@@ -12,6 +12,7 @@ pub(crate) mod headers;
 pub(crate) mod record;
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use futures_util::FutureExt as _;
 use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
@@ -84,9 +86,16 @@ impl<St: Store> rate_limit_service_server::RateLimitService for RateLimitService
         let snapshot = (self.source)();
         let request = request.into_inner();
         // `should_rate_limit`'s two steps, written out: the call awaits the decision here,
-        // not through a layer of its own (docs/architecture.md counts the path).
-        let decided = decide(&snapshot, &request).await;
-        let answer = respond(&snapshot, &request, decided);
+        // not through a layer of its own (docs/architecture.md counts the path). A panic in
+        // them (a bug) is answered `INTERNAL`, where it would reset the stream with `CANCEL`
+        // and tell the caller nothing; the process's panic hook logs and counts it.
+        let answer = AssertUnwindSafe(async {
+            let decided = decide(&snapshot, &request).await;
+            respond(&snapshot, &request, decided)
+        })
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(Status::internal("the call panicked (a bug)")));
         // The reference's gRPC server counts every call and its time (its `POST /json` calls
         // the service directly, past these counters, and so does tollgate's).
         crate::metrics::grpc_call("ShouldRateLimit", started.elapsed());

@@ -364,6 +364,29 @@ async fn store_down_follows_each_policy() {
     rls.stop().await;
 }
 
+/// A call whose decision panics (a bug: here the store's) is answered `INTERNAL` with a
+/// message saying so, not a reset stream; the connection and the service go on.
+#[tokio::test]
+async fn a_panicking_call_is_answered_internal_and_the_service_goes_on() {
+    let mut rls = Rls::start(vec![per_minute("per_ip", 10, &["ip"])], PER_IP).await;
+    rls.store.set_panicking(true);
+    for _ in 0..2 {
+        let err = rls
+            .client
+            .should_rate_limit(request("edge", &[&[("remote_address", "10.0.0.1")]], 0))
+            .await
+            .expect_err("a panicking call fails");
+        assert_eq!(err.code(), tonic::Code::Internal, "{err:?}");
+        assert_eq!(err.message(), "the call panicked (a bug)", "{err:?}");
+    }
+    rls.store.set_panicking(false);
+    let r = rls
+        .call(request("edge", &[&[("remote_address", "10.0.0.1")]], 0))
+        .await;
+    assert_eq!((code(&r), remaining(&r, 0)), (Code::Ok, 9), "{r:?}");
+    rls.stop().await;
+}
+
 /// A shadow rule always reports OK, keeps counting, and counts would-be denials; it is not
 /// charged when an enforced descriptor refuses the request.
 #[tokio::test]

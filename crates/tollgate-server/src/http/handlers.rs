@@ -10,6 +10,7 @@
 //! which of two credentials counts is exactly what a proxy and this service could disagree on.
 
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::FutureExt as _;
 use sha2::{Digest, Sha256};
 use tollgate::{CheckError, Op, Span, TOP_CAPACITY};
 
@@ -55,11 +57,16 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Counts every request by route and status, and times it
-/// (`tollgate_http_requests_total`, `tollgate_http_request_duration_seconds`).
+/// (`tollgate_http_requests_total`, `tollgate_http_request_duration_seconds`). A handler that
+/// panics is answered 500 here ([`ApiError::Panicked`]) and counted as one, where the panic
+/// would otherwise end the connection with no answer at all.
 async fn observe_http(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let route = metrics::Route::of(request.uri().path());
     let started = Instant::now();
-    let response = next.run(request).await;
+    let response = AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| ApiError::Panicked.into_response());
     metrics::http_request(route, response.status(), started.elapsed());
     response
 }
@@ -394,6 +401,58 @@ mod tests {
         assert!(!same_secret("token-1235", "token-1234"));
         assert!(!same_secret("", "token-1234"));
         assert!(!same_secret("token-12345", "token-1234"));
+    }
+
+    /// `tollgate_http_requests_total{route="other",status="500"}` as scraped.
+    fn other_500s() -> u64 {
+        let text = crate::metrics::handle().render();
+        text.lines()
+            .find(|l| {
+                l.starts_with("tollgate_http_requests_total{")
+                    && l.contains(r#"route="other""#)
+                    && l.contains(r#"status="500""#)
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A handler that panics gets its request a 500 with the API's error body, the
+    /// connection closed, and the request counted; the router goes on serving.
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_500_and_counted() {
+        use axum::body::Body as HttpBody;
+        use axum::http::Request;
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+
+        async fn boom() -> &'static str {
+            panic!("a handler bug, on purpose")
+        }
+        let _ = crate::metrics::handle();
+        let app = Router::new()
+            .route("/boom", get(boom))
+            .route("/fine", get(|| async { "fine" }))
+            .layer(axum::middleware::from_fn(observe_http));
+        let before = other_500s();
+        let get = |path: &str| Request::get(path).body(HttpBody::empty()).expect("request");
+
+        let response = app.clone().oneshot(get("/boom")).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            response.headers().get(header::CONNECTION),
+            Some(&HeaderValue::from_static("close"))
+        );
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        assert_eq!(&body[..], br#"{"error":"internal error"}"#);
+        assert!(other_500s() > before, "the 500 was not counted");
+
+        let response = app.oneshot(get("/fine")).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::OK);
     }
 }
 

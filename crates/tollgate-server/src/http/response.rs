@@ -102,6 +102,10 @@ pub enum ApiError {
     /// A bug or an unexpected failure.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The request's handler panicked (a bug; the panic hook logged where and why). The
+    /// connection is closed after the answer: how much of the request was read is unknown.
+    #[error("internal error")]
+    Panicked,
 }
 
 impl ApiError {
@@ -119,7 +123,7 @@ impl ApiError {
             ApiError::Malformed => StatusCode::BAD_REQUEST,
             ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::Panicked => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -133,6 +137,7 @@ impl ApiError {
                 | ApiError::Malformed
                 | ApiError::UriTooLong
                 | ApiError::HeadersTooLarge
+                | ApiError::Panicked
         )
     }
 
@@ -165,6 +170,7 @@ impl IntoResponse for ApiError {
                 tracing::warn!(kind = cause.kind().as_str(), cause = %cause, "store unavailable");
             }
             ApiError::Internal(cause) => tracing::error!(cause = %cause, "request failed"),
+            ApiError::Panicked => tracing::error!("request failed: its handler panicked"),
             _ => {}
         }
         let mut response = (status, Json(self.body())).into_response();

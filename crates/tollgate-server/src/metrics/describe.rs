@@ -9,8 +9,8 @@ use tollgate_envoy as envoy;
 
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DECISIONS, DENY_CACHE_ENTRIES, DENY_RATIO,
-    HTTP_DURATION, HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, SHADOW_DENIED,
-    STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY,
+    HTTP_DURATION, HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, PANICS,
+    SHADOW_DENIED, STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY,
     TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
@@ -47,6 +47,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Units settled after the fact by limit and direction (charge, refund)",
     ),
     (CONFIG_RELOAD, "Config reloads by result (ok, error)"),
+    (
+        PANICS,
+        "Panics in the service, caught or not (each one a bug; the log has where and why)",
+    ),
     (
         TLS_RELOAD,
         "Reloads of the listeners' certificate files (server.tls_*) by result (ok, error)",

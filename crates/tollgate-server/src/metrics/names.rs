@@ -42,6 +42,10 @@ pub const HTTP_DURATION: &str = "tollgate_http_request_duration_seconds";
 /// The version, as a label of a gauge at 1.
 pub const BUILD_INFO: &str = "tollgate_build_info";
 
+/// Panics anywhere in the process, caught or not (counted by the panic hook,
+/// `server::report_panics`).
+pub const PANICS: &str = "tollgate_panics_total";
+
 /// Each limit's refusal ratio over the last minute (set at each scrape).
 pub const DENY_RATIO: &str = "tollgate_deny_ratio";
 /// Refusals held by the deny cache (set at each scrape).

@@ -10,8 +10,8 @@ use metrics::{Counter, Histogram};
 
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DENY_CACHE_ENTRIES, DENY_RATIO, HTTP_DURATION,
-    HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, STORE_MAX_KEYS, STORE_TIMEOUT,
-    STORE_UP, TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
+    HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, PANICS, STORE_MAX_KEYS,
+    STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
 /// The route labels: the API's own routes by name, anything else `other` (a label per path
@@ -111,6 +111,14 @@ pub fn http_request(route: Route, status: axum::http::StatusCode, took: Duration
 /// Sets `tollgate_build_info{version}` to 1 (at start).
 pub fn build_info() {
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
+/// `tollgate_panics_total`, made (at 0, so that `increase()` sees the first panic) and
+/// handed to the panic hook, which must not look a series up in the registry mid-panic.
+pub fn panics() -> Counter {
+    let counter = metrics::counter!(PANICS);
+    counter.increment(0);
+    counter
 }
 
 /// Records the store's health probe result.

@@ -19,11 +19,13 @@
 //! - `serve`: the HTTP and gRPC servers and their drain; `stop`: the one stop signal;
 //! - `tasks`: the lease sweep, the history sampler, the reloader's start;
 //! - `reload`: hot reload of the limits and Envoy rules; `tls_reload`: the certificate files
-//!   loaded at start and re-read when they change; `error`: [`ServeError`].
+//!   loaded at start and re-read when they change; `error`: [`ServeError`];
+//! - `panics`: [`report_panics`], the hook that counts and logs every panic.
 
 mod clock;
 mod error;
 mod listen;
+mod panics;
 mod reload;
 mod serve;
 mod signal;
@@ -44,6 +46,7 @@ pub use crate::connection::{Listener, UnixSocket};
 pub use clock::SharedClock;
 pub use error::ServeError;
 pub use listen::{LISTEN_BACKLOG, bind, listen};
+pub use panics::report_panics;
 pub use signal::shutdown_signal;
 
 use crate::config::{Config, Overrides};

@@ -30,6 +30,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::clock::SharedClock;
+use super::tasks::survive;
 use crate::config::{Config, Overrides};
 use crate::http::AppState;
 use crate::limits::Limits;
@@ -309,10 +310,10 @@ async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => reloader.poll(false).await,
+            _ = tick.tick() => survive("reloader", reloader.poll(false)).await,
             Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => {
                 tracing::info!("SIGHUP: reloading the config file");
-                reloader.poll(true).await;
+                survive("reloader", reloader.poll(true)).await;
             }
             _ = stop.changed() => return,
         }

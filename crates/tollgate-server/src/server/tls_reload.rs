@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
+use super::tasks::survive;
 use crate::config::ServerTls;
 use crate::metrics;
 use crate::tls::{TlsAcceptors, TlsConfigs};
@@ -140,10 +141,10 @@ pub(super) fn spawn(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => reloader.poll(false).await,
+                _ = tick.tick() => survive("TLS reloader", reloader.poll(false)).await,
                 Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => {
                     tracing::info!("SIGHUP: reloading the TLS certificate");
-                    reloader.poll(true).await;
+                    survive("TLS reloader", reloader.poll(true)).await;
                 }
                 _ = stop.changed() => return,
             }
