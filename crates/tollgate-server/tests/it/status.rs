@@ -74,10 +74,9 @@ async fn status_follows_the_traffic() {
         serde_json::Value::Null,
         "no breaker in memory"
     );
-    assert!(
-        store["latency"]["samples"].as_u64() >= Some(6),
-        "every check's store call is timed: {status}"
-    );
+    // The memory store's calls are not timed (in-process: timing would cost more than the
+    // call), and the latency window is the process's, which other tests' Redis calls fill:
+    // nothing to assert about it here. `status_holds_no_secret` checks it on Redis.
     assert_eq!(status["reload"]["watching"], false);
     assert!(status["uptime_ms"].as_u64().is_some(), "{status}");
 
@@ -221,6 +220,10 @@ async fn status_holds_no_secret() {
     assert_eq!(store["kind"], "redis", "{status:?}");
     assert_eq!(store["up"], true, "{status:?}");
     assert_eq!(store["circuit_open"], false, "{status:?}");
+    assert!(
+        store["latency"]["samples"].as_u64() >= Some(3),
+        "each of the three checks' calls to Redis is timed: {status:?}"
+    );
     assert_eq!(store["deny_cache"]["enabled"], true, "{status:?}");
     assert_eq!(
         store["deny_cache"]["entries"], 1,
