@@ -171,16 +171,33 @@ function renderStore(s) {
   else set("store-keys", s.keys + " of " + s.max_keys, s.keys > 0.9 * s.max_keys ? "warn" : "");
 }
 
+// A time as "2026-12-07 14:02:11 UTC".
+function fmtAt(ms) {
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
 function renderReload(r, uptime) {
   set("uptime", fmtDuration(uptime));
   set("reload-watching", r.watching ? "yes (reloaded on change and SIGHUP)" : "no (started without --config)");
   if (!r.last) {
     set("reload-last", "none since start");
   } else {
-    const at = new Date(r.last.at_ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    const at = fmtAt(r.last.at_ms);
     if (r.last.ok) set("reload-last", at + ": applied", "ok");
     else set("reload-last", at + ": refused: " + r.last.error, "bad");
   }
+}
+
+function renderPanics(p) {
+  if (!p.count) {
+    set("panics", "none since start", "ok");
+    return;
+  }
+  let text = p.count + " since start (each a bug: the log says why)";
+  if (p.last) {
+    text += "; last " + fmtAt(p.last.at_ms) + " at " + p.last.location + ", thread " + p.last.thread;
+  }
+  set("panics", text, "bad");
 }
 
 function renderLimits(status) {
@@ -242,6 +259,7 @@ async function poll() {
     renderStore(status.store);
     if (!history) renderOutage(status.store.outage, status.now_ms);
     renderReload(status.reload, status.uptime_ms);
+    renderPanics(status.panics);
     renderLimits(status);
     polls += 1;
     document.body.dataset.polls = String(polls);

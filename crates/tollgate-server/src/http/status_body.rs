@@ -17,6 +17,7 @@ use crate::limits::Limits;
 use crate::status::history::{self, Outage};
 use crate::status::latency_window::Percentiles;
 use crate::status::observed::{DecisionCounts, Observed, observed};
+use crate::status::panic_record;
 use crate::status::rate_history::{Counts, Rate};
 use crate::status::store_probe::Probed;
 
@@ -38,6 +39,8 @@ pub struct StatusBody {
     pub limits: Vec<LimitStatus>,
     /// Config reloads.
     pub reload: ReloadBody,
+    /// Panics since the start (each a bug).
+    pub panics: PanicsBody,
 }
 
 /// The store's health.
@@ -142,6 +145,27 @@ pub struct LastReloadBody {
     pub error: Option<String>,
 }
 
+/// Panics since the start, as the process's panic hook saw them (`tollgate serve` installs
+/// it; without it, none are seen).
+#[derive(Debug, Serialize)]
+pub struct PanicsBody {
+    /// How many.
+    pub count: u64,
+    /// The last one (`null`: none). Its message is in the log, not here: it may quote data.
+    pub last: Option<LastPanicBody>,
+}
+
+/// One panic.
+#[derive(Debug, Serialize)]
+pub struct LastPanicBody {
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// The thread's name.
+    pub thread: String,
+    /// The source place, `file:line:column`.
+    pub location: String,
+}
+
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -234,6 +258,7 @@ pub(crate) fn status(state: &AppState, probed: Probed) -> StatusBody {
         store: store_status(state, &probed, &limits, memory_keys.as_deref(), &observed),
         limits: limit_status,
         reload: reload_body(state),
+        panics: panics_body(),
     }
 }
 
@@ -328,5 +353,41 @@ fn reload_body(state: &AppState) -> ReloadBody {
             ok: last.ok,
             error: last.error,
         }),
+    }
+}
+
+fn panics_body() -> PanicsBody {
+    let seen = panic_record::seen();
+    PanicsBody {
+        count: seen.count,
+        last: seen.last.map(|last| LastPanicBody {
+            at_ms: epoch_ms(last.at),
+            thread: last.thread,
+            location: last.location,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a panic the body has its count and the last one's time, thread and place, in
+    /// the fields the page reads; never its message.
+    #[test]
+    fn panics_are_shown_without_their_message() {
+        crate::server::report_panics();
+        let caught = std::panic::catch_unwind(|| panic!("secret-key-42 on purpose"));
+        assert!(caught.is_err());
+        let body = serde_json::to_value(panics_body()).expect("serializes");
+        assert!(body["count"].as_u64().expect("a count") >= 1, "{body}");
+        let last = &body["last"];
+        assert!(last["at_ms"].as_u64().expect("at_ms") > 0, "{body}");
+        assert!(last["thread"].is_string(), "{body}");
+        assert!(
+            last["location"].as_str().expect("location").contains(".rs:"),
+            "{body}"
+        );
+        assert!(!body.to_string().contains("secret-key-42"), "{body}");
     }
 }

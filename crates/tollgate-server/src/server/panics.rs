@@ -4,14 +4,17 @@
 //! a panicking request lost its connection and answered nothing, and a panicking
 //! background task (the history sampler, the lease sweep, a reloader) stopped for good while
 //! the service went on as if it ran. The hook counts every panic in
-//! `tollgate_panics_total` (alert `TollgatePanicked`) and logs it as an error event with its
-//! thread, place and message, then hands it to the hook that was there before (Rust's
+//! `tollgate_panics_total` (alert `TollgatePanicked`), logs it as an error event with its
+//! thread, place and message, keeps its time, thread and place for the status page
+//! ([`panic_record`]), then hands it to the hook that was there before (Rust's
 //! default prints it, with a backtrace under `RUST_BACKTRACE`, so the line appears twice on
 //! stderr: once as the log's). Panics that are caught count too (a request's handler,
 //! answered 500; a status read's render): each is a bug.
 
 use std::panic::{self, PanicHookInfo};
 use std::sync::Once;
+
+use crate::status::panic_record;
 
 /// Installs the hook, once per process (later calls do nothing). `main` calls it for
 /// `tollgate serve`; it is not part of [`super::Server::run`], so that a program embedding
@@ -27,12 +30,17 @@ pub fn report_panics() {
         panic::set_hook(Box::new(move |info| {
             counter.increment(1);
             let thread = std::thread::current();
+            let thread = thread.name().unwrap_or("unnamed");
+            let location = info
+                .location()
+                .map_or_else(|| "unknown".into(), ToString::to_string);
             tracing::error!(
-                thread = thread.name().unwrap_or("unnamed"),
-                location = %info.location().map_or_else(|| "unknown".into(), ToString::to_string),
+                thread,
+                location,
                 message = message(info),
                 "panicked: a bug (counted in tollgate_panics_total)"
             );
+            panic_record::record(thread, location);
             previous(info);
         }));
     });
@@ -70,6 +78,10 @@ mod tests {
         // Other tests of this binary may panic meanwhile (and be counted): at least ours.
         let after = panics_counted();
         assert!(after > before, "{before} panics before, {after} after");
+        let seen = panic_record::seen();
+        assert!(seen.count >= 1, "{seen:?}");
+        let last = seen.last.expect("the last panic is kept");
+        assert!(last.location.contains(".rs:"), "{last:?}");
         // A caught panic is counted too.
         let caught = std::panic::catch_unwind(|| panic!("caught on purpose"));
         assert!(caught.is_err());

@@ -12,12 +12,14 @@
 //! - [`history`]: the last hour, sampled, and the store's outages;
 //! - `store_probe`: the store's health probe, shared by `/readyz`, the scrape and the page;
 //! - [`reload_status`]: whether the config file is watched and how the last reload went;
+//! - [`panic_record`]: how many panics, and where the last one was;
 //! - `page`: the page's HTML, script and style sheet, embedded in the binary.
 
 pub mod history;
 pub mod latency_window;
 pub mod observed;
 pub(crate) mod page;
+pub mod panic_record;
 pub mod rate_history;
 pub mod reload_status;
 pub(crate) mod store_probe;

@@ -173,6 +173,7 @@ on_store_error = "allow"
     assert!(by_id(&dom, "store-health").starts_with("up"), "{dom}");
     assert_eq!(by_id(&dom, "store-kind"), "memory");
     assert!(by_id(&dom, "reload-watching").starts_with("yes"), "{dom}");
+    assert_eq!(by_id(&dom, "panics"), "none since start", "{dom}");
 
     for _ in 0..8 {
         process.post("/v1/check", check).await;
