@@ -144,8 +144,11 @@ async function pollHistory() {
   }
 }
 
+// A key as "user=42,ip=10.0.0.1"; a limit keyed by nothing has one key, the whole limit.
 function keyText(key) {
-  return Object.keys(key).map((k) => k + "=" + key[k]).join(",");
+  const parts = Object.keys(key);
+  if (!parts.length) return "(no key: every request)";
+  return parts.map((k) => k + "=" + key[k]).join(",");
 }
 
 function renderStore(s) {

@@ -385,7 +385,10 @@ mod tests {
         assert!(last["at_ms"].as_u64().expect("at_ms") > 0, "{body}");
         assert!(last["thread"].is_string(), "{body}");
         assert!(
-            last["location"].as_str().expect("location").contains(".rs:"),
+            last["location"]
+                .as_str()
+                .expect("location")
+                .contains(".rs:"),
             "{body}"
         );
         assert!(!body.to_string().contains("secret-key-42"), "{body}");

@@ -120,6 +120,13 @@ limit = 100
 period = "1s"
 key = ["user"]
 on_store_error = "allow"
+
+[[limits]]
+name = "page_all"
+algorithm = "fixed_window"
+limit = 1
+period = "1h"
+on_store_error = "allow"
 "#,
     );
     let process = Process::serve(&path);
@@ -132,6 +139,11 @@ on_store_error = "allow"
     let check = r#"{"limit": "page_sms", "key": {"user": "abuser"}}"#;
     for _ in 0..12 {
         process.post("/v1/check", check).await;
+    }
+    for _ in 0..3 {
+        process
+            .post("/v1/check", r#"{"limit": "page_all", "key": {}}"#)
+            .await;
     }
     let rated = eventually(Duration::from_secs(10), || async {
         !status().await["limits"][0]["rate"].is_null()
@@ -170,6 +182,10 @@ on_store_error = "allow"
         "a rate after two polls"
     );
     assert_eq!(cell(&dom, "page_api", "total"), "0");
+    assert!(
+        cell(&dom, "page_all", "top").contains("<li>(no key: every request) ×2</li>"),
+        "an unkeyed limit's one key: {dom}"
+    );
     assert!(by_id(&dom, "store-health").starts_with("up"), "{dom}");
     assert_eq!(by_id(&dom, "store-kind"), "memory");
     assert!(by_id(&dom, "reload-watching").starts_with("yes"), "{dom}");
