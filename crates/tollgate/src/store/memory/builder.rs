@@ -1,5 +1,6 @@
 //! [`MemoryStoreBuilder`]: a memory store's settings, and the sweeper thread it starts.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -65,6 +66,10 @@ impl MemoryStoreBuilder {
     }
 }
 
+/// Sweeps every `interval` until the store is dropped. A sweep that panics (a bug, in the
+/// store or in the clock it was given) is logged and the next one runs as usual: a sweeper
+/// that ended would leave every replenished key in place for good, and the store would
+/// then work at its key cap, silently.
 fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
     let spawned = std::thread::Builder::new()
         .name("tollgate-sweeper".into())
@@ -72,7 +77,10 @@ fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
             loop {
                 std::thread::sleep(interval);
                 let Some(inner) = inner.upgrade() else { return };
-                inner.sweep_all(inner.clock.now().as_micros());
+                let sweep = || inner.sweep_all(inner.clock.now().as_micros());
+                if catch_unwind(AssertUnwindSafe(sweep)).is_err() {
+                    tracing::error!("the memory store's sweep panicked; the next runs as usual");
+                }
             }
         });
     // Without a thread the store still works: a new key at the cap evicts.

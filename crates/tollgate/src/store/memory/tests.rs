@@ -487,3 +487,53 @@ fn a_full_store_is_counted() {
         .sum();
     assert_eq!(counted, 7);
 }
+
+/// A clock that panics on its next `panics` readings, then reads `inner`.
+#[derive(Debug)]
+struct PanickyClock {
+    inner: FakeClock,
+    panics: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl crate::Clock for PanickyClock {
+    fn now(&self) -> Timestamp {
+        use std::sync::atomic::Ordering;
+        let take = |n: usize| n.checked_sub(1);
+        if self
+            .panics
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+            .is_ok()
+        {
+            panic!("the clock panics on purpose");
+        }
+        self.inner.now()
+    }
+}
+
+/// A sweep that panics does not end the sweeper: the next sweeps run and drop replenished
+/// keys. (Real time: the sweeper is a thread that sleeps; bounded polling.)
+#[test]
+fn the_sweeper_survives_a_panicking_sweep() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+    let panics = Arc::new(AtomicUsize::new(0));
+    let store = MemoryStore::builder()
+        .clock(PanickyClock {
+            inner: clock.clone(),
+            panics: Arc::clone(&panics),
+        })
+        .sweep_interval(Some(Duration::from_millis(5)))
+        .build();
+    let gcra = limit("g", Algorithm::Gcra);
+    store
+        .decide_at(&request(&gcra, "a"), Op::Check, clock.now())
+        .expect("room");
+    panics.store(2, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(60)); // "a" has replenished
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.len() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(panics.load(Ordering::SeqCst), 0, "two sweeps panicked");
+    assert_eq!(store.len(), 0, "a later sweep dropped the replenished key");
+}
