@@ -531,7 +531,7 @@ fn the_sweeper_survives_a_panicking_sweep() {
     panics.store(2, Ordering::SeqCst);
     clock.advance(Duration::from_secs(60)); // "a" has replenished
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.len() > 0 && std::time::Instant::now() < deadline {
+    while !store.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(panics.load(Ordering::SeqCst), 0, "two sweeps panicked");
