@@ -192,6 +192,10 @@ function renderReload(r, uptime) {
 }
 
 function renderPanics(p) {
+  if (p === null) {
+    set("panics", "not counted (no panic hook in this program)", "warn");
+    return;
+  }
   if (!p.count) {
     set("panics", "none since start", "ok");
     return;

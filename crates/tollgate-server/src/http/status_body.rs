@@ -39,8 +39,8 @@ pub struct StatusBody {
     pub limits: Vec<LimitStatus>,
     /// Config reloads.
     pub reload: ReloadBody,
-    /// Panics since the start (each a bug).
-    pub panics: PanicsBody,
+    /// Panics since the start (each a bug); `null` when no panic hook counts them.
+    pub panics: Option<PanicsBody>,
 }
 
 /// The store's health.
@@ -146,7 +146,7 @@ pub struct LastReloadBody {
 }
 
 /// Panics since the start, as the process's panic hook saw them (`tollgate serve` installs
-/// it; without it, none are seen).
+/// it; without it, the status has `null`).
 #[derive(Debug, Serialize)]
 pub struct PanicsBody {
     /// How many.
@@ -356,16 +356,16 @@ fn reload_body(state: &AppState) -> ReloadBody {
     }
 }
 
-fn panics_body() -> PanicsBody {
-    let seen = panic_record::seen();
-    PanicsBody {
+fn panics_body() -> Option<PanicsBody> {
+    let seen = panic_record::seen()?;
+    Some(PanicsBody {
         count: seen.count,
         last: seen.last.map(|last| LastPanicBody {
             at_ms: epoch_ms(last.at),
             thread: last.thread,
             location: last.location,
         }),
-    }
+    })
 }
 
 #[cfg(test)]

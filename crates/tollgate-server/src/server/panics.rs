@@ -26,6 +26,7 @@ pub fn report_panics() {
         // with no registry lookup (and no lock) while a thread unwinds.
         let _ = crate::metrics::handle();
         let counter = crate::metrics::panics();
+        panic_record::counting();
         let previous = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
             counter.increment(1);
@@ -78,7 +79,7 @@ mod tests {
         // Other tests of this binary may panic meanwhile (and be counted): at least ours.
         let after = panics_counted();
         assert!(after > before, "{before} panics before, {after} after");
-        let seen = panic_record::seen();
+        let seen = panic_record::seen().expect("recorded once the hook is installed");
         assert!(seen.count >= 1, "{seen:?}");
         let last = seen.last.expect("the last panic is kept");
         assert!(last.location.contains(".rs:"), "{last:?}");

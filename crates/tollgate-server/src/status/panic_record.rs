@@ -6,10 +6,11 @@
 //! the panic hook, so it never waits: the count is an atomic, and the last panic is kept
 //! only if its lock is free (two panics at once keep one of them, and count both).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 static COUNT: AtomicU64 = AtomicU64::new(0);
 static LAST: Mutex<Option<LastPanic>> = Mutex::new(None);
 
@@ -33,6 +34,11 @@ pub struct LastPanic {
     pub location: String,
 }
 
+/// From now on panics are recorded (the hook is installed).
+pub(crate) fn counting() {
+    INSTALLED.store(true, Ordering::Relaxed);
+}
+
 /// Counts a panic of `thread` at `location` and keeps it as the last one.
 pub(crate) fn record(thread: &str, location: String) {
     COUNT.fetch_add(1, Ordering::Relaxed);
@@ -45,11 +51,15 @@ pub(crate) fn record(thread: &str, location: String) {
     }
 }
 
-/// The panics seen since the start.
-pub fn seen() -> PanicsSeen {
+/// The panics seen since the start; `None` when no hook records them (a program that embeds
+/// the server without `server::report_panics`): "none" would then be a claim, not a count.
+pub fn seen() -> Option<PanicsSeen> {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        return None;
+    }
     let last = LAST.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    PanicsSeen {
+    Some(PanicsSeen {
         count: COUNT.load(Ordering::Relaxed),
         last,
-    }
+    })
 }

@@ -78,6 +78,11 @@ async fn status_follows_the_traffic() {
     // call), and the latency window is the process's, which other tests' Redis calls fill:
     // nothing to assert about it here. `status_holds_no_secret` checks it on Redis.
     assert_eq!(status["reload"]["watching"], false);
+    assert_eq!(
+        status["panics"],
+        serde_json::Value::Null,
+        "a server run in-process, without report_panics, counts no panics and says so"
+    );
     assert!(status["uptime_ms"].as_u64().is_some(), "{status}");
 
     // The rate: over the time since the first call (the only one kept, as the next ones were
