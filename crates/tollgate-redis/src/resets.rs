@@ -12,6 +12,7 @@
 //! until it would have ended anyway. On Redis Cluster, classic pub/sub is broadcast to every
 //! node, so one subscription on any node hears every reset.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -44,7 +45,13 @@ pub(crate) fn listen(
                     let mut messages = pubsub.into_on_message();
                     while let Some(message) = messages.next().await {
                         match message.get_payload::<String>() {
-                            Ok(key) => on_reset(&key),
+                            // A callback that panics (a bug) loses this notification,
+                            // not the ones after it.
+                            Ok(key) => {
+                                if catch_unwind(AssertUnwindSafe(|| on_reset(&key))).is_err() {
+                                    tracing::error!(%channel, "a reset notification's callback panicked; listening on");
+                                }
+                            }
                             Err(e) => tracing::debug!(cause = %e, "unreadable reset message"),
                         }
                     }

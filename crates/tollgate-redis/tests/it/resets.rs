@@ -84,3 +84,35 @@ async fn resets_reach_other_instances() {
     );
     listener.abort();
 }
+
+/// A callback that panics loses that notification, not the listener: the resets after it
+/// still arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_callback_does_not_end_the_listener() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ns = unique_namespace("resets_panic");
+    let b = instance(&ns).await;
+    let heard = Arc::new(AtomicUsize::new(0));
+    let listener = {
+        let heard = Arc::clone(&heard);
+        let store = RedisStore::connect(server().url()).await.expect("connect");
+        store.listen_for_resets(ns.prefix(), move |_| {
+            let n = heard.fetch_add(1, Ordering::SeqCst);
+            assert_ne!(n, 0, "the first reset heard panics, on purpose");
+        })
+    };
+    let request = b.prepare(&["resets"], &[("user", "1")], 1).expect("valid");
+    // Reset until two are heard: the first (which panicked) and one after it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while heard.load(Ordering::SeqCst) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "heard {} resets: the listener ended with the panic",
+            heard.load(Ordering::SeqCst)
+        );
+        b.reset(&request).await.expect("reset");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!listener.is_finished(), "still listening");
+    listener.abort();
+}
