@@ -323,3 +323,80 @@ on_store_error = "deny"
         "the limit's line: {dom}"
     );
 }
+
+/// A service that has panicked: the page says how many times, and the last one's time, place
+/// and thread, in red. A running service cannot be made to panic from outside, so the page
+/// (its own files, as the service serves them) is loaded from a server beside it that answers
+/// `/v1/status` and `/v1/history` with the service's own answers, `panics` changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_a_panic_in_red() {
+    use axum::http::header::CONTENT_TYPE;
+    use axum::routing::get;
+
+    let (_dir, path) = config_file(
+        r#"
+[[limits]]
+name = "panic_page"
+algorithm = "gcra"
+limit = 10
+period = "1s"
+key = ["user"]
+on_store_error = "allow"
+"#,
+    );
+    let process = Process::serve(&path);
+    let fetch = |path: &'static str| async move {
+        crate::support::request(process.addr, "GET", path, bytes::Bytes::new(), &[]).await
+    };
+    let mut status = fetch("/v1/status").await.json;
+    assert_eq!(
+        status["panics"],
+        serde_json::json!({"count": 0, "last": null}),
+        "tollgate serve counts panics: {status}"
+    );
+    status["panics"] = serde_json::json!({
+        "count": 3,
+        "last": {
+            "at_ms": 1_796_653_944_000_u64,
+            "thread": "tokio-runtime-worker",
+            "location": "crates/tollgate/src/x.rs:12:5"
+        }
+    });
+    let history = fetch("/v1/history").await.text;
+    let (html, js, css) = (
+        fetch("/").await.text,
+        fetch("/status.js").await.text,
+        fetch("/status.css").await.text,
+    );
+    let typed =
+        |kind: &'static str, body: String| move || async move { ([(CONTENT_TYPE, kind)], body) };
+    let app = axum::Router::new()
+        .route("/", get(typed("text/html", html)))
+        .route("/status.js", get(typed("text/javascript", js)))
+        .route("/status.css", get(typed("text/css", css)))
+        .route(
+            "/v1/status",
+            get(typed("application/json", status.to_string())),
+        )
+        .route("/v1/history", get(typed("application/json", history)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let (dom, _) = tokio::task::spawn_blocking(move || load(&url, 3000))
+        .await
+        .expect("chromium");
+    server.abort();
+    assert_eq!(
+        by_id(&dom, "panics"),
+        "3 since start (each a bug: the log says why); last 2026-12-07 14:32:24 UTC at \
+         crates/tollgate/src/x.rs:12:5, thread tokio-runtime-worker",
+        "{dom}"
+    );
+    assert!(
+        dom.contains(r#"<dd id="panics" class="bad">"#),
+        "in red: {dom}"
+    );
+}
