@@ -25,6 +25,7 @@ mod overrides;
 mod raw;
 mod redis_connection;
 mod redis_url;
+mod restart_only;
 mod secret;
 mod server_tls;
 mod store_section;
@@ -130,7 +131,8 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// A keep-alive connection without a request for this long is closed.
     pub idle_timeout: Duration,
-    /// Most open connections per listener; more wait in the kernel's accept queue.
+    /// Most open connections per listener; past it, an idle connection is closed to make
+    /// room, or the new one waits while every connection is busy.
     pub max_connections: usize,
     /// On shutdown, how long requests in flight get before every connection is closed.
     pub shutdown_timeout: Duration,
@@ -185,7 +187,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// `memory`, `redis` or `redis_cluster`.
+    /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`.
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Memory => "memory",

@@ -21,7 +21,9 @@
 //! nothing, or emptied by mistake, must not switch every limit off). A valid file that drops
 //! limits the running config has is applied, with a warning naming them. The replaced set
 //! gives back the unspent units of its leases (lease-mode limits) right after the swap. `[server]` and
-//! `[store]` are read at start-up only; a change there is logged and waits for a restart.
+//! `[store]` are read at start-up only; a change there is logged with the settings it names
+//! (`Config::restart_only_changes`) and waits for a restart. The first look after start-up
+//! finds the file the service started from, and is not counted as a reload.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,8 +77,10 @@ pub(crate) struct Reloader {
     last_seen: Option<String>,
     /// The content last parsed (applied or refused).
     last_handled: Option<String>,
-    /// A read failure was reported (reported once, not every second).
-    read_failed: bool,
+    /// The read failure last reported (each failure once, not every second).
+    read_failed: Option<String>,
+    /// The file has been parsed since start-up.
+    looked: bool,
 }
 
 impl Reloader {
@@ -98,7 +102,8 @@ impl Reloader {
             state,
             last_seen,
             last_handled: None,
-            read_failed: false,
+            read_failed: None,
+            looked: false,
         }
     }
 
@@ -108,19 +113,24 @@ impl Reloader {
         let text = match read_capped(&self.path).await {
             Ok(text) => text,
             Err(e) => {
-                if force || !self.read_failed {
+                let shown = e.to_string();
+                if force || self.read_failed.as_deref() != Some(shown.as_str()) {
                     tracing::error!(path = %self.path.display(), cause = %e, "cannot read the config file; keeping the current limits");
                     self.loaded(false);
                     self.state
                         .reloads
                         .record(Some(format!("cannot read the config file: {e}")));
                 }
-                self.read_failed = true;
+                self.read_failed = Some(shown);
                 self.last_seen = None;
+                // The same file put back (moved away and back, `rm` then `cp`) is read again,
+                // and its success clears the failure.
+                self.last_handled = None;
+                self.looked = true;
                 return;
             }
         };
-        self.read_failed = false;
+        self.read_failed = None;
         // Reading the rules directory and parsing happen on the blocking pool: however large
         // or slow they are, the runtime's threads keep serving (and a SIGTERM keeps its
         // deadline).
@@ -144,6 +154,10 @@ impl Reloader {
                 return;
             }
         }
+        // The first look after start-up (unless a SIGHUP asked for it): a file that still says
+        // what runs is no reload, and is not counted as one.
+        let first = !self.looked && !force;
+        self.looked = true;
         self.last_seen = Some(text.clone());
         self.last_handled = Some(text.clone());
         let origin = self.path.display().to_string();
@@ -166,7 +180,7 @@ impl Reloader {
             }
         };
         match parsed {
-            Ok(config) => self.apply(config),
+            Ok(config) => self.apply(config, first),
             Err(e) => {
                 tracing::error!(error = %e, "config reload refused; keeping the current limits");
                 self.loaded(false);
@@ -195,20 +209,23 @@ impl Reloader {
             .map(|dir| base.join(dir))
     }
 
-    fn apply(&mut self, config: Config) {
-        if config.store.backend != self.running.store.backend
-            || config.store.namespace != self.running.store.namespace
-            || config.server.http != self.running.server.http
-            || config.server.grpc != self.running.server.grpc
-            || config.server.tls != self.running.server.tls
-            || config.server.unix_mode != self.running.server.unix_mode
-            || config.server.admin_token != self.running.server.admin_token
-        {
+    /// Applies a valid file; `first`: the first look since start-up.
+    fn apply(&mut self, config: Config, first: bool) {
+        let waiting = self.running.restart_only_changes(&config);
+        if !waiting.is_empty() {
+            // Compared with what runs, not with the previous file: repeated at every reload
+            // until the restart.
             tracing::warn!(
-                "[server] and [store] changes take effect on restart; reloading [[limits]] only"
+                settings = ?waiting,
+                "[server] and [store] changes take effect on restart; reloading [[limits]] and [envoy] only"
             );
         }
-        if config.limits == self.running.limits && config.envoy == self.running.envoy {
+        let unchanged = config.limits == self.running.limits && config.envoy == self.running.envoy;
+        if unchanged && first && waiting.is_empty() {
+            tracing::info!(path = %self.path.display(), "config file as at start; watching it for edits");
+            return;
+        }
+        if unchanged {
             // A valid file that says what runs: a success (the file put back after a refused
             // edit clears the alarm, `tollgate_config_last_reload_successful` and the page).
             tracing::info!("config file read; limits and envoy rules unchanged");

@@ -129,6 +129,118 @@ async fn putting_the_running_file_back_clears_a_refused_reload() {
     );
 }
 
+/// The first look at the file after start-up finds the file the service started from: no
+/// reload is counted or shown (a restart used to show one on the page and the dashboard).
+#[tokio::test]
+async fn starting_counts_no_reload() {
+    let (_dir, path) = config_file(&one_limit("start", "gcra", 3, "1h", "", "deny"));
+    let mut process = Process::serve(&path);
+    let watched = process.logged("config file as at start").await;
+    assert!(
+        watched,
+        "the first look never happened; log:\n{}",
+        process.log()
+    );
+    let get = |path: &'static str| async move {
+        request(process.addr, "GET", path, Bytes::new(), &[]).await
+    };
+    let text = get("/metrics").await.text;
+    assert_eq!(
+        sample(&text, r#"tollgate_reloads_total{result="ok"}"#).as_deref(),
+        Some("0"),
+        "{text}"
+    );
+    let status = get("/v1/status").await;
+    assert_eq!(
+        status.json["reload"]["last"],
+        serde_json::Value::Null,
+        "{status:?}"
+    );
+    assert!(
+        !process.log().contains("config file read"),
+        "{}",
+        process.log()
+    );
+    process.terminate();
+}
+
+/// An edit to a setting a reload cannot apply (`store.timeout`, `server.max_connections`) is
+/// not dropped in silence: the warning names each one, and the limits still reload.
+#[tokio::test]
+async fn a_reload_names_the_settings_that_wait_for_a_restart() {
+    let limit = one_limit("restart", "gcra", 3, "1h", "", "deny");
+    let (_dir, path) = config_file(&format!("[store]\ntimeout = \"50ms\"\n{limit}"));
+    let mut process = Process::serve(&path);
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nmax_connections = 100\n[store]\ntimeout = \"80ms\"\n{}",
+            limit.replace("limit = 3", "limit = 4")
+        ),
+    )
+    .expect("write");
+    let warned = process.logged("take effect on restart").await;
+    assert!(warned, "no warning; log:\n{}", process.log());
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("take effect on restart"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("WARN")
+            && line.contains(r#""server.max_connections""#)
+            && line.contains(r#""store.timeout""#)
+            && !line.contains("store.prefix"),
+        "{line}"
+    );
+    let reloaded = process.logged("config reloaded").await;
+    assert!(
+        reloaded,
+        "the limit did not reload; log:\n{}",
+        process.log()
+    );
+    process.terminate();
+}
+
+/// The file moved away (the service reports it cannot read it) and put back unchanged, as a
+/// `rm` then `cp` deploy or an editor's save by rename does: the alarm clears. It used to
+/// stay raised, the file being the one last handled.
+#[tokio::test]
+async fn a_file_moved_away_and_back_clears_the_alarm() {
+    let (dir, path) = config_file(&one_limit("moved", "gcra", 3, "1h", "", "deny"));
+    let process = Process::serve(&path);
+    let successful = |text: &str| sample(text, "tollgate_config_last_reload_successful");
+    let scrape = || async { request(process.addr, "GET", "/metrics", Bytes::new(), &[]).await };
+    // After the first look, which handles the file the service started from.
+    let watched = process.logged("config file as at start").await;
+    assert!(
+        watched,
+        "the first look never happened; log:\n{}",
+        process.log()
+    );
+    let aside = dir.path().join("aside.toml");
+    std::fs::rename(&path, &aside).expect("move away");
+    let failed = eventually(Duration::from_secs(10), || async {
+        successful(&scrape().await.text).as_deref() == Some("0")
+    })
+    .await;
+    assert!(
+        failed,
+        "the missing file was not reported; log:\n{}",
+        process.log()
+    );
+    std::fs::rename(&aside, &path).expect("move back");
+    let cleared = eventually(Duration::from_secs(10), || async {
+        successful(&scrape().await.text).as_deref() == Some("1")
+    })
+    .await;
+    assert!(
+        cleared,
+        "the file put back left the alarm raised; log:\n{}",
+        process.log()
+    );
+}
+
 /// Requests keep being answered while the limits are swapped again and again: every answer
 /// is a decision (200 or 429), none is an error or a dropped connection.
 #[tokio::test]
