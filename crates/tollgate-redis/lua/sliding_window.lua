@@ -58,7 +58,9 @@ local function sliding_window(key, now, cost, limit, w, buckets, op)
       end
     end
     allowed = -1
-  elseif op == 1 then
+  elseif op == 1 and cost > 0 then
+    -- (A cost of 0, refused before any store by the Rust side, would write a field of 0 and
+    -- no expiry: an immortal key.)
     if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
     redis.call('HINCRBY', key, fmt(current), cost)
     count = count + cost

@@ -432,3 +432,32 @@ fn hammer() {
         }
     });
 }
+
+/// A script called with a cost of 0 (a caller's bug: the Rust side refuses it before any
+/// store, `CheckError::ZeroCost`) leaves no key without an expiry, whatever the algorithm. The
+/// sliding window's used to write a field of 0 and no expiry: an immortal key.
+#[test]
+fn a_cost_of_zero_leaves_no_immortal_key() {
+    let mut con = redis::Client::open(server().url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    let ns = unique_namespace("zero-cost");
+    for limit in every_algorithm(5, OnStoreError::Deny) {
+        let call = tollgate_redis::ScriptCall::check(&limit, 0);
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(call.source)
+            .query(&mut con)
+            .expect("load");
+        let key = tollgate::Key::new(&ns, &limit, &[("user", "1")]);
+        let _: redis::Value = redis::cmd("EVALSHA")
+            .arg(&sha)
+            .arg(1)
+            .arg(key.as_str())
+            .arg(&call.args)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("{}: {e}", limit.name()));
+    }
+    let persistent = keys_without_ttl(server(), &format!("{}:*", ns.prefix()));
+    assert!(persistent.is_empty(), "keys without TTL: {persistent:?}");
+}

@@ -14,7 +14,8 @@
 //!
 //! A valid new file swaps the limit set, and the `[envoy]` rules compiled over it, atomically
 //! over the same store, so counters of unchanged limits carry on (a limit whose algorithm
-//! changed starts afresh: its keys carry the algorithm's tag) and the HTTP API and the gRPC
+//! changed starts afresh: its keys carry the algorithm's tag, and a sliding window's its
+//! bucket width) and the HTTP API and the gRPC
 //! service keep sharing them. An invalid file (an invalid `[envoy]` section included) is
 //! refused whole with a logged error and `tollgate_reloads_total{result="error"}`, and
 //! the old limits and rules stay; a file without limits is invalid (a file truncated to

@@ -168,3 +168,64 @@ pub async fn sliding_window_stays_within_one_bucket_of_exact<S: Store>(
         "the sequence exercised the quantization error"
     );
 }
+
+/// A sliding window whose bucket width changes (a reload with another `buckets` or `period`)
+/// starts afresh on its own key, and the old width's state, read back, is still right. Read
+/// under a wider width, the old bucket numbers would be centuries in the future: every check
+/// refused with a retry of centuries, and the key's expiry as long.
+pub async fn sliding_window_with_another_width_starts_afresh<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let store = std::sync::Arc::new(fixture.store);
+    let window = |buckets: u32, period: u64| {
+        Limit::new(
+            "rewidth",
+            Algorithm::SlidingWindow { buckets },
+            Quota::new(10, Duration::from_secs(period)).expect("valid quota"),
+        )
+        .expect("valid limit")
+        .keyed_by(["user"])
+        .expect("valid part")
+    };
+    let harness = |limit: Limit, guard: Box<dyn std::any::Any + Send + Sync>| {
+        let fixture = Fixture {
+            store: std::sync::Arc::clone(&store),
+            namespace: fixture.namespace.clone(),
+            guard,
+        };
+        Harness::new(clock.clone(), fixture, vec![limit])
+    };
+    let old = harness(window(60, 60), fixture.guard);
+    spend(&old, 10).await;
+    // Wider buckets (6 s, 2 s) and narrower ones (0.5 s), each one after the other.
+    for (buckets, period) in [(10, 60), (60, 120), (120, 60)] {
+        let new = harness(window(buckets, period), Box::new(()));
+        let v = new.check("rewidth", "u", 1).await;
+        from_store(&v, "the new width");
+        let d = v.decision();
+        assert!(
+            v.outcome() == Outcome::Allowed && d.remaining == 9,
+            "{buckets} buckets over {period} s: {d:?}"
+        );
+        assert!(
+            d.reset_after <= Duration::from_secs(period + 6),
+            "{buckets} buckets over {period} s: reset after {:?}",
+            d.reset_after
+        );
+    }
+    let v = old.check("rewidth", "u", 1).await;
+    from_store(&v, "the old width again");
+    assert!(
+        matches!(v.outcome(), Outcome::Limited { retry_after } if retry_after <= Duration::from_secs(61)),
+        "{v:?}"
+    );
+}
+
+async fn spend<S: Store>(h: &Harness<S>, units: u64) {
+    for i in 0..units {
+        let v = h.check("rewidth", "u", 1).await;
+        from_store(&v, "spending");
+        assert_eq!(v.outcome(), Outcome::Allowed, "unit {i}: {v:?}");
+    }
+}

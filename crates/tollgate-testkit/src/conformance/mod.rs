@@ -27,6 +27,7 @@ pub use algorithms::{
     fixed_window_admits_twice_the_limit_across_an_edge,
     sliding_log_never_exceeds_the_limit_in_any_period,
     sliding_window_stays_within_one_bucket_of_exact,
+    sliding_window_with_another_width_starts_afresh,
 };
 pub use all_or_nothing::{multi_limit_is_all_or_nothing, one_limit_two_keys_is_all_or_nothing};
 pub use basics::{
@@ -74,6 +75,7 @@ macro_rules! conformance_suite {
             fixed_window_admits_twice_the_limit_across_an_edge,
             sliding_log_never_exceeds_the_limit_in_any_period,
             sliding_window_stays_within_one_bucket_of_exact,
+            sliding_window_with_another_width_starts_afresh,
             lease_mode_counts_every_unit_taken,
             any_of_group_refuses_only_when_all_refuse,
             counted_refusals_charge_every_entry,

@@ -64,7 +64,8 @@ impl Algorithm {
     }
 
     /// A short tag that ends every key of this algorithm, so that changing a limit's algorithm
-    /// starts from fresh state instead of misreading the old one.
+    /// starts from fresh state instead of misreading the old one. [`crate::Key::new`] follows a
+    /// sliding window's with its bucket width.
     pub const fn key_tag(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fw",

@@ -14,7 +14,10 @@
 //!   one slot, and limits keyed by the same parts share a slot, so checking them together is
 //!   one atomic script even on a cluster;
 //! - the algorithm tag means that changing a limit's algorithm starts from fresh state instead
-//!   of misreading (or tripping over the Redis type of) the old one.
+//!   of misreading (or tripping over the Redis type of) the old one. A sliding window's tag
+//!   carries its bucket width in µs (`sw1000000`: 60 buckets of a minute), for the same reason:
+//!   its state is bucket numbers, which another width would misread, so a reload that changes
+//!   its period or bucket count so that the width changes starts afresh too.
 //!
 //! A property test checks that different inputs never make the same key.
 
@@ -24,6 +27,7 @@ use std::sync::{Arc, LazyLock};
 
 use sha2::{Digest, Sha256};
 
+use crate::rules::AnyRule;
 use crate::{Limit, Namespace};
 
 /// Escaped values longer than this are replaced by a readable prefix and a digest.
@@ -82,6 +86,13 @@ impl Key {
         }
         text.push_str("}:");
         text.push_str(limit.algorithm().key_tag());
+        if let AnyRule::SlidingWindow(rule) = limit.rule() {
+            // The bucket width, in µs: a sliding window's state is bucket numbers, which mean
+            // nothing under another width (read under a wider one, old numbers are far in the
+            // future: counted for ever and an expiry of centuries).
+            use fmt::Write as _;
+            let _ = write!(text, "{}", rule.width_micros());
+        }
         let hash = KEY_HASHER.hash_one(&text);
         Key {
             text: text.into(),
