@@ -44,7 +44,10 @@ local function fixed_window(key, now, cost, limit, period, _, op)
     if live > limit then return -1, remaining, reset, reset end
     return 1, remaining, reset, -1
   elseif op == 2 then
-    if live > 0 then
+    -- Only from the window the undone charge was counted in (the window of `now`, its
+    -- instant): a give-back that arrives after the window changed takes nothing from the new
+    -- one, whose count never held that charge.
+    if live > 0 and window == now - now % period then
       live = live - cost
       if live < 0 then live = 0 end
       redis.call('SET', key, fmt(window) .. ':' .. fmt(live), 'KEEPTTL')

@@ -461,3 +461,53 @@ fn a_cost_of_zero_leaves_no_immortal_key() {
     let persistent = keys_without_ttl(server(), &format!("{}:*", ns.prefix()));
     assert!(persistent.is_empty(), "keys without TTL: {persistent:?}");
 }
+
+/// A fixed window's give-back that arrives after the window changed (a check charged 40 ms
+/// before the edge, its give-back run after the next window filled up) takes nothing from the
+/// new window: it used to, and the new window then admitted 3 units of a limit of 2.
+#[test]
+fn a_late_give_back_takes_nothing_from_the_next_window() {
+    let mut con = redis::Client::open(server().url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    let limit = Limit::new(
+        "fw",
+        Algorithm::FixedWindow,
+        Quota::per_second(2).expect("valid"),
+    )
+    .expect("valid");
+    let key = tollgate::Key::new(
+        &unique_namespace("late-give-back"),
+        &limit,
+        &[("user", "1")],
+    );
+    let edge: u64 = 1_893_456_001_000_000;
+    // Cost, then op and the caller's clock (one.lua's ARGV[5], ARGV[6]); the verdict is the
+    // reply's second value.
+    let mut call = |cost: u64, op: u64, at: u64| -> i64 {
+        let check = tollgate_redis::ScriptCall::check(&limit, cost);
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(check.source)
+            .query(&mut con)
+            .expect("load");
+        let reply: Vec<i64> = redis::cmd("EVALSHA")
+            .arg(&sha)
+            .arg(1)
+            .arg(key.as_str())
+            .arg(&check.args)
+            .arg(op)
+            .arg(at)
+            .query(&mut con)
+            .expect("script");
+        reply[1]
+    };
+    assert_eq!(call(1, 1, edge - 40_000), 1, "the charge before the edge");
+    assert_eq!(call(2, 1, edge + 10_000), 1, "the next window filled");
+    call(1, 2, edge - 40_000);
+    assert_eq!(
+        call(1, 1, edge + 20_000),
+        -1,
+        "the give-back of a unit of the past window made room in the next one"
+    );
+}
