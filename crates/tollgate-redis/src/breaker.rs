@@ -11,11 +11,15 @@
 //! once: counted one by one, a single drop under load would open the breaker and refuse
 //! every caller for a cool-down although the connection is back a moment later. So a failure
 //! counts only if its call started after the last counted failure: calls already in flight
-//! when a failure was seen belong to the same event. A Redis that stays down still opens the
-//! breaker, as each new call, started after the last failure, counts. Lock-free (atomics): it sits
-//! on every call. Transitions are logged and exported as `tollgate_store_circuit_open` (gauge,
-//! 1 while open) and `tollgate_store_circuit_opened_total`; the errors themselves are counted
-//! by the limiter (`tollgate_store_errors_total`), not here.
+//! when a failure was counted belong to the same event. Only a counted failure moves that mark:
+//! moved by every failure seen, it ran ahead of steady overlapping traffic against a frozen
+//! Redis (each call fails a timeout after it started, by when others have started), so no
+//! failure after the first counted and the breaker never opened. A Redis that stays down still
+//! opens the breaker, as each new call, started after the last counted failure, counts: one
+//! failure per timeout or so however many calls overlap, each failure when calls follow one
+//! another. Lock-free (atomics): it sits on every call. Transitions are logged and exported as
+//! `tollgate_store_circuit_open` (gauge, 1 while open) and `tollgate_store_circuit_opened_total`;
+//! the errors themselves are counted by the limiter (`tollgate_store_errors_total`), not here.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -95,7 +99,11 @@ impl Breaker {
     /// # Errors
     /// [`StoreError::CircuitOpen`] during a cool-down, or while another call is the probe.
     pub(crate) fn admit(&self) -> Result<Permit, StoreError> {
-        let started = self.now();
+        self.admit_at(self.now())
+    }
+
+    /// [`Breaker::admit`] at `started` (µs after the origin).
+    fn admit_at(&self, started: u64) -> Result<Permit, StoreError> {
         let permit = |kind| Permit { kind, started };
         if self.threshold == 0 || self.failures.load(Ordering::Acquire) < self.threshold {
             return Ok(permit(PermitKind::Closed));
@@ -129,8 +137,26 @@ impl Breaker {
         }
     }
 
+    /// Whether a transient failure of an ordinary call started at `started` and seen at `now`
+    /// counts: only if the call started at or after the last counted failure, which it then
+    /// moves to `now`. Of calls in flight together that fail, one counts; a failure not
+    /// counted leaves the mark where it was (see the module's documentation).
+    fn counts(&self, started: u64, now: u64) -> bool {
+        self.last_failure
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                (last <= started).then_some(last.max(now))
+            })
+            .is_ok()
+    }
+
     /// Records the outcome of a call let through by [`Breaker::admit`].
     pub(crate) fn record<T>(&self, permit: Permit, result: &Result<T, StoreError>) {
+        self.record_at(permit, result, || self.now());
+    }
+
+    /// [`Breaker::record`] with the clock `now` (µs after the origin; read only on a
+    /// transient failure, so that a success costs no clock read).
+    fn record_at<T>(&self, permit: Permit, result: &Result<T, StoreError>, now: impl Fn() -> u64) {
         // An overloaded call is not the store's failure: Redis was answering the others.
         let transient =
             matches!(result, Err(e) if e.is_transient() && !matches!(e, StoreError::Overloaded(_)));
@@ -140,9 +166,7 @@ impl Breaker {
                 tracing::info!("redis answers again; circuit closed");
                 metrics::gauge!("tollgate_store_circuit_open").set(0.0);
             }
-        } else if permit.kind == PermitKind::Closed
-            && self.last_failure.fetch_max(self.now(), Ordering::AcqRel) > permit.started
-        {
+        } else if permit.kind == PermitKind::Closed && !self.counts(permit.started, now()) {
             // In flight when an earlier failure was counted: the same event.
         } else {
             if let Err(e) = result {
@@ -166,7 +190,7 @@ impl Breaker {
                 .saturating_add(1);
             let probe = permit.kind == PermitKind::Probe;
             if self.threshold > 0 && (probe || failures == self.threshold) {
-                let until = self.now().saturating_add(self.cool_down.as_micros() as u64);
+                let until = now().saturating_add(self.cool_down.as_micros() as u64);
                 self.open_until.store(until, Ordering::Release);
                 if !probe {
                     tracing::warn!(
@@ -254,6 +278,96 @@ mod tests {
             b.record(p, &fail());
         }
         assert!(matches!(b.admit(), Err(StoreError::CircuitOpen)));
+    }
+
+    /// Milliseconds on the breaker's clock (µs after its origin): the tests below pass the
+    /// time to `admit_at` and `record_at` instead of waiting for it to pass.
+    const fn ms(n: u64) -> u64 {
+        n * 1_000
+    }
+
+    /// Steady traffic against a frozen Redis: a call starts every 6 ms and fails one timeout
+    /// (50 ms, seen 4 ms late) after it started, so about nine calls are always in flight and
+    /// every failure is seen after later calls started. Each call started after the last
+    /// counted failure counts, so the breaker opens after its threshold of timeouts (one
+    /// counted about every timeout), neither sooner nor never. It stayed closed for the
+    /// whole outage when every failure seen, counted or not, moved the mark.
+    #[test]
+    fn overlapping_failures_of_a_frozen_redis_open_it() {
+        const THRESHOLD: u32 = 5;
+        const EVERY: u64 = ms(6);
+        const FAILS_AFTER: u64 = ms(54);
+        let b = Breaker::new(THRESHOLD, Duration::from_secs(3600));
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut refused_at = None;
+        for k in 0..1_600 {
+            let now = k * EVERY; // 1,600 calls: 9.6 s of outage
+            while let Some(&(fails_at, permit)) = in_flight.front() {
+                if fails_at > now {
+                    break;
+                }
+                in_flight.pop_front();
+                b.record_at(permit, &fail(), || fails_at);
+            }
+            match b.admit_at(now) {
+                Ok(permit) => in_flight.push_back((now + FAILS_AFTER, permit)),
+                Err(StoreError::CircuitOpen) => {
+                    refused_at = Some(now);
+                    break;
+                }
+                Err(e) => panic!("admit: {e}"),
+            }
+        }
+        let refused_at = refused_at.unwrap_or_else(|| {
+            panic!(
+                "never opened in 9.6 s: {} failures counted",
+                b.failures.load(Ordering::Acquire)
+            )
+        });
+        assert!(b.is_open());
+        let threshold = u64::from(THRESHOLD);
+        // Each counted failure is seen a timeout after its call, which started after the
+        // previous counted one (by at most one call's spacing).
+        assert!(
+            refused_at >= threshold * FAILS_AFTER,
+            "opened after {refused_at} µs: sooner than one failure per timeout"
+        );
+        assert!(
+            refused_at <= threshold * (FAILS_AFTER + EVERY) + EVERY,
+            "opened after {refused_at} µs"
+        );
+    }
+
+    /// 64 calls started together fail together, seen over a few ms: one failure. So do 64
+    /// calls started over the last timeout, all in flight when their connection dropped. A
+    /// call started after that counts, so does the next burst; the breaker opens at the
+    /// threshold of counted failures, not sooner.
+    #[test]
+    fn a_burst_of_64_counts_once() {
+        let b = Breaker::new(3, Duration::from_secs(3600));
+        let together: Vec<Permit> = (0..64)
+            .map(|_| b.admit_at(ms(10)).expect("closed"))
+            .collect();
+        for (i, p) in (0_u64..).zip(together) {
+            b.record_at(p, &fail(), || ms(60) + i * 50);
+        }
+        assert_eq!(b.failures.load(Ordering::Acquire), 1);
+        // In flight when the drop came (staggered over 45 ms), all failing at that moment.
+        let staggered: Vec<Permit> = (0..64)
+            .map(|i| b.admit_at(ms(100) + i * 700).expect("closed"))
+            .collect();
+        for p in staggered.into_iter().rev() {
+            b.record_at(p, &fail(), || ms(150));
+        }
+        assert_eq!(b.failures.load(Ordering::Acquire), 2);
+        assert_eq!(
+            b.admit_at(ms(151)).expect("still closed").kind,
+            PermitKind::Closed
+        );
+        // A call started after the last counted failure counts: the threshold.
+        let p = b.admit_at(ms(151)).expect("closed");
+        b.record_at(p, &fail(), || ms(201));
+        assert!(matches!(b.admit_at(ms(202)), Err(StoreError::CircuitOpen)));
     }
 
     /// During the cool-down every call is refused without trying.

@@ -3,6 +3,7 @@
 //! connection and key namespace).
 
 mod acl;
+mod breaker;
 mod cluster;
 mod coalesce;
 mod cold_start;
