@@ -25,11 +25,15 @@
 --            'late <now>' (nothing written)
 --
 -- GCRA on the server's clock keeps tat in the key's expiry as gcra.lua does ((expiry ms −
--- 999) × 1000 − value); here it is read and written as an absolute instant (PEXPIRETIME,
--- SET … PXAT), which equals gcra.lua's reading from PTTL. When T is a whole number of ms
--- (`whole`), gcra.lua never reads the value, so a tat written here is rounded up to the ms
--- (value 0): the key reads at most 1 ms more spent, never less. Every write sets an expiry;
--- a state back to full is deleted; a refused reservation writes nothing.
+-- 999) × 1000 − value); here it is read and written as an absolute instant (SET … PXAT, and
+-- PTTL plus the ms it counts from, see `expiry_at`), which equals gcra.lua's reading from
+-- PTTL. When T is a whole number of ms (`whole`), gcra.lua never reads the value, so a tat
+-- written here is rounded up to the ms (value 0): the key reads at most 1 ms more spent,
+-- never less. Every write sets an expiry; a state back to full is deleted; a refused
+-- reservation writes nothing.
+--
+-- Commands: only those of src/permissions.rs's COMMANDS (the documented ACL), and none newer
+-- than Redis 6.2 (so no PEXPIRETIME, Redis 7.0).
 local too_late, now, server = start(ARGV[8] or '', ARGV[9])
 if too_late then return too_late end
 local key, op, tag = KEYS[1], ARGV[1], ARGV[2]
@@ -37,10 +41,35 @@ local units, arg = tonumber(ARGV[3]), tonumber(ARGV[4])
 local p1, p2, p3 = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local verdict, retry, wait, ticket, given = 1, -1, -1, 0, 0
 
+-- The key's expiry as an absolute instant, in ms on Redis's clock (what PEXPIRETIME answers
+-- on Redis 7), or -1 when the key has none or is absent. PTTL counts from the ms Redis reads
+-- for it, which must be known exactly (a ticket is compared with the state it was read from):
+-- Redis 7.2 and later count from the ms its TIME answers all through a script (both are read
+-- once, when the call starts); 6.2 and 7.0 read the real clock at each command, so that ms is
+-- between the ms of a TIME before the PTTL and a TIME after it. `now` is the first (start()
+-- read it just now); when the second's ms differs (a ms ended in between: taking `now`'s ms
+-- instead missed cancellations within tens of calls, tests/it/pace_state.rs), PTTL is asked
+-- again, bracketed by the second TIME and a third. After a few tries (only a Redis stalled
+-- mid-script) the latest bound is taken: the key then reads as spent later than it is,
+-- never earlier.
+local function expiry_at()
+  local before = math.floor(now / 1000)
+  local ttl, after
+  for _ = 1, 4 do
+    ttl = redis.call('PTTL', key)
+    if ttl < 0 then return -1 end
+    local t = redis.call('TIME')
+    after = math.floor((t[1] * 1000000 + t[2]) / 1000)
+    if after == before then break end
+    before = after
+  end
+  return after + ttl
+end
+
 -- GCRA: the key's tat (0 when full or absent) and writing one.
 local function gcra_read()
   if not server then return tonumber(redis.call('GET', key)) or 0 end
-  local at = redis.call('PEXPIRETIME', key)
+  local at = expiry_at()
   if at < 0 then return 0 end
   local below = 0
   if p3 ~= 1 then
@@ -232,17 +261,30 @@ end
 
 if tag == 'sw' then
   local limit, w, buckets = p1, p2, p3
+  -- Both writes first drop the buckets that left the span (older than the current one and
+  -- the `buckets` before it), as sliding_window.lua's admission does: while the key stays
+  -- over its limit its checks are refused and write nothing, and without this each charge
+  -- settled in a later bucket would add a field for good. The hash stays within buckets + 1
+  -- fields.
+  local live = {}
+  if units ~= 0 then
+    local oldest = math.floor(now / w) - buckets
+    local h = redis.call('HGETALL', key)
+    local stale = {}
+    for i = 1, #h, 2 do
+      local idx = tonumber(h[i])
+      if idx >= oldest then
+        live[#live + 1] = { idx, tonumber(h[i + 1]) }
+      else
+        stale[#stale + 1] = h[i]
+      end
+    end
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+  end
   if units > 0 then
     redis.call('HINCRBY', key, fmt(math.floor(now / w)), units)
   elseif units < 0 then
     -- Newest buckets first, down to the oldest still counted.
-    local oldest = math.floor(now / w) - buckets
-    local h = redis.call('HGETALL', key)
-    local live = {}
-    for i = 1, #h, 2 do
-      local idx = tonumber(h[i])
-      if idx >= oldest then live[#live + 1] = { idx, tonumber(h[i + 1]) } end
-    end
     table.sort(live, function(a, b) return a[1] > b[1] end)
     local left = -units
     for _, b in ipairs(live) do

@@ -199,3 +199,82 @@ async fn the_documented_cluster_acl_is_enough() {
         );
     }
 }
+
+/// Pacing (`lua/pace.lua`) as a user with exactly the documented ACL, on the server's clock:
+/// GCRA and token bucket reservations, one taken on a key already spent (its state read from
+/// the key's expiry) and cancelled, and a charge and a refund of every algorithm — a sliding
+/// log's refund finds its newest members. Each call is checked to have reached Redis and
+/// succeeded: a permission the ACL lacks fails the script with `NOPERM`, which a reservation
+/// would turn into its limit's policy (here a refusal with a store error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough_to_pace() {
+    let server = RedisServer::start();
+    let ns = unique_namespace("acl-pace");
+    set_user(
+        &server,
+        "tollgate",
+        &least_privilege_acl(ns.prefix(), false, false),
+    );
+    let store = RedisStore::builder(server.url())
+        .username("tollgate")
+        .password("pw")
+        .check_permissions(ns.prefix())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e:?}\n{}", server.log()));
+    let mut builder = Limiter::builder(store).namespace(ns.clone());
+    for l in every_algorithm() {
+        builder = builder.limit(l);
+    }
+    let limiter = builder.build().expect("valid");
+    let key = [("user", "u")];
+    let day = Duration::from_secs(86_400);
+
+    for a in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let first = limiter
+            .reserve(a.name(), &key, 1, day)
+            .await
+            .expect("valid");
+        assert_eq!(first.store_error(), None, "{a:?}: {:?}", first.outcome());
+        assert_eq!(first.wait(), Some(Duration::ZERO), "{a:?}");
+        // The key now holds state: this reservation reads it (GCRA: from the key's expiry).
+        let second = limiter
+            .reserve(a.name(), &key, 9, day)
+            .await
+            .expect("valid");
+        assert_eq!(second.store_error(), None, "{a:?}: {:?}", second.outcome());
+        // (On the server's clock, GCRA's state is rounded up to the ms.)
+        assert!(
+            second.wait().is_some_and(|w| w < Duration::from_millis(10)),
+            "{a:?}: {:?}",
+            second.wait()
+        );
+        let third = limiter
+            .reserve(a.name(), &key, 1, day)
+            .await
+            .expect("valid");
+        assert_eq!(third.store_error(), None, "{a:?}: {:?}", third.outcome());
+        assert!(third.wait().is_some_and(|w| w > Duration::ZERO), "{a:?}");
+        assert!(
+            limiter.cancel(&third).await.expect("cancel as the user"),
+            "{a:?}: the last slot given back"
+        );
+    }
+    let other = [("user", "v")];
+    for a in Algorithm::ALL {
+        let charged = limiter
+            .adjust(a.name(), &other, 4)
+            .await
+            .unwrap_or_else(|e| panic!("{a:?}: charge as the user: {e:?}"));
+        let refunded = limiter
+            .adjust(a.name(), &other, -3)
+            .await
+            .unwrap_or_else(|e| panic!("{a:?}: refund as the user: {e:?}"));
+        // (GCRA on the server's clock rounds its state up to the ms: 6 may read as 5.)
+        assert!(
+            charged.remaining <= 6 && refunded.remaining >= charged.remaining + 2,
+            "{a:?}: charged {charged:?}, refunded {refunded:?}"
+        );
+    }
+}

@@ -20,6 +20,7 @@ mod future_size;
 mod gcra_rounding;
 mod gcra_server_clock;
 mod lease;
+mod pace_state;
 mod pacing_processes;
 mod resets;
 mod resharding;
