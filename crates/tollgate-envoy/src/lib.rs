@@ -11,7 +11,7 @@
 //! unchanged ([`load_dir`] → [`Imported`], `[envoy] config_dir`): each `rate_limit` becomes a
 //! generated tollgate limit ([`Imported::limits`]) and descriptors are matched against the
 //! trees the reference's way (most specific first, key-only defaults, wildcards, whitelists,
-//! `replaces`), still through the core's `prepare_keyed` + `decide`.
+//! `replaces`), still through the core's `prepare_with` + `decide`.
 //!
 //! The crate is a library to be mounted by `tollgate serve`: the service reads the current
 //! [`Snapshot`] (compiled rules + a shared [`tollgate::Limiter`]) on every call from a source
@@ -20,16 +20,22 @@
 //!
 //! What Envoy relies on, and how it is met (see `docs/envoy.md`):
 //! - `OVER_LIMIT` when any descriptor is over its limit; the request's descriptors are checked
-//!   all or nothing, in one store call prepared and decided by the core
-//!   ([`tollgate::Limiter::prepare_keyed`]; descriptors with different `hits_addend`s are the
-//!   one case where that is best effort, see `decide/`);
+//!   all or nothing, in one atomic store call prepared and decided by the core
+//!   ([`tollgate::Limiter::prepare_with`], one entry per descriptor), each at its own
+//!   `hits_addend`, or the request's (`decide/`; check-only descriptors, below, are peeked
+//!   in a call of their own before it, which writes nothing);
 //! - a store failure follows each limit's failure policy; when a `deny` policy refuses, the
 //!   answer is gRPC `UNAVAILABLE`, which Envoy's `failure_mode_deny` turns into a refusal
 //!   (Envoy treats an `UNKNOWN` *code* in the response as allowed, whatever that flag says);
 //! - descriptors that match no rule are `OK` and charge nothing;
 //! - a request's `hits_addend` 0 means 1; a descriptor's own `hits_addend` overrides it, and
 //!   0 there means check only (peeked, charged nothing), as in the reference;
-//! - a descriptor's `limit` override decides it, on a counter of its own (`matching/overrides.rs`);
+//! - a descriptor's `limit` override decides it (`matching/overrides.rs`); by default
+//!   (`[envoy] override_counters = "shared"`, the reference's) it counts on the descriptor's
+//!   counter whatever its rate: the imported limit's the descriptor matches, when that one is
+//!   of the override's unit and keyed by the descriptor's own values, else one of
+//!   `envoy.override.<unit>` keyed by the domain and entries; on a counter per rate with
+//!   `"per_rate"`, or with an algorithm other than fixed windows ([`OverrideCounters`]);
 //! - one call's work is bounded: at most `[envoy] max_descriptors` descriptors of at most
 //!   `max_entries` entries each, else `INVALID_ARGUMENT` before anything is decided
 //!   (`config/caps.rs`), and every step over the descriptors is linear in their number.

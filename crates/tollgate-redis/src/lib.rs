@@ -17,12 +17,15 @@
 //! algorithms' scripts differ is written in one table (`src/script/port.rs`).
 //!
 //! ## Coalesced calls
-//! Requests that arrive while calls to the same Redis (the same slot on a cluster) are in
-//! flight (two at most per queue) queue, and go next as one call of the batch script
-//! (`lua/batch.lua`), which decides each of them on its own by the same dispatcher: one call's
-//! overhead for many decisions. A batch of one-limit GCRA checks goes as GCRA's own batch
-//! script (`lua/batch_gcra.lua`, the same body), which skips the dispatch. A
-//! lone request waits for nothing and runs its own script as above. On by default
+//! A request goes out alone, with its own script as above, while fewer than sixteen calls to
+//! the same Redis (the same slot on a cluster: one queue each) are in flight and fewer than
+//! two of them are batch calls; a lone request waits for nothing. Requests that arrive while
+//! sixteen calls, or two batch calls, of their queue are in flight queue, and go next, when
+//! one of those calls ends, as one call of the batch script (`lua/batch.lua`; a single queued
+//! request as its own call), which decides each of them on its own by the same dispatcher:
+//! one call's overhead for many decisions. A batch of one-limit GCRA checks goes as GCRA's
+//! own batch script (`lua/batch_gcra.lua`, the same body), which skips the dispatch
+//! (`src/store/coalesce.rs` says why these numbers). On by default
 //! ([`RedisStoreBuilder::coalesce`], [`RedisStoreBuilder::max_batch`]); counted in
 //! `tollgate_redis_batches_total` and `tollgate_redis_batched_requests_total`.
 //!

@@ -202,8 +202,15 @@ impl RedisStoreBuilder {
         }
     }
 
-    /// The most one store call may take, all round trips included (default
-    /// [`DEFAULT_TIMEOUT`]); past it the call fails with [`StoreError::Timeout`].
+    /// How long Redis may stay silent before a store call fails, not how long a call may take
+    /// (default [`DEFAULT_TIMEOUT`]). A call that has waited `timeout` while Redis answered
+    /// nothing on this store fails with [`StoreError::Timeout`] (with
+    /// [`StoreError::Connection`] when the last thing heard was a lost connection, on one
+    /// Redis or behind Sentinel). While Redis keeps answering other calls, or this process
+    /// runs late, the call waits another `timeout`, up to [`longest_wait`](crate::longest_wait)
+    /// in all (`timeout` + 1 s, and a millisecond); a call ended there fails with
+    /// [`StoreError::Overloaded`] (with [`StoreError::Timeout`] on a cluster, where replies are
+    /// counted per store, not per node). See the crate docs, "Failures".
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

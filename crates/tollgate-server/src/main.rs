@@ -67,6 +67,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { config } => serve(config, overrides).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file, &overrides)?;
+            // Every check runs before anything is printed: "ok" means the whole file passed
+            // (docs/service.md: exit 0, or exit 1 with the problem on stderr).
+            let tls_expires = match &config.server.tls {
+                Some(tls) => Some((tls, tollgate_server::tls::check(tls)?)),
+                None => None,
+            };
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
@@ -77,8 +83,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.store.backend.name()
             )
             .map_err(cli::OutputError)?;
-            if let Some(tls) = &config.server.tls {
-                let expires = tollgate_server::tls::check(tls)?;
+            if let Some((tls, expires)) = tls_expires {
                 writeln!(
                     out,
                     "{}: certificate ok, expires {}",

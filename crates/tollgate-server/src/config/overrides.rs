@@ -21,7 +21,8 @@ pub struct Overrides {
     pub http: Option<String>,
     /// `TOLLGATE_GRPC`: replaces `server.grpc` (and serves the Envoy service).
     pub grpc: Option<String>,
-    /// `TOLLGATE_REDIS_URL`: replaces `store.redis` (and any `store.cluster`).
+    /// `TOLLGATE_REDIS_URL`: replaces `store.redis` (and clears any `store.cluster`,
+    /// `store.sentinel` and `store.sentinel_master`: one Redis replaces the file's store).
     pub redis_url: Option<String>,
     /// `TOLLGATE_ADMIN_TOKEN`: replaces `server.admin_token`.
     pub admin_token: Option<String>,

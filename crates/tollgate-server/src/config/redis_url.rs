@@ -1,13 +1,21 @@
-//! [`RedisUrl`]: a Redis URL checked for shape when read, whose password never reaches a log
-//! line, and [`RedisUrlError`], why one is refused (never quoting it: it may hold a password).
+//! [`RedisUrl`]: a Redis URL checked when read, whose password never reaches a log line, and
+//! [`RedisUrlError`], why one is refused (never quoting it: it may hold a password).
+//!
+//! The check is the Redis client's own (`redis`'s `IntoConnectionInfo`, which the store calls
+//! on the same string when it connects), after a few of ours with clearer messages: a URL the
+//! client would refuse (`redis://host/abc`, a bad database number; `redis://u:pw@[::1`, which
+//! does not parse) is a config error naming its field, not a Redis that looks down for ever
+//! (the store retries a failed connection, and every check follows its failure policy).
 //!
 //! `Debug` and `Display` print the URL with its password replaced by `***`; the URL itself is
 //! only reachable through an explicit `expose` call, for the Redis client.
 
 use std::fmt;
 
-/// A Redis URL (`redis://`, `rediss://`, `redis+unix://`, `unix://`), checked for shape when
-/// read. `Debug` and `Display` replace the password with `***`.
+use redis::IntoConnectionInfo as _;
+
+/// A Redis URL (`redis://`, `rediss://`, `redis+unix://`, `unix://`) the Redis client accepts,
+/// checked when read. `Debug` and `Display` replace the password with `***`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
     url: String,
@@ -15,7 +23,8 @@ pub struct RedisUrl {
 }
 
 impl RedisUrl {
-    /// Checks the URL's scheme and host.
+    /// Checks the URL's scheme, host and port, then that the Redis client accepts it as the
+    /// store will give it (database number, syntax, query, fragment).
     ///
     /// ```
     /// use tollgate_server::config::RedisUrl;
@@ -24,6 +33,7 @@ impl RedisUrl {
     /// assert_eq!(url.to_string(), "redis://app:***@cache:6379/0");
     /// assert_eq!(url.expose(), "redis://app:hunter2@cache:6379/0");
     /// assert!(RedisUrl::parse("http://cache").is_err());
+    /// assert!(RedisUrl::parse("redis://cache:6379/abc").is_err());
     /// # Ok::<(), tollgate_server::config::RedisUrlError>(())
     /// ```
     ///
@@ -56,6 +66,16 @@ impl RedisUrl {
         }
         if url.contains("#insecure") {
             return Err(RedisUrlError::InsecureFragment);
+        }
+        // What the store does with it when it connects (tollgate-redis: `into_connection_info`
+        // on this same string): what it refuses there, it would refuse on every retry.
+        match url.into_connection_info() {
+            Err(e) => return Err(RedisUrlError::Client(client_reason(&e))),
+            // A number, but no database: `SELECT -1` fails at every connection attempt too.
+            Ok(info) if info.redis_settings().db() < 0 => {
+                return Err(RedisUrlError::Client("Invalid database number".to_owned()));
+            }
+            Ok(_) => {}
         }
         let mut redacted = url.to_owned();
         if let Some(user) = userinfo
@@ -116,6 +136,22 @@ pub enum RedisUrlError {
         "ends in #insecure: set store.tls_insecure = true instead, which is checked and warned about"
     )]
     InsecureFragment,
+    /// The Redis client refuses it (the reason is the client's, e.g. `Invalid database
+    /// number`, `Redis URL did not parse`; never the URL).
+    #[error("is not a URL the Redis client accepts: {0}")]
+    Client(String),
+}
+
+/// The client's reason for refusing a URL: its description alone (`Invalid database number`,
+/// a fixed text), without the kind and the detail `Display` appends, so nothing of the URL
+/// (which may hold a password) is repeated.
+fn client_reason(e: &redis::RedisError) -> String {
+    // `RedisError`'s `Display` is `{description} - {kind:?}[: {detail}]`.
+    let text = e.to_string();
+    match text.split(" - ").next().map(str::trim) {
+        Some(reason) if !reason.is_empty() => reason.to_owned(),
+        _ => "it does not parse".to_owned(),
+    }
 }
 
 impl fmt::Display for RedisUrl {
@@ -164,5 +200,56 @@ mod tests {
             assert!(RedisUrl::parse(url).is_err(), "{url}");
         }
         assert!(RedisUrl::parse("redis://[::1]:6379").is_ok());
+    }
+
+    /// URLs of the right shape that the Redis client refuses (the store would retry them for
+    /// ever, as if Redis were down) are refused here, with the client's reason and without
+    /// the password.
+    #[test]
+    fn urls_the_client_refuses_are_refused() {
+        for (url, reason) in [
+            ("redis://127.0.0.1:6379/abc", "Invalid database number"),
+            (
+                "redis://u:s3cret@127.0.0.1:6379/abc",
+                "Invalid database number",
+            ),
+            ("redis://127.0.0.1:6379/-1", "Invalid database number"),
+            ("redis+unix:///tmp/r.sock?db=x", "Invalid database number"),
+            ("redis://u:s3cret@[::1", "Redis URL did not parse"),
+            ("redis://u:sec ret@h ost:6379", "Redis URL did not parse"),
+            (
+                "redis://0.0.0.0:6379",
+                "Cannot connect to a wildcard address",
+            ),
+            ("redis://h:6379/?protocol=resp9", "Invalid protocol version"),
+            ("rediss://h:6380/#verify", "only #insecure is supported"),
+            ("unix://host/tmp/r.sock", "Missing path"),
+        ] {
+            let err = RedisUrl::parse(url).expect_err(url);
+            assert!(matches!(err, RedisUrlError::Client(_)), "{url}: {err:?}");
+            let message = err.to_string();
+            assert!(message.contains(reason), "{url}: {message}");
+            assert!(!message.contains("s3cret"), "{url}: {message}");
+            assert!(!message.contains("sec ret"), "{url}: {message}");
+            assert!(!message.contains(url), "{url}: {message}");
+        }
+    }
+
+    /// What the client accepts still parses: databases, IPv6, TLS, sockets, RESP3, a user
+    /// name alone, percent-encoded passwords.
+    #[test]
+    fn urls_the_client_accepts_still_parse() {
+        for url in [
+            "redis://h",
+            "redis://h:6379/0",
+            "redis://h:6379/15/",
+            "redis://[::1]:6379/2",
+            "rediss://u:p%40ss@h:6380/1",
+            "redis://h/?protocol=resp3",
+            "redis+unix:///tmp/r.sock?db=1&pass=x",
+            "unix:///tmp/r.sock",
+        ] {
+            assert!(RedisUrl::parse(url).is_ok(), "{url}");
+        }
     }
 }

@@ -338,12 +338,15 @@ async fn healthcheck(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// Ready when the store answers the probe (`store_probe.rs`: a write on Redis).
+/// Ready when the store answers the probe (`store_probe.rs`: a write on Redis), probed now;
+/// the result is also what `/v1/status` and the scrape reuse, and goes into the outage
+/// history.
 async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
-    let result = state.probe.probe(&state.store).await;
-    let error = result.as_ref().err().map(|e| e.kind().as_str());
-    state.history.probed(std::time::SystemTime::now(), error);
-    result.map_err(ApiError::StoreUnavailable)?;
+    state
+        .probe
+        .probe_now(&state.store, &state.history)
+        .await
+        .map_err(ApiError::StoreUnavailable)?;
     Reply::json(serde_json::json!({ "status": "ready", "store": state.store.kind() }))
 }
 

@@ -188,15 +188,11 @@ impl LatencyBody {
     }
 }
 
-/// The store's health as of now (a probe at most a second old, `store_probe.rs`), recorded
-/// in the outage history.
+/// The store's health as of now: the newest probe's result, at most a second old
+/// (`store_probe.rs`). A new probe's result is recorded in the outage history; a reused one,
+/// or one older than a probe already recorded (`/readyz`'s), is not again.
 pub(crate) async fn probed(state: &AppState) -> Probed {
-    let probed = state.probe.recent(&state.store).await;
-    let error = probed
-        .error
-        .or_else(|| (state.store.circuit_open() == Some(true)).then_some("circuit_open"));
-    state.history.probed(SystemTime::now(), error);
-    probed
+    state.probe.recent(&state.store, &state.history).await
 }
 
 /// One sample of the hour of history: every limit's counts, the store's health and p99.

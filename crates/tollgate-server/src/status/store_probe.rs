@@ -15,12 +15,20 @@
 //! open, or several, cost the store one probe a second, not one per viewer and poll. A
 //! result that says "up" is not reused while the circuit breaker is open: the page never
 //! shows an old "up" beside an open breaker.
+//!
+//! Every probe, `/readyz`'s included, ends in [`StoreProbe::settle`]: its result becomes the
+//! one the scrape and the page reuse, and goes into the outage history, unless a probe that
+//! ended later was settled first (two probes may overlap). So the history's down and up follow
+//! the order the probes ended in, a result is recorded once (not again at each reuse), and
+//! after `/readyz` saw the store answer, the page does not show, nor record as a new outage,
+//! a failure from before it.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tollgate::{Algorithm, Entry, Key, Limit, Namespace, Op, Quota, Request, Store, StoreError};
 
+use crate::status::history::History;
 use crate::store::AnyStore;
 
 /// How long a probe result is reused.
@@ -64,11 +72,67 @@ impl StoreProbe {
         }
     }
 
-    /// Probes the store now: a check on Redis (a write), a peek on the memory store.
+    /// Probes the store now (`/readyz`), settling the result ([`StoreProbe::settle`]): the
+    /// page and the scrape reuse it, the outage history records it.
     ///
     /// # Errors
     /// The store's failure.
-    pub(crate) async fn probe(&self, store: &AnyStore) -> Result<(), StoreError> {
+    pub(crate) async fn probe_now(
+        &self,
+        store: &AnyStore,
+        history: &History,
+    ) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let result = self.call(store).await;
+        let probed = Probed::ended(started, result.as_ref().err());
+        self.settle(probed, store.circuit_open() == Some(true), history);
+        result
+    }
+
+    /// The last result if under a second old (and not "up" while the breaker is open), else
+    /// a new probe's, settled ([`StoreProbe::settle`]): the newest result either way.
+    pub(crate) async fn recent(&self, store: &AnyStore, history: &History) -> Probed {
+        if let Some(probed) = self.reusable(store.circuit_open()) {
+            return probed;
+        }
+        let started = Instant::now();
+        let result = self.call(store).await;
+        let probed = Probed::ended(started, result.as_ref().err());
+        self.settle(probed, store.circuit_open() == Some(true), history)
+    }
+
+    /// The last result, if it may be reused with the breaker `circuit_open`: under a second
+    /// old, and not "up" beside an open breaker.
+    fn reusable(&self, circuit_open: Option<bool>) -> Option<Probed> {
+        let last = *self.lock();
+        last.filter(|probed| {
+            probed.at.elapsed() < FRESH_FOR
+                && !(probed.error.is_none() && circuit_open == Some(true))
+        })
+    }
+
+    /// Makes `probed` the last result and records it in `history` (an open breaker,
+    /// `circuit_open`, counting as a failure), unless a probe that ended at or after it was
+    /// settled already: then `probed` is old news, changes nothing, and the newer result is
+    /// returned. One lock around both, so the history sees the probes in the order they ended
+    /// whatever the order they are settled in.
+    pub(crate) fn settle(&self, probed: Probed, circuit_open: bool, history: &History) -> Probed {
+        let mut last = self.lock();
+        if let Some(newer) = *last
+            && newer.at >= probed.at
+        {
+            return newer;
+        }
+        *last = Some(probed);
+        let error = probed
+            .error
+            .or_else(|| circuit_open.then_some("circuit_open"));
+        history.probed(wall_clock(probed.at), error);
+        probed
+    }
+
+    /// One call on the probe key: a check on Redis (a write), a peek on the memory store.
+    async fn call(&self, store: &AnyStore) -> Result<(), StoreError> {
         let request = Request::new([Entry::new(&self.limit, self.key.clone())], 1)
             .map_err(|e| StoreError::Protocol(format!("the probe request: {e}")))?;
         let op = if store.kind() == "memory" {
@@ -79,30 +143,119 @@ impl StoreProbe {
         store.boxed().decide(&request, op, None).await.map(|_| ())
     }
 
-    /// The last result if under a second old (and not "up" while the breaker is open), else
-    /// a new probe's.
-    pub(crate) async fn recent(&self, store: &AnyStore) -> Probed {
-        let cached = *self
-            .last
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Probed>> {
+        self.last
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(probed) = cached
-            && probed.at.elapsed() < FRESH_FOR
-            && !(probed.error.is_none() && store.circuit_open() == Some(true))
-        {
-            return probed;
-        }
-        let started = Instant::now();
-        let result = self.probe(store).await;
-        let probed = Probed {
-            error: result.err().map(|e| e.kind().as_str()),
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Probed {
+    /// The result of a probe started at `started` and ending now, failed with `error`.
+    fn ended(started: Instant, error: Option<&StoreError>) -> Probed {
+        Probed {
+            error: error.map(|e| e.kind().as_str()),
             took: started.elapsed(),
             at: Instant::now(),
-        };
-        *self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(probed);
-        probed
+        }
+    }
+}
+
+/// The wall-clock time of `at` (the history's clock).
+fn wall_clock(at: Instant) -> SystemTime {
+    let now = SystemTime::now();
+    now.checked_sub(at.elapsed()).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(at: Instant) -> Probed {
+        Probed {
+            error: Some("timeout"),
+            took: Duration::from_millis(50),
+            at,
+        }
+    }
+
+    fn answered(at: Instant) -> Probed {
+        Probed {
+            error: None,
+            took: Duration::from_millis(1),
+            at,
+        }
+    }
+
+    /// The recovery as it was seen wrongly: the page's probe fails (Redis frozen), `/readyz`'s
+    /// answers (Redis back), then a failure that ended before that answer is settled (the
+    /// page's cached result, or a probe that overlapped `/readyz`'s). It is not news: the
+    /// outage stays the real one, from the first failure to the answer, and what the page
+    /// reuses is the answer. A failure after the answer is a new outage.
+    #[test]
+    fn an_older_failure_is_not_news_after_an_answer() {
+        let probe = StoreProbe::new(&Namespace::default());
+        let history = History::new(Duration::from_secs(10));
+        let t0 = Instant::now()
+            .checked_sub(Duration::from_millis(500))
+            .expect("half a second after boot");
+        let (t1, t2) = (
+            t0 + Duration::from_millis(100),
+            t0 + Duration::from_millis(200),
+        );
+
+        assert_eq!(probe.settle(failed(t0), false, &history), failed(t0));
+        let down = history.outage().expect("down from the first failure");
+        assert_eq!((down.to_ms, down.error.as_str()), (None, "timeout"));
+
+        // `/readyz` sees the store answer.
+        assert_eq!(probe.settle(answered(t2), false, &history), answered(t2));
+        let outage = history.outage().expect("the outage");
+        assert_eq!(outage.from_ms, down.from_ms);
+        let lasted = outage.to_ms.expect("over at the answer") - outage.from_ms;
+        assert!(lasted.abs_diff(200) <= 1, "{outage:?}");
+
+        // An older failure, settled late: old news.
+        assert_eq!(probe.settle(failed(t1), false, &history), answered(t2));
+        assert_eq!(probe.settle(failed(t0), true, &history), answered(t2));
+        assert_eq!(history.outage(), Some(outage.clone()), "unchanged");
+        assert_eq!(
+            probe.reusable(Some(false)),
+            Some(answered(t2)),
+            "the page reuses the answer"
+        );
+
+        // A failure after the answer is news: a new outage.
+        let t3 = t2 + Duration::from_millis(100);
+        assert_eq!(probe.settle(failed(t3), false, &history), failed(t3));
+        let again = history.outage().expect("a new outage");
+        assert_eq!(again.to_ms, None);
+        assert!(
+            again.from_ms >= outage.to_ms.unwrap_or(u64::MAX),
+            "{again:?} after {outage:?}"
+        );
+        assert_eq!(probe.reusable(Some(false)), Some(failed(t3)));
+    }
+
+    /// An answer with the breaker open is recorded as `circuit_open` (checks are refused
+    /// without a call) and not reused while it is open; results over a second old are not
+    /// reused.
+    #[test]
+    fn reuse_is_bounded() {
+        let probe = StoreProbe::new(&Namespace::default());
+        let history = History::new(Duration::from_secs(10));
+        let now = Instant::now();
+        probe.settle(answered(now), true, &history);
+        let outage = history.outage().expect("an open breaker is down");
+        assert_eq!(outage.error, "circuit_open");
+        assert_eq!(probe.reusable(Some(true)), None);
+        assert_eq!(probe.reusable(Some(false)), Some(answered(now)));
+
+        let probe = StoreProbe::new(&Namespace::default());
+        let old = now
+            .checked_sub(FRESH_FOR + Duration::from_millis(1))
+            .expect("a second after boot");
+        probe.settle(failed(old), false, &history);
+        assert_eq!(probe.reusable(None), None, "over a second old");
     }
 }

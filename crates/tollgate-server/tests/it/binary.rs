@@ -418,6 +418,56 @@ fn check_config_exit_codes() {
     );
 }
 
+/// `check-config` refuses a Redis URL the Redis client would refuse (here a database that is
+/// not a number): exit 1, naming `store.redis` and the reason, without the password. Before,
+/// it said "ok" and `serve` then took the URL for a Redis down for ever.
+#[test]
+fn check_config_refuses_a_redis_url_the_client_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad_url.toml");
+    let toml = format!(
+        "[store]\nredis = \"redis://:hunter2-secret@127.0.0.1:1/abc\"\n{}",
+        one_limit("cc", "gcra", 1, "1s", "", "deny")
+    );
+    std::fs::write(&path, toml).expect("write");
+    let mut command = Command::new(BIN);
+    command.arg("check-config").arg(&path);
+    let out = output_within_10s(&mut command);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr.contains("bad_url.toml: store.redis: ")
+            && stderr.contains("Invalid database number"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2-secret"), "{stderr}");
+}
+
+/// `check-config` on a file whose `tls_key` is not its `tls_cert`'s: exit 1, the problem on
+/// stderr naming `server.tls_key`, and no "ok" on stdout (docs/service.md: "exit 0, or exit 1
+/// with the problem on stderr"). Before, it printed "ok" and then the TLS error.
+#[test]
+fn check_config_refuses_a_key_that_is_not_the_certificates() {
+    let tls = tollgate_testkit::TlsFiles::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tls_mismatch.toml");
+    let toml = format!(
+        "[server]\ntls_cert = {:?}\ntls_key = {:?}\n{}",
+        tls.server_cert(),
+        tls.client_key(),
+        one_limit("cc", "gcra", 1, "1s", "", "deny")
+    );
+    std::fs::write(&path, toml).expect("write");
+    let mut command = Command::new(BIN);
+    command.arg("check-config").arg(&path);
+    let out = output_within_10s(&mut command);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("server.tls_key"), "{stderr}");
+    assert!(!stdout.contains("ok"), "stdout: {stdout}");
+}
+
 /// A command whose reader closes its output early (`tollgate … | head -1`) ends quietly and
 /// successfully, as command-line tools do, instead of panicking on the closed pipe.
 #[test]

@@ -451,6 +451,53 @@ fn secrets_are_redacted() {
     assert!(debug.contains("redis://user:***@cache:6379"), "{debug}");
 }
 
+/// A Redis URL of the right shape that the Redis client refuses (a bad database number, a URL
+/// that does not parse) is a config error naming its field, or the variable that replaced it,
+/// never quoting the password; before, it passed and `serve` took it for a Redis down for ever.
+#[test]
+fn urls_the_redis_client_refuses_name_their_field() {
+    let bad = [
+        (
+            "redis://:pw-hidden@127.0.0.1:1/abc",
+            "Invalid database number",
+        ),
+        ("redis://u:pw-hidden@[::1", "Redis URL did not parse"),
+        ("redis://u:pw-hidden ret@h ost:1", "Redis URL did not parse"),
+    ];
+    let good = "redis://127.0.0.1:1";
+    for (url, reason) in bad {
+        let files = [
+            ("store.redis", format!("[store]\nredis = \"{url}\"\n")),
+            (
+                "store.cluster[1]",
+                format!("[store]\ncluster = [\"{good}\", \"{url}\"]\n"),
+            ),
+            (
+                "store.sentinel[0]",
+                format!("[store]\nsentinel = [\"{url}\"]\nsentinel_master = \"m\"\n"),
+            ),
+        ];
+        for (field, store) in files {
+            let (named, message) = error(&format!("{store}{}", limit(GOOD)));
+            assert_eq!(named.as_deref(), Some(field), "{url}: {message}");
+            assert!(
+                message.starts_with(&format!("cfg.toml: {field}: ")),
+                "{url}: {message}"
+            );
+            assert!(message.contains(reason), "{url}: {message}");
+            assert!(!message.contains("pw-hidden"), "{url}: {message}");
+        }
+        let overrides = Overrides {
+            redis_url: Some(url.into()),
+            ..Overrides::default()
+        };
+        let err = Config::parse(&limit(GOOD), "cfg.toml", &overrides).expect_err(url);
+        assert_eq!(err.field(), Some("TOLLGATE_REDIS_URL"), "{err}");
+        assert!(err.to_string().contains(reason), "{err}");
+        assert!(!err.to_string().contains("pw-hidden"), "{err}");
+    }
+}
+
 /// The shipped example is valid.
 #[test]
 fn shipped_example_is_valid() {

@@ -313,3 +313,77 @@ async fn scrape_has_build_process_and_http_metrics_and_the_icon_is_served() {
     );
     server.stop().await;
 }
+
+/// After Redis recovers, the page does not record a fake outage: Redis frozen (SIGSTOP), the
+/// page's probe fails; thawed (SIGCONT), `/readyz` answers 200; then `/v1/status` says up (it
+/// reuses that newer probe, not its own older failure) and the outage, in the status and in
+/// `/v1/history`, is the real one: from a failure while frozen to an answer after the thaw,
+/// no later than `/readyz`'s. Before, the page showed the stale failure and recorded it as a
+/// new outage starting after Redis had answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_seen_by_readyz_is_not_undone_by_an_older_failure() {
+    let redis = RedisServer::start();
+    // The sampler's probe only at start (a 10-minute interval): the page and /readyz probe.
+    let toml = format!(
+        "[server]\nhistory_interval = \"10m\"\n[store]\nredis = \"{}\"\ntimeout = \"50ms\"\n{}",
+        redis.url(),
+        one_limit("recovery", "gcra", 5, "1s", r#""user""#, "deny")
+    );
+    let config = Config::parse(&toml, "test.toml", &Overrides::default()).expect("valid");
+    let server = TestServer::start_with(Server::new(config)).await;
+    assert_eq!(server.get("/readyz").await.status, 200);
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+
+    redis.pause();
+    // Until the page's own probe fails (it first reuses its last "up" for up to a second),
+    // seen fresh: the failure it would reuse is then under a second old for a while.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = server.get("/v1/status").await.json;
+        let store = &status["store"];
+        if store["up"] == false && store["probe_age_ms"].as_f64() < Some(100.0) {
+            assert_eq!(store["error"], "timeout", "{status}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the page never saw Redis frozen: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resumed_ms = now_ms();
+    redis.resume();
+    let ready = eventually(Duration::from_secs(10), || async {
+        server.get("/readyz").await.status == 200
+    })
+    .await;
+    assert!(ready, "/readyz never answered 200 after the thaw");
+    let ready_ms = now_ms();
+
+    for _ in 0..2 {
+        let status = server.get("/v1/status").await.json;
+        let store = &status["store"];
+        assert_eq!(store["up"], true, "Redis answered /readyz: {status}");
+        assert_eq!(store["error"], serde_json::Value::Null, "{status}");
+        let outage = &store["outage"];
+        let from = outage["from_ms"].as_u64().expect("an outage");
+        let to = outage["to_ms"].as_u64();
+        assert!(
+            from <= resumed_ms,
+            "began while frozen: {outage} ({resumed_ms})"
+        );
+        assert!(
+            to.is_some_and(|to| to + 1 >= resumed_ms && to <= ready_ms + 1),
+            "ended at an answer after the thaw, /readyz's at the latest: {outage} \
+             (thawed {resumed_ms}, ready {ready_ms})"
+        );
+        assert_eq!(outage["error"], "timeout", "{outage}");
+        let history = server.get("/v1/history").await.json;
+        assert_eq!(history["outage"], *outage, "{history}");
+    }
+    server.stop().await;
+}
