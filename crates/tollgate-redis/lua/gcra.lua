@@ -16,6 +16,14 @@
 --          tau  T × burst (µs): how far ahead of now the theoretical arrival time may run
 --          op   0 = decide only, 1 = decide and charge when admitted, 2 = give back `inc`
 --               charged just before
+--          at   a give-back on the server's clock: the charge's instant, or an earlier one
+--               (µs on the server's clock; nil: just now). Only what the state may still
+--               hold of that charge is given back, `inc` less the time since `at`: a key
+--               that refilled and was charged again since must not get its new charge
+--               back (a late give-back of an unanswered check, `src/store/unanswered.rs`,
+--               used to erase the next caller's charge: two admitted of a burst of one).
+--               Whatever happened since, the state holds at least that much of the charge
+--               (each later charge at t leaves of it at least tat_A − t ≥ at + inc − now).
 --          whole  whether T is a whole number of ms (most quotas): every `inc` of the limit
 --               then is too, and on the server's clock its keys' values are never read
 -- Returns  one integer, its sign the verdict. Admitted: `used` ≥ 0, the theoretical arrival
@@ -77,6 +85,15 @@ else
   end
 end
 if op == 2 then
+  if at then
+    local c = redis.call('TIME')
+    local back = at + inc - (c[1] * 1000000 + c[2])
+    if back <= 0 then
+      if used < skew then return 0 end
+      return used - skew
+    end
+    if back < inc then inc = back end
+  end
   used = used - inc
   if used <= 0 then
     redis.call('DEL', key)

@@ -18,6 +18,9 @@ pub(crate) struct Part {
     pub(super) at: TimeSource,
     /// A check's deadline, µs on the server's clock (`deadline.rs`).
     pub(super) deadline: Option<u64>,
+    /// The server's clock when the call was sent, at the latest (`store::clock::Sent`): the
+    /// clock of a give-back whose reply tells no instant (GCRA's).
+    pub(super) sent_after: Option<u64>,
     pub(super) keys: SmallVec<[Key; 2]>,
     pub(super) entries: SmallVec<[PartEntry; 2]>,
     /// A check charges every entry whether it admits or not
@@ -47,6 +50,7 @@ impl Part {
             op,
             at,
             deadline: None,
+            sent_after: None,
             keys: entries.iter().map(|e| e.key().clone()).collect(),
             entries: entries
                 .iter()
@@ -119,15 +123,26 @@ impl Part {
         if kept.is_empty() {
             return None;
         }
-        let at = match (self.at, now) {
-            (TimeSource::Caller(t), _) => TimeSource::Caller(t),
-            (_, Some(t)) => TimeSource::ServerInstant(u64::try_from(t).ok()?),
-            (at, None) => at,
+        let now = match now {
+            Some(t) => Some(u64::try_from(t).ok()?),
+            None => None,
+        };
+        // A lone entry's reset (µs): GCRA's one integer, the others' third value.
+        let reset_us = match (&self.entries[..], answers) {
+            ([one], [first, rest @ ..]) => {
+                match (PORTS[usize::from(one.port)].reply, first, rest) {
+                    (Reply::GcraUsed, Value::Int(used), _) => u64::try_from(*used).ok(),
+                    (Reply::Decision, _, [_, Value::Int(reset), ..]) => u64::try_from(*reset).ok(),
+                    _ => None,
+                }
+            }
+            _ => None,
         };
         Some(Part {
             op: Op::GiveBack,
-            at,
+            at: self.undo_clock(now, reset_us),
             deadline: None,
+            sent_after: None,
             keys: kept.iter().map(|&i| self.keys[i].clone()).collect(),
             entries: kept
                 .iter()
@@ -148,6 +163,46 @@ impl Part {
     /// Sets the deadline of a check (`deadline.rs`); a peek or a give-back takes none.
     pub(crate) fn set_deadline(&mut self, deadline: Option<u64>) {
         self.deadline = deadline.filter(|_| self.op == Op::Check);
+    }
+
+    /// Sets when the call was sent, on the server's clock at the latest (`store::clock::Sent`).
+    pub(crate) fn set_sent_after(&mut self, after: Option<u64>) {
+        self.sent_after = after;
+    }
+
+    /// The clock of the give-back that undoes this check, `now` being the instant its reply
+    /// says it decided at, if it says one, and `reset_us` its one entry's reset (µs), if it
+    /// has one entry: the caller's instant; else that instant; else, on the server's clock,
+    /// when the call was sent (GCRA's reply tells no instant).
+    ///
+    /// A lone GCRA or token bucket entry on the server's clock gives back only what its key
+    /// may still hold of the charge, counted from the instant given (`lua/gcra.lua`, `at`):
+    /// for it, that instant is the earliest the charge can have counted from, its key's new
+    /// state (now + reset) less the charge. Exact for a key that was charged ahead of time
+    /// (its give-back is whole however late it comes); for one that was full, the time since
+    /// the charge is kept back.
+    pub(crate) fn undo_clock(&self, now: Option<u64>, reset_us: Option<u64>) -> TimeSource {
+        let at = match (self.at, now, self.sent_after) {
+            (TimeSource::Caller(t), _, _) => return TimeSource::Caller(t),
+            (_, Some(t), _) => t,
+            (TimeSource::Server, None, Some(t)) => t,
+            (at, None, _) => return at,
+        };
+        if let ([one], Some(reset)) = (&self.entries[..], reset_us) {
+            let interval = match PORTS[usize::from(one.port)].tag {
+                "gcra" => Some(one.params[0]),
+                "tb" => Some(one.params[1]),
+                _ => None,
+            };
+            if let Some(t) = interval {
+                // (GCRA's reset counts from a ms at least `at`'s: the sum is a lower bound.)
+                let start = at
+                    .saturating_add(reset)
+                    .saturating_sub(one.cost.saturating_mul(t));
+                return TimeSource::ServerInstant(start);
+            }
+        }
+        TimeSource::ServerInstant(at)
     }
 
     /// Each entry's tag and arguments, as `lua/request.lua` reads them: the row's
@@ -222,12 +277,22 @@ mod tests {
         assert!(peek.deadline.is_none());
 
         let int = Value::Int;
-        // GCRA alone, admitted: undone on the server's clock (its give-back needs no instant).
+        // GCRA alone, admitted, its reply telling no instant: undone on the server's clock
+        // from when it was sent (`lua/gcra.lua`, `at`); on the server's clock as it reads
+        // it when that is not known (before the clock's first sample).
         let undo = one.undo_of(&int(5)).expect("charged");
         assert_eq!(
             (undo.op, undo.at, undo.deadline),
             (Op::GiveBack, TimeSource::Server, None)
         );
+        // Sent at 98 s, its key's state 300 ms ahead after the charge (4/s: T = 250 ms): the
+        // charge counted from 98.05 s at the earliest (the reply counts from a ms at least
+        // the send's).
+        one.set_sent_after(Some(98_000_000));
+        let undo = one.undo_of(&int(300_000)).expect("charged");
+        assert_eq!(undo.at, TimeSource::ServerInstant(98_050_000));
+        let args = cmd_args(&invocation(&undo));
+        assert_eq!(&args[args.len() - 2..], ["2", "s98050000"], "{args:?}");
         assert!(one.undo_of(&int(-3)).is_none(), "a refusal charged nothing");
         let late = Value::BulkString(b"late 123".to_vec());
         assert!(
@@ -248,6 +313,15 @@ mod tests {
         assert_eq!(
             server.undo_of(&fw_reply).map(|u| u.at),
             Some(TimeSource::ServerInstant(42))
+        );
+        // A token bucket: its key's state (42 s + its reset, 0.5 s) less the charge.
+        let tb: &'static Limit = Box::leak(Box::new(limit(Algorithm::TokenBucket, 4)));
+        let t = Entry::new(tb, Key::new(&ns, tb, &[("u", "1")]));
+        let bucket = Part::new(Op::Check, &[&t], TimeSource::Server, false);
+        let tb_reply = Value::Array(vec![int(42_000_000), int(1), int(3), int(500_000), int(-1)]);
+        assert_eq!(
+            bucket.undo_of(&tb_reply).map(|u| u.at),
+            Some(TimeSource::ServerInstant(42_250_000))
         );
     }
 }

@@ -133,7 +133,8 @@ pub(super) static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
                 "local last_ms, last_px\n\
                  local function gcra(key, now, cost, t, tau, whole, op, server)\n\
                  local inc = cost * t\n\
-                 if server then now = nil end\n\
+                 local at\n\
+                 if server then if op == 2 then at = now end now = nil end\n\
                  {GCRA}end\n"
             ),
             format!("{ONE_GCRA}{GCRA}"),
@@ -141,7 +142,7 @@ pub(super) static PORTS: LazyLock<[Port; 5]> = LazyLock::new(|| {
             Reply::GcraUsed,
         )
         .with_lone_batch(&format!(
-            "local last_ms, last_px\nlocal function gcra(key, inc, tau, op, now, whole)\n{GCRA}end\n\
+            "local last_ms, last_px\nlocal function gcra(key, inc, tau, op, now, whole)\nlocal at\n{GCRA}end\n\
              {BATCH_GCRA}"
         )),
     ]

@@ -6,7 +6,8 @@ pub(crate) enum TimeSource {
     /// The server's clock, read by the script.
     Server,
     /// The server's clock at this instant (µs), read by an earlier script of the same
-    /// request: a give-back undoes at the instant it charged.
+    /// request: a give-back undoes at the instant it charged (GCRA's, whose reply tells no
+    /// instant: at an instant before it charged, `Part::undo_clock`).
     ServerInstant(u64),
     /// The caller's clock at this instant (µs).
     Caller(u64),

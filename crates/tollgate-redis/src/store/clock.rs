@@ -11,7 +11,26 @@ use super::connection::Connection;
 use super::redis_store::RedisStore;
 use crate::deadline::{deadline, earliest_time, time_cmd};
 
+/// When a call is sent, on the server's clock as this process knows it (`deadline.rs`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sent {
+    /// A check's deadline ([`RedisStore::deadline_from`]).
+    pub(crate) deadline: Option<u64>,
+    /// The server's clock when the call was sent, at the latest: its script runs at this
+    /// instant or after. A GCRA check's give-back on the server's clock needs it, its reply
+    /// telling no instant (`lua/gcra.lua`, `at`). `None` before the clock's first sample.
+    pub(crate) after: Option<u64>,
+}
+
 impl RedisStore {
+    /// [`Sent`] for a call that starts at local instant `start`.
+    pub(super) fn sent_at(&self, start: Instant) -> Sent {
+        Sent {
+            deadline: self.deadline_from(start),
+            after: self.inner.clock.server_at(start),
+        }
+    }
+
     /// The deadline of a call that starts at local instant `start` (`deadline.rs`); `None`
     /// while Redis keeps answering (no reply for a millisecond before the call: it carries
     /// one), and until the server's clock was sampled once.

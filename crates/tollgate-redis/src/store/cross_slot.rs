@@ -6,6 +6,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, NotUntil, Request, StoreError};
 
+use super::clock::Sent;
 use super::redis_store::RedisStore;
 use crate::script::{Op, TimeSource};
 use crate::slot::slot_of;
@@ -20,14 +21,14 @@ impl RedisStore {
         groups: &[Group],
         op: Op,
         at: TimeSource,
-        deadline: Option<u64>,
+        sent: Sent,
         counts_refusals: bool,
     ) -> Result<Decisions, StoreError> {
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
         for group in groups {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
             let (_, decisions) = self
-                .run_group(op, &members, at, deadline, counts_refusals)
+                .run_group(op, &members, at, sent, counts_refusals)
                 .await?;
             for (&i, d) in group.iter().zip(decisions) {
                 out[i] = Some(d);
@@ -51,7 +52,7 @@ impl RedisStore {
         &self,
         request: &Request<'_>,
         at: TimeSource,
-        deadline: Option<u64>,
+        sent: Sent,
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
         let groups = self.groups(entries);
@@ -59,7 +60,7 @@ impl RedisStore {
         loop {
             attempt += 1;
             let out = self
-                .decide_per_slot(entries, &groups, Op::Peek, at, None, false)
+                .decide_per_slot(entries, &groups, Op::Peek, at, Sent::default(), false)
                 .await?;
             if !request.admitted(out.iter().map(|d| d.is_allowed())) {
                 return Ok(out);
@@ -76,13 +77,11 @@ impl RedisStore {
             let chosen_entries = chosen_request.entries();
             let chosen_groups = self.groups(chosen_entries);
             let checked: Decisions = if chosen_groups.len() > 1 {
-                self.decide_across_slots(chosen_entries, &chosen_groups, Op::Check, at, deadline)
+                self.decide_across_slots(chosen_entries, &chosen_groups, Op::Check, at, sent)
                     .await?
             } else {
                 let group: SmallVec<[&Entry<'_>; 2]> = chosen_entries.iter().collect();
-                let (_, d) = self
-                    .run_group(Op::Check, &group, at, deadline, false)
-                    .await?;
+                let (_, d) = self.run_group(Op::Check, &group, at, sent, false).await?;
                 d.into_iter().collect()
             };
             let charged = checked.iter().all(|d| d.is_allowed());
@@ -114,15 +113,14 @@ impl RedisStore {
         groups: &[Group],
         op: Op,
         at: TimeSource,
-        deadline: Option<u64>,
+        sent: Sent,
     ) -> Result<Decisions, StoreError> {
         let mut out: SmallVec<[Option<Decision>; 2]> = SmallVec::from_elem(None, entries.len());
         let mut charged: SmallVec<[(&Group, TimeSource); 4]> = SmallVec::new();
         let mut denied_at = None;
         for (g, group) in groups.iter().enumerate() {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
-            let (undo_at, decisions) = match self.run_group(op, &members, at, deadline, false).await
-            {
+            let (undo_at, decisions) = match self.run_group(op, &members, at, sent, false).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.give_back(entries, &charged).await;
@@ -150,7 +148,9 @@ impl RedisStore {
             for group in &groups[g + 1..] {
                 let members: SmallVec<[&Entry<'_>; 2]> =
                     group.iter().map(|&i| &entries[i]).collect();
-                let (_, decisions) = self.run_group(Op::Peek, &members, at, None, false).await?;
+                let (_, decisions) = self
+                    .run_group(Op::Peek, &members, at, Sent::default(), false)
+                    .await?;
                 for (&i, d) in group.iter().zip(decisions) {
                     out[i] = Some(d);
                 }
@@ -176,7 +176,7 @@ impl RedisStore {
         for &(group, at) in charged {
             let members: SmallVec<[&Entry<'_>; 2]> = group.iter().map(|&i| &entries[i]).collect();
             match self
-                .run_group(Op::GiveBack, &members, at, None, false)
+                .run_group(Op::GiveBack, &members, at, Sent::default(), false)
                 .await
             {
                 Ok((_, decisions)) => out.extend(group.iter().copied().zip(decisions)),

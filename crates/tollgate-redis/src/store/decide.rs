@@ -8,6 +8,7 @@ use redis::Value;
 use smallvec::SmallVec;
 use tollgate::{Decision, Decisions, Entry, Request, StoreError, Timestamp};
 
+use super::clock::Sent;
 use super::connection::Connection;
 use super::redis_store::RedisStore;
 #[cfg(not(feature = "bench"))]
@@ -43,9 +44,9 @@ impl RedisStore {
     }
 
     /// Runs `op` on one group of entries (one slot) on clock `at`. Also returns the clock a
-    /// give-back of this group must use: the instant its script decided at (GCRA's
-    /// single-entry script on the server's clock reads no instant, and its give-back needs
-    /// none).
+    /// give-back of this group must use: the instant its script decided at, or for GCRA's
+    /// single-entry script on the server's clock, which reads no instant, when it was sent
+    /// (`Part::undo_clock`).
     ///
     /// On the server's clock, a refusal due within a millisecond is decided again a
     /// millisecond later, once (see [`due_within_a_millisecond`]). A peek whose connection was
@@ -56,12 +57,13 @@ impl RedisStore {
         op: Op,
         entries: &[&Entry<'_>],
         at: TimeSource,
-        deadline: Option<u64>,
+        sent: Sent,
         counts_refusals: bool,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let mut inv = Part::new(op, entries, at, counts_refusals);
-        inv.set_deadline(deadline);
-        let mut sent = self.run_once(&mut inv, entries, at).await;
+        inv.set_deadline(sent.deadline);
+        inv.set_sent_after(sent.after);
+        let mut sent = self.run_once(&mut inv, entries).await;
         // A lost connection (dropped, reset, a failover) leaves a call's fate unknown: a
         // check's script may have run and charged before its reply was lost, so only a peek,
         // which writes nothing, is sent again, on the connection as re-established.
@@ -72,7 +74,7 @@ impl RedisStore {
             };
             tracing::debug!(%cause, "connection lost under a peek; sending it again");
             resends += 1;
-            sent = Box::pin(self.run_once(&mut inv, entries, at)).await;
+            sent = Box::pin(self.run_once(&mut inv, entries)).await;
         }
         let mut decided = sent?;
         // The second calls are boxed: rare, and inline they would make every call's state
@@ -80,7 +82,7 @@ impl RedisStore {
         if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
             decided = Box::pin(async {
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                self.run_once(&mut inv, entries, at).await
+                self.run_once(&mut inv, entries).await
             })
             .await?;
         }
@@ -95,7 +97,6 @@ impl RedisStore {
         &self,
         inv: &mut Part,
         entries: &[&Entry<'_>],
-        at: TimeSource,
     ) -> Result<(TimeSource, SmallVec<[Decision; 2]>), StoreError> {
         let reply = loop {
             let reply = match self.coalescer() {
@@ -114,11 +115,11 @@ impl RedisStore {
             }
         };
         let (now, decisions) = decode(reply, entries)?;
-        let undo_at = match (at, now) {
-            (TimeSource::Caller(t), _) => TimeSource::Caller(t),
-            (_, Some(t)) => TimeSource::ServerInstant(t),
-            (at, None) => at,
+        let reset_us = match &decisions[..] {
+            [one] => u64::try_from(one.reset_after.as_micros()).ok(),
+            _ => None,
         };
+        let undo_at = inv.undo_clock(now, reset_us);
         Ok((undo_at, decisions))
     }
 
@@ -130,7 +131,7 @@ impl RedisStore {
         request: &Request<'_>,
         now: Option<Timestamp>,
         op: Op,
-        deadline: Option<u64>,
+        sent: Sent,
     ) -> Result<Decisions, StoreError> {
         let entries = request.entries();
         let at = time_source(now);
@@ -141,16 +142,16 @@ impl RedisStore {
             // path's give-backs would make every call's state larger.
             if counts || op == Op::Peek {
                 // Each entry on its own: one call per slot, nothing to give back.
-                return Box::pin(self.decide_per_slot(entries, &groups, op, at, deadline, counts))
+                return Box::pin(self.decide_per_slot(entries, &groups, op, at, sent, counts))
                     .await;
             }
             if request.has_needs() {
-                return Box::pin(self.decide_needs_across_slots(request, at, deadline)).await;
+                return Box::pin(self.decide_needs_across_slots(request, at, sent)).await;
             }
-            return Box::pin(self.decide_across_slots(entries, &groups, op, at, deadline)).await;
+            return Box::pin(self.decide_across_slots(entries, &groups, op, at, sent)).await;
         }
         let group: SmallVec<[&Entry<'_>; 2]> = entries.iter().collect();
-        let (_, decisions) = self.run_group(op, &group, at, deadline, counts).await?;
+        let (_, decisions) = self.run_group(op, &group, at, sent, counts).await?;
         Ok(decisions.into_iter().collect())
     }
 }

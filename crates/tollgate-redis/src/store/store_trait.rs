@@ -28,17 +28,17 @@ impl Store for RedisStore {
         // `guarded`'s body, written out: every check and peek awaits Redis here, not through
         // a layer of its own (docs/architecture.md counts the path).
         let permit = self.inner.breaker.admit()?;
-        let deadline = self.deadline_from(Instant::now());
+        let sent = self.sent_at(Instant::now());
         let op = Op::from(op);
         let waited = if self.is_cluster() {
-            let call = std::pin::pin!(self.decide_on_cluster(request, now, op, deadline));
+            let call = std::pin::pin!(self.decide_on_cluster(request, now, op, sent));
             self.inner.patience.wait(self.inner.timeout, call).await
         } else {
             // A single Redis holds every key: the request is one group, run as it is.
             let group: SmallVec<[&Entry<'_>; 2]> = request.entries().iter().collect();
             let at = time_source(now);
             let counts = request.counts_refusals();
-            let call = std::pin::pin!(self.run_group(op, &group, at, deadline, counts));
+            let call = std::pin::pin!(self.run_group(op, &group, at, sent, counts));
             let waited = self.inner.patience.wait(self.inner.timeout, call).await;
             waited.map(|ran| ran.map(|(_, decisions)| decisions.into_iter().collect()))
         };

@@ -511,3 +511,91 @@ fn a_late_give_back_takes_nothing_from_the_next_window() {
         "the give-back of a unit of the past window made room in the next one"
     );
 }
+
+/// Whether a single-entry script's reply admitted: GCRA's one integer (≥ 0), or the others'
+/// verdict after their instant.
+fn admitted(reply: &redis::Value) -> bool {
+    match reply {
+        redis::Value::Int(used) => *used >= 0,
+        redis::Value::Array(items) => matches!(items.get(1), Some(redis::Value::Int(1))),
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
+/// The server's clock, µs.
+fn server_time(con: &mut redis::Connection) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(con).expect("TIME");
+    s * 1_000_000 + us
+}
+
+/// On the server's clock, a GCRA or token bucket give-back that arrives after its key refilled
+/// and was charged again (an unanswered check's reply held by a frozen Redis, given back
+/// when it comes) leaves the new charge alone: it used to return it, and a burst of 1
+/// admitted two at once. A give-back that follows its charge at once still returns it (the
+/// next unit passes within a fifth of the interval, not after a whole one). Real time: the
+/// key's interval is 500 ms, and the refill is waited for by bounded polling.
+#[test]
+fn a_late_give_back_leaves_a_later_charge_alone() {
+    let mut con = redis::Client::open(server().url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    let ns = unique_namespace("late-refill");
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let quota = Quota::per_second(2)
+            .and_then(|q| q.with_burst(1))
+            .expect("valid");
+        let limit = Limit::new(algorithm.name(), algorithm, quota).expect("valid");
+        let call = tollgate_redis::ScriptCall::check(&limit, 1);
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(call.source)
+            .query(&mut con)
+            .expect("load");
+        let run = |con: &mut redis::Connection, key: &tollgate::Key, extra: &[String]| {
+            redis::cmd("EVALSHA")
+                .arg(&sha)
+                .arg(1)
+                .arg(key.as_str())
+                .arg(&call.args)
+                .arg(extra)
+                .query::<redis::Value>(con)
+                .unwrap_or_else(|e| panic!("{algorithm}: {e}"))
+        };
+        // Checks until one is admitted, for at most `within`; when it was, if it was.
+        let admitted_within = |con: &mut redis::Connection, key: &tollgate::Key, within| {
+            let start = Instant::now();
+            while start.elapsed() < within {
+                if admitted(&run(con, key, &[])) {
+                    return Some(start.elapsed());
+                }
+            }
+            None
+        };
+        let give_back = |at: u64| ["2".to_owned(), format!("s{at}")];
+
+        let key = tollgate::Key::new(&ns, &limit, &[("user", "late")]);
+        let before = server_time(&mut con);
+        assert!(admitted(&run(&mut con, &key, &[])), "{algorithm}: A");
+        let b = admitted_within(&mut con, &key, Duration::from_secs(5));
+        assert!(b.is_some(), "{algorithm}: the key never refilled");
+        run(&mut con, &key, &give_back(before));
+        // B holds the only unit for an interval (500 ms): nothing passes in the next 50.
+        let c = admitted_within(&mut con, &key, Duration::from_millis(50));
+        assert!(
+            c.is_none(),
+            "{algorithm}: the late give-back of A returned B's unit (C admitted after {c:?})"
+        );
+
+        let key = tollgate::Key::new(&ns, &limit, &[("user", "prompt")]);
+        let before = server_time(&mut con);
+        assert!(admitted(&run(&mut con, &key, &[])), "{algorithm}: A");
+        run(&mut con, &key, &give_back(before));
+        let next = admitted_within(&mut con, &key, Duration::from_millis(100));
+        assert!(
+            next.is_some(),
+            "{algorithm}: a give-back right after its charge did not return it"
+        );
+    }
+    let persistent = keys_without_ttl(server(), &format!("{}:*", ns.prefix()));
+    assert!(persistent.is_empty(), "keys without TTL: {persistent:?}");
+}
