@@ -126,14 +126,18 @@ impl AnyStore {
         }
     }
 
-    /// Whether the Redis store's circuit breaker is open (`None`: the memory store, or
-    /// Redis not connected yet).
+    /// Whether the Redis store's circuit breaker is open (`None`: the memory store; `false`
+    /// while Redis is not connected yet).
     pub fn circuit_open(&self) -> Option<bool> {
-        let redis = match self.store.downcast_ref::<Arc<Connecting>>() {
-            Some(connecting) => connecting.redis.get(),
-            None => self.store.downcast_ref::<RedisStore>(),
-        };
-        redis.map(RedisStore::circuit_open)
+        match self.store.downcast_ref::<Arc<Connecting>>() {
+            // Not connected yet: no breaker has opened (calls fail on the connection), and the
+            // gauge and the page still say so, rather than nothing.
+            Some(connecting) => Some(connecting.redis.get().is_some_and(RedisStore::circuit_open)),
+            None => self
+                .store
+                .downcast_ref::<RedisStore>()
+                .map(RedisStore::circuit_open),
+        }
     }
 
     /// Why the Redis store's circuit breaker is open (`None`: closed, the memory store, or

@@ -70,6 +70,23 @@ async fn starts_and_serves_by_policy_while_redis_is_down() {
     assert_eq!(reply.json["decisions"][0]["store_error"], "connection");
     let reply = process.post("/v1/check", open).await;
     assert_eq!(reply.status, 200, "allow policy: {reply:?}");
+    // Not connected, no breaker open: said so, on the page and in the scrape (the gauge and
+    // `circuit_open` were missing until the first connection).
+    let status = get("/v1/status").await.json;
+    assert_eq!(
+        (
+            &status["store"]["connected"],
+            &status["store"]["circuit_open"]
+        ),
+        (&serde_json::json!(false), &serde_json::json!(false)),
+        "{status}"
+    );
+    let scrape = get("/metrics").await.text;
+    assert_eq!(
+        crate::support::sample(&scrape, "tollgate_store_circuit_open").as_deref(),
+        Some("0"),
+        "{scrape}"
+    );
 
     redis.restart();
     let connected = eventually(Duration::from_secs(20), || async {
