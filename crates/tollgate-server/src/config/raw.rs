@@ -41,7 +41,16 @@ impl RawConfig {
                 .map(|s| text[..s.start.min(text.len())].lines().count().max(1)),
             source: FieldError::Toml(Box::new(e)),
         };
-        let deserializer = toml::Deserializer::parse(text).map_err(|e| error(String::new(), e))?;
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| {
+            // A key written twice: the parser names no field, but its span is the key.
+            let key = match e.span() {
+                Some(s) if e.message().starts_with("duplicate key") => {
+                    text.get(s).map(|k| k.trim().to_owned()).unwrap_or_default()
+                }
+                _ => String::new(),
+            };
+            error(key, e)
+        })?;
         serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let path = e.path().to_string();
             let field = if path == "." { String::new() } else { path };
@@ -71,6 +80,7 @@ impl RawConfig {
 pub(super) struct RawServer {
     pub(super) http: Option<String>,
     pub(super) grpc: Option<String>,
+    #[serde(default, deserialize_with = "secret")]
     pub(super) admin_token: Option<String>,
     pub(super) header_timeout: Option<String>,
     pub(super) body_timeout: Option<String>,
@@ -110,12 +120,14 @@ pub(super) struct RawStore {
     /// No certificate verification at all: refused unless `true` is written.
     pub(super) tls_insecure: Option<bool>,
     pub(super) username: Option<String>,
+    #[serde(default, deserialize_with = "secret")]
     pub(super) password: Option<String>,
     pub(super) password_file: Option<String>,
     /// Redis Sentinel: the sentinels, and the master's name they know.
     pub(super) sentinel: Option<Vec<String>>,
     pub(super) sentinel_master: Option<String>,
     pub(super) sentinel_username: Option<String>,
+    #[serde(default, deserialize_with = "secret")]
     pub(super) sentinel_password: Option<String>,
 }
 
@@ -140,4 +152,47 @@ pub(super) struct RawLimit {
     pub(super) lease: Option<u64>,
     /// Lease mode: how long unspent units are held before they go back (default 1s).
     pub(super) lease_ttl: Option<String>,
+}
+
+/// A secret (`admin_token`, `password`, `sentinel_password`): a string, and a value of another
+/// type is refused without being quoted. serde's own message quotes it (`invalid type:
+/// integer `98765432123``), and an error is logged and printed by `check-config`.
+fn secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    use serde::de::{Error, Unexpected, Visitor};
+
+    struct Text;
+    impl Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string in quotes")
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_owned())
+        }
+        fn visit_i64<E: Error>(self, _: i64) -> Result<String, E> {
+            Err(E::invalid_type(
+                Unexpected::Other("a number (not shown)"),
+                &self,
+            ))
+        }
+        fn visit_u64<E: Error>(self, _: u64) -> Result<String, E> {
+            Err(E::invalid_type(
+                Unexpected::Other("a number (not shown)"),
+                &self,
+            ))
+        }
+        fn visit_f64<E: Error>(self, _: f64) -> Result<String, E> {
+            Err(E::invalid_type(
+                Unexpected::Other("a number (not shown)"),
+                &self,
+            ))
+        }
+        fn visit_bool<E: Error>(self, _: bool) -> Result<String, E> {
+            Err(E::invalid_type(
+                Unexpected::Other("a boolean (not shown)"),
+                &self,
+            ))
+        }
+    }
+    d.deserialize_any(Text).map(Some)
 }

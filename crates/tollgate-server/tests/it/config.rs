@@ -339,6 +339,42 @@ fn syntax_errors_name_the_line() {
     assert!(message.contains("(line 3)"), "{message}");
 }
 
+/// A secret written as a number (no quotes) is refused naming its field, without its value,
+/// which serde's own message quoted into the log and `check-config`'s output.
+#[test]
+fn a_secret_of_the_wrong_type_is_not_quoted() {
+    for (text, field) in [
+        (
+            "[server]\nadmin_token = 98765432123\n",
+            "server.admin_token",
+        ),
+        (
+            "[store]\nredis = \"redis://cache\"\npassword = 98765432123\n",
+            "store.password",
+        ),
+        (
+            "[store]\nsentinel = [\"redis://s1:26379\"]\nsentinel_master = \"m\"\n\
+             sentinel_password = 98765.4321\n",
+            "store.sentinel_password",
+        ),
+    ] {
+        let (named, message) = error(&format!("{text}{}", limit(GOOD)));
+        assert_eq!(named.as_deref(), Some(field), "{message}");
+        assert!(
+            !message.contains("98765") && message.contains("a string in quotes"),
+            "{message}"
+        );
+    }
+}
+
+/// A key written twice is named (the parser names no field for it).
+#[test]
+fn a_key_written_twice_is_named() {
+    let (field, message) = error("[server]\nhttp = \"127.0.0.1:1\"\nhttp = \"127.0.0.1:2\"\n");
+    assert_eq!(field.as_deref(), Some("http"), "{message}");
+    assert!(message.contains("duplicate key"), "{message}");
+}
+
 /// Defaults: memory store, 50 ms timeout, `tollgate` prefix, 127.0.0.1:8080, the `[server]`
 /// timeouts (a partial request closed within 10 s, drain within 20 s); `key` absent
 /// means one global key.
