@@ -318,8 +318,12 @@ fn key_parts(key: KeyParts<'_>) -> Vec<(String, String)> {
 /// # Errors
 /// A message for the client.
 pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err("request body is empty: expected a JSON object".into());
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err("request body is empty: expected a JSON object".into()),
+        // serde reads a struct from an array too, its fields in order
+        // (`["sms", null, {"user": "1"}, 1]` was a check): every body here is an object.
+        Some(b'{') => {}
+        Some(_) => return Err("request body is not a JSON object: expected {...}".into()),
     }
     // The common case first, without tracking the path; a body that fails is parsed again
     // with it, for the message (the same parser, so the same verdict).
@@ -569,6 +573,21 @@ mod tests {
         assert_eq!(key.as_slice(), [("a", "1"), ("b", "2"), ("c", "3")]);
         assert!(matches!(request.key[2].1, Cow::Borrowed("3")));
         assert!(matches!(request.key[1].1, Cow::Owned(_)));
+    }
+
+    /// A body that is not an object is refused, an array included (serde reads a struct from
+    /// an array, its fields in order: this one was a check, and charged).
+    #[test]
+    fn only_an_object_is_a_body() {
+        for body in [
+            &br#"["sms", null, {"user": "arr"}, 1]"#[..],
+            br#" "sms" "#,
+            b"42",
+        ] {
+            let error = parse::<CheckRequest>(body).expect_err("refused");
+            assert_eq!(error, "request body is not a JSON object: expected {...}");
+        }
+        assert!(parse::<CheckRequest>(b" \n{\"limit\": \"sms\"}").is_ok());
     }
 
     /// A part named twice is refused, however far apart the two are and however many parts
