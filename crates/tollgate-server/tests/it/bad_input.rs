@@ -24,7 +24,13 @@ on_store_error = "deny"
 const CASES: &[(&str, u16, &str)] = &[
     ("", 400, "request body is empty"),
     ("{", 400, "invalid JSON"),
-    ("[1, 2]", 400, "invalid JSON"),
+    ("[1, 2]", 400, "not a JSON object"),
+    // An array that reads as a check, field by field, is refused too.
+    (
+        r#"["bad_user", null, {"user": "1"}, 1]"#,
+        400,
+        "not a JSON object",
+    ),
     (
         r#"{"limit": "bad_user", "key": {"user": "1"}} trailing"#,
         400,
