@@ -270,4 +270,34 @@ mod tests {
             Err(KeyError::BadForwardedEntry { .. })
         ));
     }
+
+    /// `Forwarded` from a proxy that appends its element to the client's line: a client that
+    /// leaves a quote open (`for=6.6.6.6;x="`) named its own address (every request a fresh
+    /// key, no limit); now the line is refused.
+    #[test]
+    fn an_unclosed_quote_names_no_client() {
+        let c = ClientIp::new()
+            .trusted_proxies([net("10.0.0.0/8")])
+            .proxy_header(ProxyHeader::Forwarded);
+        let forwarded = |value: &'static str| {
+            let (mut p, ()) = http::Request::builder()
+                .header("forwarded", value)
+                .body(())
+                .expect("request")
+                .into_parts();
+            p.extensions
+                .insert(SocketAddr::new("10.0.0.1".parse().expect("ip"), 4000));
+            p
+        };
+        assert_eq!(
+            c.client_ip(&forwarded("for=203.0.113.5"))
+                .expect("ip")
+                .to_string(),
+            "203.0.113.5"
+        );
+        assert!(matches!(
+            c.client_ip(&forwarded(r#"for=6.6.6.6;x=", for=203.0.113.5"#)),
+            Err(KeyError::BadForwardedEntry { .. })
+        ));
+    }
 }

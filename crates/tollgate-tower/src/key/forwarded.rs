@@ -38,12 +38,21 @@ pub(super) fn forwarded(headers: &HeaderMap) -> Vec<Hop> {
             hops.push(Err(String::from_utf8_lossy(value.as_bytes()).into_owned()));
             continue;
         };
-        for element in split_unquoted(text, ',') {
+        let (elements, unclosed) = split_unquoted(text, ',');
+        let last = elements.len() - 1;
+        for (i, element) in elements.into_iter().enumerate() {
             let element = element.trim();
             if element.is_empty() {
                 continue;
             }
-            let node = split_unquoted(element, ';').find_map(|pair| {
+            if unclosed && i == last {
+                // A quote never closed swallows the rest of the line: with a proxy that
+                // appends its element to the client's line (`for=6.6.6.6;x=", for=<client>`),
+                // the client would name its own address. Not an address: the walk stops here.
+                hops.push(Err(element.to_owned()));
+                continue;
+            }
+            let node = split_unquoted(element, ';').0.into_iter().find_map(|pair| {
                 let (name, value) = pair.split_once('=')?;
                 name.trim()
                     .eq_ignore_ascii_case("for")
@@ -58,8 +67,9 @@ pub(super) fn forwarded(headers: &HeaderMap) -> Vec<Hop> {
     hops
 }
 
-/// Splits on `sep` outside double quotes (a backslash escapes inside quotes).
-fn split_unquoted(text: &str, sep: char) -> impl Iterator<Item = &str> {
+/// Splits on `sep` outside double quotes (a backslash escapes inside quotes); and whether a
+/// quote was left open (the last piece then runs to the end of `text`, separators and all).
+fn split_unquoted(text: &str, sep: char) -> (Vec<&str>, bool) {
     let mut in_quotes = false;
     let mut escaped = false;
     let mut start = 0;
@@ -77,7 +87,7 @@ fn split_unquoted(text: &str, sep: char) -> impl Iterator<Item = &str> {
         }
     }
     pieces.push(&text[start..]);
-    pieces.into_iter()
+    (pieces, in_quotes)
 }
 
 /// A token, or a quoted string with its escapes resolved.
@@ -169,6 +179,23 @@ mod tests {
                 ip("198.51.100.7"),
                 Err("unknown".to_owned()),
                 Err("by=1.2.3.4".to_owned()),
+            ]
+        );
+    }
+
+    /// A quote never closed makes the rest of its line one entry that is not an address: the
+    /// element a proxy appended after it is not read as the client's.
+    #[test]
+    fn an_unclosed_quote_swallows_no_address() {
+        let h = headers(
+            "forwarded",
+            &[r#"for=6.6.6.6;x=", for=203.0.113.5"#, "for=10.0.0.2"],
+        );
+        assert_eq!(
+            forwarded(&h),
+            vec![
+                Err(r#"for=6.6.6.6;x=", for=203.0.113.5"#.to_owned()),
+                ip("10.0.0.2"),
             ]
         );
     }
