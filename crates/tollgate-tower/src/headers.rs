@@ -35,10 +35,15 @@ pub struct HeaderOptions {
 }
 
 /// Writes `RateLimit` and, if asked, the legacy fields for `verdict`. (`RateLimit-Policy`
-/// is the layer's, computed once.)
+/// is the layer's, computed once.) `RateLimit` is appended, a list that other layers add
+/// their items to; the legacy fields, one value each, are left as a layer nearer the service
+/// set them (on its refusal, they describe the refusing limit).
 pub fn write_verdict(headers: &mut HeaderMap, verdict: &Verdict, options: HeaderOptions) {
     if let Some(value) = wire::rate_limit(verdict.decisions(), options.hide_remaining) {
-        headers.insert(RATELIMIT, header_value(value));
+        headers.append(RATELIMIT, header_value(value));
+    }
+    if headers.contains_key(X_RATELIMIT_LIMIT) {
+        return;
     }
     if !options.legacy {
         return;

@@ -173,7 +173,10 @@ impl<St: Store> Config<St> {
 
     fn write_headers(&self, headers: &mut http::HeaderMap, verdict: Option<&Verdict>) {
         if !self.policy.is_empty() {
-            headers.insert(RATELIMIT_POLICY, self.policy.clone());
+            // Appended, not set: the field is a list, and a layer around this one (or one
+            // inside it) adds its own limits' items; set, the outer layer's replaced the
+            // inner's, and a 429 could show only a limit that admitted the request.
+            headers.append(RATELIMIT_POLICY, self.policy.clone());
         }
         if let Some(verdict) = verdict {
             headers::write_verdict(headers, verdict, self.headers);

@@ -188,3 +188,57 @@ async fn custom_refusal_body_keeps_headers() {
     assert!(header(&resp, "ratelimit").contains(r#""per_ip";r=0;t=60"#));
     assert_eq!(body_text(resp).await, "slow down");
 }
+
+/// Two layers, one around the other (a router-wide limit and a per-route one): each adds its
+/// own items to `RateLimit-Policy` and `RateLimit`, and a refusal by the inner one shows the
+/// refusing limit. The outer layer's items used to replace the inner's, and the 429 showed only
+/// `global`, which had admitted it.
+#[tokio::test]
+async fn stacked_layers_each_add_their_items() {
+    let clock = clock();
+    let outer = RateLimitLayer::new(
+        limiter(
+            memory(&clock),
+            &clock,
+            vec![limit("global", Algorithm::FixedWindow, 100, MINUTE, &[])],
+        ),
+        ["global"],
+        Global,
+    )
+    .expect("layer");
+    let inner = RateLimitLayer::new(
+        limiter(
+            memory(&clock),
+            &clock,
+            vec![limit("per_ip", Algorithm::FixedWindow, 1, MINUTE, &["ip"])],
+        ),
+        ["per_ip"],
+        ClientIp::new(),
+    )
+    .expect("layer");
+    let svc = tower::Layer::layer(&outer, service(&inner));
+    let all = |resp: &http::Response<_>, name: &str| -> Vec<String> {
+        resp.headers()
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().expect("ascii").to_owned())
+            .collect()
+    };
+    let resp = tower::ServiceExt::oneshot(svc.clone(), from("203.0.113.1"))
+        .await
+        .expect("infallible");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        all(&resp, "ratelimit-policy"),
+        [r#""per_ip";q=1;w=60"#, r#""global";q=100;w=60"#]
+    );
+    let resp = tower::ServiceExt::oneshot(svc, from("203.0.113.1"))
+        .await
+        .expect("infallible");
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        all(&resp, "ratelimit"),
+        [r#""per_ip";r=0;t=60"#, r#""global";r=98;t=60"#]
+    );
+    assert_eq!(header(&resp, "retry-after"), "60");
+}
