@@ -39,6 +39,9 @@ use crate::{Decision, Key, LeaseGrant, Limit, StoreError};
 
 /// Units of a key held by this instance.
 struct Held {
+    /// Which entry of the key this is (a key's entry given back or forgotten and made anew
+    /// is another): a take's units set aside go back only to the entry they came from.
+    id: u64,
     /// The limit, kept for give-backs after the limiter's limits changed.
     limit: Limit,
     /// Unspent units, valid until `until`.
@@ -83,8 +86,9 @@ struct Held {
 
 impl Held {
     /// A key of `limit` first seen at `now`: no units, no take.
-    fn new(limit: &Limit, now: u64) -> Held {
+    fn new(limit: &Limit, now: u64, id: u64) -> Held {
         Held {
+            id,
             limit: limit.clone(),
             units: 0,
             window: 0,
@@ -150,6 +154,13 @@ pub(crate) enum Step {
 pub(crate) struct Refill {
     pub(crate) want: u64,
     pub(crate) need: u64,
+    /// The units held that the request counts on beside `need`, set aside for it until the
+    /// take ends (spent if it is admitted, back to the lease otherwise): left in the lease,
+    /// other requests spent them during the take, and the grant then covered less than the
+    /// cost it admitted (an audit: 14 admitted in a window of 10, two instances).
+    pub(crate) reserved: u64,
+    /// The entry they were set aside from ([`Held`]'s `id`).
+    pub(crate) entry: u64,
     pub(crate) give_back: u64,
     pub(crate) give_back_window: u64,
     /// Whether this is the key's one top-up (its `taking` flag to clear).
@@ -169,6 +180,8 @@ pub(crate) struct LeaseTier {
 #[derive(Default)]
 struct Map {
     held: HashMap<Key, Held, BuildKeyHasher>,
+    /// The next entry's id.
+    next_id: u64,
     /// Entries after the last clean-up.
     cleaned_at_len: usize,
 }
@@ -219,7 +232,9 @@ impl LeaseTier {
             if map.held.len() >= 2 * map.cleaned_at_len.max(512) {
                 clean(&mut map, now);
             }
-            map.held.insert(key.clone(), Held::new(limit, now));
+            let id = map.next_id;
+            map.next_id += 1;
+            map.held.insert(key.clone(), Held::new(limit, now, id));
         }
         let Some(h) = map.held.get_mut(key) else {
             unreachable!("inserted above")
@@ -261,9 +276,13 @@ impl LeaseTier {
         } else {
             need
         };
+        let reserved = h.units;
+        h.spend(reserved);
         Step::Take(Refill {
             want: want.max(need),
             need,
+            reserved,
+            entry: h.id,
             give_back: std::mem::take(&mut h.expired),
             give_back_window: h.window,
             top_up,
@@ -290,8 +309,9 @@ impl LeaseTier {
     }
 
     /// Applies the store's answer to `refill`, sent at `sent` (local µs, read before the
-    /// call), then spends `cost` from it. `None` when the store refused (`need` units were
-    /// not there) or failed (`grant` is `None`).
+    /// call), then spends the rest of `cost` from it (`refill.reserved` was set aside).
+    /// `None` when the store refused (`need` units were not there) or failed (`grant` is
+    /// `None`); the units set aside then go back to the lease.
     pub(crate) fn finish(
         &self,
         key: &Key,
@@ -299,19 +319,20 @@ impl LeaseTier {
         refill: &Refill,
         grant: Result<&LeaseGrant, &Arc<StoreError>>,
         sent: u64,
-        cost: u64,
     ) -> Option<Decision> {
         let grant = match grant {
             Ok(grant) => Some(grant),
             Err(error) => {
                 self.failed(key, refill, error);
+                self.unreserve(key, refill);
                 return None;
             }
         };
         let mut map = self.lock();
-        let Some(h) = map.held.get_mut(key) else {
-            // Given back meanwhile (a reload, a shutdown): this request still gets its cost
-            // from the grant; the rest stays counted until the window ends.
+        let Some(h) = map.held.get_mut(key).filter(|h| h.id == refill.entry) else {
+            // Given back meanwhile (a reload, a shutdown, a reset; another entry may have
+            // been made since): this request still gets its cost from the grant and the
+            // units it set aside; the rest stays counted until the window ends.
             return grant
                 .filter(|g| g.granted >= refill.need && g.granted > 0)
                 .map(|g| Decision::allowed(limit.quota().limit(), g.remaining, g.valid_for));
@@ -323,7 +344,10 @@ impl LeaseTier {
         } else {
             Vec::new()
         };
-        let decision = grant.and_then(|grant| apply(h, refill, grant, sent, cost));
+        let decision = grant.and_then(|grant| apply(h, refill, grant, sent));
+        if decision.is_none() {
+            h.give_back(refill.reserved);
+        }
         if decision.is_some() {
             // The waiters first, in order, while units last; the rest spend again when woken.
             for w in &waiters {
@@ -345,20 +369,36 @@ impl LeaseTier {
     /// A take of `key` failed: a top-up's waiters are told why.
     fn failed(&self, key: &Key, refill: &Refill, error: &Arc<StoreError>) {
         if refill.top_up {
-            self.end_take(key, Some(error));
+            self.end_take(key, refill.entry, Some(error));
         }
     }
 
-    /// A top-up of `key` ended without an answer (its request was dropped mid-call).
-    pub(crate) fn abort(&self, key: &Key) {
-        self.end_take(key, None);
+    /// A take of `key` ended without an answer (its request was dropped mid-call): a top-up
+    /// lets the next start, and the units set aside go back to the lease.
+    pub(crate) fn abort(&self, key: &Key, refill: &Refill) {
+        if refill.top_up {
+            self.end_take(key, refill.entry, None);
+        }
+        self.unreserve(key, refill);
+    }
+
+    /// The units `refill` set aside go back to `key`'s lease (its request was not admitted).
+    fn unreserve(&self, key: &Key, refill: &Refill) {
+        if refill.reserved == 0 {
+            return;
+        }
+        if let Some(h) = self.lock().held.get_mut(key)
+            && h.id == refill.entry
+        {
+            h.give_back(refill.reserved);
+        }
     }
 
     /// A top-up of `key` ended without units (`error`, when it failed): the next may start,
     /// and its waiters wake to see why.
-    fn end_take(&self, key: &Key, error: Option<&Arc<StoreError>>) {
+    fn end_take(&self, key: &Key, entry: u64, error: Option<&Arc<StoreError>>) {
         let mut map = self.lock();
-        let waiters = match map.held.get_mut(key) {
+        let waiters = match map.held.get_mut(key).filter(|h| h.id == entry) {
             Some(h) => {
                 h.taking = false;
                 if let Some(error) = error {

@@ -19,17 +19,19 @@ use crate::{Entry, LeaseTake, Op, Request, Store, StoreError, Timestamp};
 /// before taking exactly the cost alone.
 const MAX_WAITS: u32 = 3;
 
-/// Clears a key's "taking" flag when a take's request is dropped mid-call.
+/// When a take's request is dropped mid-call: clears a key's "taking" flag, and gives the
+/// units the request set aside back to the lease.
 struct AbortOnDrop<'t> {
     tier: &'t crate::lease::tier::LeaseTier,
     key: &'t crate::Key,
+    refill: &'t Refill,
     armed: bool,
 }
 
 impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.tier.abort(self.key);
+            self.tier.abort(self.key, self.refill);
         }
     }
 }
@@ -118,7 +120,7 @@ impl<S: Store> Limiter<S> {
                     }
                 }
                 Step::Take(refill) => {
-                    return match self.take(e, &refill, cost, now).await {
+                    return match self.take(e, &refill, now).await {
                         Ok(Ok(decision)) => {
                             Leased::Spent(limit_decision(e, decision, Source::Store))
                         }
@@ -139,20 +141,21 @@ impl<S: Store> Limiter<S> {
         decisions.remove(0)
     }
 
-    /// One store call for `refill`, then `cost` spent from the grant: the admission
-    /// (`Ok(Ok)`), the store's refusal (`Ok(Err)`), or the store's failure.
+    /// One store call for `refill`, then the cost spent from the grant (and the units it set
+    /// aside): the admission (`Ok(Ok)`), the store's refusal (`Ok(Err)`), or the store's
+    /// failure.
     async fn take(
         &self,
         e: &Entry<'_>,
         refill: &Refill,
-        cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Result<crate::Decision, crate::Decision>, Arc<StoreError>> {
         // A request dropped mid-call must not leave its key "taking" for ever.
         let mut guard = AbortOnDrop {
             tier: &self.leases,
             key: &e.key,
-            armed: refill.top_up,
+            refill,
+            armed: refill.top_up || refill.reserved > 0,
         };
         let sent = self.leases.time(now.map(Timestamp::as_micros));
         let take = LeaseTake {
@@ -182,7 +185,7 @@ impl<S: Store> Limiter<S> {
             Ok(grant) => Ok(
                 match self
                     .leases
-                    .finish(&e.key, e.limit, refill, Ok(&grant), sent, cost)
+                    .finish(&e.key, e.limit, refill, Ok(&grant), sent)
                 {
                     Some(decision) => Ok(decision),
                     None => Err(crate::Decision::refused(
@@ -199,7 +202,7 @@ impl<S: Store> Limiter<S> {
                 self.warn_rate_limited(&error);
                 let error = Arc::new(error);
                 self.leases
-                    .finish(&e.key, e.limit, refill, Err(&error), sent, cost);
+                    .finish(&e.key, e.limit, refill, Err(&error), sent);
                 Err(error)
             }
         }

@@ -616,3 +616,41 @@ async fn a_failed_take_answers_its_waiters_by_policy() {
         Outcome::Allowed
     );
 }
+
+/// A request topping up counts on the units held beside what it takes: they are set aside for
+/// it during the take. Two instances (k = 4 and k = 3) on a limit of 10, the store one unit
+/// short of spent; on the first, a check of 5 (4 held + 1 taken) and a check of 4 race. The
+/// second spent the 4 held while the first's take was in flight, and the first was admitted
+/// whole on its 1 unit: 14 admitted in a window of 10. Now the window admits 10.
+#[tokio::test]
+async fn units_counted_on_during_a_take_are_not_spent_twice() {
+    let clock = clock();
+    let mut store = counting(memory());
+    store.round_trip = 1;
+    let one = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(10, Lease::new().units(4))],
+    );
+    let two = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(10, Lease::new().units(3))],
+    );
+    let admitted = |outcome: Outcome, cost: u64| if outcome == Outcome::Allowed { cost } else { 0 };
+    let mut total = 0;
+    for l in [&one, &two] {
+        let v = l.check_n("hot", &KEY, 1).await.expect("valid");
+        total += admitted(v.outcome(), 1);
+    }
+    assert_eq!((total, one.leased_units(), two.leased_units()), (2, 4, 3));
+    let (a, b) = tokio::join!(one.check_n("hot", &KEY, 5), one.check_n("hot", &KEY, 4));
+    total += admitted(a.expect("valid").outcome(), 5) + admitted(b.expect("valid").outcome(), 4);
+    while two.leased_units() > 0 {
+        let v = two.check_n("hot", &KEY, 1).await.expect("valid");
+        total += admitted(v.outcome(), 1);
+    }
+    total += one.leased_units();
+    assert!(total <= 10, "{total} admitted or held in a window of 10");
+    assert_eq!(total, 10, "every unit of the window admitted or held");
+}

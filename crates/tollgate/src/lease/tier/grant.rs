@@ -6,13 +6,13 @@ use std::time::Duration;
 use super::{Held, Map, Refill};
 use crate::{Decision, LeaseGrant, Limit};
 
-/// A grant applied to `h`, then `cost` spent from it; `None` when refused.
+/// A grant applied to `h`, then the cost's rest (`refill.need`, beside the units it set
+/// aside) spent from it; `None` when refused.
 pub(super) fn apply(
     h: &mut Held,
     refill: &Refill,
     grant: &LeaseGrant,
     sent: u64,
-    cost: u64,
 ) -> Option<Decision> {
     let cap = match h.limit.lease_mode() {
         Some(lease) => duration_us(lease.lease_ttl()),
@@ -34,7 +34,8 @@ pub(super) fn apply(
     h.units += grant.granted;
     h.gauge.increment(grant.granted as f64);
     h.dry_until = 0;
-    h.spend(cost.min(h.units));
+    // `granted >= need`, so the units are there.
+    h.spend(refill.need);
     let limit = h.limit.clone();
     Some(allowed(&limit, h, sent))
 }
