@@ -72,6 +72,23 @@ impl Limit {
                     max: MAX_BUCKETS.to_string(),
                 });
             }
+            // Buckets are whole µs wide, ⌈period ÷ buckets⌉: the rounding widens the counted
+            // span by `buckets × width − period`, under `buckets` µs. Past a bucket's width
+            // the window's bound (early refusals by at most one bucket's units) no longer
+            // holds: 3600 buckets of a 1 ms period are 1 µs wide and count 3.6 ms.
+            let period = quota.period_micros();
+            let b = u64::from(buckets);
+            let width = period.div_ceil(b);
+            if b * width - period >= width {
+                return Err(LimitError::TooLarge {
+                    field: "buckets",
+                    max: format!(
+                        "{} for a period of {period} µs (each bucket at least as wide as the \
+                         rounding of the period into buckets)",
+                        period.isqrt().max(1)
+                    ),
+                });
+            }
         }
         Ok(Limit {
             name: name.into(),
@@ -296,6 +313,34 @@ mod tests {
 
     fn quota() -> Quota {
         Quota::per_second(10).expect("valid")
+    }
+
+    /// Buckets narrower than the rounding of the period into them are refused: 3600 buckets
+    /// of 1 ms are 1 µs wide and counted 3.6 ms, so units stayed counted for more than two
+    /// periods. Every bucket count up to the period's square root (in µs) passes, and so do
+    /// the usual ones.
+    #[test]
+    fn buckets_are_wider_than_their_rounding() {
+        let window = |buckets, period_us| {
+            Limit::new(
+                "w",
+                Algorithm::SlidingWindow { buckets },
+                Quota::new(10, std::time::Duration::from_micros(period_us)).expect("valid"),
+            )
+        };
+        let err = window(3_600, 1_000).expect_err("1 µs buckets");
+        assert_eq!(err.field(), "buckets");
+        assert_eq!(
+            err.to_string(),
+            "buckets must be at most 31 for a period of 1000 µs (each bucket at least as wide \
+             as the rounding of the period into buckets)"
+        );
+        for buckets in 1..=31 {
+            window(buckets, 1_000).expect("up to the square root");
+        }
+        window(60, 60_000_000).expect("60 of a minute");
+        window(7, 1_000_000).expect("7 of a second");
+        window(3_600, 10_000_000).expect("3600 of 10 s");
     }
 
     /// Bad names and bucket counts are refused, naming the field.
