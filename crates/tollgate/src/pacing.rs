@@ -8,7 +8,8 @@
 //! Each is one store call on one (limit, key) pair, atomic like a check: [`crate::Store::pace`].
 //!
 //! Beside it in `pacing/`: the ops and their answers, the library's
-//! [`Reservation`](crate::Reservation) (a slot held until used, given back on drop) and
+//! [`Reservation`](crate::Reservation) (a slot held until used or cancelled once; an
+//! `acquire` dropped while it waits gives its slot back) and
 //! [`SettleError`](crate::SettleError).
 
 mod pace;

@@ -4,7 +4,9 @@
 //! time comes from the store (Redis `TIME` by default), and the wait is a duration from the
 //! reservation, which any local timer measures. A caller that stops waiting (its future is
 //! dropped: a timeout, a shutdown) gives its slot back with a cancellation spawned on the
-//! runtime, since a destructor cannot wait for a store call.
+//! runtime, since a destructor cannot wait for a store call. As [`Limiter::cancel`], once the
+//! units are back it forgets the key's refusals this instance's deny cache holds: they
+//! counted the slot.
 
 use std::time::Duration;
 
@@ -57,7 +59,7 @@ impl<S: Store + Clone> Drop for CancelOnDrop<'_, S> {
         let Some(limiter) = self.limiter.take() else {
             return;
         };
-        let Some(slot) = self.reservation.slot() else {
+        let Some(slot) = self.reservation.slot_to_cancel() else {
             return;
         };
         let reservation = self.reservation.clone();
@@ -70,7 +72,12 @@ impl<S: Store + Clone> Drop for CancelOnDrop<'_, S> {
             let local = limiter.local.get_or_init(MemoryStore::new);
             let entry =
                 Entry::new(&reservation.limit, reservation.key.clone()).with_cost(reservation.cost);
-            let _ = local.pace_at(&entry, pace, now);
+            let given_back = matches!(local.pace_at(&entry, pace, now), Ok(p) if p.given_back);
+            if given_back {
+                // As `Limiter::cancel`: a refusal cached before counted the slot's units.
+                limiter.forget_cached(&reservation.key);
+            }
+            super::pacing::count_reservation(&reservation.limit, given_back_or_lost(given_back));
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -81,12 +88,19 @@ impl<S: Store + Clone> Drop for CancelOnDrop<'_, S> {
             return;
         };
         let store = limiter.store.clone();
+        // A handle to the limiter's deny cache: the task outlives the borrow of the limiter.
+        let deny_cache = limiter.deny_cache.clone();
         let now = limiter.now();
         runtime.spawn(async move {
             let entry =
                 Entry::new(&reservation.limit, reservation.key.clone()).with_cost(reservation.cost);
             let result = store.pace(&entry, pace, now).await;
             let given_back = matches!(result, Ok(p) if p.given_back);
+            if given_back && let Some(cache) = &deny_cache {
+                // As `Limiter::cancel`, once the units are back: forgotten any earlier, a check
+                // made meanwhile would cache a refusal that counts them again.
+                cache.forget(&reservation.key);
+            }
             super::pacing::count_reservation(&reservation.limit, given_back_or_lost(given_back));
         });
     }

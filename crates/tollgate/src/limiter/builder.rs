@@ -60,12 +60,19 @@ impl<S: Store> LimiterBuilder<S> {
     }
 
     /// Remembers up to `entries` refusals and answers them without a store call while they
-    /// hold: exact (a refusal of cost `c` holds for every cost ≥ `c` until its
-    /// `retry_after`, whatever other instances do), and worth it in front of a remote store,
-    /// where it turns an abusive client's flood of refused requests into no store traffic at
-    /// all. `0` turns it off (the default). Resets on other instances must be forwarded with
-    /// [`Limiter::forget_denial`]; see the crate docs of `deny_cache` for the bound when they
-    /// are not.
+    /// hold, which is worth it in front of a remote store, where it turns an abusive client's
+    /// flood of refused requests into no store traffic at all. `0` turns it off (the default).
+    ///
+    /// A refusal of cost `c` holds for every cost ≥ `c` until its `retry_after` as long as
+    /// the key is only charged meanwhile, by any instance. Units given back end it early, and
+    /// only those given back through this limiter are seen here: a [`Limiter::reset`], an
+    /// [`Limiter::adjust`] with `delta < 0`, a [`Limiter::cancel`] or a dropped
+    /// [`Limiter::acquire`] that returned its slot forget the key's cached refusal. A reset on
+    /// another instance must be forwarded with [`Limiter::forget_denial`]. An `adjust` with
+    /// `delta < 0`, a cancellation or a lease give-back on another instance is never
+    /// published: this instance may then keep refusing what the store would admit, until
+    /// the cached refusal's `retry_after` ends (up to a whole period for a fixed window;
+    /// docs/algorithms.md, "The exact deny cache", bounds it for each algorithm).
     pub fn deny_cache(mut self, entries: usize) -> Self {
         self.deny_cache = (entries > 0).then_some(entries);
         self

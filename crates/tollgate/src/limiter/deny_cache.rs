@@ -1,10 +1,11 @@
 //! The exact local deny cache: refusals answered without a store round trip.
 //!
 //! A refusal of cost `c` for a key with `retry_after = r`, decided at `t`, means every request
-//! of cost ≥ `c` for that key is refused until `t + r`: other instances can only spend more,
-//! never less, and a larger cost needs at least as long. So an instance that remembers the
-//! refusal can answer the same refusal itself until `t + r`, and an abusive client hammering
-//! one key costs the store nothing after its first refusal.
+//! of cost ≥ `c` for that key is refused until `t + r` as long as units are only spent: checks
+//! and reservations, on any instance, only spend more, and a larger cost needs at least as
+//! long. So an instance that remembers the refusal can answer the same refusal itself until
+//! `t + r`, and an abusive client hammering one key costs the store nothing after its first
+//! refusal.
 //!
 //! The cache answers only the cost it saw refused: for it, `t + r − now` is the exact wait the
 //! store would give (a larger cost is refused too, but its own wait is longer, and only the
@@ -15,20 +16,28 @@
 //! - `t` is read **before** the store call. On the store's own clock (Redis `TIME`) the store
 //!   decided at some instant after `t`, so `t + r` is never later than the true end of the
 //!   refusal: the cache can stop refusing a little early (one round trip), never late.
-//! - What can make it inexact is someone giving units back: a reset, or a config change. A
-//!   reset through this instance forgets the key here ([`crate::Limiter::reset`]); a reset on
-//!   another instance must be told ([`crate::Limiter::forget_denial`], which the service wires
-//!   to Redis pub/sub); a config reload builds a new limiter, hence a new cache. If that news
-//!   is lost, this instance keeps refusing the key at most until the cached refusal's own end
-//!   (`r`: at most the limit's period for the window algorithms, `burst × period ÷ limit` for
-//!   token bucket and GCRA).
+//! - What can make it inexact is someone giving units back: a reset, a refund
+//!   ([`crate::Limiter::adjust`] with `delta < 0`), a reservation's slot given back
+//!   ([`crate::Limiter::cancel`], a dropped [`crate::Limiter::acquire`]), a lease's unspent
+//!   units given back, or a config change. Through this instance, a reset, a refund and a
+//!   slot that went back forget the key here; a config reload builds a new limiter, hence a
+//!   new cache. A reset on another instance must be told
+//!   ([`crate::Limiter::forget_denial`], which the service wires to Redis pub/sub). A refund,
+//!   a cancellation or a lease give-back on another instance is never told: this instance
+//!   may keep refusing what the store would admit.
+//! - Either way (news never sent, or lost) it refuses the key at most until the cached
+//!   refusal's own end, `t + r`: `r` is the store's `retry_after`, at most the limit's period
+//!   for a fixed window or a sliding log (a whole period for a fixed window refused at the
+//!   start of one), a period and one bucket for a sliding window; for token bucket and GCRA
+//!   `burst × period ÷ limit` plus the wait for every unit reserved ahead of the key's next
+//!   free slot or charged past the quota ([`crate::Limiter::adjust`] with `delta > 0`).
 //!
 //! Memory is bounded: at most `capacity` entries, in shards; a full shard drops, of a few
 //! entries it samples, the one that expires soonest (an expired one first), so an insert
 //! costs the same whatever the cache holds.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::Key;
@@ -42,9 +51,12 @@ const EVICTION_SAMPLE: usize = 8;
 pub const DEFAULT_DENY_CACHE_ENTRIES: usize = 100_000;
 
 /// Remembered refusals, by key.
-#[derive(Debug)]
+///
+/// A clone is a handle to the same entries: a task holds one to forget a key when it gives
+/// units back after its caller is gone (a dropped [`crate::Limiter::acquire`]).
+#[derive(Debug, Clone)]
 pub(crate) struct DenyCache {
-    shards: Box<[Mutex<HashMap<Key, Denial, BuildKeyHasher>>]>,
+    shards: Arc<[Mutex<HashMap<Key, Denial, BuildKeyHasher>>]>,
     per_shard: usize,
     /// The local clock for store-time decisions (µs since this instant).
     epoch: Instant,
@@ -121,7 +133,7 @@ impl DenyCache {
         shard.insert(key.clone(), Denial { cost, until });
     }
 
-    /// Forgets `key` (a reset).
+    /// Forgets `key` (a reset, units given back through this instance).
     pub(crate) fn forget(&self, key: &Key) {
         self.shard(key).remove(key);
     }

@@ -84,18 +84,24 @@ impl<S: Store> Limiter<S> {
             cost,
             decision,
             slot,
+            cancelled: Arc::default(),
         })
     }
 
     /// Gives back a reservation's slot the caller will not use (it gave up waiting, it is
     /// shutting down): the units return to the key when no later slot was handed out after
     /// this one, and are lost otherwise (the upstream then sees one idle slot). Returns
-    /// whether they returned. A reservation that took no slot gives nothing back.
+    /// whether they returned. A reservation that took no slot gives nothing back, and neither
+    /// does one already cancelled (here, or a clone of it): the store hands a given-back slot,
+    /// ticket and all, to the next reservation, whose units a second cancellation would give
+    /// back. Units that returned also end the refusals of the key this instance's deny cache
+    /// holds.
     ///
     /// # Errors
-    /// The store's failure (counted and logged); the slot is then lost.
+    /// The store's failure (counted and logged); the slot is then lost (the call may have
+    /// given it back: it is not tried again).
     pub async fn cancel(&self, reservation: &Reservation) -> Result<bool, StoreError> {
-        let Some(slot) = reservation.slot else {
+        let Some(slot) = reservation.slot_to_cancel() else {
             return Ok(false);
         };
         let entry =
@@ -210,7 +216,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Forgets a refusal the deny cache holds for `key`: units went back to it.
-    fn forget_cached(&self, key: &Key) {
+    pub(super) fn forget_cached(&self, key: &Key) {
         if let Some(cache) = &self.deny_cache {
             cache.forget(key);
         }

@@ -1,5 +1,7 @@
 //! The answer to a reservation: a slot to wait for, or a refusal.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::verdict::{LimitDecision, Source};
@@ -8,6 +10,10 @@ use crate::{Key, Limit, OnStoreError, Outcome, Slot, StoreErrorKind, Verdict};
 /// What [`crate::Limiter::reserve`] (or [`crate::Limiter::acquire`]) got: a slot to go at, or
 /// a refusal, as a check's [`Outcome`]. Keep it to give the slot back
 /// ([`crate::Limiter::cancel`]) when the caller will not use it.
+///
+/// A slot is given back once: the reservation remembers that it was cancelled, and a clone
+/// is the same reservation (cancelling either cancels both). A second cancellation gives back
+/// nothing, since the store hands a given-back slot, and its ticket, to the next reservation.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Reservation {
@@ -16,6 +22,8 @@ pub struct Reservation {
     pub(crate) cost: u64,
     pub(crate) decision: LimitDecision,
     pub(crate) slot: Option<Slot>,
+    /// Set by the first cancellation (of this reservation or of a clone of it).
+    pub(crate) cancelled: Arc<AtomicBool>,
 }
 
 impl Reservation {
@@ -68,6 +76,15 @@ impl Reservation {
     /// Units reserved.
     pub fn cost(&self) -> u64 {
         self.cost
+    }
+
+    /// The slot to give back, the first time only: `None` when no slot was taken or it was
+    /// already given back (or tried to be) through this reservation or a clone of it. After
+    /// it was given back, the same ticket names the slot of the next reservation of the key.
+    pub(crate) fn slot_to_cancel(&self) -> Option<Slot> {
+        let slot = self.slot?;
+        // Only the flag itself is shared through it: no ordering with other memory needed.
+        (!self.cancelled.swap(true, Ordering::Relaxed)).then_some(slot)
     }
 
     /// Where the slot was taken: the `local` fallback when the store failed.

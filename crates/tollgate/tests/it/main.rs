@@ -3,6 +3,7 @@
 
 mod deny_cache;
 mod lease;
+mod pacing;
 mod policies;
 mod properties;
 mod protocol;
