@@ -38,6 +38,38 @@ impl Clock for SystemClock {
     }
 }
 
+/// The wall clock as this process first read it, advanced by the monotonic clock since: it
+/// never steps. The memory store's default, and the clock of the `local` failure policy.
+///
+/// State a store keeps is stamped with the time it was written. With [`SystemClock`], an NTP
+/// step back of a few minutes after a step forward left every key written in between stamped
+/// in the future: refused for the length of the step, and kept by the memory store's sweeper
+/// as long (an audit: a year's step, then back, refused for a year). A process's own store
+/// needs no agreement with other hosts, only a time that moves forward evenly. (Redis-backed
+/// decisions use Redis's `TIME`, which this process cannot correct.)
+///
+/// ```
+/// use tollgate::{Clock, SteadyClock, SystemClock};
+///
+/// let (steady, wall) = (SteadyClock.now(), SystemClock.now());
+/// assert!(steady.as_micros().abs_diff(wall.as_micros()) < 60_000_000);
+/// assert!(SteadyClock.now() >= steady);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SteadyClock;
+
+impl Clock for SteadyClock {
+    fn now(&self) -> Timestamp {
+        static ANCHOR: std::sync::LazyLock<(std::time::Instant, Timestamp)> =
+            std::sync::LazyLock::new(|| (std::time::Instant::now(), SystemClock.now()));
+        let (at, wall) = *ANCHOR;
+        Timestamp::from_micros(
+            wall.as_micros()
+                .saturating_add(duration_micros(at.elapsed())),
+        )
+    }
+}
+
 /// A clock that only moves when told to. Clones share the same time.
 ///
 /// ```

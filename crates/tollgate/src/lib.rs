@@ -73,7 +73,7 @@ mod verdict;
 pub mod wire;
 
 pub use clock::timestamp::Timestamp;
-pub use clock::{Clock, FakeClock, SystemClock};
+pub use clock::{Clock, FakeClock, SteadyClock, SystemClock};
 pub use lease::lease_grant::LeaseGrant;
 pub use lease::lease_take::LeaseTake;
 pub use lease::{DEFAULT_LEASE_TTL, Lease};

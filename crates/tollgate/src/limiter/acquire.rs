@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use super::Limiter;
-use crate::{CheckError, Clock, Entry, MemoryStore, Store, SystemClock};
+use crate::{CheckError, Clock, Entry, MemoryStore, SteadyClock, Store};
 
 use super::pacing::given_back_or_lost;
 use crate::{Pace, Reservation};
@@ -68,7 +68,7 @@ impl<S: Store + Clone> Drop for CancelOnDrop<'_, S> {
         };
         if reservation.on_local() {
             // The local fallback answers in this process: no task needed.
-            let now = limiter.now().unwrap_or_else(|| SystemClock.now());
+            let now = limiter.now().unwrap_or_else(|| SteadyClock.now());
             let local = limiter.local.get_or_init(MemoryStore::new);
             let entry =
                 Entry::new(&reservation.limit, reservation.key.clone()).with_cost(reservation.cost);

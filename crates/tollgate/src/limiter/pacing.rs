@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::{Limiter, count_shadow_denial, limit_decision, policy_denial, store_latency};
 use crate::verdict::{LimitDecision, Source};
 use crate::{
-    CheckError, Clock, Decision, Entry, Key, Limit, MemoryStore, OnStoreError, Op, Slot, Store,
-    StoreError, SystemClock, Timestamp,
+    CheckError, Clock, Decision, Entry, Key, Limit, MemoryStore, OnStoreError, Op, Slot,
+    SteadyClock, Store, StoreError, Timestamp,
 };
 
 use crate::{Pace, Paced, Reservation, SettleError};
@@ -110,7 +110,7 @@ impl<S: Store> Limiter<S> {
             ticket: slot.ticket(),
         };
         let paced = if reservation.on_local() {
-            let now = self.now().unwrap_or_else(|| SystemClock.now());
+            let now = self.now().unwrap_or_else(|| SteadyClock.now());
             let local = self.local.get_or_init(MemoryStore::new);
             local.pace_at(&entry, pace, now)
         } else {
@@ -200,7 +200,7 @@ impl<S: Store> Limiter<S> {
             OnStoreError::Allow => (Decision::allowed(limit, limit, Duration::ZERO), None),
             OnStoreError::Deny => (policy_denial(limit), None),
             OnStoreError::Local => {
-                let now = self.now().unwrap_or_else(|| SystemClock.now());
+                let now = self.now().unwrap_or_else(|| SteadyClock.now());
                 let local = self.local.get_or_init(MemoryStore::new);
                 match local.pace_at(entry, pace, now) {
                     Ok(paced) => (paced.decision, paced.slot),

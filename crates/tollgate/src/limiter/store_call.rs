@@ -13,8 +13,8 @@ use crate::limiter::deny_cache::DenyCache;
 use crate::verdict::outcome::POLICY_RETRY_AFTER;
 use crate::verdict::{LimitDecision, Source};
 use crate::{
-    Clock, Decision, Decisions, Entry, MemoryStore, Need, OnStoreError, Op, Request, Store,
-    StoreError, SystemClock, Timestamp,
+    Clock, Decision, Decisions, Entry, MemoryStore, Need, OnStoreError, Op, Request, SteadyClock,
+    Store, StoreError, Timestamp,
 };
 
 impl<S: Store> Limiter<S> {
@@ -203,7 +203,7 @@ impl<S: Store> Limiter<S> {
             Decisions::new()
         } else {
             let store = self.local.get_or_init(MemoryStore::new);
-            let now = self.now().unwrap_or_else(|| SystemClock.now());
+            let now = self.now().unwrap_or_else(|| SteadyClock.now());
             let op = if any_deny { Op::Peek } else { op };
             let local_request = subset(request, &local);
             store

@@ -47,7 +47,7 @@ use self::shard::{AtCap, Shard, Slot};
 use crate::log_throttle::LogThrottle;
 use crate::{
     Clock, Decision, Decisions, Entry, Key, LeaseGrant, LeaseTake, Limit, Op, Pace, Paced, Request,
-    SingleRequest, Status, Store, StoreError, SystemClock, Timestamp,
+    SingleRequest, Status, SteadyClock, Store, StoreError, Timestamp,
 };
 
 mod builder;
@@ -105,7 +105,7 @@ impl MemoryStore {
         MemoryStoreBuilder {
             max_keys: DEFAULT_MAX_KEYS,
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SteadyClock),
         }
     }
 

@@ -42,7 +42,8 @@ impl MemoryStoreBuilder {
         self
     }
 
-    /// The clock for `now: None` calls and for the sweeper (default [`SystemClock`](crate::SystemClock)).
+    /// The clock for `now: None` calls and for the sweeper (default
+    /// [`SteadyClock`](crate::SteadyClock): the wall clock that never steps).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
