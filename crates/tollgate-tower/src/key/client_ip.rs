@@ -259,11 +259,18 @@ mod tests {
             ip(&parts("10.0.0.1", &["10.9.9.9", "10.0.0.2"])),
             "10.9.9.9"
         );
-        // junk left of the client is never read
+        // junk left of the client is never read, bytes that are not UTF-8 included (they
+        // made the whole line one bad entry: a 400)
         assert_eq!(
             ip(&parts("10.0.0.1", &["junk, 203.0.113.5"])),
             "203.0.113.5"
         );
+        let mut raw = parts("10.0.0.1", &[]);
+        raw.headers.insert(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"\xff\xfe, 203.0.113.5").expect("header bytes"),
+        );
+        assert_eq!(ip(&raw), "203.0.113.5");
         // junk from a trusted hop is an error
         assert!(matches!(
             c.client_ip(&parts("10.0.0.1", &["203.0.113.5, junk"])),

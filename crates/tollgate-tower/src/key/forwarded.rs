@@ -15,10 +15,9 @@ pub(super) type Hop = Result<IpAddr, String>;
 pub(super) fn x_forwarded_for(headers: &HeaderMap) -> Vec<Hop> {
     let mut hops = Vec::new();
     for value in headers.get_all("x-forwarded-for") {
-        let Ok(text) = value.to_str() else {
-            hops.push(Err(String::from_utf8_lossy(value.as_bytes()).into_owned()));
-            continue;
-        };
+        // Bytes that are not UTF-8 make their own entry junk, not the line's: the walk from
+        // the right reads the client's entry before it reaches them.
+        let text = String::from_utf8_lossy(value.as_bytes());
         for entry in text.split(',') {
             let entry = entry.trim();
             if !entry.is_empty() {
@@ -34,11 +33,8 @@ pub(super) fn x_forwarded_for(headers: &HeaderMap) -> Vec<Hop> {
 pub(super) fn forwarded(headers: &HeaderMap) -> Vec<Hop> {
     let mut hops = Vec::new();
     for value in headers.get_all(http::header::FORWARDED) {
-        let Ok(text) = value.to_str() else {
-            hops.push(Err(String::from_utf8_lossy(value.as_bytes()).into_owned()));
-            continue;
-        };
-        let (elements, unclosed) = split_unquoted(text, ',');
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let (elements, unclosed) = split_unquoted(&text, ',');
         let last = elements.len() - 1;
         for (i, element) in elements.into_iter().enumerate() {
             let element = element.trim();
