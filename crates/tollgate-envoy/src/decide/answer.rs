@@ -33,6 +33,12 @@ pub(crate) struct Answer<'a> {
     /// One per descriptor: the YAML `metadata` of the entry that decided it, as the match
     /// found it; empty unless `[envoy] response_dynamic_metadata` is on.
     pub(crate) metadata: Vec<Option<&'a Struct>>,
+    /// One per descriptor: with counted refusals, the count after a refused descriptor's
+    /// hits (the reference's `limitAfterIncrease`), which its decision, clamped at 0
+    /// remaining, cannot show; its hits are then split into near and over limit as the
+    /// reference counts them. `None` when not needed (allowed, or a single hit past the
+    /// limit, which is over whatever the count) or not read.
+    pub(crate) after: Vec<Option<u64>>,
 }
 
 /// What a decided descriptor's status shows of its rule, and how its statistics count.
@@ -46,6 +52,9 @@ pub(crate) struct Shown {
     /// Whether the rule is in shadow mode of its own (`shadow_mode: true`, a shadow rule or
     /// limit), not only by `[envoy] shadow`: only those count `shadow_mode` statistics.
     pub(crate) own_shadow: bool,
+    /// The period of a fixed-window limit, whose `duration_until_reset` is the end of its
+    /// window whatever the count, as the reference answers (`None`: another algorithm).
+    pub(crate) window: Option<Duration>,
 }
 
 /// An answer that needs no counter.
@@ -61,6 +70,10 @@ pub(crate) enum Fixed {
         shadow: bool,
         /// Shadow mode of its own (`shadow_mode: true`).
         own_shadow: bool,
+        /// Whether it is over its limit of 0: always, but for a check-only descriptor
+        /// (`hits_addend` 0) with counted refusals, whose count of 0 is not past 0 (the
+        /// reference's `limitAfterIncrease > limit`): `OK` with nothing left.
+        over: bool,
         /// `current_limit.name`: the YAML `rate_limit.name`, empty when none.
         name: Arc<str>,
         /// Until the end of the unit-aligned window, as the reference answers.
@@ -87,6 +100,7 @@ impl<'a> Answer<'a> {
             quota,
             counted,
             metadata,
+            after: vec![None; descriptors],
         }
     }
 
@@ -111,6 +125,7 @@ impl<'a> Answer<'a> {
             name: rule.shown.clone(),
             unit: rule.unit,
             own_shadow: rule.own_shadow,
+            window: rule.fixed_window.then(|| rule.quota.period()),
         });
     }
 

@@ -122,11 +122,16 @@ impl<St: Store> Calls<'_, St> {
         op: Op,
     ) -> Result<(), Status> {
         let admitted = verdict.outcome() == Outcome::Allowed;
+        // Each with whether the call charged it, and whether its descriptors are answered
+        // each on its own (else: one descriptor whose count past the limit is read for its
+        // statistics, counted refusals).
         let mut unread = Vec::new();
         for (&item, d) in batch.iter().zip(verdict.decisions()) {
             answer.fill(item, d);
             if !rates::splits(item, d) {
-                if item.too_costly() {
+                if self.counting && op == Op::Check && rates::crossing_unread(item, d) {
+                    unread.push((item, d, true, false));
+                } else if item.too_costly() {
                     item.slots.iter().for_each(|&slot| answer.never(slot));
                 }
                 continue;
@@ -135,7 +140,7 @@ impl<St: Store> Calls<'_, St> {
                 op == Op::Check && (self.counting || (admitted && d.decision.is_allowed()));
             match rates::count_before(&d.decision, cost(item), charged) {
                 Some(count) => self.split(answer, item, d, count, charged),
-                None => unread.push((item, d, charged)),
+                None => unread.push((item, d, charged, true)),
             }
         }
         if unread.is_empty() {
@@ -153,13 +158,14 @@ impl<St: Store> Calls<'_, St> {
         };
         let read = run(self.limiter, &peeks, Op::Peek, mode).await?;
         let mut read = read.decisions().iter();
-        for ((item, d, charged), wide) in unread.into_iter().zip(&wide) {
+        for ((item, d, charged, splits), wide) in unread.into_iter().zip(&wide) {
             let count = wide
                 .as_ref()
                 .and_then(|_| read.next())
                 .and_then(|w| rates::count_from_wide(item, w, charged));
             match count {
-                Some(count) => self.split(answer, item, d, count, charged),
+                Some(count) if splits => self.split(answer, item, d, count, charged),
+                Some(count) => answer.after[item.slots[0]] = Some(count + item.cost),
                 None if item.too_costly() => {
                     item.slots.iter().for_each(|&slot| answer.never(slot));
                 }
@@ -179,7 +185,10 @@ impl<St: Store> Calls<'_, St> {
         count: u64,
         charged: bool,
     ) {
-        for (slot, rule, decided) in rates::answers(item, d, count, charged, self.counting) {
+        for (slot, rule, decided, after) in rates::answers(item, d, count, charged, self.counting) {
+            if self.counting && charged && !decided.decision.is_allowed() {
+                answer.after[slot] = Some(after);
+            }
             answer.set(slot, rule, decided);
         }
     }

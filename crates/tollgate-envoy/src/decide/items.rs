@@ -1,7 +1,6 @@
 //! [`Item`]: one matched descriptor (or several naming the same counter), and how items are
-//! merged, replaced and costed.
+//! merged and costed.
 
-use std::collections::HashSet;
 use std::collections::hash_map::{self, HashMap};
 use std::sync::Arc;
 
@@ -59,31 +58,6 @@ impl<'a> Item<'a> {
     pub(super) fn too_costly(&self) -> bool {
         self.cost > self.capacity
     }
-}
-
-/// Drops the items whose imported limit another matched item `replaces` (by name).
-pub(super) fn drop_replaced(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
-    let replaced: HashSet<&str> = found
-        .iter()
-        .flat_map(|i| i.rule.replaces.iter().map(|r| &**r))
-        .collect();
-    if replaced.is_empty() {
-        return found;
-    }
-    let keep: Vec<bool> = found
-        .iter()
-        .map(|i| {
-            i.rule
-                .name
-                .as_deref()
-                .is_none_or(|n| !replaced.contains(&n))
-        })
-        .collect();
-    found
-        .into_iter()
-        .zip(keep)
-        .filter_map(|(item, keep)| keep.then_some(item))
-        .collect()
 }
 
 /// Descriptors that name the same limit (same rule kind: enforced or shadow) and the same

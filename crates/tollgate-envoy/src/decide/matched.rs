@@ -1,6 +1,7 @@
 //! [`Matched`]: the one pass over a request's descriptors, each to its rule (or to a fixed
 //! answer), with what the reference's quota rules need to know before any store call.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -8,7 +9,7 @@ use envoy_types::pb::google::protobuf::Struct;
 use tollgate::Store;
 
 use super::answer::Fixed;
-use super::items::{Item, descriptor_cost, drop_replaced};
+use super::items::{Item, descriptor_cost};
 use super::{Group, window_reset};
 use crate::Snapshot;
 use crate::matching::{Found, Override};
@@ -55,6 +56,11 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
             group: Group::default(),
         };
         matched.counted.resize_with(n, || None);
+        // Every matched limit's `replaces`, an `unlimited` or 0-per-unit one's included: the
+        // reference's `constructLimitsToCheck` records them before it sets the unlimited
+        // ones aside, then drops every matched limit they name.
+        let mut replacing: HashSet<&'o str> = HashSet::new();
+        let counting = snapshot.charges_refusals();
         for (slot, d) in request.descriptors.iter().enumerate() {
             if d.is_negative_hits {
                 continue;
@@ -68,30 +74,37 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
                 *metadata = hit.metadata;
             }
             match hit.found {
-                Found::Unlimited => matched.fixed.push((slot, Fixed::Unlimited)),
+                Found::Unlimited(replaces) => {
+                    replacing.extend(replaces.iter().map(|r| &**r));
+                    matched.fixed.push((slot, Fixed::Unlimited));
+                }
                 Found::Blocked {
                     unit,
                     shadow,
                     own_shadow,
                     quota_mode,
                     name,
+                    replaces,
                 } => {
+                    replacing.extend(replaces.iter().map(|r| &**r));
                     matched.quota[slot] = quota_mode || global_quota;
-                    if matched.quota[slot] {
-                        matched.group.outside(shadow);
-                    }
                     let reset = window_reset(unit, snapshot.now());
                     let name = name.clone();
+                    // Check only with counted refusals: a count of 0 is not past a limit
+                    // of 0, the reference's answer (OK, nothing left).
+                    let over = !(counting && descriptor_cost(d, default_cost) == 0);
                     let blocked = Fixed::Blocked {
                         unit,
                         shadow,
                         own_shadow,
+                        over,
                         name,
                         reset,
                     };
                     matched.fixed.push((slot, blocked));
                 }
                 Found::Limited(rule, parts) => {
+                    replacing.extend(rule.replaces.iter().map(|r| &**r));
                     matched.quota[slot] = rule.quota_mode || global_quota;
                     matched.found.push(Item::new(
                         slot,
@@ -103,7 +116,18 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
                 }
             }
         }
-        matched.found = drop_replaced(std::mem::take(&mut matched.found));
+        if !replacing.is_empty() {
+            matched.drop_replaced(&replacing);
+        }
+        // The 0-per-unit quota descriptors left: members of the group decided outside the
+        // calls, passing when shadow (or not over).
+        for (slot, f) in &matched.fixed {
+            if let Fixed::Blocked { shadow, over, .. } = f
+                && matched.quota[*slot]
+            {
+                matched.group.outside(*shadow || !*over);
+            }
+        }
         if global_quota {
             matched.limitless_are_quota();
         }
@@ -112,6 +136,36 @@ impl<'a: 'o, 'o> Matched<'a, 'o> {
             matched.group.outside(true);
         }
         matched
+    }
+
+    /// Drops the descriptors whose limit a matched limit `replaces` (by its YAML name; one
+    /// without a name is never replaced): counted and 0-per-unit ones, not `unlimited` ones,
+    /// which the reference has already set aside. They are answered as unmatched (no
+    /// statistics, no metadata), and are quota descriptors only by global quota mode.
+    fn drop_replaced(&mut self, replacing: &HashSet<&str>) {
+        let named = |name: &str| !name.is_empty() && replacing.contains(name);
+        let mut dropped = Vec::new();
+        self.found.retain(|item| {
+            let replaced = item.rule.name.as_deref().is_some_and(named);
+            if replaced {
+                dropped.extend_from_slice(&item.slots);
+            }
+            !replaced
+        });
+        self.fixed.retain(|(slot, f)| {
+            let replaced = matches!(f, Fixed::Blocked { name, .. } if named(name));
+            if replaced {
+                dropped.push(*slot);
+            }
+            !replaced
+        });
+        for slot in dropped {
+            self.quota[slot] = false;
+            self.counted[slot] = None;
+            if let Some(metadata) = self.metadata.get_mut(slot) {
+                *metadata = None;
+            }
+        }
     }
 
     /// Global quota mode: the reference counts a descriptor with no limit (unmatched,

@@ -47,20 +47,26 @@
 //! overall code is then read from the answers by the same rules. The check-only peek counts
 //! too: there a counter can pass its limit, and the reference answers `hits_addend` 0 with
 //! `OVER_LIMIT` only when the count is **past** the limit (`limitAfterIncrease > limit`),
-//! `OK` with 0 remaining at it; a peek of a counting request answers exactly that. (By
+//! `OK` with 0 remaining at it; a peek of a counting request answers exactly that. A refused
+//! descriptor of more than one hit has its count read back after the call (its decision is
+//! clamped at 0 remaining), so that its hits are split into near and over limit as the
+//! reference's statistics split them (`calls.rs`, `metrics/hits.rs`). (By
 //! default a count never passes the limit, and a check-only descriptor is over once no unit
 //! is left: the only answer that lets the check-then-charge pattern admit exactly the limit.)
 //!
 //! Imported (YAML) entries follow the reference: an `unlimited` entry is OK and never counted;
 //! an entry of 0 requests per unit is over limit like a too costly one (nothing charged),
-//! with the time to the end of its unit-aligned window as `duration_until_reset`; when a
-//! matched limit `replaces` another matched one by name, the replaced descriptor is not
-//! decided (it is answered as unmatched).
+//! with the time to the end of its unit-aligned window as `duration_until_reset` (with
+//! counted refusals a check-only one is OK with nothing left: a count of 0 is not past 0);
+//! when a matched entry `replaces` another matched one by name, the replaced descriptor is
+//! not decided (it is answered as unmatched). As in the reference's `constructLimitsToCheck`,
+//! every matched entry's `replaces` counts, an `unlimited` or 0-per-unit one's included, and
+//! counted and 0-per-unit entries can be replaced (`unlimited` ones are set aside first).
 //!
 //! The files: `answer.rs` (what a call answers before protobuf), `matched.rs` (descriptors
-//! to items, the one pass over the request), `items.rs` (merging and replacing items),
-//! `rates.rs` (several descriptors on one counter), `calls.rs` (the store calls: peeks and the
-//! charging call).
+//! to items, the one pass over the request, replaced ones dropped), `items.rs` (merging
+//! items), `rates.rs` (several descriptors on one counter), `calls.rs` (the store calls:
+//! peeks and the charging call).
 
 use std::time::Duration;
 
@@ -121,9 +127,16 @@ pub(crate) async fn decide<'a, St: Store>(
         rates::effective(item, snapshot.limiter());
     }
     // A 0-per-unit descriptor (not shadow) refuses the request unless it is a quota one.
-    let mut vetoed = fixed
-        .iter()
-        .any(|(slot, f)| matches!(f, Fixed::Blocked { shadow: false, .. }) && !quota[*slot]);
+    let mut vetoed = fixed.iter().any(|(slot, f)| {
+        matches!(
+            f,
+            Fixed::Blocked {
+                shadow: false,
+                over: true,
+                ..
+            }
+        ) && !quota[*slot]
+    });
     let mut answer = Answer::new(request.descriptors.len(), fixed, quota, counted, metadata);
     let (too_costly, fits): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
         charged.iter().partition(|i| i.too_costly());
@@ -167,6 +180,14 @@ impl Group {
         self.members += 1;
         self.passed |= passed;
     }
+}
+
+/// The time from `now` to the end of the current window of a fixed window of `period`
+/// (windows aligned to the epoch, as the core counts them): 0 < time ≤ period. Rounded up to
+/// whole seconds, it is the reference's `unit - now % unit` for a YAML unit.
+pub(crate) fn window_end(period: Duration, now: tollgate::Timestamp) -> Duration {
+    let period = u64::try_from(period.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(period - now.as_micros() % period)
 }
 
 /// The time from `now` to the end of `unit`'s window, windows aligned to the epoch in whole

@@ -113,15 +113,28 @@ pub(super) fn count_from_wide(item: &Item<'_>, d: &LimitDecision, charged: bool)
     )
 }
 
+/// Whether `d`, the refusal of `item` (one descriptor) by a check that counted refusals,
+/// hides how far past its limit the count went, which the reference's statistics split by:
+/// its decision is clamped at 0 remaining, and a cost above 1 may have crossed the limit
+/// (one hit past it is over whatever the count). Read back with a wide peek.
+pub(super) fn crossing_unread(item: &Item<'_>, d: &LimitDecision) -> bool {
+    item.slots.len() == 1
+        && item.cost > 1
+        && item.rule.fixed_window
+        && !d.decision.is_allowed()
+        && from_store(d)
+}
+
 /// One decision per descriptor of `item`, from `d` (the item's) and `count`, the counter
-/// before the call (see the module docs): `(slot, its rule, its decision)`.
+/// before the call (see the module docs): `(slot, its rule, its decision, the count after
+/// its hits)`.
 pub(super) fn answers<'a>(
     item: &Item<'a>,
     d: &LimitDecision,
     count: u64,
     charged: bool,
     counting: bool,
-) -> Vec<(usize, &'a Rule, LimitDecision)> {
+) -> Vec<(usize, &'a Rule, LimitDecision, u64)> {
     let reset = d.decision.reset_after;
     let mut cum: u64 = 0;
     item.slots
@@ -152,7 +165,7 @@ pub(super) fn answers<'a>(
                 decision,
                 ..d.clone()
             };
-            (slot, rule, answer)
+            (slot, rule, answer, used)
         })
         .collect()
 }
@@ -297,7 +310,7 @@ mod tests {
         let seen = |count, charged| {
             answers(&merged, &d, count, charged, false)
                 .into_iter()
-                .map(|(slot, rule, d)| {
+                .map(|(slot, rule, d, _)| {
                     (
                         slot,
                         rule.capacity,
@@ -314,7 +327,7 @@ mod tests {
         let peek = |count, counting| {
             answers(&check_only, &d, count, false, counting)
                 .into_iter()
-                .map(|(_, _, d)| d.decision.is_allowed())
+                .map(|(_, _, d, _)| d.decision.is_allowed())
                 .collect::<Vec<_>>()
         };
         assert_eq!(

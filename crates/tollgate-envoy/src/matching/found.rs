@@ -10,8 +10,8 @@ use crate::Unit;
 pub(crate) enum Found<'a> {
     /// A limit decides it, keyed by these parts.
     Limited(&'a Rule, Vec<(&'a str, &'a str)>),
-    /// An imported `unlimited` entry.
-    Unlimited,
+    /// An imported `unlimited` entry, with its `replaces`.
+    Unlimited(&'a [Arc<str>]),
     /// An imported entry of 0 requests per unit.
     Blocked {
         /// Its unit.
@@ -22,7 +22,10 @@ pub(crate) enum Found<'a> {
         own_shadow: bool,
         /// Whether it is a quota descriptor of its own (`quota_mode: true`).
         quota_mode: bool,
-        /// Its `current_limit.name`.
+        /// Its `current_limit.name`: its YAML `rate_limit.name`, empty when none (what
+        /// another entry's `replaces` names it by).
         name: &'a Arc<str>,
+        /// Its `replaces`.
+        replaces: &'a [Arc<str>],
     },
 }

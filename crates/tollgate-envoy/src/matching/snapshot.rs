@@ -238,7 +238,7 @@ impl<St> Snapshot<St> {
                     .map(|(p, v)| (p.to_owned(), v.to_owned()))
                     .collect(),
             )),
-            Found::Unlimited | Found::Blocked { .. } => None,
+            Found::Unlimited(_) | Found::Blocked { .. } => None,
         }
     }
 
@@ -320,17 +320,18 @@ impl<St> Snapshot<St> {
         let metadata = match target {
             Target::Limited(rule) => rule.metadata.as_deref(),
             Target::Blocked { metadata, .. } => metadata.as_deref(),
-            Target::Unlimited | Target::Nothing => None,
+            Target::Unlimited { .. } | Target::Nothing => None,
         };
         let found = match target {
             Target::Limited(rule) => Found::Limited(rule, parts),
-            Target::Unlimited => Found::Unlimited,
+            Target::Unlimited { replaces } => Found::Unlimited(replaces),
             Target::Blocked {
                 unit,
                 shadow,
                 own_shadow,
                 quota_mode,
                 name,
+                replaces,
                 ..
             } => Found::Blocked {
                 unit: *unit,
@@ -338,6 +339,7 @@ impl<St> Snapshot<St> {
                 own_shadow: *own_shadow,
                 quota_mode: *quota_mode,
                 name,
+                replaces,
             },
             Target::Nothing => return None,
         };
@@ -359,7 +361,7 @@ fn counted<'a>(
     let stat = match target {
         Target::Limited(rule) => rule.stat.as_ref()?,
         Target::Blocked { stat, .. } => stat,
-        Target::Unlimited | Target::Nothing => return None,
+        Target::Unlimited { .. } | Target::Nothing => return None,
     };
     Some(match stat {
         // Each level labelled by the value its key takes: the request's, or the

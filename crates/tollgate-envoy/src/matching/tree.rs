@@ -57,7 +57,11 @@ pub(crate) enum Target {
     /// Decided by a generated limit.
     Limited(Rule),
     /// `unlimited: true`: OK, never counted.
-    Unlimited,
+    Unlimited {
+        /// Its `replaces`: the reference drops the limits they name though it decides
+        /// nothing itself.
+        replaces: Box<[Arc<str>]>,
+    },
     /// `requests_per_unit: 0`: always over limit (unless shadow), never counted.
     Blocked {
         /// Its YAML `metadata`, for the response's dynamic metadata when it passes (shadow).
@@ -70,8 +74,11 @@ pub(crate) enum Target {
         own_shadow: bool,
         /// `quota_mode`.
         quota_mode: bool,
-        /// `current_limit.name`: `rate_limit.name`, empty when none.
+        /// `current_limit.name`: `rate_limit.name`, empty when none (also what another
+        /// entry's `replaces` names it by).
         name: Arc<str>,
+        /// Its `replaces`.
+        replaces: Box<[Arc<str>]>,
         /// Its statistics key.
         stat: StatKey,
     },
@@ -252,8 +259,9 @@ fn target<St: Store>(
     let Some(rl) = &d.rate_limit else {
         return Ok(Target::Nothing);
     };
+    let replaces: Box<[Arc<str>]> = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
     if rl.unlimited {
-        return Ok(Target::Unlimited);
+        return Ok(Target::Unlimited { replaces });
     }
     Ok(match (&rl.limit, rl.unit) {
         (Some(name), _) => {
@@ -270,7 +278,7 @@ fn target<St: Store>(
                 rule.shown = yaml_name;
             }
             rule.name = rl.name.as_deref().map(Arc::from);
-            rule.replaces = rl.replaces.iter().map(|r| Arc::from(r.as_str())).collect();
+            rule.replaces = replaces;
             rule.unit = rl.unit;
             rule.stat = Some(stat);
             rule.metadata = metadata;
@@ -283,6 +291,7 @@ fn target<St: Store>(
             own_shadow: d.shadow_mode,
             quota_mode: d.quota_mode,
             name: yaml_name,
+            replaces,
             stat,
         },
         (None, None) => Target::Nothing,

@@ -30,7 +30,7 @@ use futures_util::FutureExt as _;
 use tollgate::{LimitDecision, Store, wire};
 use tonic::{Request, Response, Status};
 
-use crate::decide::{Answer, Fixed, Shown, decide};
+use crate::decide::{Answer, Fixed, Shown, decide, window_end};
 use crate::reply::dynamic_metadata;
 use crate::service::headers::response_headers;
 use crate::{Snapshot, rate_unit};
@@ -165,6 +165,7 @@ fn response<St>(
     snapshot: &Snapshot<St>,
     request: &RateLimitRequest,
 ) -> RateLimitResponse {
+    let now = snapshot.now();
     let mut out = RateLimitResponse {
         overall_code: if answer.allowed {
             Code::Ok
@@ -177,7 +178,7 @@ fn response<St>(
                 .iter()
                 .zip(&answer.shown)
                 .map(|(o, shown)| match (o, shown) {
-                    (Some(o), Some(shown)) => status(o, shown),
+                    (Some(o), Some(shown)) => status(o, shown, now),
                     _ => unmatched(),
                 })
                 .collect();
@@ -229,12 +230,15 @@ fn passed(answer: &Answer<'_>, statuses: &[DescriptorStatus]) -> Vec<usize> {
     for (slot, fixed) in &answer.fixed {
         if let (
             Fixed::Blocked {
-                shadow, own_shadow, ..
+                shadow,
+                own_shadow,
+                over,
+                ..
             },
             Some(d),
         ) = (fixed, decided.get_mut(*slot))
         {
-            *d = Some(*shadow && !*own_shadow);
+            *d = Some(*over && *shadow && !*own_shadow);
         }
     }
     decided
@@ -268,13 +272,14 @@ fn fixed_status(fixed: Fixed) -> DescriptorStatus {
         Fixed::Blocked {
             unit,
             own_shadow,
+            over,
             name,
             reset,
             ..
         } => DescriptorStatus {
             // Only a rule's own `shadow_mode` answers `OK`; under `[envoy] shadow` alone the
             // status stays `OVER_LIMIT` and only the overall code is `OK`, as the reference's.
-            code: if own_shadow {
+            code: if own_shadow || !over {
                 Code::Ok
             } else {
                 Code::OverLimit
@@ -303,8 +308,9 @@ fn envoy_unit(unit: crate::Unit) -> Unit {
 }
 
 /// A decided descriptor's status; `shown.unit` is an imported limit's own unit, shown with
-/// its `requests_per_unit` instead of the rate computed from the quota.
-fn status(o: &LimitDecision, shown: &Shown) -> DescriptorStatus {
+/// its `requests_per_unit` instead of the rate computed from the quota. `now`: when a fixed
+/// window's status is answered.
+fn status(o: &LimitDecision, shown: &Shown, now: tollgate::Timestamp) -> DescriptorStatus {
     let d = &o.decision;
     let rate = match shown.unit {
         Some(unit) => crate::RateUnit {
@@ -313,9 +319,17 @@ fn status(o: &LimitDecision, shown: &Shown) -> DescriptorStatus {
         },
         None => rate_unit(&o.quota),
     };
-    let until_reset = d
+    let mut until_reset = d
         .retry_after()
         .map_or(d.reset_after, |wait| d.reset_after.max(wait));
+    // A fixed window with no count is already "back to a full quota" (0); the reference
+    // answers the end of the unit's window whatever the count (a descriptor a refused call
+    // did not charge, a check only, a too costly one on a fresh key), and so does this.
+    if until_reset.is_zero()
+        && let Some(period) = shown.window
+    {
+        until_reset = window_end(period, now);
+    }
     // A refusal only `[envoy] shadow` hides keeps its `OVER_LIMIT` (the reference changes only
     // the overall code); a rule's own `shadow_mode` answers `OK`.
     let globally_hidden = o.shadow_refused() && !shown.own_shadow;

@@ -41,12 +41,30 @@ pub(crate) fn record(
         // reference's: not those that only `[envoy] shadow` makes shadow.
         let (hits, own_shadow) = match (fixed, outcome) {
             (Some(Fixed::Unlimited), _) => continue,
-            (Some(Fixed::Blocked { own_shadow, .. }), _) => {
-                (Hits::refused(cost, *own_shadow), *own_shadow)
+            (
+                Some(Fixed::Blocked {
+                    own_shadow, over, ..
+                }),
+                _,
+            ) => {
+                // Not over: a check only (no hits) with counted refusals.
+                let hits = if *over {
+                    Hits::refused(cost, *own_shadow)
+                } else {
+                    Hits::default()
+                };
+                (hits, *own_shadow)
             }
             (None, Some(o)) => {
                 let own = o.shadow && shown.is_some_and(|s| s.own_shadow);
-                (Hits::of(o, cost, own, near_ratio), own)
+                let hits = match answer.after.get(slot).copied().flatten() {
+                    // Refused with counted refusals, past the limit by a count read back.
+                    Some(after) if !o.decision.is_allowed() => {
+                        Hits::crossing(o.quota.limit(), after, cost, own, near_ratio)
+                    }
+                    _ => Hits::of(o, cost, own, near_ratio),
+                };
+                (hits, own)
             }
             (None, None) => continue, // replaced: not decided
         };

@@ -2,7 +2,10 @@
 //! (`tests/reference/`, unchanged), through a real tonic client: the points where tollgate
 //! used to answer otherwise (issue #28: `current_limit.name`, `hits_addend` 0, a block list's
 //! `duration_until_reset`, `share_threshold` with `detailed_metric`, global shadow mode's
-//! `shadow_mode` statistics). Each expectation is one the reference's tests or examples state.
+//! `shadow_mode` statistics; then `replaces` from `unlimited` and 0-per-unit entries and of
+//! block lists, `duration_until_reset` on a key with no count, a check-only block list with
+//! counted refusals, counted refusals' near / over split). Each expectation is one the
+//! reference's tests or examples state.
 
 use std::time::Duration;
 
@@ -17,7 +20,7 @@ use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
 };
 use tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value;
 
-use crate::support::{Rls, counters, metrics};
+use crate::support::{Rls, START_MS, counters, metrics};
 
 const BASIC: &str = include_str!("../reference/basic_config.yaml");
 const SHADOW: &str = include_str!("../reference/shadowmode_config.yaml");
@@ -501,6 +504,391 @@ async fn health_waits_for_a_domain_when_asked() {
         health_becomes(&rls, &not_serving).await,
         not_serving,
         "the last domain removed"
+    );
+    rls.stop().await;
+}
+
+/// The reference's example directory's `rl` domain (example.yaml: `replaces`, a 0-per-unit
+/// `banned_limit`, `unlimited` entries).
+const EXAMPLE: &str = include_str!("../reference/examples_ratelimit_config/example.yaml");
+
+/// The overall code of `descriptors` in domain `rl` (the Envoy routes of the reference's
+/// `examples/envoy/proxy.yaml`: `/twoheader` sends (foo, bar), `/fourheader` adds
+/// (source_cluster, destination_cluster), `/fiveheader` adds (category)).
+async fn rl(rls: &mut Rls, descriptors: &[&[(&str, &str)]]) -> Code {
+    let descriptors = descriptors.iter().map(|d| descriptor(d, None)).collect();
+    code(&rls.call(req("rl", descriptors)).await)
+}
+
+/// `replaces` as the reference's `integration-test/scripts/replaces.sh` expects it on
+/// example.yaml, call by call, with refusals free (tollgate's default) and charged (the
+/// reference's). Its first block is the one that failed: `(proxy, override)` (2 per minute)
+/// `replaces: banned_limit`, the 0-per-unit `(foo, bar=banned)`, so the pair passes twice
+/// (`constructLimitsToCheck` drops every matched limit a matched limit's `replaces` names,
+/// a blocked one included).
+#[tokio::test]
+async fn replaces_follows_the_reference_script() {
+    use Code::{Ok as OK, OverLimit as LIMITED};
+    for refusals in ["free", "charged"] {
+        let toml = format!("[envoy]\nrefusals = \"{refusals}\"\n");
+        let mut rls = Rls::start_imported(&[("example.yaml", EXAMPLE)], &toml).await;
+        let banned: &[(&str, &str)] = &[("foo", "bkthomps"), ("bar", "banned")];
+        let cluster = |dst| [("source_cluster", "proxy"), ("destination_cluster", dst)];
+        let (mock, over) = (cluster("mock"), cluster("override"));
+        // Block 1: replaces increases the limit.
+        assert_eq!(rl(&mut rls, &[banned]).await, LIMITED, "{refusals}");
+        assert_eq!(rl(&mut rls, &[banned, &mock]).await, LIMITED, "{refusals}");
+        let seen = [
+            rl(&mut rls, &[banned, &over]).await,
+            rl(&mut rls, &[banned, &over]).await,
+            rl(&mut rls, &[banned, &over]).await,
+        ];
+        assert_eq!(seen, [OK, OK, LIMITED], "{refusals}: block 1");
+        // The replaced descriptor is not decided: OK, no `current_limit`.
+        let r = rls
+            .call(req(
+                "rl",
+                vec![descriptor(banned, None), descriptor(&over, None)],
+            ))
+            .await;
+        assert!(r.statuses[0].current_limit.is_none(), "{refusals}: {r:?}");
+        assert_eq!(state(&r, 0), (OK, 0), "{refusals}: {r:?}");
+        // Block 2: replaces does not affect the original limit.
+        let my_foo: &[(&str, &str)] = &[("foo", "my_foo"), ("bar", "bkthomps")];
+        let (bk, not_bk) = (cluster("bkthomps"), cluster("not_bkthomps"));
+        let seen = [
+            rl(&mut rls, &[my_foo, &bk]).await,
+            rl(&mut rls, &[my_foo, &bk]).await,
+            rl(&mut rls, &[my_foo, &bk]).await,
+            rl(&mut rls, &[my_foo, &not_bk]).await,
+            rl(&mut rls, &[my_foo, &not_bk]).await,
+            rl(&mut rls, &[my_foo, &bk]).await,
+        ];
+        assert_eq!(
+            seen,
+            [OK, OK, LIMITED, OK, LIMITED, LIMITED],
+            "{refusals}: block 2"
+        );
+        // Block 3: replaces can replace several limits.
+        let (fake, account) = (cluster("fake"), [("category", "account")]);
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            seen.push(rl(&mut rls, &[my_foo, &fake, &account]).await);
+        }
+        assert_eq!(seen, [OK, OK, OK, OK, LIMITED], "{refusals}: block 3");
+        let foo_2: &[(&str, &str)] = &[("foo", "foo_2"), ("bar", "bkthomps")];
+        let foo_3: &[(&str, &str)] = &[("foo", "foo_3"), ("bar", "bar_3")];
+        let seen = [
+            rl(&mut rls, &[foo_2]).await,
+            rl(&mut rls, &[foo_2]).await,
+            rl(&mut rls, &[foo_3, &fake]).await,
+            rl(&mut rls, &[foo_3, &fake]).await,
+            rl(&mut rls, &[foo_3, &fake]).await,
+            rl(&mut rls, &[my_foo, &fake, &account]).await,
+        ];
+        assert_eq!(
+            seen,
+            [OK, LIMITED, OK, OK, LIMITED, LIMITED],
+            "{refusals}: block 3, after"
+        );
+        rls.stop().await;
+    }
+}
+
+/// An `unlimited` entry's `replaces`, and a 0-per-unit one's, drop the limits they name, as
+/// the reference's `constructLimitsToCheck` records every matched limit's `replaces` before it
+/// sets the unlimited ones aside; a replaced 0-per-unit entry is dropped like a counted one.
+#[tokio::test]
+async fn unlimited_and_blocked_entries_replace_too() {
+    let yaml = r#"
+domain: replacing
+descriptors:
+  - key: counted
+    rate_limit: { name: counted_limit, unit: minute, requests_per_unit: 1 }
+  - key: free
+    rate_limit:
+      unlimited: true
+      replaces: [{ name: counted_limit }]
+  - key: blocked
+    rate_limit:
+      unit: minute
+      requests_per_unit: 0
+      replaces: [{ name: counted_limit }]
+  - key: banned
+    rate_limit: { name: banned_limit, unit: minute, requests_per_unit: 0 }
+  - key: lifted
+    rate_limit:
+      unlimited: true
+      replaces: [{ name: banned_limit }]
+"#;
+    let mut rls = Rls::start_imported(&[("replacing.yaml", yaml)], "[envoy]\n").await;
+    let counted = [("counted", "a")];
+    for _ in 0..3 {
+        let r = rls
+            .call(req(
+                "replacing",
+                vec![
+                    descriptor(&counted, None),
+                    descriptor(&[("free", "x")], None),
+                ],
+            ))
+            .await;
+        assert_eq!(code(&r), Code::Ok, "{r:?}");
+        assert!(r.statuses[0].current_limit.is_none(), "replaced: {r:?}");
+        assert_eq!(state(&r, 1), (Code::Ok, u32::MAX), "unlimited: {r:?}");
+    }
+    // Blocked, replacing: it refuses, and the replaced limit is not decided.
+    let r = rls
+        .call(req(
+            "replacing",
+            vec![
+                descriptor(&counted, None),
+                descriptor(&[("blocked", "x")], None),
+            ],
+        ))
+        .await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert!(r.statuses[0].current_limit.is_none(), "replaced: {r:?}");
+    assert_eq!(state(&r, 1), (Code::OverLimit, 0), "{r:?}");
+    // Untouched by all of the above: its one unit is left.
+    let r = rls
+        .call(req("replacing", vec![descriptor(&counted, None)]))
+        .await;
+    assert_eq!(state(&r, 0), (Code::Ok, 0), "{r:?}");
+    // A block list lifted by an unlimited entry.
+    let banned = [("banned", "x")];
+    let r = rls
+        .call(req("replacing", vec![descriptor(&banned, None)]))
+        .await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    let r = rls
+        .call(req(
+            "replacing",
+            vec![
+                descriptor(&banned, None),
+                descriptor(&[("lifted", "x")], None),
+            ],
+        ))
+        .await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert!(r.statuses[0].current_limit.is_none(), "replaced: {r:?}");
+    rls.stop().await;
+}
+
+/// The reference answers every status that has a limit with `duration_until_reset` the end
+/// of the unit's window (`generateResponseDescriptorStatus` → `CalculateReset`), whatever the
+/// count: a refused too costly descriptor on a fresh key, a descriptor a refused call did
+/// not charge, a check-only descriptor, the `RateLimit-Reset` header. (It was 0 s on a key
+/// with no count, as tollgate's "back to a full quota" says of an empty fixed window.)
+/// KEY3_HOURLY: 10 per hour; START_MS is 840 s into its hour.
+#[tokio::test]
+async fn duration_until_reset_is_the_window_end_on_every_status() {
+    let yaml = KEY3_HOURLY.replace("domain: check-only", "domain: resets");
+    let hour_end = 3600 - (START_MS / 1000) % 3600;
+    assert_eq!(hour_end, 2760);
+    let reset = |r: &RateLimitResponse, i: usize| {
+        r.statuses[i]
+            .duration_until_reset
+            .map(|d| (d.seconds, d.nanos))
+    };
+    let header = |r: &RateLimitResponse| {
+        r.response_headers_to_add
+            .iter()
+            .find(|h| h.key == "RateLimit-Reset")
+            .map(|h| h.value.clone())
+    };
+    for refusals in ["free", "charged"] {
+        let toml = format!("[envoy]\nrefusals = \"{refusals}\"\nlimit_response_headers = true\n");
+        let mut rls = Rls::start_imported(&[("resets.yaml", &yaml)], &toml).await;
+        let key3 = |v| [("key3", v)];
+        // Too costly (11 of 10) on a fresh key, beside a fresh key the refusal did not charge
+        // (free) or did (charged).
+        let r = rls
+            .call(req(
+                "resets",
+                vec![
+                    descriptor(&key3("value3"), Some(11)),
+                    descriptor(&[("key3", "value3"), ("key1", "x")], None),
+                ],
+            ))
+            .await;
+        assert_eq!(code(&r), Code::OverLimit, "{refusals}: {r:?}");
+        assert_eq!(
+            reset(&r, 0),
+            Some((i64::try_from(hour_end).expect("small"), 0))
+        );
+        assert_eq!(header(&r).as_deref(), Some("2760"), "{refusals}: {r:?}");
+        // Check only, on a fresh key.
+        let r = rls
+            .call(req("resets", vec![descriptor(&[("key1", "y")], Some(0))]))
+            .await;
+        assert_eq!(state(&r, 0), (Code::Ok, 5), "{refusals}: {r:?}");
+        assert_eq!(
+            reset(&r, 0),
+            Some((1, 0)),
+            "{refusals}: a second's window: {r:?}"
+        );
+        // An uncharged descriptor of a refused call (free), or a charged one (charged).
+        let r = rls
+            .call(req(
+                "resets",
+                vec![
+                    descriptor(&[("key1", "z")], None),
+                    descriptor(&key3("value3"), Some(11)),
+                ],
+            ))
+            .await;
+        assert_eq!(code(&r), Code::OverLimit, "{refusals}: {r:?}");
+        assert_eq!(reset(&r, 0), Some((1, 0)), "{refusals}: {r:?}");
+        rls.stop().await;
+    }
+}
+
+/// With `refusals = "charged"`, a check-only descriptor on a 0-per-unit entry is `OK` with
+/// nothing left, as the reference answers it (`limitAfterIncrease` 0 is not above the limit
+/// 0, `base_limiter.go`), and does not refuse the call; charged, it is over. By default a
+/// check-only descriptor is over once no unit is left, so a block list refuses it.
+#[tokio::test]
+async fn check_only_on_a_block_list_with_charged_refusals_passes() {
+    let yaml = "domain: block-check\ndescriptors:\n  - key: banned\n    rate_limit: { name: banned_limit, unit: minute, requests_per_unit: 0 }\n  - key: key1\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
+    let banned = [("banned", "x")];
+    let other = [("key1", "a")];
+    let mut rls =
+        Rls::start_imported(&[("block.yaml", yaml)], "[envoy]\nrefusals = \"charged\"\n").await;
+    let r = rls
+        .call(req(
+            "block-check",
+            vec![descriptor(&banned, Some(0)), descriptor(&other, None)],
+        ))
+        .await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!((state(&r, 0), state(&r, 1)), ((Code::Ok, 0), (Code::Ok, 4)));
+    let limit = r.statuses[0].current_limit.as_ref().expect("current_limit");
+    assert_eq!(
+        (
+            limit.name.as_str(),
+            limit.requests_per_unit,
+            Unit::try_from(limit.unit)
+        ),
+        ("banned_limit", 0, Ok(Unit::Minute))
+    );
+    assert_eq!(
+        r.statuses[0].duration_until_reset.map(|d| d.seconds),
+        Some(60),
+        "{r:?}"
+    );
+    let r = rls
+        .call(req("block-check", vec![descriptor(&banned, None)]))
+        .await;
+    assert_eq!(
+        (code(&r), state(&r, 0)),
+        (Code::OverLimit, (Code::OverLimit, 0))
+    );
+    rls.stop().await;
+
+    let mut rls = Rls::start_imported(&[("block.yaml", yaml)], "[envoy]\n").await;
+    let r = rls
+        .call(req("block-check", vec![descriptor(&banned, Some(0))]))
+        .await;
+    assert_eq!(
+        (code(&r), state(&r, 0)),
+        (Code::OverLimit, (Code::OverLimit, 0))
+    );
+    rls.stop().await;
+}
+
+/// The five series of `domain`'s `key1` rule: (total, within, near, over, shadow).
+fn series(domain: &str, key1: &str) -> [u64; 5] {
+    use tollgate_envoy::{NEAR_LIMIT, OVER_LIMIT, SHADOW_MODE, TOTAL_HITS, WITHIN_LIMIT};
+    [
+        TOTAL_HITS,
+        WITHIN_LIMIT,
+        NEAR_LIMIT,
+        OVER_LIMIT,
+        SHADOW_MODE,
+    ]
+    .map(|name| rule_counter(name, domain, key1, None))
+}
+
+/// What one call added to `domain`'s `key1` rule's series.
+async fn added(rls: &mut Rls, domain: &str, key1: &str, call: RateLimitRequest) -> [u64; 5] {
+    let before = series(domain, key1);
+    rls.call(call).await;
+    let after = series(domain, key1);
+    std::array::from_fn(|i| after[i] - before[i])
+}
+
+/// With `refusals = "charged"`, hits that cross the limit are split as the reference's
+/// `checkOverLimitThreshold` splits them: those past the limit are over, those between the
+/// near-limit threshold (`floor(limit × 0.8)`) and the limit near, none within
+/// (`test/redis/fixed_cache_impl_test.go` `TestNearLimit`: 20 per second, a count of 19 and
+/// 3 hits: 2 over, 1 near; 15 and 7: 2 over, 4 near; 10 per second at its limit and 3 hits:
+/// 3 over). A rule in shadow mode counts `shadow_mode` as `over_limit`
+/// (`increaseShadowModeStats`). Two descriptors on one counter are counted one after the
+/// other.
+#[tokio::test]
+async fn charged_refusals_split_crossing_hits_into_near_and_over() {
+    metrics(); // installed before the rules take their counters
+    let yaml = "domain: near\ndescriptors:\n  - key: key8\n    rate_limit: { unit: hour, requests_per_unit: 20 }\n  - key: key9\n    rate_limit: { unit: hour, requests_per_unit: 20 }\n  - key: key10\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n  - key: shadow\n    shadow_mode: true\n    rate_limit: { unit: hour, requests_per_unit: 20 }\n  - key: twice\n    rate_limit: { unit: hour, requests_per_unit: 20 }\n";
+    let mut rls =
+        Rls::start_imported(&[("near.yaml", yaml)], "[envoy]\nrefusals = \"charged\"\n").await;
+    let one = |key: &str, hits| req("near", vec![descriptor(&[(key, "v")], Some(hits))]);
+    // key8: 19, then 3 → 22 of 20.
+    assert_eq!(
+        added(&mut rls, "near", "key8", one("key8", 19)).await,
+        [19, 19, 3, 0, 0]
+    );
+    assert_eq!(
+        added(&mut rls, "near", "key8", one("key8", 3)).await,
+        [3, 0, 1, 2, 0]
+    );
+    // key9: 15, then 7 → 22 of 20.
+    assert_eq!(
+        added(&mut rls, "near", "key9", one("key9", 15)).await,
+        [15, 15, 0, 0, 0]
+    );
+    assert_eq!(
+        added(&mut rls, "near", "key9", one("key9", 7)).await,
+        [7, 0, 4, 2, 0]
+    );
+    // Already past the limit: every hit is over.
+    assert_eq!(
+        added(&mut rls, "near", "key9", one("key9", 2)).await,
+        [2, 0, 0, 2, 0]
+    );
+    // key10: at its limit 10, then 3: all over.
+    assert_eq!(
+        added(&mut rls, "near", "key10", one("key10", 10)).await,
+        [10, 10, 2, 0, 0]
+    );
+    assert_eq!(
+        added(&mut rls, "near", "key10", one("key10", 3)).await,
+        [3, 0, 0, 3, 0]
+    );
+    // Shadow mode: 19, then 3 → 2 over, 1 near, 2 shadow_mode.
+    assert_eq!(
+        added(&mut rls, "near", "shadow", one("shadow", 19)).await,
+        [19, 19, 3, 0, 0]
+    );
+    let r = rls.call(one("shadow", 3)).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!(series("near", "shadow"), [22, 19, 4, 2, 2]);
+    // Two descriptors on one counter: 17, then 2 (→ 19: within, near 2) and 3 (→ 22: over 2,
+    // near 1).
+    assert_eq!(
+        added(&mut rls, "near", "twice", one("twice", 17)).await,
+        [17, 17, 1, 0, 0]
+    );
+    let twice = req(
+        "near",
+        vec![
+            descriptor(&[("twice", "v")], Some(2)),
+            descriptor(&[("twice", "v")], Some(3)),
+        ],
+    );
+    assert_eq!(
+        added(&mut rls, "near", "twice", twice).await,
+        [5, 2, 3, 2, 0]
     );
     rls.stop().await;
 }
