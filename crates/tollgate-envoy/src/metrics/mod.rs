@@ -17,8 +17,9 @@
 //! set is the config's, bounded by it. Descriptor values appear only for a YAML entry with
 //! `detailed_metric: true` or a level with `value_to_metric: true`, and for per-request limit
 //! overrides (whose rule is the request's),
-//! and then only for the first [`MAX_DYNAMIC`] distinct label sets of the process; later ones
-//! are counted under the rule's own key (`detailed_metric`) or `key1="_other"` (overrides).
+//! and then only for the first [`MAX_DYNAMIC`] distinct label sets of the process, each at
+//! most [`MAX_DYNAMIC_BYTES`] long; later or longer ones are counted under the rule's own key
+//! (`detailed_metric`) or `key1="_other"` (overrides).
 //!
 //! - `names`: the series' names, and the service-level counts (config loads, errors, calls);
 //! - `stat`, `stat_key`: a rule's statistics key, and how a rule names it;
@@ -37,9 +38,9 @@ mod stat_key;
 pub(crate) use counted::Counted;
 pub(crate) use hits::Hits;
 pub use names::{
-    CONFIG_LOAD_ERROR, CONFIG_LOAD_SUCCESS, GLOBAL_SHADOW_MODE, MAX_DYNAMIC, NEAR_LIMIT,
-    NEAR_LIMIT_RATIO, OVER_LIMIT, RESPONSE_TIME, SHADOW_MODE, SHOULD_RATE_LIMIT_ERROR, TOTAL_HITS,
-    TOTAL_REQUESTS, WITHIN_LIMIT, config_load, config_loads_watched,
+    CONFIG_LOAD_ERROR, CONFIG_LOAD_SUCCESS, GLOBAL_SHADOW_MODE, MAX_DYNAMIC, MAX_DYNAMIC_BYTES,
+    NEAR_LIMIT, NEAR_LIMIT_RATIO, OVER_LIMIT, RESPONSE_TIME, SHADOW_MODE, SHOULD_RATE_LIMIT_ERROR,
+    TOTAL_HITS, TOTAL_REQUESTS, WITHIN_LIMIT, config_load, config_loads_watched,
 };
 pub(crate) use names::{call_error, grpc_call};
 pub(crate) use rule_counters::RuleCounters;

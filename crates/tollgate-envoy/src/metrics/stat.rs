@@ -26,6 +26,11 @@ impl Stat {
         }
     }
 
+    /// The bytes of its labels' values.
+    pub(crate) fn bytes(&self) -> usize {
+        self.domain.len() + self.key1.len() + self.key2.as_deref().map_or(0, str::len)
+    }
+
     /// Its labels: shared strings, built without copying text.
     pub(crate) fn labels(&self) -> Vec<Label> {
         let mut labels = Vec::with_capacity(3);

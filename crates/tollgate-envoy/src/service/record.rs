@@ -9,7 +9,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use crate::decide::{Answer, Fixed};
 use crate::metrics::{
-    Counted, GLOBAL_SHADOW_MODE, Hits, MAX_DYNAMIC, RuleCounters, Stat, StatKey, level,
+    Counted, GLOBAL_SHADOW_MODE, Hits, MAX_DYNAMIC, MAX_DYNAMIC_BYTES, RuleCounters, Stat, StatKey,
+    level,
 };
 
 /// Counts `answer` to `request`; `counted[i]` says how descriptor `i` is counted (`None`:
@@ -117,9 +118,12 @@ fn request_levels(d: &RateLimitDescriptor) -> Vec<String> {
         .collect()
 }
 
-/// Whether `stat`, made from descriptor values, may be a label set: already one, or one of
-/// the first [`MAX_DYNAMIC`].
+/// Whether `stat`, made from descriptor values, may be a label set: at most
+/// [`MAX_DYNAMIC_BYTES`] long, and already one or one of the first [`MAX_DYNAMIC`].
 fn admit(stat: &Stat) -> bool {
+    if stat.bytes() > MAX_DYNAMIC_BYTES {
+        return false;
+    }
     static SEEN: OnceLock<Mutex<HashSet<Stat>>> = OnceLock::new();
     let mut seen = SEEN
         .get_or_init(Mutex::default)

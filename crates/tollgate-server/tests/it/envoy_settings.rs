@@ -405,6 +405,22 @@ descriptors:
     }
     // Without value_to_metric the request's values stay out of the labels.
     assert!(!text.contains("subject_id_456"), "{text}");
+    // A value that would make a label set over 256 bytes is counted under the rule's own
+    // key: callers' values are not written out at any length (1000 sets of 14 KB made
+    // /metrics 71 MB).
+    let long = "v".repeat(300);
+    let entries = [
+        ("route", "draw"),
+        ("http_method", "GET"),
+        ("subject_id", long.as_str()),
+    ];
+    let r = ask(&mut client, req("domain", vec![descriptor(&entries)], 0)).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    let text = scrape(process.addr).await;
+    assert!(
+        text.contains("subject_id") && !text.contains(&long[..100]),
+        "{text}"
+    );
 }
 
 /// `near_limit_ratio = 0.5`: on 10 per hour, the hits past the 5th are near the limit (the
