@@ -262,19 +262,31 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Result<Response, 
         .watch
         .run(move || {
             let state = &*lane;
-            if let Some(per_limit) = state.store.memory_keys() {
-                for limit in state.limits.load().configs() {
+            let limits = state.limits.load();
+            let names: Vec<&str> = limits.configs().iter().map(|l| l.limit.name()).collect();
+            let mut holding = names.clone();
+            let per_limit = state.store.memory_keys();
+            if let Some(per_limit) = &per_limit {
+                for name in &names {
                     let held = per_limit
                         .iter()
-                        .find(|(name, _)| name == limit.limit.name())
+                        .find(|(n, _)| n == name)
                         .map_or(0, |(_, n)| *n);
-                    metrics::keys(limit.limit.name(), held);
+                    metrics::keys(name, held);
+                }
+                // A limit a reload removed whose keys are still held: they count towards
+                // `max_keys` until they expire.
+                for (name, held) in per_limit {
+                    if !names.contains(&name.as_str()) {
+                        metrics::keys(name, *held);
+                        holding.push(name);
+                    }
                 }
             }
-            let limits = state.limits.load();
-            for limit in limits.configs() {
-                metrics::deny_ratio(limit.limit.name(), limits.deny_ratio(limit.limit.name()));
+            for name in &names {
+                metrics::deny_ratio(name, limits.deny_ratio(name));
             }
+            metrics::retire_limits(&names, &holding);
             metrics::deny_cache_entries(limits.deny_cache_len());
             metrics::store_up(probed.error.is_none() && state.store.circuit_open() != Some(true));
             if let Some(open) = state.store.circuit_open() {

@@ -3,7 +3,8 @@
 //! lease sweep. Each function sets one idea, by the names in [`super::names`]; none counts a
 //! decision (the core limiter does).
 
-use std::sync::OnceLock;
+use std::collections::BTreeSet;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use metrics::{Counter, Histogram};
@@ -158,7 +159,44 @@ pub fn leased_units(units: u64) {
 /// Records `limit`'s refusal ratio; `None` (no check in the last minute) is NaN, so that an
 /// idle limit does not keep exporting the ratio of its last busy minute.
 pub fn deny_ratio(limit: &str, ratio: Option<f64>) {
+    remember(&RATIO_LIMITS, limit);
     metrics::gauge!(DENY_RATIO, "limit" => limit.to_owned()).set(ratio.unwrap_or(f64::NAN));
+}
+
+/// The limits whose `tollgate_deny_ratio` and `tollgate_keys` series were set.
+static RATIO_LIMITS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+static KEY_LIMITS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn remember(set: &Mutex<BTreeSet<String>>, limit: &str) {
+    let mut set = set
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !set.contains(limit) {
+        set.insert(limit.to_owned());
+    }
+}
+
+/// The per-limit gauges of limits a reload removed: no ratio (NaN) for a limit not in
+/// `limits`, and 0 keys for one not in `holding` either (the limits, and those whose keys the
+/// memory store still holds). The exporter keeps a series until told otherwise, and a removed
+/// limit's last values stayed for good (its 950 keys held `TollgateKeyCapNearFull` firing
+/// until a restart).
+pub fn retire_limits(limits: &[&str], holding: &[&str]) {
+    let gone = |set: &Mutex<BTreeSet<String>>, present: &[&str]| -> Vec<String> {
+        let set = set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set.iter()
+            .filter(|name| !present.contains(&name.as_str()))
+            .cloned()
+            .collect()
+    };
+    for name in gone(&RATIO_LIMITS, limits) {
+        metrics::gauge!(DENY_RATIO, "limit" => name).set(f64::NAN);
+    }
+    for name in gone(&KEY_LIMITS, holding) {
+        metrics::gauge!(KEYS, "limit" => name).set(0.0);
+    }
 }
 
 /// Records the deny cache's size.
@@ -199,6 +237,7 @@ pub fn tls_certificate_expiry(not_after: SystemTime) {
 
 /// Records the memory store's key count for `limit`.
 pub fn keys(limit: &str, count: u64) {
+    remember(&KEY_LIMITS, limit);
     // A gauge is an f64; key counts are far below 2^53.
     #[allow(clippy::cast_precision_loss)]
     metrics::gauge!(KEYS, "limit" => limit.to_owned()).set(count as f64);

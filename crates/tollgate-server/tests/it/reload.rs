@@ -241,6 +241,55 @@ async fn a_file_moved_away_and_back_clears_the_alarm() {
     );
 }
 
+/// A limit a reload removed stops exporting its values: its refusal ratio reads NaN at once,
+/// and its key count falls to 0 once its keys expire. Both kept their last values for good,
+/// and a removed limit's keys held `TollgateKeyCapNearFull` firing until a restart.
+#[tokio::test]
+async fn a_removed_limit_leaves_no_stale_gauges() {
+    let kept = one_limit("kept", "gcra", 3, "1h", "", "deny");
+    let (_dir, path) = config_file(&format!(
+        "{kept}{}",
+        one_limit("gone", "fixed_window", 1, "1s", r#""user""#, "deny")
+    ));
+    let mut process = Process::serve(&path);
+    for user in ["a", "b", "a"] {
+        let body = format!(r#"{{"limit": "gone", "key": {{"user": "{user}"}}}}"#);
+        process.post("/v1/check", &body).await;
+    }
+    let scrape = || async {
+        request(process.addr, "GET", "/metrics", Bytes::new(), &[])
+            .await
+            .text
+    };
+    let text = scrape().await;
+    assert_eq!(
+        sample(&text, r#"tollgate_keys{limit="gone"}"#).as_deref(),
+        Some("2"),
+        "{text}"
+    );
+    let ratio = sample(&text, r#"tollgate_deny_ratio{limit="gone"}"#);
+    assert!(ratio.as_deref().is_some_and(|r| r != "NaN"), "{text}");
+    std::fs::write(&path, &kept).expect("write");
+    assert!(process.logged("config reloaded").await, "{}", process.log());
+    let text = scrape().await;
+    assert_eq!(
+        sample(&text, r#"tollgate_deny_ratio{limit="gone"}"#).as_deref(),
+        Some("NaN"),
+        "{text}"
+    );
+    // The memory store sweeps expired keys every 10 s.
+    let expired = eventually(Duration::from_secs(30), || async {
+        sample(&scrape().await, r#"tollgate_keys{limit="gone"}"#).as_deref() == Some("0")
+    })
+    .await;
+    assert!(
+        expired,
+        "the removed limit's keys stayed counted:\n{}",
+        scrape().await
+    );
+    process.terminate();
+}
+
 /// Requests keep being answered while the limits are swapped again and again: every answer
 /// is a decision (200 or 429), none is an error or a dropped connection.
 #[tokio::test]
