@@ -232,7 +232,8 @@ function renderLimits(status) {
     const errors = d.store_error_allowed + d.store_error_denied;
     cell(errors, "store_errors", "num" + (errors > 0 ? " bad" : ""));
     const spark = cell(null, "history", "spark");
-    const series = history && history.limits[l.name];
+    // Own properties only: a limit may be named `constructor` or `toString`.
+    const series = history && Object.hasOwn(history.limits, l.name) ? history.limits[l.name] : null;
     if (series) {
       spark.appendChild(sparkline(series.decisions, "", l.name + " decisions"));
     } else {

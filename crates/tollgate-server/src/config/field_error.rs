@@ -44,6 +44,13 @@ pub enum FieldError {
     /// `server.admin_token` is too short to be a secret.
     #[error("must be at least 8 characters")]
     TokenTooShort,
+    /// `server.admin_token` holds a character a bearer token cannot carry: it could never
+    /// match (HTTP trims a header's spaces, and a header value is ASCII).
+    #[error(
+        "may hold only visible ASCII characters, no spaces (a token read from a file with its \
+         final newline?): a client could never send it"
+    )]
+    TokenNotSendable,
     /// More than one of `store.redis`, `store.cluster` and `store.sentinel`.
     #[error("give one of redis, cluster or sentinel (not both, not several)")]
     RedisAndCluster,

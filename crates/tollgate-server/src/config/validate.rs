@@ -39,6 +39,11 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
         Some(t) if t.len() < 8 => {
             return Err(invalid("server.admin_token", FieldError::TokenTooShort));
         }
+        // A newline (Kubernetes secrets made from files end in one), a space or a non-ASCII
+        // character: accepted, every reset answered 401 for good.
+        Some(t) if !t.bytes().all(|b| b.is_ascii_graphic()) => {
+            return Err(invalid("server.admin_token", FieldError::TokenNotSendable));
+        }
         Some(t) => Some(Secret::new(t.as_str())),
         None => None,
     };

@@ -139,6 +139,22 @@ fn errors_name_the_field() {
             "server.admin_token",
             "at least 8 characters",
         ),
+        // Never sendable in a bearer header: every reset would answer 401.
+        (
+            "[server]\nadmin_token = \"k8s-secret-token\\n\"".into(),
+            "server.admin_token",
+            "only visible ASCII",
+        ),
+        (
+            "[server]\nadmin_token = \" padded-token \"".into(),
+            "server.admin_token",
+            "only visible ASCII",
+        ),
+        (
+            "[server]\nadmin_token = \"pässwörd-token\"".into(),
+            "server.admin_token",
+            "only visible ASCII",
+        ),
         (
             "[server]\nport = 1".into(),
             "server.port",

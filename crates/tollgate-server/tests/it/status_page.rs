@@ -400,3 +400,39 @@ on_store_error = "allow"
         "in red: {dom}"
     );
 }
+
+/// Limits named like the properties every JavaScript object has (`constructor`, `toString`):
+/// the page looked their history up as a plain property, found the inherited function, and
+/// stopped with "cannot reach the service" until they had a series of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_named_like_object_properties_show() {
+    let (_dir, path) = config_file(
+        r#"
+[[limits]]
+name = "constructor"
+algorithm = "gcra"
+limit = 10
+period = "1m"
+on_store_error = "allow"
+
+[[limits]]
+name = "toString"
+algorithm = "gcra"
+limit = 10
+period = "1m"
+on_store_error = "allow"
+"#,
+    );
+    let process = Process::serve(&path);
+    process
+        .post("/v1/check", r#"{"limit": "constructor", "key": {}}"#)
+        .await;
+    let url = format!("http://{}/", process.addr);
+    let (dom, console) = tokio::task::spawn_blocking(move || load(&url, 2000))
+        .await
+        .expect("chromium");
+    assert!(console.is_empty(), "console messages: {console:?}");
+    assert!(dom.contains(r#"data-state="ok""#), "{dom}");
+    assert_eq!(cell(&dom, "constructor", "total"), "1", "{dom}");
+    assert_eq!(cell(&dom, "toString", "total"), "0", "{dom}");
+}
