@@ -87,7 +87,8 @@ impl<St: Store> Calls<'_, St> {
     ) -> Result<(), Status> {
         // The group refuses already when all of it outside the call refused and none of it
         // is in the call.
-        let in_call = fits.iter().any(|i| i.quota && !i.rule.shadow);
+        // (One charged though too costly is over whatever the call says: not a member.)
+        let in_call = fits.iter().any(|i| i.quota && !i.rule.shadow && !i.never);
         let group_refused = group.members > 0 && !group.passed && !in_call;
         answer.allowed = !vetoed && !group_refused;
         if fits.is_empty() {
@@ -131,7 +132,7 @@ impl<St: Store> Calls<'_, St> {
             if !rates::splits(item, d) {
                 if self.counting && op == Op::Check && rates::crossing_unread(item, d) {
                     unread.push((item, d, true, false));
-                } else if item.too_costly() {
+                } else if item.too_costly() || item.never {
                     item.slots.iter().for_each(|&slot| answer.never(slot));
                 }
                 continue;
@@ -166,7 +167,7 @@ impl<St: Store> Calls<'_, St> {
             match count {
                 Some(count) if splits => self.split(answer, item, d, count, charged),
                 Some(count) => answer.after[item.slots[0]] = Some(count + item.cost),
-                None if item.too_costly() => {
+                None if item.too_costly() || item.never => {
                     item.slots.iter().for_each(|&slot| answer.never(slot));
                 }
                 None => {}
@@ -237,7 +238,11 @@ fn prepare<'a, St: Store>(
             None => Ask::named(&rule.limit, &item.parts),
         };
         let ask = ask.cost(cost(item)).shadow(rule.shadow);
-        if item.quota && !rule.shadow {
+        if item.never {
+            // Over at its own rate whatever its wide limit says: its refusal is the caller's
+            // (`decide`: the request vetoed, or a quota member outside the call over).
+            ask.need(Need::Optional)
+        } else if item.quota && !rule.shadow {
             ask.need(need)
         } else {
             ask

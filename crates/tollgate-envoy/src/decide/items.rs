@@ -28,9 +28,13 @@ pub(super) struct Item<'a> {
     /// The largest cost the item can ever admit: its rule's capacity, or what its
     /// descriptors' rates leave for their sum (`rates.rs`).
     pub(super) capacity: u64,
-    /// The limit the item is decided at when its descriptors count at different rates
-    /// (`rates.rs`); else its rule's.
+    /// The limit the item is decided at when its descriptors count at different rates, or
+    /// when it is charged though too costly (`rates.rs`); else its rule's.
     pub(super) limit: Option<Arc<Limit>>,
+    /// Too costly to ever pass, charged anyway at a wide `limit` on its counter (counted
+    /// refusals, `rates::charge_anyway`): its descriptors are answered at their own rates,
+    /// and its decision in the call refuses nothing.
+    pub(super) never: bool,
 }
 
 impl<'a> Item<'a> {
@@ -51,6 +55,7 @@ impl<'a> Item<'a> {
             quota,
             capacity: rule.capacity,
             limit: None,
+            never: false,
         }
     }
 

@@ -27,7 +27,8 @@
 //!
 //! A descriptor whose cost exceeds its limit's capacity can never pass: when its rule is
 //! enforced, the request is over limit and nothing is charged; a shadow one is reported as
-//! refusing and charged nothing.
+//! refusing and charged nothing. With counted refusals (below) it is charged all the same,
+//! and answered over.
 //!
 //! **Quota descriptors** (`quota_mode: true`, a `quota_mode` rule, or every descriptor with
 //! `[envoy] quota_mode`) follow the reference's rule for the overall code: `OVER_LIMIT` when
@@ -44,10 +45,13 @@
 //! **Counted refusals** (`[envoy] refusals = "charged"`): the charging call counts refusals
 //! ([`tollgate::Request::count_refusals`]): every descriptor's counter takes its hits, over
 //! limit or not, each on its own, even when another descriptor refuses the request; the
-//! overall code is then read from the answers by the same rules. The check-only peek counts
-//! too: there a counter can pass its limit, and the reference answers `hits_addend` 0 with
-//! `OVER_LIMIT` only when the count is **past** the limit (`limitAfterIncrease > limit`),
-//! `OK` with 0 remaining at it; a peek of a counting request answers exactly that. A refused
+//! overall code is then read from the answers by the same rules. So does a descriptor of a
+//! cost its limit can never admit (the reference's `INCRBY` comes before its over-limit
+//! test): the core takes no cost above a limit's capacity, so it is charged on its counter
+//! at a limit wide enough for the cost, and answered over at its own (`rates.rs`). The
+//! check-only peek counts too: there a counter can pass its limit, and the reference
+//! answers `hits_addend` 0 with `OVER_LIMIT` only when the count is **past** the limit
+//! (`limitAfterIncrease > limit`), `OK` with 0 remaining at it; a peek of a counting request answers exactly that. A refused
 //! descriptor of more than one hit has its count read back after the call (its decision is
 //! clamped at 0 remaining), so that its hits are split into near and over limit as the
 //! reference's statistics split them (`calls.rs`, `metrics/hits.rs`). (By
@@ -138,9 +142,7 @@ pub(crate) async fn decide<'a, St: Store>(
         ) && !quota[*slot]
     });
     let mut answer = Answer::new(request.descriptors.len(), fixed, quota, counted, metadata);
-    let (too_costly, fits): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
-        charged.iter().partition(|i| i.too_costly());
-    for item in too_costly.iter().filter(|i| !i.rule.shadow) {
+    for item in charged.iter().filter(|i| i.too_costly() && !i.rule.shadow) {
         if item.quota {
             group.outside(false);
         } else {
@@ -151,6 +153,14 @@ pub(crate) async fn decide<'a, St: Store>(
         limiter: snapshot.limiter(),
         counting: snapshot.charges_refusals(),
     };
+    if calls.counting {
+        // Charged anyway, as the reference charges it (`rates::charge_anyway`).
+        for item in charged.iter_mut().filter(|i| i.too_costly()) {
+            rates::charge_anyway(item, snapshot.limiter());
+        }
+    }
+    let (too_costly, fits): (Vec<&Item<'_>>, Vec<&Item<'_>>) =
+        charged.iter().partition(|i| i.too_costly());
     if vetoed && !calls.counting {
         // Can never pass: charge nothing, report each limit's current state.
         answer.allowed = false;

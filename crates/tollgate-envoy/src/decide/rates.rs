@@ -63,11 +63,31 @@ pub(super) fn effective<St: Store>(item: &mut Item<'_>, limiter: &Limiter<St>) {
     }
 }
 
+/// With counted refusals, lets `item`, too costly to ever pass, be charged as the reference
+/// charges it (its `INCRBY` comes before its over-limit test, `fixed_cache_impl.go`): the
+/// core takes no cost above a limit's capacity, so the item is decided on its counter at a
+/// limit of its largest rate plus its cost (`never`), and each of its descriptors answered
+/// at its own rate from the count read back (over, with 0 remaining). Left too costly
+/// (reported, charged nothing) when the core cannot express that limit.
+pub(super) fn charge_anyway<St: Store>(item: &mut Item<'_>, limiter: &Limiter<St>) {
+    if !item.rule.fixed_window {
+        return;
+    }
+    let Some(units) = widest(item).checked_add(item.cost) else {
+        return;
+    };
+    if let Some(Ok(limit)) = base(item, limiter).map(|base| at(base, units)) {
+        item.capacity = units;
+        item.limit = Some(Arc::new(limit));
+        item.never = true;
+    }
+}
+
 /// Whether `item`'s descriptors are answered each on its own from `d`, its decision: several
-/// descriptors on a fixed window, and a decision from the store's count (not a failure
-/// policy's, nor a lease's).
+/// descriptors on a fixed window, or one charged though too costly, and a decision from the
+/// store's count (not a failure policy's, nor a lease's).
 pub(super) fn splits(item: &Item<'_>, d: &LimitDecision) -> bool {
-    item.slots.len() > 1 && item.rule.fixed_window && from_store(d)
+    (item.slots.len() > 1 || item.never) && item.rule.fixed_window && from_store(d)
 }
 
 /// Whether `d` comes from the store's count (or the deny cache's memory of it).

@@ -204,7 +204,7 @@ impl<St> Snapshot<St> {
         {
             return None;
         }
-        let (Target::Limited(rule), parts) = self.trees.get(domain)?.find(entries)? else {
+        let (Target::Limited(rule), parts, _) = self.trees.get(domain)?.find(entries)? else {
             return None;
         };
         let own_values = parts.len() == entries.len()
@@ -287,7 +287,7 @@ impl<St> Snapshot<St> {
                         .trees
                         .get(domain)
                         .and_then(|tree| tree.find(&descriptor.entries))
-                        .map(|(_, parts)| parts)
+                        .map(|(_, parts, _)| parts)
                         .unwrap_or_default(),
                 };
                 Some(Hit {
@@ -315,8 +315,8 @@ impl<St> Snapshot<St> {
                 metadata: None,
             });
         }
-        let (target, parts) = self.trees.get(domain)?.find(entries)?;
-        let counted = counted(target, &parts, entries);
+        let (target, parts, shared) = self.trees.get(domain)?.find(entries)?;
+        let counted = counted(target, &parts, shared, entries);
         let metadata = match target {
             Target::Limited(rule) => rule.metadata.as_deref(),
             Target::Blocked { metadata, .. } => metadata.as_deref(),
@@ -352,10 +352,12 @@ impl<St> Snapshot<St> {
 }
 
 /// How a descriptor whose `entries` matched `target` of an imported tree, with these key
-/// `parts`, counts in the reference's statistics (`None`: not counted).
+/// `parts` (`shared`: one of them a `share_threshold` wildcard's pattern), counts in the
+/// reference's statistics (`None`: not counted).
 fn counted<'a>(
     target: &'a Target,
     parts: &[(&'a str, &'a str)],
+    shared: bool,
     entries: &'a [Entry],
 ) -> Option<Counted<'a>> {
     let stat = match target {
@@ -366,7 +368,9 @@ fn counted<'a>(
     Some(match stat {
         // Each level labelled by the value its key takes: the request's, or the
         // pattern of a `share_threshold` wildcard (as the reference labels it).
-        StatKey::Detailed(base) => Counted::Detailed(base, parts.iter().map(|&(_, v)| v).collect()),
+        StatKey::Detailed(base) => {
+            Counted::Detailed(base, parts.iter().map(|&(_, v)| v).collect(), shared)
+        }
         // `value_to_metric`: the request's `key_value` where the level takes it.
         StatKey::Valued(base, template) => Counted::Valued(
             base,

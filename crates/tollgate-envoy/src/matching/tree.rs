@@ -49,6 +49,10 @@ struct Node {
     children: Level,
 }
 
+/// What [`Level::find`] finds: the target, the key parts (name, value) it is counted by,
+/// and whether a `share_threshold` wildcard gave a level its pattern.
+pub(crate) type TreeMatch<'a> = (&'a Target, Vec<(&'a str, &'a str)>, bool);
+
 /// What a matching descriptor gets.
 #[derive(Debug)]
 pub(crate) enum Target {
@@ -156,20 +160,20 @@ impl Level {
         Ok(level)
     }
 
-    /// The target of `entries`, and the key parts it is counted by.
-    pub(crate) fn find<'a>(
-        &'a self,
-        entries: &'a [Entry],
-    ) -> Option<(&'a Target, Vec<(&'a str, &'a str)>)> {
+    /// The target of `entries`, the key parts it is counted by, and whether a level was
+    /// matched by a `share_threshold` wildcard (whose pattern is then that level's value).
+    pub(crate) fn find<'a>(&'a self, entries: &'a [Entry]) -> Option<TreeMatch<'a>> {
         let mut level = self;
         let mut parts = Vec::with_capacity(entries.len());
+        let mut shared = false;
         for (i, entry) in entries.iter().enumerate() {
             let node = level.lookup(entry)?;
+            shared |= node.shared.is_some();
             parts.push((&*node.part, node.shared.as_deref().unwrap_or(&entry.value)));
             if i + 1 == entries.len() {
                 return match node.target {
                     Target::Nothing => None,
-                    ref target => Some((target, parts)),
+                    ref target => Some((target, parts, shared)),
                 };
             }
             level = &node.children;

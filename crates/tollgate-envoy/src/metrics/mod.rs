@@ -13,8 +13,9 @@
 //! - `ratelimit_service_global_shadow_mode`: answers that `[envoy] shadow` turned to OK.
 //!
 //! `key1` is the first level of the rule's key (`key` or `key_value`, as written in the
-//! config), `key2` the deeper levels joined by `.` (absent for a one-level rule): the label
-//! set is the config's, bounded by it. Descriptor values appear only for a YAML entry with
+//! config), `key2` the deeper levels joined by `.` (absent for a one-level rule), sanitized
+//! as the reference's `SanitizeStatName` (`stat.rs`: `:`, `|` and an IPv4 address's dots
+//! become `_`): the label set is the config's, bounded by it. Descriptor values appear only for a YAML entry with
 //! `detailed_metric: true` or a level with `value_to_metric: true`, and for per-request limit
 //! overrides (whose rule is the request's),
 //! and then only for the first [`MAX_DYNAMIC`] distinct label sets of the process, each at

@@ -88,17 +88,28 @@ fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted<'_>) -> Stat {
     // Past the cap of label sets: a rule's own base key, an override's `_other`.
     let (base, levels): (Option<&Stat>, Vec<String>) = match how {
         Counted::Rule(StatKey::Fixed(stat, _)) => return stat.clone(),
-        Counted::Detailed(base, values) => (
+        Counted::Detailed(base, values, shared) => (
             Some(base),
             d.entries
                 .iter()
                 .zip(values)
-                .map(|(e, v)| level(&e.key, Some(v)))
+                .map(|(e, v)| {
+                    if *shared {
+                        level(&e.key, Some(v))
+                    } else {
+                        detailed_level(&e.key, v)
+                    }
+                })
                 .collect(),
         ),
-        Counted::Rule(StatKey::Detailed(base) | StatKey::Valued(base, _)) => {
-            (Some(base), request_levels(d))
-        }
+        Counted::Rule(StatKey::Detailed(base)) => (
+            Some(base),
+            d.entries
+                .iter()
+                .map(|e| detailed_level(&e.key, &e.value))
+                .collect(),
+        ),
+        Counted::Rule(StatKey::Valued(base, _)) => (Some(base), request_levels(d)),
         Counted::Valued(base, levels) => (Some(base), levels.clone()),
         Counted::Override => (None, request_levels(d)),
     };
@@ -108,6 +119,12 @@ fn stat_of(domain: &str, d: &RateLimitDescriptor, how: &Counted<'_>) -> Stat {
     } else {
         base.map_or_else(|| Stat::new(domain, &["_other".to_owned()]), Stat::clone)
     }
+}
+
+/// One level of a `detailed_metric` key as the reference writes it (`GetLimit`'s
+/// `entry.Key + "_" + entry.Value`): `key_value`, `key_` for an empty value.
+fn detailed_level(key: &str, value: &str) -> String {
+    format!("{key}_{value}")
 }
 
 /// `key_value` of each of `d`'s entries (`key` where the value is empty).

@@ -284,6 +284,91 @@ async fn check_only_with_charged_refusals_answers_as_the_reference() {
     rls.stop().await;
 }
 
+/// With `refusals = "charged"`, a descriptor of more hits than its limit can ever admit is
+/// charged too, as the reference charges it (`fixed_cache_impl.go` sends its `INCRBY`
+/// before `base_limiter.go` tests `limitAfterIncrease > limit`): 11 hits on a fresh count
+/// of 10 per hour are `OVER_LIMIT` with 0 remaining, the count is then 11 (a check only is
+/// over, the next hit too), and its hits are split as its `checkOverLimitThreshold` splits
+/// them (1 over, from the threshold 8 to 10 near). The call's other descriptor is charged
+/// anyway. A rule in shadow mode is charged the same and answered `OK` (its
+/// `shadow_mode` counting the hit past the limit). (By default a too costly descriptor
+/// charges nothing: `rls::hits_addend_is_the_cost`.)
+#[tokio::test]
+async fn too_costly_with_charged_refusals_is_charged_as_the_reference() {
+    metrics();
+    let yaml = KEY3_HOURLY.replace("domain: check-only", "domain: charged-costly")
+        + "  - key: shadowed\n    shadow_mode: true\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
+    let mut rls = Rls::start_imported(
+        &[("costly.yaml", &yaml)],
+        "[envoy]\nrefusals = \"charged\"\n",
+    )
+    .await;
+    let domain = "charged-costly";
+    let key3 = [("key3", "value3")];
+    let other = [("key1", "x")];
+    let r = rls
+        .call(req(
+            domain,
+            vec![descriptor(&key3, Some(11)), descriptor(&other, None)],
+        ))
+        .await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert_eq!(
+        (state(&r, 0), state(&r, 1)),
+        ((Code::OverLimit, 0), (Code::Ok, 4)),
+        "{r:?}"
+    );
+    let stat = |series| rule_counter(series, domain, "key3_value3", None);
+    use tollgate_envoy::{NEAR_LIMIT, OVER_LIMIT, TOTAL_HITS, WITHIN_LIMIT};
+    assert_eq!(
+        (
+            stat(TOTAL_HITS),
+            stat(WITHIN_LIMIT),
+            stat(NEAR_LIMIT),
+            stat(OVER_LIMIT)
+        ),
+        (11, 0, 2, 1)
+    );
+    // The count is 11, past 10: a check only is over, and so is one more hit.
+    let r = rls
+        .call(req(domain, vec![descriptor(&key3, Some(0))]))
+        .await;
+    assert_eq!(
+        (code(&r), state(&r, 0)),
+        (Code::OverLimit, (Code::OverLimit, 0)),
+        "{r:?}"
+    );
+    let r = rls.call(req(domain, vec![descriptor(&key3, None)])).await;
+    assert_eq!(
+        (code(&r), state(&r, 0)),
+        (Code::OverLimit, (Code::OverLimit, 0)),
+        "{r:?}"
+    );
+    // Counted from the limit: all over.
+    assert_eq!((stat(TOTAL_HITS), stat(OVER_LIMIT)), (12, 2));
+    // In shadow mode: OK, and charged all the same.
+    let shadowed = [("shadowed", "x")];
+    let r = rls
+        .call(req(domain, vec![descriptor(&shadowed, Some(11))]))
+        .await;
+    assert_eq!((code(&r), state(&r, 0)), (Code::Ok, (Code::Ok, 0)), "{r:?}");
+    let r = rls
+        .call(req(domain, vec![descriptor(&shadowed, None)]))
+        .await;
+    assert_eq!((code(&r), state(&r, 0)), (Code::Ok, (Code::Ok, 0)), "{r:?}");
+    let shadow = |series| rule_counter(series, domain, "shadowed", None);
+    use tollgate_envoy::SHADOW_MODE;
+    assert_eq!(
+        (shadow(TOTAL_HITS), shadow(OVER_LIMIT), shadow(SHADOW_MODE)),
+        (12, 2, 2)
+    );
+    // The next window: a fresh count.
+    rls.clock.advance(Duration::from_secs(3600));
+    let r = rls.call(req(domain, vec![descriptor(&key3, None)])).await;
+    assert_eq!(state(&r, 0), (Code::Ok, 9), "{r:?}");
+    rls.stop().await;
+}
+
 /// The default (`refusals = "free"`) is unchanged: a count never passes the limit, and a
 /// check-only descriptor is `OVER_LIMIT` once no unit is left (count = limit), so that the
 /// check-then-charge pattern admits exactly the limit.
@@ -386,6 +471,81 @@ async fn share_threshold_with_detailed_metric_labels_the_pattern() {
     assert_eq!(hits, 2);
     assert!(!any_series_with_key1("service_svc/user"));
     assert!(!any_series_with_key1("service_svc/admin"));
+    rls.stop().await;
+}
+
+/// Statistics are named as the reference's `SanitizeStatName` names them: its
+/// `TestEscapingInvalidChartersInMetricName` (`test/stats/manager_impl_test.go`) counts the
+/// key `path_/foo:*:bar` as `ratelimit.service.rate_limit.path_/foo_*_bar.total_hits`,
+/// `path_/foo|bar|baz` as `path_/foo_bar_baz`, and keeps `path_/foo/bar`; the dots of an
+/// IPv4 address become `_` too, other dots stay, inside their level. A `detailed_metric`
+/// level with an empty value is `key_`, as the reference writes a detailed key (`GetLimit`:
+/// `entry.Key + "_" + entry.Value`), but `key` alone where a `share_threshold` wildcard gave
+/// a level its pattern (the reference then writes `key` and `_value` only for a value).
+#[tokio::test]
+async fn stat_names_are_sanitized_as_the_reference() {
+    metrics(); // installed before the rules take their counters
+    let yaml = "\
+domain: sanitized
+descriptors:
+  - key: path
+    value: \"/foo:*:bar\"
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: path
+    value: \"/foo|bar|baz\"
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: path
+    value: /foo/bar
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: remote_address
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: host
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+";
+    let mut rls = Rls::start_imported(
+        &[("sanitized.yaml", yaml), ("share_threshold.yaml", SHARE)],
+        "[envoy]\n",
+    )
+    .await;
+    let calls: [(&str, &[(&str, &str)]); 8] = [
+        ("sanitized", &[("path", "/foo:x:bar")]),
+        ("sanitized", &[("path", "/foo|bar|baz")]),
+        ("sanitized", &[("path", "/foo/bar")]),
+        ("sanitized", &[("remote_address", "10.0.0.1")]),
+        ("sanitized", &[("host", "api.example.com")]),
+        ("sanitized", &[("remote_address", "")]),
+        ("test-domain", &[("service", "svc/user"), ("endpoint", "")]),
+        ("test-domain", &[("service", "svc/admin"), ("endpoint", "")]),
+    ];
+    for (domain, entries) in calls {
+        let r = rls.call(req(domain, vec![descriptor(entries, None)])).await;
+        assert_eq!(code(&r), Code::Ok, "{entries:?}: {r:?}");
+        assert!(r.statuses[0].current_limit.is_some(), "matched: {r:?}");
+    }
+    let hits = |domain, key1, key2| rule_counter(tollgate_envoy::TOTAL_HITS, domain, key1, key2);
+    for key1 in [
+        "path_/foo_*_bar",
+        "path_/foo_bar_baz",
+        "path_/foo/bar",
+        "remote_address_10_0_0_1",
+        "host_api.example.com",
+        "remote_address_",
+    ] {
+        assert_eq!(hits("sanitized", key1, None), 1, "{key1}");
+    }
+    assert_eq!(hits("test-domain", "service_svc/*", Some("endpoint")), 2);
+    for raw in [
+        "path_/foo:*:bar",
+        "path_/foo|bar|baz",
+        "remote_address_10.0.0.1",
+        "host_api",
+    ] {
+        assert!(!any_series_with_key1(raw), "{raw}");
+    }
+    assert_eq!(hits("sanitized", "remote_address", None), 0);
+    assert_eq!(hits("test-domain", "service_svc/*", Some("endpoint_")), 0);
     rls.stop().await;
 }
 
