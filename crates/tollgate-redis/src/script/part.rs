@@ -5,7 +5,7 @@ use smallvec::SmallVec;
 use tollgate::{Entry, Key, Need};
 
 use super::op::Op;
-use super::port::{PORTS, params, port_index};
+use super::port::{PORTS, emission_interval, params, port_index};
 use super::reply::{Reply, reply_width};
 use super::time_source::TimeSource;
 
@@ -188,19 +188,14 @@ impl Part {
             (TimeSource::Server, None, Some(t)) => t,
             (at, None, _) => return at,
         };
-        if let ([one], Some(reset)) = (&self.entries[..], reset_us) {
-            let interval = match PORTS[usize::from(one.port)].tag {
-                "gcra" => Some(one.params[0]),
-                "tb" => Some(one.params[1]),
-                _ => None,
-            };
-            if let Some(t) = interval {
-                // (GCRA's reset counts from a ms at least `at`'s: the sum is a lower bound.)
-                let start = at
-                    .saturating_add(reset)
-                    .saturating_sub(one.cost.saturating_mul(t));
-                return TimeSource::ServerInstant(start);
-            }
+        if let ([one], Some(reset)) = (&self.entries[..], reset_us)
+            && let Some(t) = emission_interval(one.port, one.params)
+        {
+            // (GCRA's reset counts from a ms at least `at`'s: the sum is a lower bound.)
+            let start = at
+                .saturating_add(reset)
+                .saturating_sub(one.cost.saturating_mul(t));
+            return TimeSource::ServerInstant(start);
         }
         TimeSource::ServerInstant(at)
     }

@@ -199,6 +199,17 @@ pub(crate) fn pace_params(limit: &Limit) -> (&'static str, [u64; 3]) {
 /// node).
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&SOURCE));
 
+/// The emission interval T (µs) in row `port`'s parameters, for the algorithms whose state is
+/// a point in time (GCRA: `[t, tau, _]`, token bucket: `[burst, t, _]`); `None` for the
+/// window algorithms.
+pub(super) fn emission_interval(port: u8, params: [u64; 3]) -> Option<u64> {
+    match PORTS[usize::from(port)].tag {
+        "gcra" => Some(params[0]),
+        "tb" => Some(params[1]),
+        _ => None,
+    }
+}
+
 /// The limit and the period (µs): a fixed window's and a sliding log's parameters.
 fn window(limit: &Limit) -> [u64; 3] {
     [limit.quota().limit(), limit.quota().period_micros(), 0]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota, StoreError};
+use tollgate::{Algorithm, Limit, Limiter, Namespace, OnStoreError, Outcome, Quota, StoreError};
 use tollgate_redis::{RedisStore, least_privilege_acl};
 use tollgate_testkit::RedisServer;
 
@@ -36,18 +36,15 @@ fn every_algorithm() -> Vec<Limit> {
         .collect()
 }
 
-/// With exactly the documented ACL on a single Redis: every algorithm decides, a reset
-/// deletes and is heard, and the GCRA / fixed window race stays exact.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_acl_is_enough() {
-    let server = RedisServer::start();
-    let ns = unique_namespace("acl");
+/// A store on `server` as the user `tollgate`, made with exactly the documented ACL for
+/// `ns`, its permissions checked at start-up.
+async fn as_documented_user(server: &RedisServer, ns: &Namespace) -> RedisStore {
     set_user(
-        &server,
+        server,
         "tollgate",
         &least_privilege_acl(ns.prefix(), false, false),
     );
-    let store = RedisStore::builder(server.url())
+    RedisStore::builder(server.url())
         .username("tollgate")
         .password("pw")
         .check_permissions(ns.prefix())
@@ -59,7 +56,16 @@ async fn the_documented_acl_is_enough() {
                 "connect as the least-privileged user: {e:?}\n{}",
                 server.log()
             )
-        });
+        })
+}
+
+/// With exactly the documented ACL on a single Redis: every algorithm decides, a reset
+/// deletes and is heard, and the GCRA / fixed window race stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough() {
+    let server = RedisServer::start();
+    let ns = unique_namespace("acl");
+    let store = as_documented_user(&server, &ns).await;
 
     let heard = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let listener = {
@@ -210,19 +216,7 @@ async fn the_documented_cluster_acl_is_enough() {
 async fn the_documented_acl_is_enough_to_pace() {
     let server = RedisServer::start();
     let ns = unique_namespace("acl-pace");
-    set_user(
-        &server,
-        "tollgate",
-        &least_privilege_acl(ns.prefix(), false, false),
-    );
-    let store = RedisStore::builder(server.url())
-        .username("tollgate")
-        .password("pw")
-        .check_permissions(ns.prefix())
-        .timeout(TEST_TIMEOUT)
-        .build()
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e:?}\n{}", server.log()));
+    let store = as_documented_user(&server, &ns).await;
     let mut builder = Limiter::builder(store).namespace(ns.clone());
     for l in every_algorithm() {
         builder = builder.limit(l);

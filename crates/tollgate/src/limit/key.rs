@@ -90,8 +90,7 @@ impl Key {
             // The bucket width, in µs: a sliding window's state is bucket numbers, which mean
             // nothing under another width (read under a wider one, old numbers are far in the
             // future: counted for ever and an expiry of centuries).
-            use fmt::Write as _;
-            let _ = write!(text, "{}", rule.width_micros());
+            text.push_str(itoa::Buffer::new().format(rule.width_micros()));
         }
         let hash = KEY_HASHER.hash_one(&text);
         Key {

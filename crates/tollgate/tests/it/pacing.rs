@@ -55,6 +55,15 @@ fn store_admits(l: &Limiter<MemoryStore>, clock: &FakeClock) -> bool {
         .is_allowed()
 }
 
+/// Polls `acquire` once and sees it wait for its slot (reserved, and slept for).
+async fn waits_once<F: Future>(mut acquire: std::pin::Pin<&mut F>) {
+    std::future::poll_fn(|cx| {
+        assert!(acquire.as_mut().poll(cx).is_pending(), "waits for its slot");
+        Poll::Ready(())
+    })
+    .await;
+}
+
 /// A dropped `acquire` gives its slot back and, as `Limiter::cancel`, forgets the refusal the
 /// deny cache took while the slot was held: once the store admits again, so does the limiter.
 #[tokio::test]
@@ -65,11 +74,7 @@ async fn dropped_acquire_forgets_the_cached_refusal() {
     {
         // Polled once: the next slot is reserved (1 s away) and slept for.
         let mut acquire = pin!(l.acquire("paced", &KEY, 1, 10 * SECOND));
-        std::future::poll_fn(|cx| {
-            assert!(acquire.as_mut().poll(cx).is_pending(), "waits for its slot");
-            Poll::Ready(())
-        })
-        .await;
+        waits_once(acquire.as_mut()).await;
         assert!(
             matches!(check(&l).await, Outcome::Limited { .. }),
             "the slot is held"
@@ -97,11 +102,7 @@ async fn a_refusal_cached_before_the_slot_went_back_is_forgotten() {
     assert_eq!(check(&l).await, Outcome::Allowed);
     {
         let mut acquire = pin!(l.acquire("paced", &KEY, 1, 10 * SECOND));
-        std::future::poll_fn(|cx| {
-            assert!(acquire.as_mut().poll(cx).is_pending(), "waits for its slot");
-            Poll::Ready(())
-        })
-        .await;
+        waits_once(acquire.as_mut()).await;
     }
     // The current-thread runtime has not run the cancellation: the slot is still held.
     assert!(matches!(check(&l).await, Outcome::Limited { .. }));
@@ -122,11 +123,7 @@ async fn dropped_acquire_gives_its_slot_back() {
     assert_eq!(check(&l).await, Outcome::Allowed);
     {
         let mut acquire = pin!(l.acquire("paced", &KEY, 1, 10 * SECOND));
-        std::future::poll_fn(|cx| {
-            assert!(acquire.as_mut().poll(cx).is_pending(), "waits for its slot");
-            Poll::Ready(())
-        })
-        .await;
+        waits_once(acquire.as_mut()).await;
         assert!(matches!(check(&l).await, Outcome::Limited { .. }));
     }
     for _ in 0..10 {
