@@ -1,5 +1,5 @@
 //! [`CountingStore`]: a store wrapper that counts its calls by kind, and can hold its lease
-//! takes (as a slow network would) until the test opens them.
+//! takes and its decisions (as a slow network would) until the test opens them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,6 +22,8 @@ pub struct CountingStore<S> {
     pub paces: Arc<AtomicUsize>,
     /// While false, `take_lease` yields instead of answering (open by default).
     pub open: Arc<AtomicBool>,
+    /// While false, `decide` yields instead of answering (open by default).
+    pub decides_open: Arc<AtomicBool>,
     /// Times `take_lease` yields before answering, as a store across a network would.
     pub round_trip: usize,
 }
@@ -36,6 +38,7 @@ impl<S: Store> CountingStore<S> {
             takes: Arc::default(),
             paces: Arc::default(),
             open: Arc::new(AtomicBool::new(true)),
+            decides_open: Arc::new(AtomicBool::new(true)),
             round_trip: 0,
         }
     }
@@ -62,6 +65,9 @@ impl<S: Store> Store for CountingStore<S> {
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
         self.decides.fetch_add(1, Ordering::SeqCst);
+        while !self.decides_open.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
         self.inner.decide(request, op, now).await
     }
 

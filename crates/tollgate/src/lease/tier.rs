@@ -66,7 +66,7 @@ struct Held {
     next_ticket: u64,
     /// Decisions a take handed to requests that waited for it, until each picks its own up
     /// (by ticket); a request dropped before that gives its units back.
-    served: Vec<(u64, Decision)>,
+    served: Vec<(u64, Decision, Stamp)>,
     /// Top-up takes finished (or abandoned): the number the one in flight will have.
     takes_done: u64,
     /// The last top-up that failed, by number, and why: the requests that waited for it
@@ -119,12 +119,40 @@ impl Held {
         self.gauge.decrement(cost as f64);
     }
 
+    /// Where units spent now come from.
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            entry: self.id,
+            window: self.window,
+        }
+    }
+
+    /// Gives back `cost` units spent here from `stamp`'s entry and window: the inverse of
+    /// [`Held::spend`]. Units of another entry or an older window are dropped, lost to their
+    /// window (an under-admission): added to this lease, they would be handed out beyond
+    /// what the store granted for its window (an audit: a request refused by its other limit
+    /// after the window turned refunded its unit into the new window's lease, 6 admitted in
+    /// a window of 5).
+    fn give_back_from(&mut self, stamp: Stamp, cost: u64) {
+        if self.stamp() == stamp {
+            self.give_back(cost);
+        }
+    }
+
     /// Gives back `cost` units spent here: the inverse of [`Held::spend`].
     fn give_back(&mut self, cost: u64) {
         self.units += cost;
         self.rate_spent = self.rate_spent.saturating_sub(cost);
         self.gauge.increment(cost as f64);
     }
+}
+
+/// Where units spent from a lease came from: the key's entry and the store's window of the
+/// take that held them. A local give-back names it ([`LeaseTier::refund`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    entry: u64,
+    window: u64,
 }
 
 /// A request waiting for a key's take in flight: served from it, by ticket, when it lands.
@@ -137,8 +165,8 @@ struct Waiter {
 /// What a request does with a key's lease.
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// Served locally.
-    Spent(Decision),
+    /// Served locally, from `Stamp`.
+    Spent(Decision, Stamp),
     /// Another request of this instance is taking units for the key: wait for it
     /// ([`LeaseTier::take_done`] with the take's number and this request's ticket), served
     /// from it or, if it did not suffice, spend again.
@@ -248,7 +276,7 @@ impl LeaseTier {
         }
         if h.units >= cost {
             h.spend(cost);
-            return Step::Spent(allowed(limit, h, now));
+            return Step::Spent(allowed(limit, h, now), h.stamp());
         }
         if now < h.dry_until && cost > h.units + h.store_left {
             let wait = Duration::from_micros(h.dry_until - now);
@@ -309,9 +337,9 @@ impl LeaseTier {
     }
 
     /// Applies the store's answer to `refill`, sent at `sent` (local µs, read before the
-    /// call), then spends the rest of `cost` from it (`refill.reserved` was set aside).
-    /// `None` when the store refused (`need` units were not there) or failed (`grant` is
-    /// `None`); the units set aside then go back to the lease.
+    /// call), then spends the rest of `cost` from it (`refill.reserved` was set aside), and
+    /// where from. `None` when the store refused (`need` units were not there) or failed
+    /// (`grant` is `None`); the units set aside then go back to the lease.
     pub(crate) fn finish(
         &self,
         key: &Key,
@@ -319,7 +347,7 @@ impl LeaseTier {
         refill: &Refill,
         grant: Result<&LeaseGrant, &Arc<StoreError>>,
         sent: u64,
-    ) -> Option<Decision> {
+    ) -> Option<(Decision, Stamp)> {
         let grant = match grant {
             Ok(grant) => Some(grant),
             Err(error) => {
@@ -332,10 +360,18 @@ impl LeaseTier {
         let Some(h) = map.held.get_mut(key).filter(|h| h.id == refill.entry) else {
             // Given back meanwhile (a reload, a shutdown, a reset; another entry may have
             // been made since): this request still gets its cost from the grant and the
-            // units it set aside; the rest stays counted until the window ends.
+            // units it set aside; the rest stays counted until the window ends, and so does
+            // a refund of the cost (its entry is gone).
             return grant
                 .filter(|g| g.granted >= refill.need && g.granted > 0)
-                .map(|g| Decision::allowed(limit.quota().limit(), g.remaining, g.valid_for));
+                .map(|g| {
+                    let d = Decision::allowed(limit.quota().limit(), g.remaining, g.valid_for);
+                    let gone = Stamp {
+                        entry: refill.entry,
+                        window: g.window,
+                    };
+                    (d, gone)
+                });
         };
         let waiters = if refill.top_up {
             h.taking = false;
@@ -344,7 +380,9 @@ impl LeaseTier {
         } else {
             Vec::new()
         };
-        let decision = grant.and_then(|grant| apply(h, refill, grant, sent));
+        let decision = grant
+            .and_then(|grant| apply(h, refill, grant, sent))
+            .map(|d| (d, h.stamp()));
         if decision.is_none() {
             h.give_back(refill.reserved);
         }
@@ -356,7 +394,8 @@ impl LeaseTier {
                 }
                 h.spend(w.cost);
                 let served = allowed(limit, h, sent);
-                h.served.push((w.ticket, served));
+                let stamp = h.stamp();
+                h.served.push((w.ticket, served, stamp));
             }
         }
         drop(map);
@@ -415,12 +454,13 @@ impl LeaseTier {
         }
     }
 
-    /// Gives `cost` units back to `key`'s local lease (the request they were spent for was
-    /// refused by another of its limits): all or nothing, without a store call.
-    pub(crate) fn refund(&self, key: &Key, cost: u64) {
+    /// Gives `cost` units spent from `stamp` back to `key`'s local lease (the request they
+    /// were spent for was refused by another of its limits): all or nothing, without a store
+    /// call. Only to the entry and window they came from (see [`Held::give_back_from`]).
+    pub(crate) fn refund(&self, key: &Key, cost: u64, stamp: Stamp) {
         let mut map = self.lock();
         if let Some(h) = map.held.get_mut(key) {
-            h.give_back(cost);
+            h.give_back_from(stamp, cost);
         }
     }
 

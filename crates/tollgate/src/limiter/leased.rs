@@ -11,7 +11,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::{Limiter, limit_decision, subset};
-use crate::lease::tier::{Refill, Returned, Step, Waited};
+use crate::lease::tier::{Refill, Returned, Stamp, Step, Waited};
 use crate::verdict::{LimitDecision, Source};
 use crate::{Entry, LeaseTake, Op, Request, Store, StoreError, Timestamp};
 
@@ -38,8 +38,9 @@ impl Drop for AbortOnDrop<'_> {
 
 /// How one lease entry went.
 enum Leased {
-    /// Admitted, `cost` spent from the entry's lease (to refund if another entry refuses).
-    Spent(LimitDecision),
+    /// Admitted, `cost` spent from the entry's lease, from `Stamp` (to refund if another
+    /// entry refuses).
+    Spent(LimitDecision, Stamp),
     /// Refused (by the store or the tier), or decided by a failure policy.
     Other(LimitDecision),
 }
@@ -54,15 +55,15 @@ impl<S: Store> Limiter<S> {
         let entries = request.entries();
         let mut out: SmallVec<[Option<LimitDecision>; 2]> =
             SmallVec::from_elem(None, entries.len());
-        let mut spent: SmallVec<[usize; 2]> = SmallVec::new();
+        let mut spent: SmallVec<[(usize, Stamp); 2]> = SmallVec::new();
         let mut admitted = true;
         for (i, e) in entries.iter().enumerate() {
             if e.limit.lease_mode().is_none() {
                 continue;
             }
             let d = match self.lease_entry(e, e.cost, now).await {
-                Leased::Spent(d) => {
-                    spent.push(i);
+                Leased::Spent(d, stamp) => {
+                    spent.push((i, stamp));
                     d
                 }
                 Leased::Other(d) => d,
@@ -82,8 +83,8 @@ impl<S: Store> Limiter<S> {
             }
         }
         if !admitted {
-            for &i in &spent {
-                self.leases.refund(&entries[i].key, entries[i].cost);
+            for &(i, stamp) in &spent {
+                self.leases.refund(&entries[i].key, entries[i].cost, stamp);
             }
         }
         out.into_iter().flatten().collect()
@@ -99,8 +100,8 @@ impl<S: Store> Limiter<S> {
                 .leases
                 .spend(&e.key, e.limit, cost, local_now, waited < MAX_WAITS)
             {
-                Step::Spent(decision) => {
-                    return Leased::Spent(limit_decision(e, decision, Source::Lease));
+                Step::Spent(decision, stamp) => {
+                    return Leased::Spent(limit_decision(e, decision, Source::Lease), stamp);
                 }
                 Step::Refused(decision) => {
                     return Leased::Other(limit_decision(e, decision, Source::Lease));
@@ -108,8 +109,11 @@ impl<S: Store> Limiter<S> {
                 Step::Wait { take, ticket } => {
                     waited += 1;
                     match self.leases.take_done(&e.key, take, ticket, cost).await {
-                        Waited::Served(decision) => {
-                            return Leased::Spent(limit_decision(e, decision, Source::Lease));
+                        Waited::Served(decision, stamp) => {
+                            return Leased::Spent(
+                                limit_decision(e, decision, Source::Lease),
+                                stamp,
+                            );
                         }
                         // The take this request waited for failed: the policy, now (not a
                         // second timeout).
@@ -121,8 +125,8 @@ impl<S: Store> Limiter<S> {
                 }
                 Step::Take(refill) => {
                     return match self.take(e, &refill, now).await {
-                        Ok(Ok(decision)) => {
-                            Leased::Spent(limit_decision(e, decision, Source::Store))
+                        Ok(Ok((decision, stamp))) => {
+                            Leased::Spent(limit_decision(e, decision, Source::Store), stamp)
                         }
                         Ok(Err(decision)) => {
                             Leased::Other(limit_decision(e, decision, Source::Store))
@@ -149,7 +153,7 @@ impl<S: Store> Limiter<S> {
         e: &Entry<'_>,
         refill: &Refill,
         now: Option<Timestamp>,
-    ) -> Result<Result<crate::Decision, crate::Decision>, Arc<StoreError>> {
+    ) -> Result<Result<(crate::Decision, Stamp), crate::Decision>, Arc<StoreError>> {
         // A request dropped mid-call must not leave its key "taking" for ever.
         let mut guard = AbortOnDrop {
             tier: &self.leases,
@@ -187,7 +191,7 @@ impl<S: Store> Limiter<S> {
                     .leases
                     .finish(&e.key, e.limit, refill, Ok(&grant), sent)
                 {
-                    Some(decision) => Ok(decision),
+                    Some(spent) => Ok(spent),
                     None => Err(crate::Decision::refused(
                         e.limit.quota().limit(),
                         grant.remaining,

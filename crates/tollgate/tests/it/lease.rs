@@ -654,3 +654,56 @@ async fn units_counted_on_during_a_take_are_not_spent_twice() {
     assert!(total <= 10, "{total} admitted or held in a window of 10");
     assert_eq!(total, 10, "every unit of the window admitted or held");
 }
+
+/// All or nothing across a window's end: a request spent a unit of the lease, then waited
+/// for its other (exact) limit, which refused it after the window had turned and the lease
+/// had been taken anew. Its unit belongs to the old window; given back to the new window's
+/// lease, the instance handed out one unit more than the store granted it: 6 admitted in a
+/// window of 5. It is now lost to the old window instead.
+#[tokio::test]
+async fn a_refund_after_the_window_turned_is_not_spent_in_the_new_one() {
+    let clock = clock();
+    let store = counting(memory());
+    let exact = Limit::new(
+        "strict",
+        Algorithm::Gcra,
+        Quota::per_minute(1).expect("valid"),
+    )
+    .expect("valid");
+    let l = Arc::new(limiter(
+        store.clone(),
+        &clock,
+        vec![leased(5, Lease::new().units(5)), exact],
+    ));
+    let both = ["hot", "strict"];
+    assert_eq!(
+        l.check_all(&both, &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    assert_eq!(l.leased_units(), 4, "the whole window taken, one spent");
+    // The next request spends a unit of the lease, then waits for "strict" (spent).
+    store.decides_open.store(false, Ordering::SeqCst);
+    let decides = store.decides.load(Ordering::SeqCst);
+    let refused = {
+        let l = Arc::clone(&l);
+        tokio::spawn(async move { l.check_all(&both, &KEY).await.expect("valid").outcome() })
+    };
+    while store.decides.load(Ordering::SeqCst) == decides {
+        tokio::task::yield_now().await;
+    }
+    // Meanwhile the window turns, and another request takes the new window's lease.
+    clock.advance(Duration::from_secs(60));
+    store.decides_open.store(true, Ordering::SeqCst);
+    let mut admitted = 0;
+    let first = l.check("hot", &KEY).await.expect("valid").outcome();
+    admitted += u64::from(first == Outcome::Allowed);
+    assert!(matches!(
+        refused.await.expect("task"),
+        Outcome::Limited { .. }
+    ));
+    while l.check("hot", &KEY).await.expect("valid").outcome() == Outcome::Allowed {
+        admitted += 1;
+        assert!(admitted <= 10, "runaway");
+    }
+    assert_eq!(admitted, 5, "the new window admits its limit, no more");
+}

@@ -5,14 +5,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::{LeaseTier, Waiter};
+use super::{LeaseTier, Stamp, Waiter};
 use crate::{Decision, Key, StoreError};
 
 /// How a wait for a take ended.
 #[derive(Debug)]
 pub(crate) enum Waited {
-    /// The take served this request: its cost is spent.
-    Served(Decision),
+    /// The take served this request: its cost is spent, from `Stamp`.
+    Served(Decision, Stamp),
     /// The take failed: the failure policy applies, at once.
     Failed(Arc<StoreError>),
     /// The take ended without serving it (too few units, no answer, the entry gone): spend
@@ -39,8 +39,9 @@ impl Future for TakeDone<'_> {
         let mut map = this.tier.lock();
         let waited = match map.held.get_mut(this.key) {
             Some(h) => {
-                if let Some(at) = h.served.iter().position(|(t, _)| *t == this.ticket) {
-                    Waited::Served(h.served.swap_remove(at).1)
+                if let Some(at) = h.served.iter().position(|(t, ..)| *t == this.ticket) {
+                    let (_, decision, stamp) = h.served.swap_remove(at);
+                    Waited::Served(decision, stamp)
                 } else if h.taking && h.takes_done == this.take {
                     match h.waiters.iter_mut().find(|w| w.ticket == this.ticket) {
                         Some(w) if w.waker.will_wake(cx.waker()) => {}
@@ -80,9 +81,9 @@ impl Drop for TakeDone<'_> {
             return;
         };
         h.waiters.retain(|w| w.ticket != self.ticket);
-        if let Some(at) = h.served.iter().position(|(t, _)| *t == self.ticket) {
-            h.served.swap_remove(at);
-            h.give_back(self.cost);
+        if let Some(at) = h.served.iter().position(|(t, ..)| *t == self.ticket) {
+            let (.., stamp) = h.served.swap_remove(at);
+            h.give_back_from(stamp, self.cost);
         }
     }
 }
