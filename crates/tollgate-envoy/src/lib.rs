@@ -100,7 +100,8 @@ pub use config::{CurrentLimitName, EntryConfig, EnvoyRules, Refusals, RuleConfig
 pub use envoy_types;
 pub use json::{JsonRateLimitRequest, response_json};
 pub use matching::{
-    KeyParts, MAX_CACHED as MAX_CACHED_OVERRIDES, Snapshot, limit_name as override_limit_name,
+    KeyParts, MAX_CACHED as MAX_CACHED_OVERRIDES, OVERRIDE_PREFIX, Snapshot,
+    limit_name as override_limit_name,
 };
 pub use metrics::{
     CONFIG_LOAD_ERROR, CONFIG_LOAD_SUCCESS, GLOBAL_SHADOW_MODE,

@@ -19,6 +19,6 @@ mod tree;
 
 pub(crate) use found::Found;
 pub(crate) use overrides::Override;
-pub use overrides::{MAX_CACHED, limit_name};
+pub use overrides::{MAX_CACHED, OVERRIDE_PREFIX, limit_name};
 pub(crate) use rule::Rule;
 pub use snapshot::{KeyParts, Snapshot};

@@ -48,9 +48,13 @@ use crate::{CurrentLimitName, OverrideCounters, Unit};
 /// Most override rates whose rule is kept between calls.
 pub const MAX_CACHED: usize = 1024;
 
+/// What the names of the override limits start with: reserved, no other limit may take it
+/// (they would share counters).
+pub const OVERRIDE_PREFIX: &str = "envoy.override.";
+
 /// The name of the limit deciding overrides in `unit`.
 pub fn limit_name(unit: Unit) -> String {
-    format!("envoy.override.{}", unit.name())
+    format!("{OVERRIDE_PREFIX}{}", unit.name())
 }
 
 /// An override's rule, and how its key is made.

@@ -268,6 +268,54 @@ descriptors:
     );
 }
 
+/// A domain's limit names depend on its own file alone: adding domain `a:b` (and `a`, whose
+/// key `b.c` reads like domain `a.b`'s) beside `a_b` and `a.b` renames none of theirs, and no
+/// two limits share a name. Before, names were settled first-come across files: `a:b` took
+/// `a_b.user`, and with it `a_b`'s live counters.
+#[test]
+fn adding_a_domain_renames_no_other() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |file: &str, domain: &str, key: &str| {
+        std::fs::write(
+            dir.path().join(file),
+            format!(
+                "domain: \"{domain}\"\ndescriptors:\n  - {{ key: \"{key}\", rate_limit: {{ unit: hour, requests_per_unit: 3 }} }}\n"
+            ),
+        )
+        .expect("write");
+    };
+    let names = || -> Vec<(String, String)> {
+        let imported = load_dir(dir.path()).expect("valid");
+        imported
+            .limits(Algorithm::FixedWindow, OnStoreError::Allow)
+            .expect("the limits build: no two share a name");
+        let mut names: Vec<(String, String)> = imported
+            .domains
+            .iter()
+            .map(|d| {
+                let rl = d.descriptors[0].rate_limit.as_ref().expect("counted");
+                (d.name.clone(), rl.limit.clone().expect("named"))
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    write("z.yaml", "a_b", "user");
+    write("y.yaml", "a.b", "c");
+    let before = names();
+    assert_eq!(before[1], ("a_b".to_owned(), "a_b.user".to_owned()));
+    write("a.yaml", "a:b", "user");
+    write("b.yaml", "a", "b.c");
+    let after = names();
+    for pair in &before {
+        assert!(after.contains(pair), "{pair:?} renamed: {after:?}");
+    }
+    let mut unique: Vec<&String> = after.iter().map(|(_, n)| n).collect();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), after.len(), "{after:?}");
+}
+
 /// A careless large file in the directory is refused unread, naming it and its size; the
 /// directory's watcher does not read it either.
 #[test]

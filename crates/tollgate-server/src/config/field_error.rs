@@ -115,6 +115,11 @@ pub enum FieldError {
     /// A lease setting on a limit not in lease mode.
     #[error("only applies to mode = \"lease\"")]
     NotForMode,
+    /// A limit name under `envoy.override.`: the Envoy limit overrides' counters are theirs.
+    #[error(
+        "{0:?} is reserved: names starting with \"envoy.override.\" are the Envoy limit overrides'"
+    )]
+    ReservedName(String),
     /// Two limits with one name.
     #[error("{name:?} is already the name of limits[{first}]")]
     DuplicateName {

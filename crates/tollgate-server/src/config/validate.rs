@@ -103,7 +103,8 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
     })
 }
 
-/// `[[limits]]`, in file order, names unique.
+/// `[[limits]]`, in file order, names unique and none under the Envoy override limits' prefix
+/// (it would share their counters).
 pub(super) fn limits(raw: &[RawLimit], origin: &str) -> Result<Vec<LimitConfig>, ConfigError> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     raw.iter()
@@ -112,6 +113,10 @@ pub(super) fn limits(raw: &[RawLimit], origin: &str) -> Result<Vec<LimitConfig>,
             if let Some(first) = seen.insert(&l.name, i) {
                 let name = l.name.clone();
                 let e = FieldError::DuplicateName { name, first };
+                return Err(ConfigError::invalid(origin, format!("limits[{i}].name"), e));
+            }
+            if l.name.starts_with(tollgate_envoy::OVERRIDE_PREFIX) {
+                let e = FieldError::ReservedName(l.name.clone());
                 return Err(ConfigError::invalid(origin, format!("limits[{i}].name"), e));
             }
             limit(l).map_err(|(field, e)| {

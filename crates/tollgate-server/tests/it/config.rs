@@ -78,6 +78,12 @@ fn errors_name_the_field() {
             "limits[1].name",
             "already the name of limits[0]",
         ),
+        // The Envoy limit overrides' counters: a limit of that name would share them.
+        (
+            limit(&GOOD.replace("\"b\"", "\"envoy.override.minute\"")),
+            "limits[1].name",
+            "is reserved",
+        ),
         (
             limit(&GOOD.replace("on_store_error = \"allow\"", "")),
             "limits[1]",
