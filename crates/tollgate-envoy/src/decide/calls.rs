@@ -108,6 +108,31 @@ impl<St: Store> Calls<'_, St> {
         let request = prepare(self.limiter, fits, mode)?;
         let verdict = available(self.limiter.decide(&request, op).await)?;
         self.record(answer, fits, &verdict, op).await?;
+        if self.counting {
+            // Every descriptor was charged, each answered at its own count: the overall
+            // code is the reference's, read from those answers (several quota descriptors
+            // on one counter are one entry of the call, which refuses when their sum is over
+            // though the first of them passed).
+            answer.allowed &= by_descriptor(answer, fits, group, vetoed);
+            return Ok(());
+        }
+        let admitted = verdict.outcome() == Outcome::Allowed;
+        if admitted || op != Op::Check || !by_descriptor(answer, fits, group, vetoed) {
+            answer.allowed &= admitted;
+            return Ok(());
+        }
+        // Refused whole, nothing charged, yet by the reference's rule the request passes: a
+        // quota entry of several descriptors on one counter whose first ones pass. Those are
+        // charged, in a call of their own (its own atomic check: had the count moved
+        // meanwhile, it refuses).
+        let Some(passing) = passing_prefixes(answer, fits, self.limiter) else {
+            answer.allowed = false;
+            return Ok(());
+        };
+        let passing: Vec<&Item<'_>> = passing.iter().collect();
+        let request = prepare(self.limiter, &passing, mode)?;
+        let verdict = available(self.limiter.decide(&request, op).await)?;
+        self.record(answer, &passing, &verdict, op).await?;
         answer.allowed &= verdict.outcome() == Outcome::Allowed;
         Ok(())
     }
@@ -193,6 +218,72 @@ impl<St: Store> Calls<'_, St> {
             answer.set(slot, rule, decided);
         }
     }
+}
+
+/// The reference's overall code from each descriptor's own answer (`ratelimit.go`,
+/// `shouldRateLimitWorker`): over when an enforced descriptor that is not a quota one is
+/// over (`vetoed`: one outside `fits`), or when there are quota descriptors (`group`: those
+/// outside `fits`) and every one of them is over. Shadow descriptors refuse nothing.
+fn by_descriptor(answer: &Answer<'_>, fits: &[&Item<'_>], group: &Group, vetoed: bool) -> bool {
+    let (mut members, mut passed) = (group.members, group.passed);
+    for item in fits.iter().filter(|i| !i.rule.shadow) {
+        for &slot in &item.slots {
+            let allowed = answer.outcomes[slot]
+                .as_ref()
+                .is_some_and(|d| d.decision.is_allowed());
+            if answer.quota[slot] {
+                members += 1;
+                passed |= allowed;
+            } else if !allowed {
+                return false;
+            }
+        }
+    }
+    !vetoed && (members == 0 || passed)
+}
+
+/// `fits` again, each quota entry of several descriptors cut to the descriptors that lead it
+/// and pass (answered so by the refused call); `None` when one passes only after one that is
+/// over (rates differing on one counter): no cut charges just the passing ones.
+fn passing_prefixes<'a, St: Store>(
+    answer: &Answer<'_>,
+    fits: &[&Item<'a>],
+    limiter: &Limiter<St>,
+) -> Option<Vec<Item<'a>>> {
+    let allowed = |slot: usize| {
+        answer.outcomes[slot]
+            .as_ref()
+            .is_some_and(|d| d.decision.is_allowed())
+    };
+    let mut out = Vec::with_capacity(fits.len());
+    for &item in fits {
+        let lead = item.slots.iter().take_while(|&&s| allowed(s)).count();
+        if !item.quota || item.rule.shadow || item.slots.len() < 2 || lead == item.slots.len() {
+            out.push(item.clone());
+            continue;
+        }
+        if item.slots[lead..].iter().any(|&s| allowed(s)) {
+            return None;
+        }
+        if lead == 0 {
+            // Over, all of it: refused, charged nothing, as the any-of group lets it.
+            out.push(item.clone());
+            continue;
+        }
+        let mut cut = item.clone();
+        cut.slots.truncate(lead);
+        cut.each.truncate(lead);
+        cut.cost = cut
+            .each
+            .iter()
+            .map(|&(_, c)| c)
+            .fold(0, u64::saturating_add);
+        cut.capacity = cut.rule.capacity;
+        cut.limit = None;
+        rates::effective(&mut cut, limiter);
+        out.push(cut);
+    }
+    Some(out)
 }
 
 /// How a call's request is prepared.

@@ -9,7 +9,7 @@ use tollgate::Limit;
 use crate::matching::Rule;
 
 /// One matched descriptor.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Item<'a> {
     /// The descriptors (indexes) this item decides: several when they name the same limit
     /// and key, which are then one check of their summed cost.

@@ -309,3 +309,36 @@ async fn current_limit_shows_the_yaml_unit() {
     );
     rls.stop().await;
 }
+
+/// A quota entry of 5 an hour, keyed by the request's value.
+const QUOTA: &str = "domain: q\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
+
+/// Two quota descriptors of one request on one counter, at a count of 4: the first passes and
+/// the second, the 6th unit, is over; by the reference's rule (`OVER_LIMIT` only when every
+/// quota descriptor is over) the request passes. Before, the two were one entry of cost 2,
+/// refused whole: the statuses said `[OK, OVER_LIMIT]` and the overall code `OVER_LIMIT`.
+/// Refusals free: the one that passed is charged, the other not (the count is then 5).
+/// Refusals charged: both are, as the reference's two `INCRBY`s (6).
+#[tokio::test]
+async fn quota_descriptors_on_one_counter_pass_while_one_does() {
+    let d: Desc<'_> = &[("k", "a")];
+    for (rules, after) in [("[envoy]\n", 5), ("[envoy]\nrefusals = \"charged\"\n", 6)] {
+        let mut rls = Rls::start_imported(&[("q.yaml", QUOTA)], rules).await;
+        for _ in 0..4 {
+            let r = rls.call(request("q", &[d], 0)).await;
+            assert_eq!(code(&r), Code::Ok, "{rules}{r:?}");
+        }
+        let r = rls.call(request("q", &[d, d], 0)).await;
+        assert_eq!(codes(&r), [Code::Ok, Code::OverLimit], "{rules}{r:?}");
+        assert_eq!(code(&r), Code::Ok, "{rules}{r:?}");
+        // The count, read with a check-only call (hits_addend 0 on the descriptor's own).
+        let mut peek = request("q", &[d], 0);
+        peek.descriptors[0].hits_addend =
+            Some(tollgate_envoy::envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+        let r = rls.call(peek).await;
+        let remaining = r.statuses[0].limit_remaining;
+        assert_eq!(5u32.saturating_sub(remaining), after.min(5), "{rules}{r:?}");
+        assert_eq!(code(&r), Code::OverLimit, "{rules}{r:?}");
+        rls.stop().await;
+    }
+}
