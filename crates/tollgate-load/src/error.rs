@@ -1,8 +1,11 @@
 //! [`LoadError`]: why a load run could not start or finish.
 //!
 //! Failures of single calls during the run are not errors: they are counted as `other` in
-//! the [`crate::Report`]. What is left is a service that cannot be reached or asked, a bad
-//! target, and failures of the tool itself.
+//! the [`crate::Report`]. What is left is a service that cannot be reached or asked before
+//! the clock starts, a bad target, failures of the tool itself, and a run whose report says
+//! it measured nothing worth reading ([`crate::Report::verdict`]).
+
+use std::time::Duration;
 
 use tollgate_envoy::tonic;
 
@@ -18,6 +21,44 @@ pub enum LoadError {
     NoHost {
         /// The URL.
         url: String,
+    },
+    /// An `https://` URL without `--grpc`: the HTTP mode speaks plaintext only, and would
+    /// otherwise send it to a TLS port unencrypted.
+    #[error(
+        "--url {url}: the HTTP bench speaks plaintext HTTP only (https:// is supported with --grpc)"
+    )]
+    HttpsWithoutGrpc {
+        /// The URL.
+        url: String,
+    },
+    /// `--url` has a scheme other than `http://` or `https://`.
+    #[error("--url {url}: expected an http:// or https:// URL")]
+    Scheme {
+        /// The URL.
+        url: String,
+    },
+    /// `--url` has a path or a query: the bench calls the service's own paths
+    /// (`/v1/limits`, `/v1/check`), from its root.
+    #[error("--url {url}: expected the service's base URL without a path (got {path:?})")]
+    Path {
+        /// The URL.
+        url: String,
+        /// The path and query.
+        path: String,
+    },
+    /// `--timeout 0`: every call would time out.
+    #[error("--timeout must be more than 0")]
+    ZeroTimeout,
+    /// A call made before the clock starts (connecting, `GET /v1/limits`, the gRPC probe) got
+    /// no answer within the timeout: a service that accepts and never answers.
+    #[error("no answer from {url} within {after:?} ({what})")]
+    NoAnswer {
+        /// The service's URL.
+        url: String,
+        /// What was asked.
+        what: &'static str,
+        /// The timeout.
+        after: Duration,
     },
     /// `GET /v1/limits` failed or did not list the limit asked for.
     #[error("cannot list the limits of {url}")]
@@ -104,4 +145,26 @@ pub enum LoadError {
     /// A load task panicked or was cancelled.
     #[error(transparent)]
     Task(#[from] tokio::task::JoinError),
+    /// The run ended without a single decision: every call failed (`other`), or none was made.
+    #[error("no decisions: 0 allowed, 0 denied, {calls} other ({timed_out} of them timed out)")]
+    NoDecisions {
+        /// Calls made.
+        calls: u64,
+        /// Of them, calls that got no answer within the timeout.
+        timed_out: u64,
+    },
+    /// More than [`crate::MAX_FAILED_PERCENT`] % of the calls failed (`other`): the numbers
+    /// measure the failures as much as the service.
+    #[error(
+        "{other} of {calls} calls failed ({timed_out} of them timed out): more than {max} %",
+        max = crate::MAX_FAILED_PERCENT
+    )]
+    TooManyFailures {
+        /// Calls made.
+        calls: u64,
+        /// Of them, calls that failed.
+        other: u64,
+        /// Of those, calls that got no answer within the timeout.
+        timed_out: u64,
+    },
 }

@@ -12,9 +12,19 @@
 //! recorded per request in an HDR histogram (1 µs to 60 s, 3 significant digits). A progress
 //! bar is drawn only when stdout is a terminal, so redirected output stays clean. Both modes
 //! share the driving loop, the tally and the printed report; only one call differs.
+//!
+//! Every call and connect has a timeout ([`DEFAULT_TIMEOUT`], or the one given to
+//! [`run_with_timeout`] / [`run_grpc_with_timeout`]): one without an answer by then counts as
+//! `other`, and the run stops waiting shortly after its end whatever the service does, so the
+//! report is always printed. A failed connection is counted the same way and retried until
+//! the end. [`Report::verdict`] says whether the run measured anything (`tollgate bench`
+//! exits non-zero when it did not).
 
+mod clock;
 mod drive;
 mod error;
+#[cfg(test)]
+mod fake;
 mod grpc;
 mod http;
 mod options;
@@ -23,7 +33,7 @@ mod tally;
 mod tls;
 
 pub use error::LoadError;
-pub use grpc::run_grpc;
-pub use http::run;
-pub use options::{BenchOptions, ClientTls, GrpcTarget};
-pub use report::Report;
+pub use grpc::{run_grpc, run_grpc_with_timeout};
+pub use http::{run, run_with_timeout};
+pub use options::{BenchOptions, ClientTls, DEFAULT_TIMEOUT, GrpcTarget};
+pub use report::{MAX_FAILED_PERCENT, Report};

@@ -3,6 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How long one call or connect may take unless told otherwise (`tollgate bench --timeout`):
+/// far above any latency worth measuring, short enough that a service that does not answer
+/// is reported as such within seconds.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {

@@ -12,6 +12,8 @@ pub(crate) struct Tally {
     pub(crate) allowed: u64,
     pub(crate) denied: u64,
     pub(crate) other: u64,
+    /// Of `other`, calls abandoned without an answer ([`crate::clock::Clock::call`]).
+    pub(crate) timed_out: u64,
 }
 
 /// How one call was answered.
@@ -31,6 +33,7 @@ impl Tally {
             allowed: 0,
             denied: 0,
             other: 0,
+            timed_out: 0,
         })
     }
 
@@ -48,6 +51,13 @@ impl Tally {
     /// Counts a call that failed without an answer (no latency recorded).
     pub(crate) fn failed(&mut self) {
         self.other += 1;
+    }
+
+    /// Counts a call (or connect) abandoned without an answer, at its timeout or at the end
+    /// of the run's grace: a failure, as `other`, and among the timed out.
+    pub(crate) fn timed_out(&mut self) {
+        self.other += 1;
+        self.timed_out += 1;
     }
 }
 

@@ -95,9 +95,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             write!(out, "{}", cli::imported_table(&config)).map_err(cli::OutputError)?;
             Ok(())
         }
+        // The report is printed either way; a run that measured nothing (no decision, or
+        // more than 1 % of calls failed) exits 1 with the reason (`Report::verdict`).
         #[cfg(feature = "load")]
         Command::Bench(args) => {
-            args.run().await?;
+            args.run().await?.verdict()?;
             Ok(())
         }
         Command::Replay(args) => args.run().await,

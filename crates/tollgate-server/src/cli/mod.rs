@@ -70,7 +70,9 @@ pub enum Command {
         file: PathBuf,
     },
     /// Drive a running service's POST /v1/check (or, with --grpc, its Envoy rate limit
-    /// service) and report decisions/s and latency.
+    /// service) and report decisions/s and latency. Exits 1, after the report, when the run
+    /// made no decision at all or more than 1 % of its calls failed (other: errors, bad
+    /// answers, timeouts, refused connections).
     #[cfg(feature = "load")]
     Bench(BenchArgs),
     /// Replay an access log against a config's limits on the log's own clock: what each
@@ -95,6 +97,10 @@ pub struct BenchArgs {
     /// How long to run, e.g. "10s".
     #[arg(long, short, default_value = "10s", value_parser = duration::parse)]
     duration: Duration,
+    /// How long one call or connect may take before it is given up and counted as other;
+    /// calls still in flight this long after the end (2s at most) are abandoned.
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    timeout: Duration,
     /// The limit to check (default: the first one listed). HTTP only.
     #[arg(long, short, conflicts_with = "grpc")]
     limit: Option<String>,
@@ -167,9 +173,9 @@ impl BenchArgs {
                     identity: self.cert.zip(self.key),
                 }),
             };
-            tollgate_load::run_grpc(options, target).await
+            tollgate_load::run_grpc_with_timeout(options, target, self.timeout).await
         } else {
-            tollgate_load::run(options).await
+            tollgate_load::run_with_timeout(options, self.timeout).await
         }
     }
 }
