@@ -351,7 +351,9 @@ impl RedisStoreBuilder {
             // concurrency its ASK redirections fail and trigger slot-map refreshes
             // that stall the connection (tests/it/resharding.rs). The store follows
             // redirections itself (`RedisStore::eval`); the crate still refreshes
-            // its slot map on MOVED and reconnects after a failover.
+            // its slot map on MOVED and reconnects after a failover. A timeout makes
+            // it do neither (a frozen master is never left): the store then looks
+            // for the slot's new master itself (`store/slot_watch.rs`).
             .retries(0);
         if let Some(user) = &self.username {
             builder = builder.username(user);

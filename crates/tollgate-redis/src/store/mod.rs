@@ -25,6 +25,8 @@
 //! The children, each one job of the store, lowest layer first:
 //! - `connection`, `scripts`, `coalescer`: the connection and the one command it runs, the
 //!   scripts' load state on it, and the queues of coalesced requests (data only);
+//! - `slot_watch`: on a cluster, a new master for a slot whose calls time out, which the
+//!   `redis` crate would not look for;
 //! - `redis_store`: [`RedisStore`] itself, its counters, and the guarded `EVALSHA` every call
 //!   ends in (breaker, timeout, script reloads, slot moves);
 //! - `clock`: the server's clock, sampled for deadlines;
@@ -50,6 +52,7 @@ mod decide;
 mod redis_store;
 mod reset;
 mod scripts;
+mod slot_watch;
 mod store_trait;
 mod unanswered;
 

@@ -12,6 +12,7 @@ use tollgate::StoreError;
 use super::coalescer::Coalescer;
 use super::connection::Connection;
 use super::scripts::Scripts;
+use super::slot_watch::SlotWatch;
 use crate::breaker::{Breaker, Permit};
 use crate::deadline::ServerClock;
 use crate::error::classify;
@@ -57,6 +58,8 @@ pub(super) struct Inner {
     pub(super) unanswered: std::sync::atomic::AtomicU64,
     pub(super) breaker: Arc<Breaker>,
     pub(super) target: String,
+    /// On a cluster, what looks for a new master of a slot whose calls time out.
+    pub(super) slot_watch: Option<SlotWatch>,
     /// [`crate::RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
     #[cfg(feature = "bench")]
     pub(super) old_gcra_sha: Option<String>,
@@ -75,9 +78,14 @@ impl RedisStore {
             Connection::Single(_) | Connection::Sentinel(_) => 1,
             Connection::Cluster(_) => SLOTS,
         };
+        let slot_watch = match &connection {
+            Connection::Cluster(c) => Some(SlotWatch::new(c.clone(), timeout)),
+            Connection::Single(_) | Connection::Sentinel(_) => None,
+        };
         RedisStore {
             inner: Arc::new(Inner {
                 coalescer: max_batch.map(|max| Coalescer::new(queues, max)),
+                slot_watch,
                 connection,
                 subscriber,
                 scripts: Scripts::default(),
@@ -257,6 +265,14 @@ impl RedisStore {
                     moving += 1;
                     tracing::debug!(cause = %e, "slot being moved; sending the script again");
                     Box::pin(tokio::time::sleep(wait)).await;
+                }
+                Err(e) if e.is_timeout() => {
+                    // The `redis` crate's own timeout: on a cluster, the slot's master may
+                    // have been failed over while silent (`slot_watch.rs`).
+                    if let Some(watch) = &self.inner.slot_watch {
+                        watch.timed_out(&cmd);
+                    }
+                    return Err(classify(e));
                 }
                 other => return other.map_err(classify),
             }

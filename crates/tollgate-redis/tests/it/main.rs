@@ -16,6 +16,7 @@ mod differential;
 mod dropped_connection;
 mod failover;
 mod faults;
+mod frozen_master;
 mod future_size;
 mod gcra_rounding;
 mod gcra_server_clock;

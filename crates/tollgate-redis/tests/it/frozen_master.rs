@@ -1,0 +1,171 @@
+//! A cluster master frozen (`SIGSTOP`, as a paused VM or a stalled host): its connections
+//! stay open and nothing is answered, so the `redis` crate never learns from it that its
+//! slots moved. The cluster fails it over; the store must follow while it is still frozen
+//! (`src/store/slot_watch.rs`), not only once it thaws and answers `MOVED`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota, Source};
+use tollgate_redis::RedisStore;
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+use crate::common::unique_namespace;
+use crate::failover::HEAVY;
+
+/// How long after the cluster promoted the replica a check may still be answered by the
+/// failure policy. Generous for a debug build on two loaded cores; measured about 1–2 s.
+const DECIDED_WITHIN: Duration = Duration::from_secs(10);
+
+/// Thaws the frozen node when the test ends, however it ends (before the cluster kills it).
+struct Thaw<'a>(&'a RedisServer);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
+
+/// One check: when it started and ended, and whether the store decided it.
+type Sample = (Instant, Instant, bool);
+
+/// The master of a checked key's slot is frozen; once its replica is promoted, checks on the
+/// key are decided by the store again, on the new master, while the old one stays frozen.
+/// Before the fix, every check on the key failed (by policy) until the old master thawed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
+    let _alone = HEAVY.lock().await;
+    let cluster = RedisCluster::start_with_replicas();
+    let store = RedisStore::cluster_builder(cluster.urls())
+        .timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect to the cluster: {e:?}\n{}", cluster.logs()));
+    let limit = Limit::new(
+        "gcra",
+        Algorithm::Gcra,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = Arc::new(
+        Limiter::builder(store)
+            .namespace(unique_namespace("frozen"))
+            .limit(limit)
+            .build()
+            .expect("valid"),
+    );
+    let key = limiter
+        .prepare(&["gcra"], &[("user", "f")], 1)
+        .expect("valid")
+        .entries()[0]
+        .key()
+        .as_str()
+        .to_owned();
+    let frozen = cluster.master_for_slot(cluster.slot_of(&key));
+    let port = frozen.port();
+    let first = limiter
+        .check("gcra", &[("user", "f")])
+        .await
+        .expect("known");
+    assert_eq!(first.outcome(), Outcome::Allowed, "{first:?}");
+
+    // Check the key, one check after another, until told to stop.
+    let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let (limiter, samples, stop) = (
+            Arc::clone(&limiter),
+            Arc::clone(&samples),
+            Arc::clone(&stop),
+        );
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = Instant::now();
+                let v = limiter
+                    .check("gcra", &[("user", "f")])
+                    .await
+                    .expect("known");
+                let decided = match v.outcome() {
+                    Outcome::Allowed => v.decisions()[0].source == Source::Store,
+                    Outcome::Unavailable { .. } => false,
+                    other => panic!("refused by a limit no load reaches: {other:?}"),
+                };
+                samples
+                    .lock()
+                    .expect("samples")
+                    .push((started, Instant::now(), decided));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    frozen.pause();
+    let frozen_at = Instant::now();
+    let _thaw = Thaw(frozen);
+    // The cluster marks the node failed and promotes its replica (CLUSTER NODES on the others).
+    let new_master =
+        tokio::task::block_in_place(|| cluster.wait_for_failover(port, Duration::from_secs(30)));
+    let promoted_at = Instant::now();
+    assert_ne!(new_master, port);
+
+    // Within the bound, a check that started after the promotion is decided by the store.
+    let deadline = promoted_at + DECIDED_WITHIN;
+    let decided_at = loop {
+        let first_decided = samples
+            .lock()
+            .expect("samples")
+            .iter()
+            .find(|(at, _, decided)| *at > promoted_at && *decided)
+            .map(|(_, end, _)| *end);
+        if let Some(end) = first_decided {
+            break Some(end);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    checker.await.expect("checker");
+    let samples = samples.lock().expect("samples").clone();
+    let failed_while_frozen = samples
+        .iter()
+        .filter(|(at, _, decided)| *at > frozen_at && *at < promoted_at && !decided)
+        .count();
+    let decided_at = decided_at.unwrap_or_else(|| {
+        panic!(
+            "no check on the frozen master's slot was decided by the store within \
+             {DECIDED_WITHIN:?} of its replica's promotion, the old master still frozen \
+             ({} checks since the freeze, none decided after the promotion; frozen → \
+             promoted {:?})",
+            samples.iter().filter(|(at, _, _)| *at > frozen_at).count(),
+            promoted_at - frozen_at
+        )
+    });
+    let slowest_failure = samples
+        .iter()
+        .filter(|(_, _, decided)| !decided)
+        .map(|(at, end, _)| *end - *at)
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "frozen master: frozen → promoted {:?}, promoted → first decided check {:?}; \
+         {failed_while_frozen} checks failed before the promotion, the slowest failure took {:?}",
+        promoted_at - frozen_at,
+        decided_at - promoted_at,
+        slowest_failure
+    );
+    assert!(
+        failed_while_frozen > 0,
+        "the freeze must have been felt: no check failed between the freeze and the promotion"
+    );
+    // The decisions are the new master's, the old one still frozen.
+    let v = limiter
+        .check("gcra", &[("user", "f")])
+        .await
+        .expect("known");
+    assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+    assert_eq!(v.decisions()[0].source, Source::Store, "{v:?}");
+}
