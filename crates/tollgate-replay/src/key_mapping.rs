@@ -97,15 +97,43 @@ pub(crate) fn key_indices(
 /// A key as reports show it: `part=value,part=value`.
 pub(crate) fn key_text(parts: &[(Box<str>, usize)], values: &[String]) -> String {
     let mut out = String::new();
-    for (i, (name, v)) in parts.iter().enumerate() {
+    push_key_text(
+        &mut out,
+        parts.iter().map(|(name, v)| (&**name, values[*v].as_str())),
+    );
+    out
+}
+
+/// Appends the key of `(part, value)`s to `out` as reports show it and look it up:
+/// `part=value,part=value`, with `\`, `,` and `=` in a name or a value escaped by a
+/// backslash. Unambiguous: the key (a=`x,b=y`, b=`z`) is `a=x\,b\=y,b=z` and (a=`x`,
+/// b=`y,b=z`) is `a=x,b=y\,b\=z`; unescaped, both were `a=x,b=y,b=z`, and their counts and
+/// timelines merged.
+pub(crate) fn push_key_text<'a>(
+    out: &mut String,
+    parts: impl IntoIterator<Item = (&'a str, &'a str)>,
+) {
+    for (i, (name, value)) in parts.into_iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(name);
+        push_escaped(out, name);
         out.push('=');
-        out.push_str(&values[*v]);
+        push_escaped(out, value);
     }
-    out
+}
+
+fn push_escaped(out: &mut String, text: &str) {
+    if !text.contains(['\\', ',', '=']) {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +151,23 @@ mod tests {
             ]
         );
         assert_eq!(m.index_of("tenant"), Some(1));
+    }
+
+    /// Before: both keys were `a=x,b=y,b=z`.
+    #[test]
+    fn key_texts_are_unambiguous() {
+        let text = |parts: &[(&str, &str)]| {
+            let mut out = String::new();
+            push_key_text(&mut out, parts.iter().copied());
+            out
+        };
+        let one = text(&[("a", "x,b=y"), ("b", "z")]);
+        let two = text(&[("a", "x"), ("b", "y,b=z")]);
+        assert_ne!(one, two);
+        assert_eq!(one, r"a=x\,b\=y,b=z");
+        assert_eq!(two, r"a=x,b=y\,b\=z");
+        assert_ne!(text(&[("a", "x\\"), ("b", "y")]), text(&[("a", "x\\,b=y")]));
+        assert_eq!(text(&[("user", "alice")]), "user=alice");
     }
 
     #[test]

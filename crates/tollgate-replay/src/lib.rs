@@ -41,7 +41,7 @@ pub use log_format::LogFormat;
 pub use log_reader::{Event, LogReader, Malformed};
 pub use printable::Printable;
 pub use replay_error::ReplayError;
-pub use replay_log::{LogOptions, Route, replay_log, replay_log_routed};
+pub use replay_log::{LogOptions, Route, check_rereadable, replay_log, replay_log_routed};
 pub use replayer::Replayer;
 pub use report::{Expectation, Report};
 pub use scenario::{SCENARIOS, Scenario};

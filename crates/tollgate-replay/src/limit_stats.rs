@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate::{Decision, Limit};
 
-use crate::key_count::KeyCount;
+use crate::key_count::{BuildPrehashed, KeyCount};
 
 /// The `retry_after` buckets' upper bounds (the last bucket has none).
 pub const RETRY_BUCKETS: &[(Duration, &str)] = &[
@@ -57,12 +57,13 @@ pub struct LimitStats {
     /// Refusals per `retry_after` bucket ([`RETRY_BUCKETS`]).
     pub retry_after: [u64; RETRY_BUCKETS.len()],
     denied_keys: HashMap<Box<str>, u64>,
-    admits: Option<Vec<u64>>,
+    /// Per key (by [`crate::key_count::hash_parts`]), its admissions' times.
+    admits: Option<HashMap<u64, Vec<u64>, BuildPrehashed>>,
 }
 
 impl LimitStats {
-    /// Empty results for `limit`; with `track_admits`, every admission's time is kept too
-    /// (for [`LimitStats::max_in_any_period`]: simulations, not logs).
+    /// Empty results for `limit`; with `track_admits`, every admission's time is kept too,
+    /// per key (for [`LimitStats::max_in_any_period`]: simulations, not logs).
     pub fn new(limit: &Limit, track_admits: bool) -> LimitStats {
         let quota = limit.quota();
         let mut text = format!("{} per {}", quota.limit(), human(quota.period()));
@@ -84,17 +85,19 @@ impl LimitStats {
             per_second: Vec::new(),
             retry_after: [0; RETRY_BUCKETS.len()],
             denied_keys: HashMap::new(),
-            admits: track_admits.then(Vec::new),
+            admits: track_admits.then(HashMap::default),
         }
     }
 
     /// Counts `decision`, made at `time_us`, `second` seconds after the start, for the key
-    /// shown as `key` (built only when refused).
+    /// of hash `key_hash` ([`crate::key_count::hash_parts`]) shown as `key` (built only when
+    /// refused).
     pub(crate) fn record(
         &mut self,
         second: usize,
         time_us: u64,
         decision: &Decision,
+        key_hash: u64,
         key: impl FnOnce(&mut String),
         scratch: &mut String,
     ) {
@@ -114,7 +117,7 @@ impl LimitStats {
             }
             self.admitted += 1;
             if let Some(admits) = &mut self.admits {
-                admits.push(time_us);
+                admits.entry(key_hash).or_default().push(time_us);
             }
             return;
         }
@@ -195,20 +198,30 @@ impl LimitStats {
         minutes
     }
 
-    /// The most admissions in any interval of one period (`[t, t + period)`), when
-    /// admissions were tracked.
+    /// The most admissions of one key in any interval of one period (`[t, t + period)`),
+    /// when admissions were tracked: what the limit let one client through, which is what
+    /// its quota bounds (a per-key limit's total over many keys is no measure of it).
     pub fn max_in_any_period(&self) -> Option<u64> {
-        let admits = self.admits.as_ref()?;
         let period = self.period.as_micros() as u64;
-        let mut best = 0;
-        let mut start = 0;
-        for (end, &t) in admits.iter().enumerate() {
-            while admits[start] + period <= t {
-                start += 1;
+        let most = |admits: &[u64]| {
+            let mut best = 0;
+            let mut start = 0;
+            for (end, &t) in admits.iter().enumerate() {
+                while admits[start].saturating_add(period) <= t {
+                    start += 1;
+                }
+                best = best.max(end + 1 - start);
             }
-            best = best.max(end + 1 - start);
-        }
-        Some(best as u64)
+            best as u64
+        };
+        Some(
+            self.admits
+                .as_ref()?
+                .values()
+                .map(|a| most(a))
+                .max()
+                .unwrap_or(0),
+        )
     }
 }
 
@@ -254,13 +267,14 @@ mod tests {
         let mut s = LimitStats::new(&limit, true);
         let mut scratch = String::new();
         let key = |k: &'static str| move |out: &mut String| out.push_str(k);
-        s.record(0, 0, &decision(true, 0), key("a"), &mut scratch);
-        s.record(0, 10, &decision(true, 0), key("a"), &mut scratch);
-        s.record(0, 20, &decision(false, 500), key("a"), &mut scratch);
+        s.record(0, 0, &decision(true, 0), 1, key("a"), &mut scratch);
+        s.record(0, 10, &decision(true, 0), 1, key("a"), &mut scratch);
+        s.record(0, 20, &decision(false, 500), 1, key("a"), &mut scratch);
         s.record(
             2,
             2_000_000,
             &decision(false, 2_000),
+            2,
             key("b"),
             &mut scratch,
         );
@@ -268,10 +282,11 @@ mod tests {
             2,
             2_000_001,
             &decision(false, 3_000),
+            2,
             key("b"),
             &mut scratch,
         );
-        s.record(2, 2_000_002, &decision(true, 0), key("c"), &mut scratch);
+        s.record(2, 2_000_002, &decision(true, 0), 3, key("c"), &mut scratch);
         assert_eq!((s.requests, s.admitted, s.denied()), (6, 3, 3));
         assert_eq!(s.per_second, vec![[3, 2], [0, 0], [3, 1]]);
         assert_eq!(s.top_denied(1), vec![("b", 2)]);
@@ -284,5 +299,25 @@ mod tests {
         assert_eq!(s.denied_per_minute(57), vec![3]);
         assert_eq!(s.max_in_any_period(), Some(2));
         assert_eq!(s.quota, "2 per 1s");
+    }
+
+    /// The most admitted in one period is per key: two keys admitted 2 each in the same
+    /// second are 2 for a limit of 2 per key (before: 4, "2.00× the limit").
+    #[test]
+    fn the_most_in_a_period_is_per_key() {
+        let limit = Limit::new(
+            "l",
+            Algorithm::FixedWindow,
+            Quota::per_second(2).expect("q"),
+        )
+        .expect("limit")
+        .keyed_by(["user"])
+        .expect("keyed");
+        let mut s = LimitStats::new(&limit, true);
+        let mut scratch = String::new();
+        for (t, key) in [(0, 1), (1, 2), (2, 1), (3, 2)] {
+            s.record(0, t, &decision(true, 0), key, |_| {}, &mut scratch);
+        }
+        assert_eq!(s.max_in_any_period(), Some(2));
     }
 }

@@ -13,7 +13,8 @@
 //! hostile line can neither end the replay nor take memory without bound.
 
 use std::borrow::Cow;
-use std::io::{self, BufRead};
+use std::collections::VecDeque;
+use std::io::{self, BufRead, Read as _};
 
 use serde_json::Value;
 
@@ -66,31 +67,62 @@ pub struct LogReader<R> {
     slots: Vec<Slot>,
     line: u64,
     bytes: u64,
+    /// The overlong lines format detection skipped ([`Sniffed::skipped`]), reported at
+    /// their lines.
+    skipped: VecDeque<(u64, usize)>,
+    skipped_bytes: u64,
     done: bool,
 }
+
+/// The log as read after format detection: the bytes detection read, given back, then the
+/// rest.
+type Rest<R> = io::Chain<io::Cursor<Vec<u8>>, R>;
 
 #[derive(Debug)]
 enum Inner<R> {
     Lines {
-        reader: R,
+        reader: Rest<R>,
         buf: Vec<u8>,
     },
     Csv {
-        reader: Box<csv::Reader<R>>,
+        reader: Box<csv::Reader<Rest<R>>>,
         record: csv::StringRecord,
     },
 }
 
+/// What format detection read of the log: consumed from the reader, and given back to it
+/// ([`Sniffed::rest`]), so that detection loses nothing.
+#[derive(Debug, Default)]
+struct Sniffed {
+    /// The bytes read, as they were, but for an overlong line before the first line that is
+    /// not blank: an empty line in its place (skipped unread, not held).
+    bytes: Vec<u8>,
+    /// The whole lines that are not blank, without their line ends.
+    lines: Vec<String>,
+    /// The overlong lines skipped at the start (malformed): their line numbers and lengths.
+    skipped: VecDeque<(u64, usize)>,
+    /// Their bytes but the empty line in their place (for [`LogReader::bytes_read`]).
+    skipped_bytes: u64,
+}
+
+impl Sniffed {
+    /// The log from its first byte again: what was read, then the rest of `reader`.
+    fn rest<R: BufRead>(&mut self, reader: R) -> Rest<R> {
+        io::Cursor::new(std::mem::take(&mut self.bytes)).chain(reader)
+    }
+}
+
 impl<R: BufRead> Inner<R> {
-    /// How `reader` is read in `format`, and the fields its lines have (`first`: the first
-    /// line, whose keys are a JSON log's fields).
+    /// How `reader` is read in `format`, given what detection read of it (`sniffed`), and the
+    /// fields its lines have (`first`: the line whose keys are a JSON log's fields).
     fn open(
         reader: R,
         format: LogFormat,
+        sniffed: &mut Sniffed,
         first: &str,
     ) -> Result<(Inner<R>, Vec<String>), ReplayError> {
-        let lines = |reader| Inner::Lines {
-            reader,
+        let mut lines = |reader| Inner::Lines {
+            reader: sniffed.rest(reader),
             buf: Vec::new(),
         };
         Ok(match format {
@@ -110,10 +142,15 @@ impl<R: BufRead> Inner<R> {
                 (lines(reader), keys)
             }
             LogFormat::Csv => {
+                // The header is the first line that is not blank: bounded like every line
+                // here, so that a huge first line is not held whole as a header.
+                if let Some(&(_, bytes)) = sniffed.skipped.front() {
+                    return Err(ReplayError::HeaderTooLong { bytes });
+                }
                 let mut csv = csv::ReaderBuilder::new()
                     .flexible(true)
                     .has_headers(true)
-                    .from_reader(reader);
+                    .from_reader(sniffed.rest(reader));
                 let header: Vec<String> = csv
                     .headers()
                     .map_err(|e| ReplayError::Read(std::io::Error::other(e)))?
@@ -132,32 +169,54 @@ impl<R: BufRead> Inner<R> {
     }
 }
 
+/// Why a line longer than [`MAX_LINE`] is malformed.
+fn overlong(bytes: usize) -> String {
+    format!("longer than {MAX_LINE} bytes ({bytes}): skipped")
+}
+
 impl<R: BufRead> LogReader<R> {
-    /// A reader of `reader` in `format` (detected from the first lines when `None`: the first that is a JSON object or a combined line decides; CSV if none is), filling
-    /// `mapping`'s parts; the time comes from `time_field` (JSON, CSV; default `time`) or
-    /// `$time_local` (combined).
+    /// A reader of `reader` in `format` (detected from the first lines when `None`: the
+    /// first that is a JSON object, a combined or an Envoy line decides; CSV if none is),
+    /// filling `mapping`'s parts; the time comes from `time_field` (JSON, CSV; default
+    /// `time`) or `$time_local` (combined).
     ///
     /// # Errors
     /// [`ReplayError::UnknownField`] for a mapped field (or the time field) the log does not
     /// have — known before the first line is replayed: the combined format's fixed fields, the
-    /// CSV header, the first JSON object's keys; [`ReplayError::Read`] if reading fails.
+    /// CSV header, the first JSON object's keys; [`ReplayError::EmptyLog`] for a log with no
+    /// line that is not blank; [`ReplayError::HeaderTooLong`] for a CSV header longer than
+    /// [`MAX_LINE`]; [`ReplayError::Read`] if reading fails.
     pub fn new(
         mut reader: R,
         format: Option<LogFormat>,
         mapping: &KeyMapping,
         time_field: Option<&str>,
     ) -> Result<LogReader<R>, ReplayError> {
-        let lines = first_lines(&mut reader)?;
+        let mut sniffed = first_lines(&mut reader)?;
+        if sniffed.lines.is_empty() && sniffed.skipped.is_empty() {
+            return Err(ReplayError::EmptyLog);
+        }
         let (format, first) = match format {
-            Some(format) => (format, lines.into_iter().next().unwrap_or_default()),
-            None => detect(lines),
+            // A JSON log's fields are the first object's keys, wherever it is among the first
+            // lines (after a blank or a broken one).
+            Some(LogFormat::JsonLines) => (
+                LogFormat::JsonLines,
+                sniffed
+                    .lines
+                    .iter()
+                    .find(|l| is_json_object(l))
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+            Some(format) => (format, String::new()),
+            None => detect(&sniffed.lines),
         };
         let time_name = time_field.unwrap_or(match format {
             LogFormat::Combined => "time_local",
             LogFormat::Envoy => "start_time",
             _ => "time",
         });
-        let (inner, known) = Inner::open(reader, format, &first)?;
+        let (inner, known) = Inner::open(reader, format, &mut sniffed, &first)?;
         let resolve = |name: &str| -> Result<Slot, ReplayError> {
             let index = known.iter().position(|k| k == name);
             match (format, index) {
@@ -187,6 +246,8 @@ impl<R: BufRead> LogReader<R> {
             slots,
             line: u64::from(format == LogFormat::Csv),
             bytes: 0,
+            skipped: sniffed.skipped,
+            skipped_bytes: sniffed.skipped_bytes,
             done: false,
         })
     }
@@ -198,10 +259,11 @@ impl<R: BufRead> LogReader<R> {
 
     /// Bytes read so far (lines and CSV records; for a progress bar).
     pub fn bytes_read(&self) -> u64 {
-        match &self.inner {
-            Inner::Lines { .. } => self.bytes,
-            Inner::Csv { reader, .. } => reader.position().byte(),
-        }
+        self.skipped_bytes
+            + match &self.inner {
+                Inner::Lines { .. } => self.bytes,
+                Inner::Csv { reader, .. } => reader.position().byte(),
+            }
     }
 
     /// Reads the next line into `event`: `None` at the end, `Some(Err)` for a line that
@@ -231,10 +293,20 @@ impl<R: BufRead> LogReader<R> {
                 };
                 self.bytes += n as u64;
                 event.line = self.line;
+                if let Some(&(line, bytes)) = self.skipped.front()
+                    && line == self.line
+                {
+                    // An empty line stands for it.
+                    self.skipped.pop_front();
+                    return Some(Err(Malformed {
+                        line,
+                        reason: overlong(bytes),
+                    }));
+                }
                 if !whole {
                     return Some(Err(Malformed {
                         line: self.line,
-                        reason: format!("longer than {MAX_LINE} bytes ({n}): skipped"),
+                        reason: overlong(n),
                     }));
                 }
                 // `from_utf8` first: it is the fast check, and nearly every line passes it.
@@ -311,37 +383,122 @@ fn read_line_capped<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result
     }
 }
 
-/// The log's first line, without consuming it (what the reader's buffer holds of it).
-/// How many of the log's first lines format detection looks at.
+/// How many of the log's first lines that are not blank format detection looks at.
 const DETECT_LINES: usize = 16;
 
-/// The first lines of the log (up to [`DETECT_LINES`], as far as the reader's buffer holds),
-/// without consuming them.
-fn first_lines<R: BufRead>(reader: &mut R) -> Result<Vec<String>, ReplayError> {
-    let buf = reader.fill_buf().map_err(ReplayError::Read)?;
-    Ok(buf
-        .split(|&b| b == b'\n')
-        .take(DETECT_LINES)
-        .map(|l| String::from_utf8_lossy(l).trim_end_matches('\r').to_owned())
-        .collect())
+/// How many bytes format detection holds at most (16 lines of the longest length).
+const DETECT_BYTES: usize = DETECT_LINES * MAX_LINE;
+
+/// Reads the first lines of the log for format detection: up to [`DETECT_LINES`] that are
+/// not blank, [`DETECT_BYTES`] in all. A line longer than [`MAX_LINE`] before the first
+/// that is not blank is skipped unread (a 100 MB first line is neither held nor allowed to
+/// hide the lines after it: it is malformed, or no CSV header); one after it ends the
+/// reading, with the part read held, so that the bytes given back are the log's own (a CSV
+/// record has no cap).
+fn first_lines<R: BufRead>(reader: &mut R) -> Result<Sniffed, ReplayError> {
+    let mut sniffed = Sniffed::default();
+    let mut line_no = 0_u64;
+    let mut not_blank = 0;
+    let mut buf = Vec::new();
+    while not_blank < DETECT_LINES && sniffed.bytes.len() < DETECT_BYTES {
+        let ended = read_line_upto(reader, &mut buf, MAX_LINE).map_err(ReplayError::Read)?;
+        if buf.is_empty() {
+            break;
+        }
+        line_no += 1;
+        if !ended && sniffed.lines.is_empty() {
+            let bytes = buf.len() + skip_line(reader).map_err(ReplayError::Read)?;
+            sniffed.skipped.push_back((line_no, bytes));
+            sniffed.skipped_bytes += bytes as u64 - 1;
+            sniffed.bytes.push(b'\n');
+            not_blank += 1;
+            continue;
+        }
+        sniffed.bytes.extend_from_slice(&buf);
+        if !ended {
+            break;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if !text.trim().is_empty() {
+            sniffed.lines.push(text.to_owned());
+            not_blank += 1;
+        }
+    }
+    Ok(sniffed)
 }
 
-/// The format of the first of `lines` that is a JSON object or a combined-format line (a
-/// blank or truncated first line must not make a combined log "CSV"), and that line (JSON:
-/// its keys are the fields); CSV, and the first line (its header), when none is.
-fn detect(lines: Vec<String>) -> (LogFormat, String) {
-    let found = lines.iter().position(|l| {
+/// Reads one line into `buf` (cleared first), consuming at most `cap` bytes of it: whether
+/// it ended (its newline or the log's end) within them.
+fn read_line_upto<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+    buf.clear();
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(true);
+        }
+        let room = cap - buf.len();
+        let (take, ends) = match memchr::memchr(b'\n', available) {
+            Some(i) if i < room => (i + 1, true),
+            _ => (available.len().min(room), false),
+        };
+        buf.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if ends {
+            return Ok(true);
+        }
+        if buf.len() == cap {
+            return Ok(false);
+        }
+    }
+}
+
+/// Consumes the rest of a line, newline included, unread: the bytes consumed.
+fn skip_line<R: BufRead>(reader: &mut R) -> io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(consumed);
+        }
+        let (take, ends) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        reader.consume(take);
+        consumed += take;
+        if ends {
+            return Ok(consumed);
+        }
+    }
+}
+
+/// Whether `line` is a JSON object.
+fn is_json_object(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with('{') && matches!(serde_json::from_str::<Value>(t), Ok(Value::Object(_)))
+}
+
+/// The format of the first of `lines` (the first lines that are not blank) that is a JSON
+/// object, a combined-format or an Envoy line (a cut or overlong first line must not make a
+/// combined log "CSV"), and that line (JSON: its keys are the fields); CSV, and its header
+/// (the first line), when none is.
+fn detect(lines: &[String]) -> (LogFormat, String) {
+    let found = lines.iter().find(|l| {
         let t = l.trim_start();
-        (t.starts_with('{') && matches!(serde_json::from_str::<Value>(t), Ok(Value::Object(_))))
-            || split_combined(t).is_ok()
-            || split_envoy(t).is_ok()
+        is_json_object(t) || split_combined(t).is_ok() || split_envoy(t).is_ok()
     });
     match found {
-        Some(i) => {
-            let line = lines.into_iter().nth(i).unwrap_or_default();
-            (LogFormat::detect(&line), line)
-        }
-        None => (LogFormat::Csv, lines.into_iter().next().unwrap_or_default()),
+        Some(line) => (LogFormat::detect(line), line.clone()),
+        None => (LogFormat::Csv, lines.first().cloned().unwrap_or_default()),
     }
 }
 

@@ -37,7 +37,12 @@ pub fn parse_any(text: &str) -> Option<u64> {
     parse_rfc3339(text)
 }
 
-/// An epoch number as [`parse_any`] reads it.
+/// The first instant after year 9999 (10000-01-01T00:00:00Z), µs since the epoch: an epoch
+/// number at or past it is no time a log writes (RFC 3339 and nginx's format have four-digit
+/// years), and near `u64::MAX` it would overflow the clock's arithmetic.
+pub const YEAR_10000_US: u64 = 253_402_300_800_000_000;
+
+/// An epoch number as [`parse_any`] reads it; `None` past year 9999 ([`YEAR_10000_US`]).
 pub fn parse_epoch(text: &str) -> Option<u64> {
     let (whole, fraction) = match text.split_once('.') {
         Some((w, f)) => (w, f),
@@ -51,13 +56,14 @@ pub fn parse_epoch(text: &str) -> Option<u64> {
         }
         frac_us += u64::from(c - b'0') * 10_u64.pow(5 - i as u32);
     }
-    if whole >= 100_000_000_000_000 {
-        Some(whole)
+    let us = if whole >= 100_000_000_000_000 {
+        whole
     } else if whole >= 100_000_000_000 {
-        Some(whole * 1_000 + frac_us / 1_000)
+        whole * 1_000 + frac_us / 1_000
     } else {
-        Some(whole * 1_000_000 + frac_us)
-    }
+        whole * 1_000_000 + frac_us
+    };
+    (us < YEAR_10000_US).then_some(us)
 }
 
 fn parse_rfc3339(text: &str) -> Option<u64> {
@@ -211,6 +217,24 @@ mod tests {
         assert_eq!(
             parse_any(&format!("{T}123456")),
             Some(T * 1_000_000 + 123_456)
+        );
+    }
+
+    /// Before: any µs epoch was a time (`18446744073709551615` is year 586 524), and the
+    /// replay's `now + 1 h` overflowed on it.
+    #[test]
+    fn epoch_numbers_past_year_9999_are_refused() {
+        for bad in [
+            "18446744073709551615",
+            "18446744073709551000",
+            "253402300800000000",
+        ] {
+            assert_eq!(parse_any(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_any("253402300799999999"), Some(YEAR_10000_US - 1));
+        assert_eq!(
+            parse_any("9999-12-31T23:59:59Z"),
+            Some(YEAR_10000_US - 1_000_000)
         );
     }
 

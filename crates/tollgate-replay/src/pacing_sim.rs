@@ -175,9 +175,7 @@ async fn run(
     let mut stats = LimitStats::new(&limit, true);
     stats.start_us = T0_US;
     // Every worker asks for the same key: the upstream's one limit.
-    stats
-        .keys_seen
-        .add(crate::key_count::hash_parts(["worker"]));
+    stats.keys_seen.add(worker_key());
     let limiter = Limiter::builder(store)
         .namespace(namespace)
         .clock(clock.clone())
@@ -218,7 +216,14 @@ async fn run(
                     _ => {
                         let decision = *v.decision();
                         let second = ((t - T0_US) / 1_000_000) as usize;
-                        stats.record(second, t, &decision, |s| s.push_str("worker"), &mut scratch);
+                        stats.record(
+                            second,
+                            t,
+                            &decision,
+                            worker_key(),
+                            |s| s.push_str("worker"),
+                            &mut scratch,
+                        );
                         let mut wait =
                             decision.retry_after().unwrap_or_default().as_micros() as u64;
                         if jitter {
@@ -278,7 +283,7 @@ fn tally(quota: Quota, mut stats: LimitStats, mut sends: Vec<u64>, store_calls: 
     let mut scratch = String::new();
     for &at in &sends {
         let second = ((at - T0_US) / 1_000_000) as usize;
-        stats.record(second, at, &allowed, |_| {}, &mut scratch);
+        stats.record(second, at, &allowed, worker_key(), |_| {}, &mut scratch);
     }
     let t = quota.emission_interval_micros();
     let slots = match (sends.first(), sends.last()) {
@@ -292,6 +297,11 @@ fn tally(quota: Quota, mut stats: LimitStats, mut sends: Vec<u64>, store_calls: 
         sent: sends.len() as u64,
         idle_slots: slots.saturating_sub(sends.len() as u64),
     }
+}
+
+/// The hash of the one key every worker asks for (the upstream's one limit).
+fn worker_key() -> u64 {
+    crate::key_count::hash_parts(["worker"])
 }
 
 /// A number no other run of this process used: runs on one Redis never share keys.

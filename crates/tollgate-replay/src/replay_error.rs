@@ -13,6 +13,32 @@ pub enum ReplayError {
     /// The log could not be read.
     #[error("reading the log: {0}")]
     Read(#[source] std::io::Error),
+    /// The log has no line that is not blank: nothing to replay (and no header or first
+    /// object to take its fields from).
+    #[error("the log is empty: no line to replay")]
+    EmptyLog,
+    /// A CSV log's header (its first line) is longer than [`crate::log_reader::MAX_LINE`]:
+    /// no header is that long, and it would be held whole.
+    #[error(
+        "the first line is {bytes} bytes, longer than {} (not a CSV header; give --format if the log is in another format)",
+        crate::log_reader::MAX_LINE
+    )]
+    HeaderTooLong {
+        /// Its length.
+        bytes: usize,
+    },
+    /// The log must be read more than once (`--report`, `--suggest`) but is not a regular
+    /// file (a pipe, a terminal): a second read would find it empty.
+    #[error(
+        "{} is not a regular file (a pipe?), and {needs} reads the log more than once: write the log to a file first",
+        Printable::new(path)
+    )]
+    NotRereadable {
+        /// The log's path, as given ([`Printable`]).
+        path: String,
+        /// The options that need a second read.
+        needs: String,
+    },
     /// `--key` (or the time field) names a field the log does not have.
     #[error(
         "field \"{}\" is not in the log ({format} format; its fields: {})",
@@ -43,6 +69,37 @@ pub enum ReplayError {
     /// Nothing to replay: no limit given (or none left after `--limit`).
     #[error("no limit to replay")]
     NoLimits,
+    /// Two limits of one replay have the same name: their keys, built from the name, would
+    /// share counters, and each would see the other's requests.
+    #[error("limit {0:?} is replayed twice: two limits of one replay need two names")]
+    DuplicateLimit(String),
+    /// `--candidates` gives one value twice.
+    #[error("--candidates gives {0} twice")]
+    DuplicateCandidate(u64),
+    /// A simulation option out of range.
+    #[error("{option} {value}: {reason}")]
+    BadOption {
+        /// The option (`--rate`).
+        option: &'static str,
+        /// Its value, as given.
+        value: String,
+        /// What it must be.
+        reason: String,
+    },
+    /// A simulation would generate more requests than it holds
+    /// ([`crate::simulate::MAX_EVENTS`]).
+    #[error(
+        "simulate {scenario} would generate {events} requests, more than the {} a simulation holds: lower {options}",
+        crate::simulate::MAX_EVENTS
+    )]
+    TooManyEvents {
+        /// The scenario.
+        scenario: crate::scenario::Scenario,
+        /// How many it would generate.
+        events: u128,
+        /// The options that set it (`--rate or --periods`).
+        options: &'static str,
+    },
     /// A limit named by `--limit` is not in the config.
     #[error("limit {0:?} is not in the config")]
     UnknownLimit(String),

@@ -27,6 +27,25 @@ pub struct LogOptions {
     pub redis: Option<RedisStore>,
 }
 
+/// Refuses a log at `path` that is not a regular file when `needs` (the options asking for
+/// it: `--report`, `--suggest`) reads it again after the replay: a pipe (`/dev/stdin`, a
+/// process substitution) is empty the second time, and the replay would be lost to a
+/// misleading error at the end rather than refused before it starts.
+///
+/// A path that cannot be looked at passes: opening it says why, naming it.
+///
+/// # Errors
+/// [`ReplayError::NotRereadable`].
+pub fn check_rereadable(path: &std::path::Path, needs: &str) -> Result<(), ReplayError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(ReplayError::NotRereadable {
+            path: path.display().to_string(),
+            needs: needs.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Replays the log `reader` against `limits`; `progress` is called now and then with the
 /// bytes read so far. Awaits only with [`LogOptions::redis`].
 ///
@@ -122,7 +141,7 @@ impl Gate {
         bad: &mut dyn FnMut(Malformed),
     ) -> (Option<Event>, bool) {
         let near = |e: &Event| e.time_us.abs_diff(event.time_us) <= MAX_JUMP_US;
-        let ahead = |now: u64| event.time_us > now + MAX_JUMP_US;
+        let ahead = |now: u64| event.time_us > now.saturating_add(MAX_JUMP_US);
         match (self.held.len(), clock) {
             (0, None) => {
                 self.held.push(event.clone());

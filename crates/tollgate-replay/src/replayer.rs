@@ -21,6 +21,9 @@ use crate::replay_error::ReplayError;
 /// How often (virtual time) keys back to a full quota are dropped.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// The hash of an unkeyed limit's one key (of no parts).
+const UNKEYED: u64 = 0;
+
 /// One limit and where its key parts come from.
 #[derive(Debug)]
 struct Run {
@@ -47,21 +50,35 @@ pub struct Replayer {
     scratch: String,
 }
 
+/// Refuses no limit, and two limits of one name: a store key is built from the limit's name,
+/// so two limits of one name in one store would share their counters, each deciding on the
+/// other's requests too (`--candidates 5,5` admitted 27 and 19 where each should have
+/// admitted 40).
+fn check_names(limits: &[Limit]) -> Result<(), ReplayError> {
+    if limits.is_empty() {
+        return Err(ReplayError::NoLimits);
+    }
+    let mut names: Vec<&str> = limits.iter().map(Limit::name).collect();
+    names.sort_unstable();
+    match names.windows(2).find(|w| w[0] == w[1]) {
+        Some(w) => Err(ReplayError::DuplicateLimit(w[0].to_owned())),
+        None => Ok(()),
+    }
+}
+
 impl Replayer {
     /// A replayer of `limits`, their key parts filled from `mapping`; with `track_admits`,
     /// every admission's time is kept ([`LimitStats::max_in_any_period`]).
     ///
     /// # Errors
     /// [`ReplayError::NoLimits`]; [`ReplayError::UnmappedPart`] for a limit keyed by a part
-    /// `mapping` does not fill.
+    /// `mapping` does not fill; [`ReplayError::DuplicateLimit`] for two limits of one name.
     pub fn new(
         limits: Vec<Limit>,
         mapping: &KeyMapping,
         track_admits: bool,
     ) -> Result<Replayer, ReplayError> {
-        if limits.is_empty() {
-            return Err(ReplayError::NoLimits);
-        }
+        check_names(&limits)?;
         let runs = limits
             .into_iter()
             .map(|limit| {
@@ -82,11 +99,9 @@ impl Replayer {
     /// is counted by the one limit it matches, not by all.
     ///
     /// # Errors
-    /// [`ReplayError::NoLimits`].
+    /// [`ReplayError::NoLimits`]; [`ReplayError::DuplicateLimit`] for two limits of one name.
     pub fn routed(limits: Vec<Limit>) -> Result<Replayer, ReplayError> {
-        if limits.is_empty() {
-            return Err(ReplayError::NoLimits);
-        }
+        check_names(&limits)?;
         let runs = limits
             .into_iter()
             .map(|limit| Run {
@@ -204,7 +219,7 @@ impl Replayer {
         if now >= self.next_sweep_us {
             self.clock.set(Timestamp::from_micros(now));
             self.store.sweep();
-            self.next_sweep_us = now + SWEEP_EVERY.as_micros() as u64;
+            self.next_sweep_us = now.saturating_add(SWEEP_EVERY.as_micros() as u64);
         }
         (now, ((now - start) / 1_000_000) as usize)
     }
@@ -219,10 +234,13 @@ impl Replayer {
         key_parts: &[(&str, &str)],
     ) {
         // An unkeyed limit has one key: counted once, not hashed for every request.
+        let key_hash = if key_parts.is_empty() {
+            UNKEYED
+        } else {
+            crate::key_count::hash_parts(key_parts.iter().map(|(_, v)| *v))
+        };
         if !key_parts.is_empty() || stats.requests == 0 {
-            stats.keys_seen.add(crate::key_count::hash_parts(
-                key_parts.iter().map(|(_, v)| *v),
-            ));
+            stats.keys_seen.add(key_hash);
         }
         let key = Key::new(&self.namespace, limit, key_parts);
         let request =
@@ -235,16 +253,8 @@ impl Replayer {
             second,
             now,
             &decision,
-            |out| {
-                for (i, (name, value)) in key_parts.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(name);
-                    out.push('=');
-                    out.push_str(value);
-                }
-            },
+            key_hash,
+            |out| crate::key_mapping::push_key_text(out, key_parts.iter().copied()),
             &mut self.scratch,
         );
         self.decisions.push(decision);

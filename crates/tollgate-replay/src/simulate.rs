@@ -9,6 +9,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Decision, Limit, Limiter, Namespace, Outcome};
@@ -27,14 +28,58 @@ pub use crate::sim_options::{SimOptions, T0_US};
 /// Every algorithm, in the order reports list them.
 pub const ALGORITHMS: [Algorithm; 5] = Algorithm::ALL;
 
+/// The most requests one run of a scenario generates (per limit): the requests are made
+/// before they are decided, so their number is memory (`--rate 1e9`, `--limit 60000000`
+/// asked for gigabytes and aborted). Past it, the scenario is refused, naming the options
+/// that set it.
+pub const MAX_EVENTS: u64 = 2_000_000;
+
+/// Refuses a run of `scenario` that would generate `events` requests, more than
+/// [`MAX_EVENTS`]; `options` are those that set the number.
+fn check_events(
+    scenario: Scenario,
+    events: u128,
+    options: &'static str,
+) -> Result<(), ReplayError> {
+    if events > u128::from(MAX_EVENTS) {
+        return Err(ReplayError::TooManyEvents {
+            scenario,
+            events,
+            options,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a `--rate` that is no rate: 0, negative, NaN or infinite (each was taken as one
+/// request per microsecond, and reported as "at -1.0/s").
+fn check_rate(rate: Option<f64>) -> Result<(), ReplayError> {
+    match rate {
+        Some(r) if !(r.is_finite() && r > 0.0) => Err(ReplayError::BadOption {
+            option: "--rate",
+            value: r.to_string(),
+            reason: "requests per second must be a finite number above 0".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Runs `scenario`.
 ///
 /// # Errors
-/// [`ReplayError::NoLimits`]; [`ReplayError::Redis`] when `immortal-key` has no `--redis`, or
-/// Redis fails.
+/// [`ReplayError::NoLimits`]; [`ReplayError::BadOption`] for a rate that is not above 0;
+/// [`ReplayError::TooManyEvents`] for a run of more than [`MAX_EVENTS`] requests;
+/// [`ReplayError::Redis`] when `immortal-key` has no `--redis`, or Redis fails.
 pub async fn simulate(scenario: Scenario, options: &SimOptions) -> Result<Report, ReplayError> {
     if options.limits.is_empty() && scenario != Scenario::ImmortalKey {
         return Err(ReplayError::NoLimits);
+    }
+    check_rate(options.rate)?;
+    let workers = options.workers.max(1) as u128;
+    match scenario {
+        Scenario::RetryStorm => check_events(scenario, 3 * workers, "--workers")?,
+        Scenario::Pacing => check_events(scenario, 12 * workers, "--workers")?,
+        _ => {}
     }
     let mut report = Report {
         title: format!("simulate {scenario}"),
@@ -82,24 +127,33 @@ fn replayers(limits: &[Limit]) -> Result<Vec<(Replayer, usize)>, ReplayError> {
         .collect()
 }
 
-/// Decides the same (time, client) events, sorted by time, for every limit.
+/// Decides the same events (time, client: an index into `clients`), sorted by time, for
+/// every limit; `seen(i, client, decision)` is told each decision of `limits[i]`.
 fn run_events(
     limits: &[Limit],
-    events: &[(u64, String)],
+    events: &[(u64, u32)],
+    clients: &[String],
     report: &mut Report,
+    seen: &mut dyn FnMut(usize, u32, &Decision),
 ) -> Result<(), ReplayError> {
-    for (mut replayer, n) in replayers(limits)? {
+    for (i, (mut replayer, n)) in replayers(limits)?.into_iter().enumerate() {
         let mut values = vec![String::new(); n];
-        for (t, client) in events {
+        for &(t, client) in events {
             for v in &mut values {
-                v.clone_from(client);
+                v.clone_from(&clients[client as usize]);
             }
-            replayer.step(*t, &values);
+            let decision = replayer.step(t, &values)[0];
+            seen(i, client, &decision);
         }
         finish(replayer, report);
     }
     report.lines = events.len() as u64;
     Ok(())
+}
+
+/// One client's name, for the scenarios of one client.
+fn one(name: &str) -> [String; 1] {
+    [name.to_owned()]
 }
 
 fn finish(replayer: Replayer, report: &mut Report) {
@@ -120,13 +174,25 @@ fn steady(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> 
     let rate = options.rate.unwrap_or_else(|| {
         1.5 * first.quota().limit() as f64 / first.quota().period().as_secs_f64()
     });
-    let span = period_us(first) * u64::from(options.periods);
+    let span = period_us(first).saturating_mul(u64::from(options.periods));
     let gap = (1_000_000.0 / rate).max(1.0);
-    let n = (span as f64 / gap) as u64;
-    let events: Vec<(u64, String)> = (0..n)
-        .map(|i| (T0_US + (i as f64 * gap) as u64, "c".to_owned()))
+    let n = span as f64 / gap;
+    check_events(
+        Scenario::Steady,
+        n as u128,
+        "--rate or --periods (the default rate is 1.5× --limit)",
+    )?;
+    let n = n as u64;
+    let events: Vec<(u64, u32)> = (0..n)
+        .map(|i| (T0_US + (i as f64 * gap) as u64, 0))
         .collect();
-    run_events(&options.limits, &events, report)?;
+    run_events(
+        &options.limits,
+        &events,
+        &one("c"),
+        report,
+        &mut |_, _, _| {},
+    )?;
     for (l, limit) in report.limits.iter().zip(&options.limits) {
         let expected = (l.limit as f64 * span as f64 / l.period.as_micros() as f64).min(n as f64);
         // The most any exact algorithm admits in the span: its rate × the time, plus what it
@@ -157,14 +223,22 @@ fn burst_at_edge(options: &SimOptions, report: &mut Report) -> Result<(), Replay
         // The first window boundary after T0 + one period (windows are aligned to the epoch).
         let edge = (T0_US + period) / period * period + period;
         let tenth = (period / 10).max(1);
+        check_events(Scenario::BurstAtEdge, 2 * u128::from(n), "--limit")?;
         let mut events = Vec::with_capacity(2 * n as usize);
+        let at = |i: u64| (u128::from(i) * u128::from(tenth) / u128::from(n)) as u64;
         for i in 0..n {
-            events.push((edge - tenth + i * tenth / n, "c".to_owned()));
+            events.push((edge - tenth + at(i), 0));
         }
         for i in 0..n {
-            events.push((edge + i * tenth / n, "c".to_owned()));
+            events.push((edge + at(i), 0));
         }
-        run_events(std::slice::from_ref(limit), &events, report)?;
+        run_events(
+            std::slice::from_ref(limit),
+            &events,
+            &one("c"),
+            report,
+            &mut |_, _, _| {},
+        )?;
         if !report.marks.iter().any(|m| m.at_us == edge) {
             report.marks.push(crate::chart::Mark {
                 at_us: edge,
@@ -201,43 +275,98 @@ fn burst_at_edge(options: &SimOptions, report: &mut Report) -> Result<(), Replay
     Ok(())
 }
 
+/// Bots and users in the `bots` scenario.
+const BOTS: u32 = 20;
+const USERS: u32 = 100;
+
 fn bots(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
+    // Clients `0..BOTS` are the bots, the rest the users.
+    let clients: Vec<String> = (0..BOTS)
+        .map(|c| format!("bot-{c}"))
+        .chain((0..USERS).map(|c| format!("user-{c}")))
+        .collect();
+    let mut outcomes = Vec::new();
     for limit in &options.limits {
         let period = period_us(limit);
         let n = limit.quota().limit();
-        let span = period * u64::from(options.periods);
-        let mut events = Vec::new();
+        let span = period.saturating_mul(u64::from(options.periods));
         // 20 bots at 10× the limit, 100 users at half of it, evenly spaced, offsets apart.
-        for (who, count, per_period) in [("bot", 20_u64, 10 * n), ("user", 100, n.div_ceil(2))] {
+        let classes = [
+            (0, BOTS, n.saturating_mul(10)),
+            (BOTS, USERS, n.div_ceil(2)),
+        ];
+        let total: u128 = classes
+            .iter()
+            .map(|&(_, count, per_period)| {
+                let gap = (period / per_period).max(1);
+                u128::from(count) * (u128::from(span / gap) + 1)
+            })
+            .sum();
+        check_events(Scenario::Bots, total, "--limit or --periods")?;
+        let mut events = Vec::new();
+        for (first, count, per_period) in classes {
             let gap = (period / per_period).max(1);
             for c in 0..count {
-                let mut t = T0_US + c * 7_919 % gap;
+                let mut t = T0_US + u64::from(c) * 7_919 % gap;
                 while t < T0_US + span {
-                    events.push((t, format!("{who}-{c}")));
+                    events.push((t, first + c));
                     t += gap;
                 }
             }
         }
         events.sort_unstable();
-        run_events(std::slice::from_ref(limit), &events, report)?;
+        // Who was refused: by client, not by key text (an unkeyed limit has one key for all).
+        let mut refusals = vec![0_u64; clients.len()];
+        run_events(
+            std::slice::from_ref(limit),
+            &events,
+            &clients,
+            report,
+            &mut |_, client, decision| {
+                if !decision.is_allowed() {
+                    refusals[client as usize] += 1;
+                }
+            },
+        )?;
+        outcomes.push(refusals);
     }
     report.lines = report.limits.iter().map(|l| l.requests).sum();
-    for l in &report.limits {
-        let users_refused: u64 = l
-            .top_denied(usize::MAX)
-            .iter()
-            .filter(|(k, _)| k.contains("user-"))
-            .map(|(_, n)| n)
-            .sum();
-        report.expectations.push(Expectation {
-            expected: format!("{}: the 20 bots refused, no regular user", l.name),
-            measured: format!(
-                "{} keys refused, {} refusals of users",
-                l.denied_key_count(),
-                users_refused
-            ),
-            met: users_refused == 0 && l.denied_key_count() == 20,
-        });
+    for ((l, limit), refusals) in report.limits.iter().zip(&options.limits).zip(outcomes) {
+        let (bots, users) = refusals.split_at(BOTS as usize);
+        let bots_refused = bots.iter().filter(|&&n| n > 0).count();
+        let users_refused = users.iter().filter(|&&n| n > 0).count();
+        let user_refusals: u64 = users.iter().sum();
+        let expectation = if l.keyed {
+            Expectation {
+                expected: format!("{}: the {BOTS} bots refused, no regular user", l.name),
+                measured: format!(
+                    "{bots_refused} of {BOTS} bots refused, {users_refused} users \
+                     ({user_refusals} refusals of users)"
+                ),
+                met: bots_refused == BOTS as usize && user_refusals == 0,
+            }
+        } else {
+            // One quota for every client: it cannot tell a bot from a user. What it should
+            // do is hold the total to its quota (at most its burst plus one period's rate in
+            // any period), refusing users along with the bots.
+            let max = l.max_in_any_period().unwrap_or(0);
+            let bound = limit.capacity().saturating_add(l.limit);
+            Expectation {
+                expected: format!(
+                    "{}: unkeyed, one quota for all {} clients: it cannot tell bots from \
+                     users, so it holds the total to at most {bound} in any period (its \
+                     burst plus one period's rate) and refuses bots and users alike",
+                    l.name,
+                    BOTS + USERS
+                ),
+                measured: format!(
+                    "{max} admitted in one period; {bots_refused} of {BOTS} bots and \
+                     {users_refused} of {USERS} users refused"
+                ),
+                met: max <= bound && bots_refused > 0 && users_refused > 0,
+            }
+        };
+        report.expectations.push(expectation);
     }
     Ok(())
 }
@@ -298,13 +427,13 @@ fn storm(replayer: &mut Replayer, clients: usize, jitter: bool, seed: u64, perio
     let mut queue: BinaryHeap<Reverse<(u64, usize)>> =
         (0..clients).map(|c| Reverse((T0_US, c))).collect();
     let mut wanted = vec![3_u32; clients];
-    let names: Vec<[String; 1]> = (0..clients).map(|_| ["all".to_owned()]).collect();
-    let end = T0_US + 20 * period;
+    let names = one("all");
+    let end = T0_US.saturating_add(period.saturating_mul(20));
     while let Some(Reverse((t, c))) = queue.pop() {
         if t > end {
             break;
         }
-        let decision: Decision = replayer.step(t, &names[c])[0];
+        let decision: Decision = replayer.step(t, &names)[0];
         if decision.is_allowed() {
             wanted[c] -= 1;
             if wanted[c] > 0 {
@@ -324,11 +453,20 @@ fn storm(replayer: &mut Replayer, clients: usize, jitter: bool, seed: u64, perio
 fn concurrent(options: &SimOptions, report: &mut Report) -> Result<(), ReplayError> {
     let workers = options.workers.max(1) as u64;
     for limit in &options.limits {
-        let each = (2 * limit.capacity()).div_ceil(workers);
-        let events: Vec<(u64, String)> = (0..workers * each)
-            .map(|_| (T0_US, "all".to_owned()))
-            .collect();
-        run_events(std::slice::from_ref(limit), &events, report)?;
+        let each = limit.capacity().saturating_mul(2).div_ceil(workers);
+        check_events(
+            Scenario::Concurrent,
+            u128::from(workers) * u128::from(each),
+            "--limit or --workers",
+        )?;
+        let events: Vec<(u64, u32)> = (0..workers * each).map(|_| (T0_US, 0)).collect();
+        run_events(
+            std::slice::from_ref(limit),
+            &events,
+            &one("all"),
+            report,
+            &mut |_, _, _| {},
+        )?;
     }
     report.lines = report.limits.iter().map(|l| l.requests).sum();
     for (l, limit) in report.limits.iter().zip(&options.limits) {
@@ -359,7 +497,7 @@ async fn concurrent_on_redis(
         .map_err(|e| ReplayError::Redis(e.to_string()))?;
     let namespace = Namespace::new(format!("tollgate-sim-{}-{}", std::process::id(), T0_US))
         .map_err(ReplayError::Limit)?;
-    let limiter = std::sync::Arc::new(
+    let limiter = Arc::new(
         Limiter::builder(store)
             .namespace(namespace)
             .limits(options.limits.iter().cloned())
@@ -367,32 +505,48 @@ async fn concurrent_on_redis(
     );
     let workers = options.workers.max(1) as u64;
     for limit in &options.limits {
-        let each = (2 * limit.capacity()).div_ceil(workers);
+        let each = limit.capacity().saturating_mul(2).div_ceil(workers);
+        // Every key part the limit is keyed by, as the virtual run fills them (one key:
+        // "all"); a limit keyed by `user` checked with `client` alone was refused as a call
+        // missing a key part, and each refusal counted as a store failure.
+        let key: Arc<[(String, String)]> = limit
+            .key_parts()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| (p.to_string(), "all".to_owned()))
+            .collect();
         let started = Instant::now();
         let wall_before = unix_us();
         let tasks: Vec<_> = (0..workers)
             .map(|_| {
-                let (limiter, name) = (limiter.clone(), limit.name().to_owned());
+                let (limiter, name, key) = (limiter.clone(), limit.name().to_owned(), key.clone());
                 tokio::spawn(async move {
+                    let key: Vec<(&str, &str)> =
+                        key.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
                     let mut admitted = 0_u64;
                     let mut failed = 0_u64;
                     for _ in 0..each {
-                        match limiter.check(&name, &[("client", "all")]).await {
-                            Ok(v) => match v.outcome() {
-                                Outcome::Allowed => admitted += 1,
-                                Outcome::Limited { .. } => {}
-                                Outcome::Unavailable { .. } => failed += 1,
-                            },
-                            Err(_) => failed += 1,
+                        // A store failure is a verdict (`Unavailable`); an error is a call
+                        // the limiter refused as invalid: the simulation's bug, not Redis's.
+                        // A limit that allows on a store error says Allowed: still a
+                        // failure. Admitted is the rule's decision, as on the virtual clock:
+                        // a shadow limit lets every call through, its refusals would-be.
+                        let verdict = limiter.check(&name, &key).await?;
+                        if verdict.store_error().is_some()
+                            || matches!(verdict.outcome(), Outcome::Unavailable { .. })
+                        {
+                            failed += 1;
+                        } else if verdict.decision().is_allowed() {
+                            admitted += 1;
                         }
                     }
-                    (admitted, failed)
+                    Ok::<_, tollgate::CheckError>((admitted, failed))
                 })
             })
             .collect();
         let (mut admitted, mut failed) = (0, 0);
         for t in tasks {
-            let (a, f) = t.await.map_err(|e| ReplayError::Redis(e.to_string()))?;
+            let (a, f) = t.await.map_err(|e| ReplayError::Redis(e.to_string()))??;
             admitted += a;
             failed += f;
         }

@@ -14,7 +14,7 @@ use std::io::BufRead;
 use tollgate::Limit;
 use tollgate::rules::AnyState;
 
-use crate::key_mapping::key_indices;
+use crate::key_mapping::{key_indices, push_key_text};
 pub use crate::key_timeline::KeyTimeline;
 use crate::limit_stats::MAX_SERIES_SECONDS;
 use crate::replay_error::ReplayError;
@@ -65,14 +65,12 @@ pub fn key_timelines<R: BufRead>(
         let second = ((now - start) / 1_000_000) as usize;
         for w in &mut watches {
             text.clear();
-            for (i, (name, v)) in w.parts.iter().enumerate() {
-                if i > 0 {
-                    text.push(',');
-                }
-                text.push_str(name);
-                text.push('=');
-                text.push_str(&event.values[*v]);
-            }
+            push_key_text(
+                &mut text,
+                w.parts
+                    .iter()
+                    .map(|(name, v)| (&**name, event.values[*v].as_str())),
+            );
             let Some((i, state)) = w.keys.get_mut(text.as_str()) else {
                 continue;
             };

@@ -9,8 +9,15 @@ use crate::replay_error::ReplayError;
 /// scaled with it), named `<name>-at-<value>`, to replay side by side with it.
 ///
 /// # Errors
-/// [`ReplayError::Limit`] for a value the quota cannot take.
+/// [`ReplayError::Limit`] for a value the quota cannot take;
+/// [`ReplayError::DuplicateCandidate`] for a value given twice (both copies would be one
+/// limit by name, and share its counters).
 pub fn candidate_limits(limit: &Limit, values: &[u64]) -> Result<Vec<Limit>, ReplayError> {
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            return Err(ReplayError::DuplicateCandidate(*v));
+        }
+    }
     let quota = limit.quota();
     values
         .iter()

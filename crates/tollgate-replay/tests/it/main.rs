@@ -2,6 +2,7 @@
 //! hand, the simulator's scenarios on the virtual clock, and its Redis experiments on a
 //! spawned `redis-server`.
 
+mod audit;
 mod hostile;
 mod odd_input;
 mod reading;

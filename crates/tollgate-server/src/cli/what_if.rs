@@ -39,7 +39,8 @@ pub struct ReplayArgs {
     /// upstream_host, client (the first address of x_forwarded_for).
     #[arg(long = "key", short, value_name = "PART=$FIELD")]
     keys: Vec<String>,
-    /// The log's format [default: detected from the first of its first lines that is JSON or combined; else CSV].
+    /// The log's format [default: detected from its first 16 lines that are not blank: the
+    /// first that is JSON, combined or Envoy decides; else CSV].
     #[arg(long)]
     format: Option<LogFormat>,
     /// The field holding each line's time (JSON, CSV) [default: time].
@@ -250,6 +251,18 @@ impl ReplayArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         let envoy = self.config.is_dir();
         self.check_against(envoy)?;
+        // The keys' timelines (--report) and --suggest read the log again after the replay:
+        // refused now for a pipe, rather than lost at the end of the replay.
+        let rereads: Vec<&str> = [
+            ("--report", self.report.is_some() && !envoy),
+            ("--suggest", self.suggest),
+        ]
+        .into_iter()
+        .filter_map(|(option, on)| on.then_some(option))
+        .collect();
+        if !rereads.is_empty() {
+            tollgate_replay::check_rereadable(&self.log, &rereads.join(" and "))?;
+        }
         let config = load_config(&self.config)?;
         let mut limits = limits_of(&config, &self.limit)?;
         let candidates = add_candidates(&mut limits, &self.candidates)?;
