@@ -4,55 +4,81 @@
 //! The `redis` crate finds a master through sentinels, but its reconnecting connection keeps
 //! the address it was made with: after a failover it would reconnect to the old master (dead,
 //! or back as a replica) forever. So this type keeps the current master's
-//! [`ConnectionManager`] behind a lock and swaps it:
+//! [`ConnectionManager`](redis::aio::ConnectionManager) behind a lock and swaps it, as Redis's
+//! guidelines for Sentinel clients describe:
 //!
-//! - **When to look again.** A call that fails as a lost connection, a timeout or `READONLY`
-//!   (the old master came back as a replica) makes the store call [`Sentinel::suspect`]. A
-//!   background task then asks the sentinels (`SENTINEL get-master-addr-by-name`) every
-//!   25–100 ms until the node they name answers as a master: the same one (a blip; nothing
-//!   changes) or a new one, which then replaces the connection. Calls made meanwhile fail
+//! - **When to look again.** Three things wake the follower task: a sentinel announcing a
+//!   failover (`+switch-master`, subscribed to on every sentinel: `watch.rs`); its own check
+//!   every [`CHECK_INTERVAL`], while calls succeed (a planned failover leaves the old master
+//!   accepting writes until Sentinel demotes it, seconds later, and those writes are then
+//!   discarded by its resync: nothing fails meanwhile, so nothing else would tell); and a call
+//!   that fails as a lost connection, a timeout or `READONLY` ([`Sentinel::suspect`]), after
+//!   which it looks every 25–100 ms until the master is found. Calls made meanwhile fail
 //!   fast, and each limit's failure policy answers them.
+//! - **Whom to believe.** Every sentinel is asked at once (`SENTINEL
+//!   get-master-addr-by-name`), and the addresses named are tried best first (`rank.rs`: an
+//!   announced one, then the one most sentinels name), so that one stale, wrong or frozen
+//!   sentinel cannot pin the store to a dead or demoted master; the sentinel that named a
+//!   verified master is asked first from then on.
 //! - **Never a write to a replica.** A node is used only after it answered `ROLE` as
-//!   `master`; a sentinel that still names a demoted master is not believed until the node
+//!   `master`, within a bound (a node that freezes after being named does not hold the
+//!   follower); a sentinel that still names a demoted master is not believed until the node
 //!   agrees. A write that still reaches a replica (it was demoted after the check) is refused
 //!   by Redis (`READONLY`), charges nothing, and starts a new look.
+//! - **Never dead.** The follower and the subscriptions run under [`supervise`]: a panic is
+//!   logged as an error and the task starts again.
 //! - Scripts are loaded on the new master by the store's `NOSCRIPT` path, on its first call.
 
+mod current;
+mod looker;
+mod rank;
+mod sentinel_link;
+mod signals;
+mod supervise;
+#[cfg(test)]
+mod tests;
+mod watch;
+
 use std::fmt;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
+use redis::ConnectionAddr;
 use redis::aio::ConnectionManager;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo as _, Value};
-use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 use tollgate::StoreError;
 
 use crate::breaker::Breaker;
-use crate::error::classify;
-use crate::node_options::{NodeOptions, describe_addr};
+use crate::node_options::NodeOptions;
+pub(crate) use current::Current;
+use looker::Looker;
+use signals::Signals;
+use supervise::supervise;
 
 /// The first wait between two looks while a failover is suspected; each next one doubles,
 /// up to [`MAX_LOOK_INTERVAL`].
 const FIRST_LOOK_INTERVAL: Duration = Duration::from_millis(25);
 /// The longest wait between two looks: how late, at most, the store follows a master that
-/// the sentinels just named (one connection to a sentinel per look, only while calls fail).
+/// the sentinels just named (one request to each sentinel per look, only while calls fail).
 pub(crate) const MAX_LOOK_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the follower asks the sentinels while calls succeed: the bound on how long the
+/// store keeps writing to a master the sentinels replaced, should it miss the announcement.
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Set by a test: the follower's next look panics, as a bug would.
+#[cfg(test)]
+static PANIC_IN_NEXT_LOOK: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// A Sentinel group's master, followed.
 pub(crate) struct Sentinel {
     looker: Looker,
     current: RwLock<Current>,
-    wake: Arc<Notify>,
+    signals: Arc<Signals>,
     /// The store's breaker, closed when a new master is found.
     breaker: Arc<Breaker>,
-}
-
-/// The master in use.
-#[derive(Clone)]
-pub(crate) struct Current {
-    pub(crate) addr: (String, u16),
-    pub(crate) client: redis::Client,
-    pub(crate) manager: ConnectionManager,
+    /// The follower and the subscriptions, aborted with the store.
+    tasks: Mutex<Vec<AbortHandle>>,
 }
 
 impl Sentinel {
@@ -70,32 +96,59 @@ impl Sentinel {
         node_tls: bool,
         breaker: Arc<Breaker>,
     ) -> Result<Arc<Sentinel>, StoreError> {
-        let sentinels = sentinel_urls
-            .iter()
-            .map(|url| {
-                let info = url.as_str().into_connection_info().map_err(classify)?;
-                sentinel_options.apply(info)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let looker = Looker {
-            sentinels,
+        let looker = Looker::new(
+            sentinel_urls,
             sentinel_options,
             master_name,
             node_options,
             node_tls,
-        };
-        let addr = looker.ask().await?;
-        let current = looker.connect_master(addr).await?;
+        )?;
+        let current = looker
+            .find(None, None)
+            .await?
+            .ok_or_else(|| StoreError::Protocol("no master found".to_owned()))?;
         tracing::info!(master = %looker.master_name, addr = %describe(&current.addr), "sentinel: using the master");
-        let wake = Arc::new(Notify::new());
         let sentinel = Arc::new(Sentinel {
             looker,
             current: RwLock::new(current),
-            wake: Arc::clone(&wake),
+            signals: Arc::new(Signals::default()),
             breaker,
+            tasks: Mutex::new(Vec::new()),
         });
-        tokio::spawn(follow(Arc::downgrade(&sentinel), wake));
+        sentinel.start_tasks();
         Ok(sentinel)
+    }
+
+    /// Starts the follower and one `+switch-master` subscription per sentinel, supervised.
+    fn start_tasks(self: &Arc<Sentinel>) {
+        let mut tasks = Vec::with_capacity(self.looker.sentinels().len() + 1);
+        let (weak, signals) = (Arc::downgrade(self), Arc::clone(&self.signals));
+        tasks.push(
+            supervise("follower", move || {
+                follow(weak.clone(), Arc::clone(&signals))
+            })
+            .abort_handle(),
+        );
+        let within = self.looker.sentinel_options().connect_timeout;
+        for link in self.looker.sentinels() {
+            let (link, signals) = (Arc::clone(link), Arc::clone(&self.signals));
+            let name = self.looker.master_name.clone();
+            tasks.push(
+                supervise("+switch-master subscription", move || {
+                    watch::watch(
+                        Arc::clone(&link),
+                        within,
+                        name.clone(),
+                        Arc::clone(&signals),
+                    )
+                })
+                .abort_handle(),
+            );
+        }
+        *self
+            .tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
     }
 
     /// The master in use now.
@@ -118,25 +171,22 @@ impl Sentinel {
     /// A call failed in a way a failover explains: look for the master again (once, however
     /// many calls say so).
     pub(crate) fn suspect(&self) {
-        self.wake.notify_one();
+        self.signals.wake.notify_one();
     }
 
-    /// One look: the master the sentinels name, used if it answers as one.
+    /// One look: the master the sentinels name (or one announced), used if it answers as
+    /// one.
     async fn look(&self) -> Result<(), StoreError> {
-        let addr = self.looker.ask().await?;
-        let current = self.current();
-        if addr == current.addr {
-            // Still the master they name: in use again once it answers as one. Briefly: a
-            // dead master's connection manager retries its reconnection for a while, and the
-            // look must not wait for it while the sentinels may be naming a new one.
-            let mut manager = current.manager.clone();
-            let answered = tokio::time::timeout(MAX_LOOK_INTERVAL, is_master(&mut manager, &addr));
-            return match answered.await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Timeout(MAX_LOOK_INTERVAL)),
-            };
+        #[cfg(test)]
+        if PANIC_IN_NEXT_LOOK.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("the follower panicked (a test asked for it)");
         }
-        let next = self.looker.connect_master(addr).await?;
+        let hint = self.signals.take_hint();
+        let current = self.current();
+        let Some(next) = self.looker.find(Some(&current), hint).await? else {
+            // Still the master: nothing changes.
+            return Ok(());
+        };
         tracing::warn!(
             master = %self.looker.master_name,
             from = %describe(&current.addr),
@@ -156,111 +206,26 @@ impl Sentinel {
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
-        // Ends the follower task, which finds no store behind its weak reference.
-        self.wake.notify_one();
-    }
-}
-
-/// How to find the master and reach it.
-struct Looker {
-    /// The sentinels, with their own credentials and TLS applied.
-    sentinels: Vec<ConnectionInfo>,
-    sentinel_options: NodeOptions,
-    master_name: String,
-    /// How to reach a data node, and whether over TLS.
-    node_options: NodeOptions,
-    node_tls: bool,
-}
-
-impl Looker {
-    /// The master's address, from the first sentinel that knows it.
-    async fn ask(&self) -> Result<(String, u16), StoreError> {
-        let mut last = None;
-        for info in &self.sentinels {
-            let asked = async {
-                let client = self.sentinel_options.client(info.clone())?;
-                let mut conn = client
-                    .get_multiplexed_async_connection()
-                    .await
-                    .map_err(classify)?;
-                let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
-                    .arg("get-master-addr-by-name")
-                    .arg(&self.master_name)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(classify)?;
-                Ok::<_, StoreError>(reply)
-            };
-            match tokio::time::timeout(self.sentinel_options.connect_timeout, asked).await {
-                Ok(Ok(Some(addr))) => return Ok(addr),
-                Ok(Ok(None)) => {
-                    last = Some(StoreError::Protocol(format!(
-                        "sentinel {} knows no master named {:?} (sentinel_master)",
-                        describe_addr(info.addr()),
-                        self.master_name
-                    )));
-                }
-                Ok(Err(e)) => last = Some(e),
-                Err(_) => {
-                    last = Some(StoreError::Connection(
-                        format!(
-                            "sentinel {} did not answer within {:?}",
-                            describe_addr(info.addr()),
-                            self.sentinel_options.connect_timeout
-                        )
-                        .into(),
-                    ));
-                }
-            }
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
         }
-        Err(last.unwrap_or_else(|| StoreError::Protocol("no sentinel given".to_owned())))
-    }
-
-    /// A connection to `addr`, checked to be a master.
-    async fn connect_master(&self, addr: (String, u16)) -> Result<Current, StoreError> {
-        let info = NodeOptions::addr(&addr.0, addr.1, self.node_tls).into_connection_info();
-        let info = self.node_options.apply(info.map_err(classify)?)?;
-        let client = self.node_options.client(info)?;
-        let mut manager = self.node_options.manager(client.clone()).await?;
-        is_master(&mut manager, &addr).await?;
-        Ok(Current {
-            addr,
-            client,
-            manager,
-        })
     }
 }
 
-/// `Ok` when the node at `addr` answers `ROLE` as a master.
-async fn is_master(
-    manager: &mut ConnectionManager,
-    addr: &(String, u16),
-) -> Result<(), StoreError> {
-    let role: Value = redis::cmd("ROLE")
-        .query_async(manager)
-        .await
-        .map_err(classify)?;
-    let first = match &role {
-        Value::Array(items) => items.first(),
-        _ => None,
-    };
-    match first {
-        Some(Value::BulkString(b)) if b.as_slice() == b"master" => Ok(()),
-        _ => Err(StoreError::ReadOnly(
-            format!(
-                "{} is not a master (yet): its ROLE is {role:?}",
-                describe(addr)
-            )
-            .into(),
-        )),
-    }
-}
-
-/// Waits to be woken by [`Sentinel::suspect`], then looks until the master is found; ends
+/// Looks once every [`CHECK_INTERVAL`], or at once when woken (a failing call, an
+/// announcement); when woken, looks again every 25–100 ms until the master is found. Ends
 /// when the store is dropped.
-async fn follow(sentinel: Weak<Sentinel>, wake: Arc<Notify>) {
+async fn follow(sentinel: Weak<Sentinel>, signals: Arc<Signals>) {
     loop {
-        wake.notified().await;
+        let woken = tokio::select! {
+            () = signals.wake.notified() => true,
+            () = tokio::time::sleep(CHECK_INTERVAL) => false,
+        };
         let mut wait = FIRST_LOOK_INTERVAL;
         loop {
             let Some(s) = sentinel.upgrade() else {
@@ -268,6 +233,12 @@ async fn follow(sentinel: Weak<Sentinel>, wake: Arc<Notify>) {
             };
             match s.look().await {
                 Ok(()) => break,
+                Err(e) if !woken => {
+                    // A routine check: calls succeed (or they would have woken us), so the
+                    // next check, or a failing call, looks again.
+                    tracing::debug!(cause = %e, "sentinel: routine check failed");
+                    break;
+                }
                 Err(e) => {
                     tracing::debug!(cause = %e, "sentinel: master not usable yet; looking again")
                 }

@@ -48,7 +48,19 @@ impl SentinelGroup {
     /// When a binary is missing (with how to install it), or the group does not settle in
     /// time (with every process's log).
     pub fn start() -> SentinelGroup {
-        SentinelGroup::launch(&[], None)
+        SentinelGroup::launch(&[], &[], None)
+    }
+
+    /// As [`SentinelGroup::start`], with `master_args` on the master it starts with only,
+    /// after the arguments both data nodes get. With `["--rename-command", "SLAVEOF", "",
+    /// "--rename-command", "REPLICAOF", ""]`, say, Sentinel can promote the replica but never
+    /// demote the old master, which then accepts writes for as long as a test needs to see
+    /// where a client sends them.
+    ///
+    /// # Panics
+    /// As [`SentinelGroup::start`].
+    pub fn start_with_master_args(master_args: &[&str]) -> SentinelGroup {
+        SentinelGroup::launch(&[], master_args, None)
     }
 
     /// As [`SentinelGroup::start`], with `data_args` on both data nodes (`--user …`,
@@ -58,7 +70,7 @@ impl SentinelGroup {
     /// # Panics
     /// As [`SentinelGroup::start`].
     pub fn start_with(data_args: &[&str]) -> SentinelGroup {
-        SentinelGroup::launch(data_args, None)
+        SentinelGroup::launch(data_args, &[], None)
     }
 
     /// As [`SentinelGroup::start`], with TLS: the data nodes listen TLS (no client
@@ -70,10 +82,10 @@ impl SentinelGroup {
     /// # Panics
     /// As [`SentinelGroup::start`].
     pub fn start_tls(tls: &TlsFiles) -> SentinelGroup {
-        SentinelGroup::launch(&[], Some(tls))
+        SentinelGroup::launch(&[], &[], Some(tls))
     }
 
-    fn launch(data_args: &[&str], tls: Option<&TlsFiles>) -> SentinelGroup {
+    fn launch(data_args: &[&str], master_args: &[&str], tls: Option<&TlsFiles>) -> SentinelGroup {
         let mut args: Vec<String> = data_args.iter().map(|a| (*a).to_owned()).collect();
         let password = data_args
             .iter()
@@ -96,6 +108,9 @@ impl SentinelGroup {
                     tls_port
                 });
                 all.extend(args.iter().cloned());
+                if replica_of.is_none() {
+                    all.extend(master_args.iter().map(|a| (*a).to_owned()));
+                }
                 if let Some(master) = replica_of {
                     all.extend([
                         "--replicaof".to_owned(),

@@ -1,12 +1,277 @@
-//! Behind Sentinel with TLS and authentication: the store reaches the sentinels and the data
-//! nodes over TLS with the test CA, and authenticates to password-protected data nodes with
-//! the builder's password (the sentinels' own credentials are separate); decisions stay exact.
+//! Behind Sentinel: with TLS and authentication (the store reaches the sentinels and the
+//! data nodes over TLS with the test CA, and authenticates to password-protected data nodes
+//! with the builder's password; the sentinels' own credentials are separate), decisions stay
+//! exact; and the store follows the master the sentinels name, not the one it happens to be
+//! on nor the one a single sentinel names: through a planned failover while the old master
+//! still accepts writes, past a stale or garbled sentinel listed first, and past a named node
+//! that accepts a connection and then answers nothing.
 
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota};
 use tollgate_redis::RedisStore;
-use tollgate_testkit::{SentinelGroup, TlsFiles};
+use tollgate_testkit::{FakeSentinel, RedisServer, SentinelGroup, TlsFiles};
 
 use crate::common::{RACE_LIMIT, TEST_TIMEOUT, race, unique_namespace};
 use crate::failover::HEAVY;
+
+/// How long a test waits for the store to follow a master the sentinels name: far more than
+/// it needs (it checks every second, and hears announcements at once), far less than
+/// forever, which is what it waited before.
+const FOLLOW_WITHIN: Duration = Duration::from_secs(20);
+
+/// A limiter on `store` with one GCRA limit, `l`, that no test reaches, keyed by `user`,
+/// refusing when the store fails.
+fn probe_limiter(store: RedisStore) -> Limiter<RedisStore> {
+    let limit = Limit::new(
+        "l",
+        Algorithm::Gcra,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    Limiter::builder(store)
+        .namespace(unique_namespace("follow"))
+        .limit(limit)
+        .build()
+        .expect("valid")
+}
+
+/// Checks `l` for `user` once: whether the store decided it, and the Redis key it wrote.
+async fn probe(limiter: &Limiter<RedisStore>, user: &str) -> (bool, String) {
+    let key = [("user", user)];
+    let name = limiter.prepare(&["l"], &key, 1).expect("valid").entries()[0]
+        .key()
+        .as_str()
+        .to_owned();
+    let decided = match limiter.check("l", &key).await.expect("known").outcome() {
+        Outcome::Allowed => true,
+        Outcome::Unavailable { .. } => false,
+        other => panic!("refused by a limit no test reaches: {other:?}"),
+    };
+    (decided, name)
+}
+
+/// Whether `node` holds `key` (false when it cannot be asked: killed).
+fn holds(node: &RedisServer, key: &str) -> bool {
+    node.is_running() && node.integer(&["EXISTS", key]) == 1
+}
+
+/// Probes with a new user every 20 ms until a decided check's key is on `node`, for up to
+/// [`FOLLOW_WITHIN`]; `meanwhile` runs before each probe (to assert what must hold until the
+/// store follows). The number of probes it took, or `None` when the store never followed.
+async fn until_a_write_lands_on(
+    limiter: &Limiter<RedisStore>,
+    node: &RedisServer,
+    what: &str,
+    mut meanwhile: impl FnMut(),
+) -> Option<usize> {
+    let deadline = Instant::now() + FOLLOW_WITHIN;
+    let mut n = 0;
+    while Instant::now() < deadline {
+        meanwhile();
+        n += 1;
+        let (decided, key) = probe(limiter, &format!("{what}-{n}")).await;
+        if decided && holds(node, &key) {
+            return Some(n);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Whether the node answers `ROLE` as a master.
+fn is_master(node: &RedisServer) -> bool {
+    node.array(&["ROLE"]).first().is_some_and(|r| r == "master")
+}
+
+/// A planned `SENTINEL FAILOVER` promotes the replica while the old master stays up and
+/// accepts writes until Sentinel demotes it, seconds later; every write it takes meanwhile
+/// is lost when it resyncs from the new master. The store must move to the new master while
+/// nothing fails. Here the old master can never be demoted (`SLAVEOF` and `REPLICAOF` are
+/// renamed away on it), so the window stays open for as long as the test needs, and the
+/// store has no failing call to tell it: only the sentinels can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_is_followed_while_the_old_master_still_accepts_writes() {
+    let _alone = HEAVY.lock().await;
+    let group = SentinelGroup::start_with_master_args(&[
+        "--rename-command",
+        "SLAVEOF",
+        "",
+        "--rename-command",
+        "REPLICAOF",
+        "",
+    ]);
+    let store = RedisStore::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect through the sentinels: {e:?}\n{}", group.logs()));
+    let limiter = probe_limiter(store.clone());
+    let old_port = group.master_port();
+    let old = group.node_by_port(old_port);
+    let (decided, key) = probe(&limiter, "before").await;
+    assert!(decided && holds(old, &key), "decided on the master first");
+
+    let ok = group.sentinels()[0].array(&["SENTINEL", "FAILOVER", group.master_name()]);
+    assert_eq!(ok, ["OK"], "SENTINEL FAILOVER");
+    let new_port = group.wait_for_new_master(old_port, Duration::from_secs(30));
+    let new = group.node_by_port(new_port);
+    let followed = until_a_write_lands_on(&limiter, new, "during", || {
+        assert!(
+            is_master(old),
+            "the old master was demoted after all: the test shows nothing\n{}",
+            group.logs()
+        );
+    })
+    .await;
+    assert!(
+        followed.is_some(),
+        "the store kept writing to the old master {old_port} for {FOLLOW_WITHIN:?} after the \
+         sentinels named {new_port}\n{}",
+        group.logs()
+    );
+    // From then on, every write goes to the new master, none to the old one.
+    for n in 0..20 {
+        let (decided, key) = probe(&limiter, &format!("after-{n}")).await;
+        assert!(decided, "check {n} after the switch failed");
+        assert!(
+            holds(new, &key) && !holds(old, &key),
+            "check {n} after the switch"
+        );
+    }
+    assert!(is_master(old), "the old master still accepts writes");
+    assert!(!store.circuit_open());
+}
+
+/// A sentinel listed first that keeps naming the old master (stale, cut off from the others,
+/// or wrong) must not keep the store on it: after the master is SIGKILLed and the real
+/// sentinels name the promoted replica, the store follows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_sentinel_listed_first_does_not_block_a_failover() {
+    let _alone = HEAVY.lock().await;
+    let mut group = SentinelGroup::start();
+    let old_port = group.master_port();
+    let stale = FakeSentinel::naming(old_port);
+    let urls: Vec<String> = std::iter::once(stale.url())
+        .chain(group.sentinel_urls())
+        .collect();
+    let store = RedisStore::sentinel_builder(urls, group.master_name())
+        .timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect through the sentinels: {e:?}\n{}", group.logs()));
+    let limiter = probe_limiter(store.clone());
+    let (decided, key) = probe(&limiter, "before").await;
+    assert!(decided && holds(group.node_by_port(old_port), &key));
+
+    assert_eq!(group.kill_master(), old_port);
+    let new_port = group.wait_for_new_master(old_port, Duration::from_secs(30));
+    let followed =
+        until_a_write_lands_on(&limiter, group.node_by_port(new_port), "after", || {}).await;
+    assert!(
+        followed.is_some(),
+        "the store did not follow the new master {new_port} within {FOLLOW_WITHIN:?}, the \
+         stale sentinel asked {} times\n{}",
+        stale.asked(),
+        group.logs()
+    );
+    assert!(stale.asked() > 0, "the stale sentinel was asked");
+}
+
+/// A sentinel listed first that names no usable master (an empty host and port 0, as the
+/// audit's garbled sentinel did; an address where nothing listens; a node that accepts the
+/// connection and never answers) must not stop the store from starting on the master the
+/// others name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_sentinel_listed_first_does_not_block_the_start() {
+    let _alone = HEAVY.lock().await;
+    let group = SentinelGroup::start();
+    let master = group.master();
+    let closed_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let frozen = FakeSentinel::start();
+    let garbled = FakeSentinel::start();
+    garbled.answer_raw(b"*2\r\n$0\r\n\r\n$1\r\n0\r\n");
+    let cases = [
+        ("an empty host and port 0", garbled),
+        (
+            "an address where nothing listens",
+            FakeSentinel::naming(closed_port),
+        ),
+        (
+            "a node that never answers",
+            FakeSentinel::naming(frozen.port()),
+        ),
+    ];
+    for (what, bad) in cases {
+        let urls: Vec<String> = std::iter::once(bad.url())
+            .chain(group.sentinel_urls())
+            .collect();
+        let built = tokio::time::timeout(
+            FOLLOW_WITHIN,
+            RedisStore::sentinel_builder(urls, group.master_name())
+                .timeout(TEST_TIMEOUT)
+                .build(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the start hung for {FOLLOW_WITHIN:?}"));
+        let store = built.unwrap_or_else(|e| {
+            panic!(
+                "{what}: the start failed though three sentinels name the master: {e:?}\n{}",
+                group.logs()
+            )
+        });
+        let limiter = probe_limiter(store);
+        let (decided, key) = probe(&limiter, "u").await;
+        assert!(decided, "{what}: decided");
+        assert!(holds(master, &key), "{what}: decided on the master");
+        assert!(bad.asked() > 0, "{what}: the bad sentinel was asked");
+    }
+}
+
+/// A node that the sentinels name and that accepts the connection but then answers nothing
+/// (frozen right after it was named, or not Redis at all) must not hold the follower for
+/// ever: once the sentinel names another master, the store follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_node_that_never_answers_does_not_stall_the_follower() {
+    let mut first = RedisServer::start();
+    let second = RedisServer::start();
+    let frozen = FakeSentinel::start();
+    let sentinel = FakeSentinel::naming(first.port());
+    let store = RedisStore::sentinel_builder([sentinel.url()], "mymaster")
+        .timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("connect through the fake sentinel");
+    let limiter = probe_limiter(store);
+    let (decided, key) = probe(&limiter, "before").await;
+    assert!(decided && holds(&first, &key));
+
+    // The master dies; the sentinel names a node that never answers ROLE.
+    sentinel.name_master("127.0.0.1", frozen.port());
+    first.kill();
+    let deadline = Instant::now() + FOLLOW_WITHIN;
+    while frozen.roles_asked() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the store never checked the named node"
+        );
+        let _ = probe(&limiter, "failing").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Then it names a real master.
+    sentinel.name_master("127.0.0.1", second.port());
+    let followed = until_a_write_lands_on(&limiter, &second, "after", || {}).await;
+    assert!(
+        followed.is_some(),
+        "the store did not follow {} within {FOLLOW_WITHIN:?}: stuck on the silent node",
+        second.port()
+    );
+}
 
 /// Sentinels and data nodes over TLS (`rediss://` sentinels, `tls_ca`), then plaintext
 /// sentinels in front of the same TLS data nodes: the master the sentinels name is reached
