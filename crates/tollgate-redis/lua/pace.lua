@@ -126,6 +126,14 @@ local function tb_write(tokens, last, burst, t)
   redis.call('PEXPIRE', key, ttl_ms(tb_tat(tokens, last, burst, t) - now))
 end
 
+-- rules::DEBT_HORIZON_US: how deep a queue of reservations a settlement's debt is capped
+-- beyond (an hour, the service's longest acquire), in whole emission intervals: ⌈H / t⌉
+-- (exact in doubles: H and t are integers far below 2^53).
+local DEBT_HORIZON = 3600000000
+local function horizon_units(t)
+  return math.floor((DEBT_HORIZON + t - 1) / t)
+end
+
 if tag == 'gcra' then
   local t, tau = p1, p2
   local tat = gcra_read()
@@ -151,7 +159,15 @@ if tag == 'gcra' then
       given = 1
     end
   elseif units > 0 then
-    tat = gcra_write(from + units * t)
+    -- At most one full capacity owed beyond empty, beyond room for a queue of reservations
+    -- DEBT_HORIZON deep: tat − now ≤ 2 × tau + h × t (Gcra::debit); the excess is forgiven.
+    -- A tat already further (reservations) is kept.
+    local new, cap = from + units * t, now + 2 * tau + horizon_units(t) * t
+    if new > cap then
+      new = cap
+      if from > cap then new = from end
+    end
+    tat = gcra_write(new)
   elseif units < 0 and tat > now then
     local new = tat + units * t
     if new < now then new = now end
@@ -184,7 +200,19 @@ if tag == 'tb' then
       tb_write(tokens, last, burst, t)
       given = 1
     end
-  elseif units ~= 0 then
+  elseif units > 0 then
+    -- At most burst + h tokens owed (TokenBucket::debit): past that, -burst - h counted at
+    -- now (GCRA's tat = now + 2 × burst × T + h × T); a bucket owing more already
+    -- (reservations) is kept.
+    local h = horizon_units(t)
+    local cap = now + (2 * burst + h) * t
+    if last + (burst - tokens + units) * t <= cap then
+      tokens = tokens - units
+    elseif last + (burst - tokens) * t < cap then
+      tokens, last = -burst - h, now
+    end
+    tb_write(tokens, last, burst, t)
+  elseif units < 0 then
     tokens = tokens - units
     if tokens > burst then tokens = burst end
     tb_write(tokens, last, burst, t)
@@ -221,13 +249,16 @@ end
 if tag == 'sl' then
   local limit, period = p1, p2
   if units > 0 then
-    -- As sliding_log.lua's charge, whatever the count: members "<now>:<n>", numbered on.
+    -- As sliding_log.lua's charge, whatever the count, up to 2 × limit live members
+    -- (SlidingLog::debit; the excess is forgiven): members "<now>:<n>", numbered on.
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
+    local add = 2 * limit - redis.call('ZCOUNT', key, '-inf', '+inf')
+    if add > units then add = units end
     local n0 = redis.call('ZCOUNT', key, fmt(now), fmt(now))
     local stamp = fmt(now)
     local i = 0
-    while i < units do
-      local last = math.min(i + 499, units - 1)
+    while i < add do
+      local last = math.min(i + 499, add - 1)
       local args = {}
       for j = i, last do
         args[#args + 1] = stamp

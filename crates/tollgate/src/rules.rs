@@ -25,3 +25,10 @@ pub use schedule::Schedule;
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{DEFAULT_BUCKETS, SlidingWindow, SlidingWindowState};
 pub use token_bucket::{TokenBucket, TokenBucketState};
+
+/// How far ahead of now a queue of reservations may reach and still have settlements
+/// counted on top of it, in µs: an hour, the longest wait the service lets an acquire ask
+/// (`server.max_acquire_wait`). A settlement's debt is capped at one capacity beyond empty
+/// plus this ([`Rule::debit`]): room for the deepest queue, yet a key's debt, and its Redis
+/// key's expiry, stay bounded however much is settled. `lua/pace.lua` holds the same number.
+pub const DEBT_HORIZON_US: u64 = 3_600_000_000;

@@ -1,6 +1,8 @@
 //! The state `lua/pace.lua` leaves in a key: a sliding window's hash stays within its
-//! `buckets + 1` fields however many charges settle on it, and GCRA's state on the server's
-//! clock, read from the key's expiry, reads back exactly what was written.
+//! `buckets + 1` fields however many charges settle on it, settlements owe at most one
+//! capacity beyond empty and an hour's queue (every key's expiry within three periods here, a sliding log within
+//! `2 × limit` members), and GCRA's state on the server's clock, read from the key's expiry,
+//! reads back exactly what was written.
 
 use std::time::Duration;
 
@@ -18,6 +20,17 @@ fn hlen(key: &str) -> usize {
         .arg(key)
         .query(&mut con)
         .unwrap_or_else(|e| panic!("HLEN {key}: {e}"))
+}
+
+/// `cmd key` on the shared server, as an integer (`PTTL`, `ZCARD`).
+fn int_of(cmd: &str, key: &str) -> i64 {
+    let mut con = redis::Client::open(server().url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    redis::cmd(cmd)
+        .arg(key)
+        .query(&mut con)
+        .unwrap_or_else(|e| panic!("{cmd} {key}: {e}"))
 }
 
 /// The Redis key of `limit` for `key` on `limiter`.
@@ -79,6 +92,55 @@ async fn sliding_window_charges_drop_stale_buckets() {
     assert_eq!(hlen(&hash), 1, "only the new bucket is left");
     let v = limiter.check("sw", &key).await.expect("valid");
     assert_eq!(v.outcome(), Outcome::Allowed);
+}
+
+/// 1000 settlements of the whole capacity (10 of 10 per hour) on the server's clock, per
+/// algorithm: the key's expiry stays within two periods and the hour of room for queued
+/// reservations (plus the sliding window's bucket and the second of slack every expiry has)
+/// and a sliding log within `2 × limit` members.
+/// They used to add up: GCRA's and the token bucket's keys expired in 41 days, and the
+/// sliding log held 10 000 members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_keep_keys_within_three_periods() {
+    let hour = Duration::from_secs(3_600);
+    let limits: Vec<Limit> = Algorithm::ALL
+        .into_iter()
+        .map(|a| {
+            Limit::new(a.key_tag(), a, Quota::new(10, hour).expect("valid"))
+                .expect("valid")
+                .keyed_by(["user"])
+                .expect("valid")
+        })
+        .collect();
+    let limiter = Limiter::builder(redis_store().await)
+        .namespace(unique_namespace("pace-debt"))
+        .limits(limits)
+        .build()
+        .expect("valid");
+    let key = [("user", "1")];
+    let most = i64::try_from((3 * hour + Duration::from_secs(61)).as_millis()).expect("small");
+    for a in Algorithm::ALL {
+        let n = a.key_tag();
+        for _ in 0..1_000 {
+            limiter.adjust(n, &key, 10).await.expect("charge");
+        }
+        let k = redis_key(&limiter, n, &key);
+        let pttl = int_of("PTTL", &k);
+        assert!(
+            (0..=most).contains(&pttl),
+            "{n}: PTTL {pttl} ms, more than three periods"
+        );
+        if a == Algorithm::SlidingLog {
+            let members = int_of("ZCARD", &k);
+            assert!(members <= 20, "{n}: {members} members");
+        }
+        let v = limiter.check(n, &key).await.expect("valid");
+        assert!(
+            matches!(v.outcome(), Outcome::Limited { retry_after } if retry_after <= 3 * hour),
+            "{n}: {:?}",
+            v.outcome()
+        );
+    }
 }
 
 /// GCRA on the server's clock keeps its state in the key's expiry; `lua/pace.lua` reads it

@@ -44,7 +44,8 @@ pub use modes::{
 };
 pub use numbers::{remaining_and_reset_after_track_each_call, retry_after_is_exact};
 pub use pacing::{
-    adjust_charges_debt_and_refunds_within_full, cancel_gives_back_only_the_last_slot,
+    adjust_charges_debt_and_refunds_within_full, adjust_debt_is_capped_at_one_capacity,
+    adjust_keeps_reservations_beyond_the_cap, cancel_gives_back_only_the_last_slot,
     concurrent_reservations_are_the_schedule, reservations_take_consecutive_slots,
     window_algorithms_cannot_reserve,
 };
@@ -85,6 +86,8 @@ macro_rules! conformance_suite {
             cancel_gives_back_only_the_last_slot,
             window_algorithms_cannot_reserve,
             adjust_charges_debt_and_refunds_within_full,
+            adjust_debt_is_capped_at_one_capacity,
+            adjust_keeps_reservations_beyond_the_cap,
         );
     };
     (@each $fixture:path; $($test:ident),* $(,)?) => {

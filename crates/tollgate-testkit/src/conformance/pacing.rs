@@ -203,3 +203,117 @@ pub async fn adjust_charges_debt_and_refunds_within_full<S: Store>(
         h.advance(Duration::from_secs(120));
     }
 }
+
+/// Settlements owe at most one capacity beyond empty, beyond room for an hour's queue of
+/// reservations (`tollgate::rules::DEBT_HORIZON_US`): 1000 charges of the whole capacity (10
+/// of 10 per hour, one a second) leave every key refused for at most three periods (two for
+/// the sliding log, which queues nothing) and full again after them (they used to owe 1000
+/// capacities: refused, and kept, for 41 days). GCRA's `tat` stops at `now + 2 × burst × T +
+/// 1 h`, the token bucket at `−burst − 10` tokens (an hour is 10 intervals of 6 min), the
+/// sliding log at `2 × limit` live entries: three refunds of the capacity bring the first two
+/// back to full, two the sliding log; the windows' counters end with their window anyway.
+pub async fn adjust_debt_is_capped_at_one_capacity<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let limits = Algorithm::ALL
+        .into_iter()
+        .map(|a| limit_for("debt", a, 10, HOUR))
+        .collect();
+    let h = Harness::new(clock, fixture, limits);
+    // The sliding window (60 buckets of 1 min) counts a bucket until it leaves the span.
+    let cap = 3 * HOUR + Duration::from_secs(60);
+    for a in Algorithm::ALL {
+        let n = name("debt", a);
+        for user in ["u", "v"] {
+            let key = [("user", user)];
+            for i in 0..1000 {
+                let after = h.limiter.adjust(&n, &key, 10).await.expect("charge");
+                assert!(
+                    after.reset_after <= cap,
+                    "{n}/{user} charge #{i}: reset after {:?}",
+                    after.reset_after
+                );
+                h.advance(Duration::from_secs(1));
+            }
+        }
+        let v = h.check(&n, "u", 1).await;
+        from_store(&v, &n);
+        match v.outcome() {
+            Outcome::Limited { retry_after } => {
+                assert!(retry_after <= cap, "{n}: refused for {retry_after:?}");
+            }
+            other => panic!("{n}: refused behind the debt, not {other:?}"),
+        }
+        assert!(
+            v.decision().reset_after <= cap,
+            "{n}: reset after {:?}",
+            v.decision().reset_after
+        );
+        let refunds = match a {
+            Algorithm::Gcra | Algorithm::TokenBucket => 3,
+            Algorithm::SlidingLog => 2,
+            _ => 0,
+        };
+        let key = [("user", "v")];
+        for i in 1..refunds {
+            let after = h.limiter.adjust(&n, &key, -10).await.expect("refund");
+            assert_eq!(after.remaining, 0, "{n}: still owed after refund {i}");
+        }
+        if refunds > 0 {
+            let after = h.limiter.adjust(&n, &key, -10).await.expect("refund");
+            assert_eq!(after.remaining, 10, "{n}: no more than that was owed");
+        }
+        h.advance(cap);
+        let v = h.check(&n, "u", 1).await;
+        from_store(&v, &n);
+        assert_eq!(v.outcome(), Outcome::Allowed, "{n}: three periods later");
+        assert_eq!(
+            v.decision().remaining,
+            9,
+            "{n}: full again three periods later"
+        );
+    }
+}
+
+/// A settlement on a queue of reservations is counted on top of it: after 40 reservations
+/// (340 s past the burst of 6 per minute), a charge of 6 moves the schedule on by six
+/// slots, and the next reservation is the 47th slot. (A cap of one capacity from now
+/// forgave it: reserve-then-settle would have let the upstream see more than the rate.) A
+/// queue deeper than the horizon (400 reservations, 66 min, of a 2 h `max_wait`) is never
+/// moved back either; a charge on it is forgiven.
+pub async fn adjust_keeps_reservations_beyond_the_cap<S: Store>(
+    clock: FakeClock,
+    fixture: Fixture<S>,
+) {
+    let h = Harness::new(clock, fixture, six_per_minute("queue"));
+    for a in SCHEDULED {
+        let n = name("queue", a);
+        for _ in 0..40 {
+            let _ = reserve(&h, &n, HOUR).await;
+        }
+        let after = h
+            .limiter
+            .adjust(&n, &[("user", "u")], 6)
+            .await
+            .expect("charge");
+        assert_eq!(
+            after.reset_after,
+            46 * T,
+            "{n}: the queue and the settlement"
+        );
+        assert_eq!(reserve(&h, &n, HOUR).await.wait(), Some(41 * T), "{n}");
+        h.advance(3 * HOUR);
+        for _ in 0..400 {
+            let _ = reserve(&h, &n, 2 * HOUR).await;
+        }
+        let after = h
+            .limiter
+            .adjust(&n, &[("user", "u")], 6)
+            .await
+            .expect("charge");
+        assert_eq!(after.reset_after, 400 * T, "{n}: the deep queue as it was");
+        assert_eq!(reserve(&h, &n, 2 * HOUR).await.wait(), Some(395 * T), "{n}");
+        h.advance(3 * HOUR);
+    }
+}

@@ -6,7 +6,7 @@
 //! bucket of the same rate and burst (a property test holds both to it) with half the state,
 //! and it is the cheapest script on Redis.
 
-use crate::rules::{Rule, Schedule};
+use crate::rules::{DEBT_HORIZON_US, Rule, Schedule};
 use crate::{Quota, Status};
 
 /// GCRA for one quota.
@@ -59,6 +59,19 @@ impl Rule for Gcra {
     #[inline]
     fn charge(&self, state: &mut GcraState, now: u64, cost: u64) {
         state.tat = state.tat.max(now) + cost * self.t;
+    }
+
+    /// `tat` moves on by `units × T`, to at most `now + 2 × tau + h × T` with
+    /// `h = ⌈DEBT_HORIZON_US / T⌉`: one full capacity owed beyond empty, on top of the
+    /// deepest queue of reservations the horizon allows (a token bucket's `tokens = −burst −
+    /// h` at `now`, so both answer alike). Past that the charge is forgiven; a `tat` already
+    /// further (reservations of a longer `max_wait`) is kept.
+    fn debit(&self, state: &mut GcraState, now: u64, units: u64) {
+        let from = state.tat.max(now);
+        let horizon = DEBT_HORIZON_US.div_ceil(self.t.max(1)) * self.t;
+        let cap = now + 2 * self.tau + horizon;
+        let tat = from + units * self.t;
+        state.tat = if tat <= cap { tat } else { from.max(cap) };
     }
 
     fn refund(&self, state: &mut GcraState, now: u64, units: u64) {

@@ -29,8 +29,21 @@ pub trait Rule {
     fn admits(&self, state: &Self::State, now: u64, cost: u64) -> Result<(), u64>;
 
     /// Records `cost` units at `now`: an admitted cost (after [`Rule::admits`] said yes), or a
-    /// settlement's extra charge ([`Rule::adjust`]), which may take the state past the limit.
+    /// reservation's ([`crate::rules::Schedule`]), which may take the state past the limit.
     fn charge(&self, state: &mut Self::State, now: u64, cost: u64);
+
+    /// Records a settlement's extra charge of `units` at `now` ([`Rule::adjust`]), whatever
+    /// the quota says, but never more than one full capacity beyond empty, on top of room for
+    /// a queue of reservations [`super::DEBT_HORIZON_US`] deep: what would go past that is
+    /// forgiven, so that repeated charges cannot owe for ever (a key refused and kept for
+    /// years). GCRA: `tat − now ≤ 2 × burst × T + h × T`; token bucket: `tokens ≥ −burst −
+    /// h` (`h = ⌈DEBT_HORIZON_US / T⌉`); sliding log (no reservations): at most `2 × limit`
+    /// live entries. Debt taken beyond the cap by reservations of a longer wait is kept
+    /// (their slots were handed out), and a charge then adds nothing.
+    /// The windows' counters (the default, [`Rule::charge`]) end with their window anyway.
+    fn debit(&self, state: &mut Self::State, now: u64, units: u64) {
+        self.charge(state, now, units);
+    }
 
     /// Remaining units and time to a full quota at `now`.
     fn status(&self, state: &Self::State, now: u64) -> Status;
@@ -42,11 +55,12 @@ pub trait Rule {
     fn refund(&self, state: &mut Self::State, now: u64, units: u64);
 
     /// Settles a cost known only afterwards: `delta > 0` charges that many more units
-    /// whatever the quota says (past the limit, a debt later callers wait out), `delta < 0`
-    /// refunds `-delta` ([`Rule::refund`]), 0 changes nothing.
+    /// whatever the quota says (past the limit, a debt later callers wait out, capped at one
+    /// capacity beyond empty: [`Rule::debit`]), `delta < 0` refunds `-delta`
+    /// ([`Rule::refund`]), 0 changes nothing.
     fn adjust(&self, state: &mut Self::State, now: u64, delta: i64) {
         match delta.signum() {
-            1 => self.charge(state, now, delta.unsigned_abs()),
+            1 => self.debit(state, now, delta.unsigned_abs()),
             -1 => self.refund(state, now, delta.unsigned_abs()),
             _ => {}
         }

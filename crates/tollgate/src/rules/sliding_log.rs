@@ -72,6 +72,16 @@ impl Rule for SlidingLog {
         }
     }
 
+    /// Entries at now, up to `2 × limit` live ones: a charge past that is forgiven (the key
+    /// is refused for at most a period whatever was charged, and holds at most twice the
+    /// entries a full key does).
+    fn debit(&self, state: &mut SlidingLogState, now: u64, units: u64) {
+        let first = self.first_live(state, now);
+        let live = (state.entries.len() - first) as u64;
+        let room = (2 * self.limit).saturating_sub(live);
+        self.charge(state, now, units.min(room));
+    }
+
     fn refund(&self, state: &mut SlidingLogState, now: u64, units: u64) {
         // The newest live entries: the ones that would have counted longest.
         let first = self.first_live(state, now);

@@ -9,9 +9,10 @@
 //!
 //! Tokens may go below zero: a reservation ([`Schedule`]) or a settlement's extra charge
 //! ([`Rule::adjust`]) takes tokens the bucket does not have yet, a debt the refill pays off
-//! before anything else passes.
+//! before anything else passes. A settlement owes at most `burst` tokens beyond a queue of
+//! reservations an hour deep ([`Rule::debit`]).
 
-use crate::rules::{Rule, Schedule};
+use crate::rules::{DEBT_HORIZON_US, Rule, Schedule};
 use crate::{Quota, Status};
 
 /// Token bucket for one quota.
@@ -83,6 +84,25 @@ impl Rule for TokenBucket {
     fn charge(&self, state: &mut TokenBucketState, now: u64, cost: u64) {
         let (tokens, last) = self.refill(state, now);
         state.level = Some((tokens - signed(cost), last));
+    }
+
+    /// Tokens go below zero, to at most `burst + h` owed, `h = ⌈DEBT_HORIZON_US / T⌉`
+    /// (room for the deepest queue of reservations the horizon allows, plus one capacity). A
+    /// charge past that leaves `−burst − h` tokens counted at `now` (the excess, and the
+    /// progress towards the next token, forgiven), which is GCRA's `tat = now + 2 × burst ×
+    /// T + h × T` exactly. A bucket owing more already (reservations) is kept.
+    fn debit(&self, state: &mut TokenBucketState, now: u64, units: u64) {
+        let (tokens, last) = self.refill(state, now);
+        let owed = tokens - signed(units);
+        let horizon = DEBT_HORIZON_US.div_ceil(self.t.max(1));
+        let cap = now + (2 * self.burst.unsigned_abs() + horizon) * self.t;
+        state.level = Some(if self.tat_of(owed, last) <= cap {
+            (owed, last)
+        } else if self.tat_of(tokens, last) >= cap {
+            (tokens, last)
+        } else {
+            (-self.burst - signed(horizon), now)
+        });
     }
 
     fn refund(&self, state: &mut TokenBucketState, now: u64, units: u64) {
