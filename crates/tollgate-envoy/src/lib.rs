@@ -111,8 +111,11 @@ pub use metrics::{
 };
 pub use serve::deferred_write::DeferredWrite;
 pub use serve::deferred_write_io::DeferredWriteIo;
-pub use serve::message_budget::MESSAGE_BUDGET_BYTES;
-pub use serve::{GrpcOptions, HEALTH_INTERVAL, MAX_MESSAGE_BYTES, serve, serve_with};
+pub use serve::message_budget::{CONNECTION_SHARE_BYTES, MESSAGE_BUDGET_BYTES};
+pub use serve::{
+    DEFAULT_MAX_CONCURRENT_STREAMS, GrpcOptions, HEALTH_INTERVAL, MAX_MESSAGE_BYTES, serve,
+    serve_with,
+};
 pub use service::{RateLimitService, should_rate_limit};
 pub use tonic;
 pub use unit::{RateUnit, rate_unit};

@@ -11,12 +11,18 @@
 //!
 //! [`serve_with`] takes the connections from the caller (so `tollgate serve` can cap and guard
 //! them) and the HTTP/2 limits ([`GrpcOptions`]): keep-alive pings that find dead peers,
-//! a bound on concurrent streams per connection, and a deadline per call.
+//! a bound on concurrent streams per connection, a deadline per call, and one per answer
+//! held by the client's flow control.
 //!
 //! Beside it: `deferred_write.rs` and `deferred_write_io.rs`, the connection whose HTTP/2
-//! writes wait one turn so that answers ready together leave in one write; and
-//! `message_budget.rs`, the bound on the bytes of unfinished messages all calls hold.
+//! writes wait one turn so that answers ready together leave in one write;
+//! `message_budget.rs`, the bound on the bytes of unfinished messages all calls hold, and each
+//! connection's; `connection.rs`, what one connection's calls hold, and the connection closed
+//! when its client takes no answer; `answer_body.rs`, an answer owed to its client, and the
+//! layer that puts each call under its connection.
 
+pub(crate) mod answer_body;
+pub(crate) mod connection;
 pub(crate) mod deferred_write;
 pub(crate) mod deferred_write_io;
 pub(crate) mod message_budget;
@@ -57,21 +63,33 @@ pub struct GrpcOptions {
     pub keepalive_interval: Duration,
     /// A ping not answered within this closes the connection.
     pub keepalive_timeout: Duration,
-    /// Most calls in flight on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`).
+    /// Most calls in flight on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`),
+    /// counting those whose answer the client has not yet taken.
     pub max_concurrent_streams: u32,
     /// A call (its message received and decided) taking longer is answered
     /// `DEADLINE_EXCEEDED`.
     pub call_timeout: Duration,
+    /// A connection with an answer its client's HTTP/2 flow control has held this long (the
+    /// client announced no room for it, and made none since) is closed.
+    pub answer_timeout: Duration,
 }
 
+/// The default [`GrpcOptions::max_concurrent_streams`]: 100, Envoy's own and the common
+/// gRPC servers' order. A stream costs about 10 KB while its answer waits for the client
+/// (tonic's encode buffer, the stream's state), so this bounds what one connection holds to
+/// about a megabyte; Envoy opens another connection when it needs more calls in flight.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
+
 impl Default for GrpcOptions {
-    /// Pings after 30 s of silence, answered within 10 s; 1024 streams; 30 s per call.
+    /// Pings after 30 s of silence, answered within 10 s; 100 streams; 30 s per call; an
+    /// answer held 10 s closes its connection.
     fn default() -> GrpcOptions {
         GrpcOptions {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
-            max_concurrent_streams: 1024,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             call_timeout: Duration::from_secs(30),
+            answer_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -131,16 +149,20 @@ where
             }
         }
     });
-    let budget = message_budget::MessageBudget::new(message_budget::MESSAGE_BUDGET_BYTES);
-    let counted = tower::util::MapRequestLayer::new(
-        move |request: tonic::codegen::http::Request<tonic::body::Body>| {
-            let budget = std::sync::Arc::clone(&budget);
-            request
-                .map(|body| tonic::body::Body::new(message_budget::BudgetBody::new(body, budget)))
-        },
+    let budget = message_budget::MessageBudget::new(
+        message_budget::MESSAGE_BUDGET_BYTES,
+        message_budget::CONNECTION_SHARE_BYTES,
     );
+    // Each call under its connection: its unfinished message under the budget and the
+    // connection's share, its answer owed until the client takes it.
+    let accounted = tower::layer::layer_fn(move |inner| {
+        answer_body::Accounted::<_, IO::ConnectInfo>::new(inner, std::sync::Arc::clone(&budget))
+    });
+    let answer_timeout = options.answer_timeout;
+    let incoming = incoming
+        .map(move |accepted| accepted.map(|io| connection::Tracked::new(io, answer_timeout)));
     let served = tonic::transport::Server::builder()
-        .layer(counted)
+        .layer(accounted)
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .max_concurrent_streams(options.max_concurrent_streams)

@@ -39,7 +39,9 @@ impl Mode {
     pub(crate) fn count_from_zero(self) {
         let listener = self.listener();
         metrics::counter!("tollgate_connections_shed_total", "listener" => listener).increment(0);
-        for phase in ["head", "idle", "answer"] {
+        // gRPC's `answer_window` is counted by tollgate-envoy (`GrpcOptions::answer_timeout`).
+        let grpc = (self == Mode::Quiet).then_some("answer_window");
+        for phase in ["head", "idle", "answer"].into_iter().chain(grpc) {
             metrics::counter!(
                 "tollgate_connections_timed_out_total",
                 "listener" => listener,

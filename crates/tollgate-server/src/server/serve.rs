@@ -20,7 +20,9 @@ use crate::tls::TlsAcceptors;
 /// within `shutdown_timeout` (after which the remaining connections are closed); stops
 /// everything when it ends. HTTP/2 pings start after half of `idle_timeout` of silence and
 /// must be answered within `header_timeout`; a connection silent for `idle_timeout` is
-/// closed by its [`connection::GuardedIo`].
+/// closed by its [`connection::GuardedIo`]; one whose client's flow control has held an
+/// answer for `body_timeout` is closed by tonic's side ([`tollgate_envoy::GrpcOptions`]'s
+/// `answer_timeout`: the client takes its answer within the time it had to send its request).
 pub(super) fn spawn_grpc(
     listener: Listener,
     state: &Arc<AppState>,
@@ -36,6 +38,7 @@ pub(super) fn spawn_grpc(
         keepalive_timeout: settings.header_timeout,
         max_concurrent_streams: MAX_CONCURRENT_STREAMS,
         call_timeout,
+        answer_timeout: settings.body_timeout,
     };
     let (lifecycle, watcher) = watch::channel(Lifecycle::Serving);
     let incoming = connection::grpc_incoming(
@@ -65,8 +68,12 @@ pub(super) fn spawn_grpc(
     })
 }
 
-/// Most concurrent gRPC calls on one connection (Envoy opens more connections past it).
-const MAX_CONCURRENT_STREAMS: u32 = 1024;
+/// Most concurrent gRPC calls on one connection, answers not yet taken by the client
+/// included (Envoy opens more connections past it). 100, not 1024: a stream whose answer its
+/// client's window holds costs about 10 KB, and 100 connections holding 1000 each took the
+/// server from 23 MB to 1.06 GB in 3 s; now one connection holds about a megabyte at most, for
+/// `body_timeout` at most.
+const MAX_CONCURRENT_STREAMS: u32 = tollgate_envoy::DEFAULT_MAX_CONCURRENT_STREAMS;
 
 /// Serves the HTTP API until `shutdown` resolves or the gRPC server stops (then stops
 /// everything), and drains.

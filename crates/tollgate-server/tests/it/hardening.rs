@@ -1181,6 +1181,218 @@ async fn unfinished_grpc_messages_are_bounded_by_one_budget() {
     );
 }
 
+/// A gRPC request on `sender` for `path` (a unary call), with its body not yet sent.
+fn grpc_request(grpc: SocketAddr, path: &str) -> tonic::codegen::http::Request<()> {
+    tonic::codegen::http::Request::post(format!("http://{grpc}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request")
+}
+
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The `grpc-status` of a whole call of `message` to `path` on a connection of its own
+/// (trailers-only answers carry it in the headers), within 5 s.
+async fn raw_call_status(grpc: SocketAddr, path: &str, message: &[u8]) -> Option<String> {
+    let call = async {
+        let tcp = TcpStream::connect(grpc).await.ok()?;
+        let (sender, connection) = h2::client::handshake(tcp).await.ok()?;
+        let driver = tokio::spawn(connection);
+        let mut sender = sender.ready().await.ok()?;
+        let (answer, mut body) = sender.send_request(grpc_request(grpc, path), false).ok()?;
+        let mut framed = vec![0, 0, 0, 0, 0];
+        framed[1..5].copy_from_slice(&u32::try_from(message.len()).ok()?.to_be_bytes());
+        framed.extend_from_slice(message);
+        body.send_data(bytes::Bytes::from(framed), true).ok()?;
+        let answer = answer.await.ok()?;
+        let status = |headers: &tonic::codegen::http::HeaderMap| {
+            headers
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let found = match status(answer.headers()) {
+            Some(status) => Some(status),
+            None => {
+                let mut body = answer.into_body();
+                while let Some(data) = body.data().await {
+                    let data = data.ok()?;
+                    let _ = body.flow_control().release_capacity(data.len());
+                }
+                status(&body.trailers().await.ok()??)
+            }
+        };
+        driver.abort();
+        found
+    };
+    tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// One connection cannot lock other clients out of the gRPC service by holding unfinished
+/// messages. The hostile client opens calls that each send all but a few bytes of a message
+/// just under 1 MiB, enough of them to fill the whole 64 MiB budget to 8 bytes of its end, and
+/// never finishes them. Meanwhile every call of another client (a `ShouldRateLimit`, a
+/// `grpc.health.v1.Health/Check`) is served: whole messages are never refused, and one
+/// connection holds `CONNECTION_SHARE_BYTES` (4 MiB) at most, its own newer calls refused
+/// past it. Before, the budget was first come, first served: the hostile client held it all,
+/// and the other client's calls and health checks were refused `RESOURCE_EXHAUSTED`.
+#[tokio::test]
+async fn one_connection_cannot_lock_others_out_with_unfinished_messages() {
+    const PER_CALL: usize = (1 << 20) - 64; // bytes sent by each hostile call, prefix included
+    const LEAVE: usize = 8;
+    let (_server, grpc) = grpc_server("").await;
+    let budget = tollgate_envoy::MESSAGE_BUDGET_BYTES;
+
+    let tcp = TcpStream::connect(grpc).await.expect("connect");
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let driver = tokio::spawn(connection);
+    // Each call announces a message of 1 MiB - 8 bytes and sends at most PER_CALL of it.
+    let mut prefix = vec![0u8; PER_CALL];
+    prefix[1..5].copy_from_slice(&u32::try_from((1 << 20) - 8).expect("fits").to_be_bytes());
+    let prefix = bytes::Bytes::from(prefix);
+    let (mut hostile, mut open, mut sent) = (Vec::new(), Vec::new(), 0);
+    while budget - LEAVE - sent >= 6 {
+        let n = PER_CALL.min(budget - LEAVE - sent);
+        sender = sender.ready().await.expect("ready");
+        let (answer, mut stream) = sender
+            .send_request(grpc_request(grpc, SHOULD_RATE_LIMIT), false)
+            .expect("send");
+        stream.send_data(prefix.slice(..n), false).expect("data");
+        sent += n;
+        hostile.push(answer);
+        open.push(stream);
+    }
+
+    // The other client's calls, for 6 s (the hostile bytes arrive meanwhile): all served.
+    let mut client = Client::new(
+        Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("url")
+            .connect_lazy(),
+    );
+    let mut failures = Vec::new();
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut i = 0;
+    while Instant::now() < until {
+        i += 1;
+        let request = users_request([format!("probe-{i}")], 1);
+        if let Err(status) = client.should_rate_limit(request).await {
+            failures.push(format!("ShouldRateLimit: {status:?}"));
+        }
+        let health = raw_call_status(grpc, "/grpc.health.v1.Health/Check", &[]).await;
+        if health.as_deref() != Some("0") {
+            failures.push(format!("Health/Check: grpc-status {health:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {i} rounds failed while one connection held unfinished messages: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(4)]
+    );
+
+    // The hostile connection held its share, and its calls past it were refused.
+    let share = tollgate_envoy::CONNECTION_SHARE_BYTES;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut refused = 0;
+    for answer in hostile {
+        if let Ok(Ok(response)) = tokio::time::timeout_at(deadline, answer).await
+            && response.headers().get("grpc-status").map(|v| v.as_bytes()) == Some(b"8")
+        {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= open.len() - share / (PER_CALL - 5),
+        "{refused} of {} hostile calls refused; one connection holds {share} bytes",
+        open.len()
+    );
+    drop(open);
+    driver.abort();
+}
+
+/// A client that takes no answers (HTTP/2 `SETTINGS_INITIAL_WINDOW_SIZE` 0, never a
+/// `WINDOW_UPDATE`, though it answers pings) holds at most `DEFAULT_MAX_CONCURRENT_STREAMS`
+/// (100) calls: each answer held keeps its stream open, so the 101st call waits; and its
+/// connection is closed once an answer has been held `body_timeout` (here 5 s), which frees
+/// what they held. Before, one connection held 1024 answers (about 10 KB each) for ever: 100
+/// such clients took a server from 23 MB to 1.06 GB.
+#[tokio::test]
+async fn a_client_that_takes_no_answers_holds_few_and_is_closed() {
+    const TRIED: usize = 150;
+    let (server, grpc) = grpc_server("body_timeout = \"5s\"").await;
+    let tcp = TcpStream::connect(grpc).await.expect("connect");
+    let (sender, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("h2 handshake");
+    // The driver answers the server's pings, and ends when the server closes the connection.
+    let mut driver = tokio::spawn(connection);
+    use prost::Message as _;
+    let message = users_request(["held".to_owned()], 1).encode_to_vec();
+    let mut framed = vec![0u8; 5];
+    framed[1..5].copy_from_slice(&u32::try_from(message.len()).expect("fits").to_be_bytes());
+    framed.extend(message);
+    let framed = bytes::Bytes::from(framed);
+
+    let mut sender = sender;
+    let mut answers = Vec::new();
+    for _ in 0..TRIED {
+        // Past the server's stream limit, h2 queues the calls on the client's side.
+        sender = sender.ready().await.expect("ready");
+        let (answer, mut body) = sender
+            .send_request(grpc_request(grpc, SHOULD_RATE_LIMIT), false)
+            .expect("send");
+        body.send_data(framed.clone(), true).expect("data");
+        answers.push(answer);
+    }
+    // The calls the server took are answered: their answers' headers (which need no window)
+    // arrive, their messages never do. Bounded wait: 2 s after the last call was sent.
+    // (Kept: a client that drops an answer resets its stream.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut taken = Vec::new();
+    for answer in answers {
+        if let Ok(Ok(answer)) = tokio::time::timeout_at(deadline, answer).await {
+            taken.push(answer);
+        }
+    }
+    let taken = taken.len();
+    let limit = tollgate_envoy::DEFAULT_MAX_CONCURRENT_STREAMS as usize;
+    assert!(
+        (1..=limit).contains(&taken),
+        "{taken} of {TRIED} calls taken on one connection whose client takes no answers"
+    );
+
+    // Closed once an answer has been held 5 s: bounded wait of 20 s.
+    let closed = tokio::time::timeout(Duration::from_secs(20), &mut driver).await;
+    assert!(
+        closed.is_ok(),
+        "a connection whose client takes no answers is still open after 20 s"
+    );
+    let counted = crate::support::sample(
+        &server.get("/metrics").await.text,
+        r#"tollgate_connections_timed_out_total{listener="grpc",phase="answer_window"}"#,
+    )
+    .and_then(|v| v.parse::<usize>().ok());
+    assert!(counted.is_some_and(|n| n >= 1), "{counted:?} counted");
+
+    // Others are served meanwhile and after.
+    let mut client = Client::new(
+        Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("url")
+            .connect_lazy(),
+    );
+    assert_eq!(
+        code(&call(&mut client, "edge", &[("user", "after")]).await),
+        Code::Ok
+    );
+}
+
 /// `[envoy] max_descriptors` and `max_entries`: one descriptor or one entry past the cap is
 /// `INVALID_ARGUMENT` naming the cap, the count and the setting, and charges nothing; a call
 /// at the caps is decided. `POST /json` shares the caps (400 with the same message).
