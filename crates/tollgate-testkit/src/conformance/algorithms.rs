@@ -222,6 +222,55 @@ pub async fn sliding_window_with_another_width_starts_afresh<S: Store>(
     );
 }
 
+/// A GCRA limit whose rate changes (a reload with another `limit` or `period`) starts afresh
+/// on its own key, and the old rate's state, read back, is still right. Kept under the new
+/// rate, the old debt (an instant a day ahead) refused a limit reloaded from 10 a day to 10 a
+/// second for up to a day, and its key lived as long.
+pub async fn gcra_with_another_rate_starts_afresh<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
+    let store = std::sync::Arc::new(fixture.store);
+    let gcra = |limit: u64, period: u64| {
+        Limit::new(
+            "rewidth",
+            Algorithm::Gcra,
+            Quota::new(limit, Duration::from_secs(period)).expect("valid quota"),
+        )
+        .expect("valid limit")
+        .keyed_by(["user"])
+        .expect("valid part")
+    };
+    let harness = |limit: Limit, guard: Box<dyn std::any::Any + Send + Sync>| {
+        let fixture = Fixture {
+            store: std::sync::Arc::clone(&store),
+            namespace: fixture.namespace.clone(),
+            guard,
+        };
+        Harness::new(clock.clone(), fixture, vec![limit])
+    };
+    let old = harness(gcra(10, 86_400), fixture.guard);
+    spend(&old, 10).await;
+    for (limit, period) in [(10, 1), (5, 86_400)] {
+        let new = harness(gcra(limit, period), Box::new(()));
+        let v = new.check("rewidth", "u", 1).await;
+        from_store(&v, "the new rate");
+        let d = v.decision();
+        assert!(
+            v.outcome() == Outcome::Allowed && d.remaining == limit - 1,
+            "{limit} per {period} s: {d:?}"
+        );
+        assert!(
+            d.reset_after <= Duration::from_secs(period),
+            "{limit} per {period} s: reset after {:?}",
+            d.reset_after
+        );
+    }
+    let v = old.check("rewidth", "u", 1).await;
+    from_store(&v, "the old rate again");
+    assert!(
+        matches!(v.outcome(), Outcome::Limited { retry_after } if retry_after <= Duration::from_secs(8_640)),
+        "{v:?}"
+    );
+}
+
 async fn spend<S: Store>(h: &Harness<S>, units: u64) {
     for i in 0..units {
         let v = h.check("rewidth", "u", 1).await;

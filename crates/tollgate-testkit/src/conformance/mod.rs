@@ -24,7 +24,7 @@ mod numbers;
 mod pacing;
 
 pub use algorithms::{
-    fixed_window_admits_twice_the_limit_across_an_edge,
+    fixed_window_admits_twice_the_limit_across_an_edge, gcra_with_another_rate_starts_afresh,
     sliding_log_never_exceeds_the_limit_in_any_period,
     sliding_window_stays_within_one_bucket_of_exact,
     sliding_window_with_another_width_starts_afresh,
@@ -77,6 +77,7 @@ macro_rules! conformance_suite {
             sliding_log_never_exceeds_the_limit_in_any_period,
             sliding_window_stays_within_one_bucket_of_exact,
             sliding_window_with_another_width_starts_afresh,
+            gcra_with_another_rate_starts_afresh,
             lease_mode_counts_every_unit_taken,
             any_of_group_refuses_only_when_all_refuse,
             counted_refusals_charge_every_entry,

@@ -65,7 +65,7 @@ impl Algorithm {
 
     /// A short tag that ends every key of this algorithm, so that changing a limit's algorithm
     /// starts from fresh state instead of misreading the old one. [`crate::Key::new`] follows a
-    /// sliding window's with its bucket width.
+    /// sliding window's with its bucket width and GCRA's with its emission interval (µs).
     pub const fn key_tag(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fw",

@@ -86,11 +86,21 @@ impl Key {
         }
         text.push_str("}:");
         text.push_str(limit.algorithm().key_tag());
-        if let AnyRule::SlidingWindow(rule) = limit.rule() {
+        match limit.rule() {
             // The bucket width, in µs: a sliding window's state is bucket numbers, which mean
             // nothing under another width (read under a wider one, old numbers are far in the
             // future: counted for ever and an expiry of centuries).
-            text.push_str(itoa::Buffer::new().format(rule.width_micros()));
+            AnyRule::SlidingWindow(rule) => {
+                text.push_str(itoa::Buffer::new().format(rule.width_micros()));
+            }
+            // The emission interval, in µs: GCRA's state is an instant, the old rate's debt;
+            // kept under a shorter period, it refused for up to the old one (10 a day reloaded
+            // as 10 a second: refused, and kept, for a day).
+            AnyRule::Gcra(_) => {
+                let t = limit.quota().emission_interval_micros();
+                text.push_str(itoa::Buffer::new().format(t));
+            }
+            _ => {}
         }
         let hash = KEY_HASHER.hash_one(&text);
         Key {
@@ -255,7 +265,7 @@ mod tests {
     fn assert_confined(key: &Key, limit_name: &str) {
         let s = key.as_str();
         assert!(s.starts_with(&format!("tollgate:{limit_name}:{{")), "{s}");
-        assert!(s.ends_with("}:gcra"), "{s}");
+        assert!(s.ends_with("}:gcra1000000"), "{s}");
         assert_eq!(s.matches('{').count(), 1, "{s}");
         assert_eq!(s.matches('}').count(), 1, "{s}");
         assert!(s.bytes().all(|b| b.is_ascii_graphic()), "{s}");
