@@ -73,7 +73,7 @@ pub(crate) fn in_batch(message: String) -> StoreError {
     let cause: BoxError = Box::new(SharedCause(message));
     match code.as_str() {
         "OOM" => StoreError::OutOfMemory(cause),
-        "READONLY" => StoreError::ReadOnly(cause),
+        "READONLY" | "NOREPLICAS" => StoreError::ReadOnly(cause),
         "BUSY" => StoreError::Busy(cause),
         "NOAUTH" | "WRONGPASS" | "NOPERM" => StoreError::Auth(cause),
         "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" | "TRYAGAIN" => StoreError::Cluster(cause),
@@ -98,7 +98,9 @@ pub(crate) fn classify(err: RedisError) -> StoreError {
     // passes the command's code through: `OOM command not allowed ...`).
     match err.code() {
         Some("OOM") => return StoreError::OutOfMemory(Box::new(err)),
-        Some("READONLY") => return StoreError::ReadOnly(Box::new(err)),
+        // A primary that may not write for want of replicas (`min-replicas-to-write`): as a
+        // replica, it refuses writes until the client reaches the new primary.
+        Some("READONLY" | "NOREPLICAS") => return StoreError::ReadOnly(Box::new(err)),
         Some("NOSCRIPT") => return StoreError::NoScript(Box::new(err)),
         Some("BUSY") => return StoreError::Busy(Box::new(err)),
         Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return StoreError::Auth(Box::new(err)),
@@ -208,6 +210,7 @@ mod tests {
                 "tollgate: READONLY You can't write against a read only replica.",
                 "readonly",
             ),
+            ("tollgate: NOREPLICAS Not enough good replicas to write.", "readonly"),
             (
                 "tollgate: WRONGTYPE Operation against a key holding the wrong kind",
                 "script",

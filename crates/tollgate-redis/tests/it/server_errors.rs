@@ -75,3 +75,26 @@ async fn read_only_replica_is_its_own_kind() {
     );
     assert_eq!(server.cmd(&["REPLICAOF", "NO", "ONE"]), "+OK\r\n");
 }
+
+/// A primary that may not write for want of replicas (`min-replicas-to-write`, the setting
+/// that closes a failover's split-brain window on an old primary): `NOREPLICAS`, reported as
+/// `readonly` (it refuses writes until the client reaches the new primary; behind Sentinel
+/// it makes the store look for it at once), not as a script error.
+#[tokio::test]
+async fn a_primary_without_its_replicas_is_read_only() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    assert_eq!(kind_of(&limiter, "before").await, [None; 5]);
+    assert_eq!(
+        server.cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        kind_of(&limiter, "new").await,
+        [Some(StoreErrorKind::ReadOnly); 5]
+    );
+    assert_eq!(
+        server.cmd(&["CONFIG", "SET", "min-replicas-to-write", "0"]),
+        "+OK\r\n"
+    );
+}

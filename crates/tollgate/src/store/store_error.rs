@@ -50,7 +50,8 @@ pub enum StoreError {
     /// a `noeviction` policy). Lasts until someone frees memory or raises the limit.
     #[error("store is out of memory and refuses writes")]
     OutOfMemory(#[source] BoxError),
-    /// The store refuses writes because it is a replica (Redis `READONLY`), usually during a
+    /// The store refuses writes because it is a replica (Redis `READONLY`), or a primary cut
+    /// off from the replicas `min-replicas-to-write` asks for (`NOREPLICAS`), usually during a
     /// failover, until the client reaches the new primary.
     #[error("store is read-only (a replica)")]
     ReadOnly(#[source] BoxError),
