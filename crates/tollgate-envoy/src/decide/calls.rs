@@ -2,7 +2,9 @@
 //! (too costly descriptors, or everything once the request is refused), the check-only
 //! peek, and the one atomic call that charges.
 
-use tollgate::{Ask, LimitDecision, Limiter, Need, Op, Outcome, Request, Store, Verdict};
+use tollgate::{
+    Ask, LimitDecision, Limiter, MAX_KEY_VALUE, Need, Op, Outcome, Request, Store, Verdict,
+};
 use tonic::Status;
 
 use super::Group;
@@ -320,6 +322,20 @@ fn prepare<'a, St: Store>(
     } else {
         Need::OneOf
     };
+    // A value the core would refuse, named by its descriptor and entry (the core's error
+    // names only the key part, `d0`, which the caller never wrote).
+    for item in batch {
+        if let Some((part, value)) = item.parts.iter().find(|(_, v)| v.len() > MAX_KEY_VALUE) {
+            let at = match part.strip_prefix('d').and_then(|n| n.parse::<usize>().ok()) {
+                Some(entry) => format!("descriptors[{}].entries[{entry}].value", item.slots[0]),
+                None => format!("descriptors[{}] (key part {part:?})", item.slots[0]),
+            };
+            return Err(Status::invalid_argument(format!(
+                "{at}: {} bytes, longer than {MAX_KEY_VALUE} bytes",
+                value.len()
+            )));
+        }
+    }
     let asks = batch.iter().map(|item| {
         let rule = item.rule;
         // A descriptor's `limit` override (matching/overrides.rs), or the limit of several

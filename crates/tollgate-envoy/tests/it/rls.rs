@@ -542,6 +542,11 @@ async fn oversized_descriptor_values_are_refused() {
         .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("longer than 1024 bytes"), "{err:?}");
+    assert!(
+        err.message()
+            .starts_with("descriptors[0] (key part \"ip\"): 65536 bytes"),
+        "the descriptor and its rule's key part named: {err:?}"
+    );
     assert_eq!(
         rls.store.memory().len(),
         0,

@@ -342,3 +342,23 @@ async fn quota_descriptors_on_one_counter_pass_while_one_does() {
         rls.stop().await;
     }
 }
+
+/// A value too long for a key, matched by a YAML entry, is refused naming the descriptor and
+/// the entry (the generated key part, `d0`, is not a name the caller wrote).
+#[tokio::test]
+async fn an_oversized_value_names_its_descriptor_and_entry() {
+    let mut rls = Rls::start_imported(&[("q.yaml", QUOTA)], "[envoy]\n").await;
+    let huge = "v".repeat(tollgate::MAX_KEY_VALUE + 1);
+    let fine: Desc<'_> = &[("k", "a")];
+    let err = rls
+        .client
+        .should_rate_limit(request("q", &[fine, &[("k", huge.as_str())]], 0))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert_eq!(
+        err.message(),
+        "descriptors[1].entries[0].value: 1025 bytes, longer than 1024 bytes"
+    );
+    rls.stop().await;
+}
