@@ -177,7 +177,7 @@ pub async fn sliding_window_with_another_width_starts_afresh<S: Store>(
     clock: FakeClock,
     fixture: Fixture<S>,
 ) {
-    let store = std::sync::Arc::new(fixture.store);
+    let mut reloads = Reloads::new(clock, fixture);
     let window = |buckets: u32, period: u64| {
         Limit::new(
             "rewidth",
@@ -188,19 +188,11 @@ pub async fn sliding_window_with_another_width_starts_afresh<S: Store>(
         .keyed_by(["user"])
         .expect("valid part")
     };
-    let harness = |limit: Limit, guard: Box<dyn std::any::Any + Send + Sync>| {
-        let fixture = Fixture {
-            store: std::sync::Arc::clone(&store),
-            namespace: fixture.namespace.clone(),
-            guard,
-        };
-        Harness::new(clock.clone(), fixture, vec![limit])
-    };
-    let old = harness(window(60, 60), fixture.guard);
+    let old = reloads.harness(window(60, 60));
     spend(&old, 10).await;
     // Wider buckets (6 s, 2 s) and narrower ones (0.5 s), each one after the other.
     for (buckets, period) in [(10, 60), (60, 120), (120, 60)] {
-        let new = harness(window(buckets, period), Box::new(()));
+        let new = reloads.harness(window(buckets, period));
         let v = new.check("rewidth", "u", 1).await;
         from_store(&v, "the new width");
         let d = v.decision();
@@ -227,7 +219,7 @@ pub async fn sliding_window_with_another_width_starts_afresh<S: Store>(
 /// rate, the old debt (an instant a day ahead) refused a limit reloaded from 10 a day to 10 a
 /// second for up to a day, and its key lived as long.
 pub async fn gcra_with_another_rate_starts_afresh<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
-    let store = std::sync::Arc::new(fixture.store);
+    let mut reloads = Reloads::new(clock, fixture);
     let gcra = |limit: u64, period: u64| {
         Limit::new(
             "rewidth",
@@ -238,18 +230,10 @@ pub async fn gcra_with_another_rate_starts_afresh<S: Store>(clock: FakeClock, fi
         .keyed_by(["user"])
         .expect("valid part")
     };
-    let harness = |limit: Limit, guard: Box<dyn std::any::Any + Send + Sync>| {
-        let fixture = Fixture {
-            store: std::sync::Arc::clone(&store),
-            namespace: fixture.namespace.clone(),
-            guard,
-        };
-        Harness::new(clock.clone(), fixture, vec![limit])
-    };
-    let old = harness(gcra(10, 86_400), fixture.guard);
+    let old = reloads.harness(gcra(10, 86_400));
     spend(&old, 10).await;
     for (limit, period) in [(10, 1), (5, 86_400)] {
-        let new = harness(gcra(limit, period), Box::new(()));
+        let new = reloads.harness(gcra(limit, period));
         let v = new.check("rewidth", "u", 1).await;
         from_store(&v, "the new rate");
         let d = v.decision();
@@ -269,6 +253,35 @@ pub async fn gcra_with_another_rate_starts_afresh<S: Store>(clock: FakeClock, fi
         matches!(v.outcome(), Outcome::Limited { retry_after } if retry_after <= Duration::from_secs(8_640)),
         "{v:?}"
     );
+}
+
+/// Limiters of one limit each over the fixture's one store and namespace, as reloads make
+/// them: the first keeps the fixture's guard (its servers) alive.
+struct Reloads<S> {
+    store: std::sync::Arc<S>,
+    namespace: tollgate::Namespace,
+    clock: FakeClock,
+    guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl<S: Store> Reloads<S> {
+    fn new(clock: FakeClock, fixture: Fixture<S>) -> Reloads<S> {
+        Reloads {
+            store: std::sync::Arc::new(fixture.store),
+            namespace: fixture.namespace,
+            clock,
+            guard: Some(fixture.guard),
+        }
+    }
+
+    fn harness(&mut self, limit: Limit) -> Harness<std::sync::Arc<S>> {
+        let fixture = Fixture {
+            store: std::sync::Arc::clone(&self.store),
+            namespace: self.namespace.clone(),
+            guard: self.guard.take().unwrap_or_else(|| Box::new(())),
+        };
+        Harness::new(self.clock.clone(), fixture, vec![limit])
+    }
 }
 
 async fn spend<S: Store>(h: &Harness<S>, units: u64) {

@@ -226,18 +226,23 @@ async fn held_units_outlive_a_store_failure_then_the_policy_applies() {
     assert!(matches!(v.outcome(), Outcome::Unavailable { .. }), "{v:?}");
 }
 
+/// An exact limit of one a minute, beside a lease-mode one.
+fn strict() -> Limit {
+    Limit::new(
+        "strict",
+        Algorithm::Gcra,
+        Quota::per_minute(1).expect("valid"),
+    )
+    .expect("valid")
+}
+
 /// All or nothing: a request refused by its other (exact) limit spends nothing of the
 /// lease.
 #[tokio::test]
 async fn a_refusal_by_another_limit_refunds_the_lease() {
     let clock = clock();
     let store = counting(memory());
-    let exact = Limit::new(
-        "strict",
-        Algorithm::Gcra,
-        Quota::per_minute(1).expect("valid"),
-    )
-    .expect("valid");
+    let exact = strict();
     let l = limiter(
         store.clone(),
         &clock,
@@ -664,12 +669,7 @@ async fn units_counted_on_during_a_take_are_not_spent_twice() {
 async fn a_refund_after_the_window_turned_is_not_spent_in_the_new_one() {
     let clock = clock();
     let store = counting(memory());
-    let exact = Limit::new(
-        "strict",
-        Algorithm::Gcra,
-        Quota::per_minute(1).expect("valid"),
-    )
-    .expect("valid");
+    let exact = strict();
     let l = Arc::new(limiter(
         store.clone(),
         &clock,
