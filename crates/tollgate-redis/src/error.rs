@@ -210,7 +210,10 @@ mod tests {
                 "tollgate: READONLY You can't write against a read only replica.",
                 "readonly",
             ),
-            ("tollgate: NOREPLICAS Not enough good replicas to write.", "readonly"),
+            (
+                "tollgate: NOREPLICAS Not enough good replicas to write.",
+                "readonly",
+            ),
             (
                 "tollgate: WRONGTYPE Operation against a key holding the wrong kind",
                 "script",

@@ -214,7 +214,7 @@ async fn run(
                 match v.outcome() {
                     Outcome::Allowed => Some(t),
                     _ => {
-                        let decision = *v.decision();
+                        let decision = v.decision();
                         let second = ((t - T0_US) / 1_000_000) as usize;
                         stats.record(
                             second,

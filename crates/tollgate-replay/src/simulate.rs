@@ -536,7 +536,7 @@ async fn concurrent_on_redis(
                             || matches!(verdict.outcome(), Outcome::Unavailable { .. })
                         {
                             failed += 1;
-                        } else if verdict.decision().is_allowed() {
+                        } else if verdict.decisive().decision.is_allowed() {
                             admitted += 1;
                         }
                     }

@@ -122,8 +122,8 @@ mod tests {
             .build()
             .expect("limiter");
         let none: &[(&str, &str)] = &[];
-        limiter.check("a", none).await.expect("check");
-        limiter.check("a", none).await.expect("check");
+        let _ = limiter.check("a", none).await.expect("check");
+        let _ = limiter.check("a", none).await.expect("check");
         let request = limiter.prepare(&["a"], none, 1).expect("request");
         limiter.reset(&request).await.expect("reset");
         assert_eq!(store.decides.load(Ordering::SeqCst), 2);

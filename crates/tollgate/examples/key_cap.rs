@@ -39,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let rss_before = rss_bytes()?;
     for i in 0..keys {
-        store.decide_single_at(&SingleRequest::new(&limit, &key(i), 1)?, Op::Check, now)?;
+        let _ = store.decide_single_at(&SingleRequest::new(&limit, &key(i), 1)?, Op::Check, now)?;
     }
     let rss_after = rss_bytes()?;
     let per_key = (rss_after.saturating_sub(rss_before)) as f64 / keys as f64;
@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let k = &known[n % known.len()];
         let request = SingleRequest::new(&limit, k, 1).map_err(|e| e.to_string())?;
         let d = store.decide_single_at(&request, Op::Check, now);
-        black_box(d.map_err(|e| e.to_string())?);
+        let _ = black_box(d.map_err(|e| e.to_string())?);
         Ok(())
     })?;
     report("known key", calls, elapsed);
@@ -90,7 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let start = Instant::now();
             let d = store.decide_single_at(&request, Op::Check, now);
             worst = worst.max(start.elapsed());
-            black_box(d.map_err(|e| e.to_string())?);
+            let _ = black_box(d.map_err(|e| e.to_string())?);
             Ok(())
         });
         stop.store(true, Ordering::Relaxed);

@@ -143,6 +143,7 @@ pub fn longest_refusal<'a>(
 /// The outcome of a check over one or several limits: all or nothing over the enforced
 /// limits; shadow limits are reported but never refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a verdict refuses nothing unless it is read: match `outcome()`"]
 pub struct Verdict {
     decisions: SmallVec<[LimitDecision; 2]>,
 }
@@ -258,9 +259,13 @@ impl Verdict {
         shown
     }
 
-    /// The decision of the most restrictive limit.
-    pub fn decision(&self) -> &Decision {
-        &self.decisive().decision
+    /// The decision of the most restrictive limit, as the client is shown it
+    /// ([`Verdict::shown`]): admitting whenever the verdict admits. (It was the decisive
+    /// limit's own decision: a verdict of shadow limits alone, whose refusals never refuse,
+    /// read `is_allowed() == false` with a retry, and code answering 429 on it enforced a
+    /// limit meant to be shadow. The limit's own is [`Verdict::decisive`]'s.)
+    pub fn decision(&self) -> Decision {
+        self.shown()
     }
 
     /// When refused: when to retry (the longest wait among the refusals).

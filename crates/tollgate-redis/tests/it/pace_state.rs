@@ -68,7 +68,7 @@ async fn sliding_window_charges_drop_stale_buckets() {
     let hash = redis_key(&limiter, "sw", &key);
     for i in 0..50 {
         if i % 3 == 2 {
-            limiter.adjust("sw", &key, -1).await.expect("refund");
+            let _ = limiter.adjust("sw", &key, -1).await.expect("refund");
         }
         let charged = limiter.adjust("sw", &key, 10).await.expect("charge");
         assert_eq!(charged.remaining, 0, "step {i}: {charged:?}");
@@ -87,8 +87,8 @@ async fn sliding_window_charges_drop_stale_buckets() {
     }
     // Past the window, a refund finds nothing live; a charge leaves its one bucket.
     clock.advance(Duration::from_secs(2));
-    limiter.adjust("sw", &key, -5).await.expect("refund");
-    limiter.adjust("sw", &key, 3).await.expect("charge");
+    let _ = limiter.adjust("sw", &key, -5).await.expect("refund");
+    let _ = limiter.adjust("sw", &key, 3).await.expect("charge");
     assert_eq!(hlen(&hash), 1, "only the new bucket is left");
     let v = limiter.check("sw", &key).await.expect("valid");
     assert_eq!(v.outcome(), Outcome::Allowed);
@@ -122,7 +122,7 @@ async fn settlements_keep_keys_within_three_periods() {
     for a in Algorithm::ALL {
         let n = a.key_tag();
         for _ in 0..1_000 {
-            limiter.adjust(n, &key, 10).await.expect("charge");
+            let _ = limiter.adjust(n, &key, 10).await.expect("charge");
         }
         let k = redis_key(&limiter, n, &key);
         let pttl = int_of("PTTL", &k);

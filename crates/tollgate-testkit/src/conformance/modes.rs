@@ -233,7 +233,7 @@ pub async fn counted_refusals_charge_every_entry<S: Store>(clock: FakeClock, fix
                 .prepare(&[small], &[("user", user)], 1)
                 .expect("valid");
             request.count_refusals().expect("fixed window");
-            *h.limiter.decide(&request, Op::Check).await.decision()
+            h.limiter.decide(&request, Op::Check).await.decision()
         }
     };
     assert!(lone("c").await.is_allowed());

@@ -39,7 +39,7 @@ pub async fn remaining_and_reset_after_track_each_call<S: Store>(
         }
         // 12 s later the smooth algorithms have one unit back; the windows do not.
         h.advance(s(12));
-        let d = *h.peek(&n, "u", 1).await.decision();
+        let d = h.peek(&n, "u", 1).await.decision();
         let (remaining, reset_after) = match a {
             Algorithm::FixedWindow => (0, s(38)),
             Algorithm::SlidingLog => (0, s(48)),

@@ -11,7 +11,10 @@ pub enum SettleError {
     /// capacity.
     #[error(transparent)]
     Check(#[from] CheckError),
-    /// The store failed; nothing was charged or refunded.
-    #[error("the store failed: {0}")]
+    /// The store failed: the settlement is not confirmed. When the call reached the store
+    /// and only its answer was lost (a timeout, a dropped connection), it may have been
+    /// applied, and a retry would apply it again; when the store was never reached (circuit
+    /// open, refused connection), it was not.
+    #[error("the store failed")]
     Store(#[from] StoreError),
 }

@@ -96,6 +96,7 @@ impl Admission {
 
 /// What one limit says about one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a decision refuses nothing unless it is read: see `is_allowed()`"]
 pub struct Decision {
     /// Whether the request passes this limit, and when refused, for how long.
     pub admission: Admission,
@@ -168,7 +169,6 @@ impl Decision {
     /// let refused = Decision::refused(10, 3, Duration::from_secs(7), Duration::from_secs(5));
     /// assert_eq!(refused.never(), refused);
     /// ```
-    #[must_use]
     pub fn never(self) -> Decision {
         match self.admission {
             Admission::Refused(_) => self,

@@ -192,14 +192,14 @@ async fn return_leases_gives_back_unspent_units() {
     assert_eq!(l.leased_units(), 0);
 
     // Taken in one window, given back in the next: nothing changes there.
-    l.check("hot", &KEY).await.expect("valid");
+    let _ = l.check("hot", &KEY).await.expect("valid");
     clock.advance(Duration::from_secs(60));
     let other = limiter(
         store.clone(),
         &clock,
         vec![leased(100, Lease::new().units(10))],
     );
-    other.check("hot", &KEY).await.expect("valid");
+    let _ = other.check("hot", &KEY).await.expect("valid");
     let before = store_count(&store, &clock, 100).await;
     l.return_leases().await.expect("memory");
     assert_eq!(store_count(&store, &clock, 100).await, before);
@@ -560,14 +560,14 @@ fn the_overshoot_gauge_is_the_units_held() {
             let clock = clock();
             let l = limiter(memory(), &clock, vec![leased(100, Lease::new().units(10))]);
             for _ in 0..7 {
-                l.check("hot", &KEY).await.expect("valid");
+                let _ = l.check("hot", &KEY).await.expect("valid");
             }
             assert_eq!(l.leased_units(), 4);
             let (held, first) = read();
             assert_eq!(held, Some(4.0));
             assert_eq!(first, 1);
             for _ in 0..5 {
-                l.check("hot", &KEY).await.expect("valid");
+                let _ = l.check("hot", &KEY).await.expect("valid");
             }
             let (held, both) = read();
             assert_eq!(held, Some(l.leased_units() as f64));

@@ -153,6 +153,11 @@ fn shadow_limits_report_but_never_refuse() {
             let v = l.check("trial", &key).await.expect("valid");
             assert_eq!(v.outcome(), Outcome::Allowed);
             assert_eq!(v.decisive().limit.as_ref(), "trial");
+            // Its decision as the verdict shows it admits (code answering 429 on
+            // `!decision().is_allowed()` enforced the shadow limit); the limit's own refuses.
+            assert!(v.decision().is_allowed(), "{v:?}");
+            assert_eq!(v.decision().retry_after(), None);
+            assert!(!v.decisive().decision.is_allowed());
         });
     });
     let counted: Vec<(String, u64)> = snapshotter

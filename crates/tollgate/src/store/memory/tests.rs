@@ -47,7 +47,7 @@ fn key_cap_refuses_new_keys_only_when_their_shard_is_empty() {
     let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
     let store = capped(&clock, 1);
     let l = limit("f", Algorithm::FixedWindow);
-    check(&store, &l, "a", clock.now());
+    let _ = check(&store, &l, "a", clock.now());
     let other = user_in_other_shard(&l, "a");
     let err = store
         .decide_at(&request(&l, &other), Op::Check, clock.now())
@@ -86,7 +86,7 @@ fn a_multi_key_check_at_the_cap_keeps_its_own_keys() {
     };
     // Room for `a` only; `c`'s shard holds nothing but `a`, which the check keeps.
     let store = capped(&clock, 1);
-    check(&store, &l1, a, clock.now());
+    let _ = check(&store, &l1, a, clock.now());
     assert!(matches!(
         both(&store),
         Err(StoreError::Full { max_keys: 1 })
@@ -100,8 +100,8 @@ fn a_multi_key_check_at_the_cap_keeps_its_own_keys() {
     // With another key in that shard, it goes and both are charged.
     let store = capped(&clock, 2);
     let e = user_in_shard(&l1, shard_a);
-    check(&store, &l1, a, clock.now());
-    check(&store, &l1, &e, clock.now());
+    let _ = check(&store, &l1, a, clock.now());
+    let _ = check(&store, &l1, &e, clock.now());
     let d = both(&store).expect("evicts the other key");
     assert_eq!((d[0].remaining, d[1].remaining), (8, 9));
     assert_eq!(peek(&store, &l1, &e, clock.now()).remaining, 10, "evicted");
@@ -114,10 +114,10 @@ fn a_multi_key_check_at_the_cap_keeps_its_own_keys() {
 fn reset_keys_do_not_grow_the_heap() {
     let (clock, store, l) = gcra_capped("r", 100);
     for _ in 0..1_000 {
-        check(&store, &l, "a", clock.now());
+        let _ = check(&store, &l, "a", clock.now());
         store.reset_now(&request(&l, "a"));
     }
-    check(&store, &l, "a", clock.now());
+    let _ = check(&store, &l, "a", clock.now());
     let key = Key::new(&Namespace::default(), &l, &[("user", "a")]);
     let heap = lock(&store.inner.shards[shard_of(&key)]).heap_len();
     assert!(heap <= 2 + 64, "{heap} heap entries for one key");
@@ -366,7 +366,7 @@ fn user_in_other_shard(l: &Limit, user: &str) -> String {
 fn a_new_key_at_the_cap_visits_a_bounded_number_of_entries() {
     let (clock, store, l) = gcra_capped("g", 2_000);
     for i in 0..2_000 {
-        check(&store, &l, &format!("old{i}"), clock.now());
+        let _ = check(&store, &l, &format!("old{i}"), clock.now());
     }
     assert_eq!(store.len(), 2_000);
     take_visited();
@@ -400,7 +400,7 @@ fn known_keys_decide_unchanged_during_a_flood_at_the_cap() {
         assert!(check(&store, &l, "known", clock.now()).is_allowed());
     }
     for i in 0..1_999 {
-        check(&store, &l, &format!("old{i}"), clock.now());
+        let _ = check(&store, &l, &format!("old{i}"), clock.now());
     }
     clock.advance(Duration::from_secs(1));
     for i in 0..2_000 {
@@ -428,9 +428,9 @@ fn a_new_key_at_the_cap_evicts_replenished_then_soonest() {
     let (clock, store, l) = gcra_capped("g", 2);
     let users = same_shard(&l, "u", 4);
     let t0 = clock.now();
-    check(&store, &l, &users[0], t0); // replenished at t0 + 6 s
+    let _ = check(&store, &l, &users[0], t0); // replenished at t0 + 6 s
     clock.advance(Duration::from_secs(3));
-    check(&store, &l, &users[1], clock.now()); // replenished at t0 + 9 s
+    let _ = check(&store, &l, &users[1], clock.now()); // replenished at t0 + 9 s
     clock.advance(Duration::from_secs(4)); // t0 + 7 s: users[0] replenished
     assert!(check(&store, &l, &users[2], clock.now()).is_allowed());
     assert_eq!(store.len(), 2);
@@ -460,7 +460,7 @@ fn a_full_store_is_counted() {
     metrics::with_local_recorder(&recorder, || {
         let (clock, store, l) = gcra_capped("counted", 10);
         for i in 0..10 {
-            check(&store, &l, &format!("old{i}"), clock.now());
+            let _ = check(&store, &l, &format!("old{i}"), clock.now());
         }
         for i in 0..7 {
             // Evicting or refused: counted either way.
