@@ -8,7 +8,8 @@
 //!
 //! Names are compared exactly (no wildcards: a list of allowed clients, not a hostname
 //! match) with the certificate's DNS and URI subject alternative names (SPIFFE IDs are URI
-//! names) and with its subject's common name, which older CAs still put names in.
+//! names), or, for a certificate without them, with its subject's common name, which older
+//! CAs still put names in (RFC 6125: a certificate with alternative names is who they say).
 
 use std::sync::Arc;
 
@@ -34,23 +35,80 @@ impl NamedClients {
             return false;
         };
         let allowed = |name: &str| self.names.iter().any(|n| n == name);
-        cert.valid_dns_names().any(allowed)
-            || cert.valid_uri_names().any(allowed)
-            || common_name(cert.subject()).is_some_and(allowed)
+        // The common name counts only without DNS or URI names (RFC 6125: a certificate that
+        // has them says who it is there).
+        let mut sans = cert
+            .valid_dns_names()
+            .chain(cert.valid_uri_names())
+            .peekable();
+        if sans.peek().is_some() {
+            return sans.any(allowed);
+        }
+        common_name(cert.subject()).is_some_and(allowed)
     }
 }
 
-/// The first common name (OID 2.5.4.3) in a DER `Name`, when it is text.
+/// The common name (OID 2.5.4.3) of a DER `Name`, read attribute by attribute: `None` unless
+/// there is exactly one, and it is text. (It was found by searching the bytes for the OID,
+/// so a CA-signed certificate whose organisation's value held those bytes and a name passed
+/// as that name: an audit's `attacker.svc` reached the service as `envoy.edge.svc`.)
 fn common_name(subject: &[u8]) -> Option<&str> {
-    const CN: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
-    let at = subject.windows(CN.len()).position(|w| w == CN)? + CN.len();
-    let (&tag, rest) = subject.get(at..)?.split_first()?;
-    // UTF8String, PrintableString, IA5String: short lengths only (a name fits in 127 bytes).
-    if !matches!(tag, 0x0C | 0x13 | 0x16) {
-        return None;
+    const CN: [u8; 3] = [0x55, 0x04, 0x03];
+    // The Name's RDNs, with or without the SEQUENCE around them (RDNs are SETs, 0x31).
+    let mut rdns = match element(subject) {
+        Some((0x30, inner, [])) => inner,
+        _ => subject,
+    };
+    let mut found = None;
+    while !rdns.is_empty() {
+        let (0x31, set, rest) = element(rdns)? else {
+            return None;
+        };
+        rdns = rest;
+        let mut attributes = set;
+        while !attributes.is_empty() {
+            let (0x30, attribute, rest) = element(attributes)? else {
+                return None;
+            };
+            attributes = rest;
+            let (0x06, oid, value) = element(attribute)? else {
+                return None;
+            };
+            if oid != CN {
+                continue;
+            }
+            // UTF8String, PrintableString, IA5String.
+            let (tag, text, []) = element(value)? else {
+                return None;
+            };
+            if !matches!(tag, 0x0C | 0x13 | 0x16) || found.is_some() {
+                return None;
+            }
+            found = Some(std::str::from_utf8(text).ok()?);
+        }
     }
-    let (&len, rest) = rest.split_first()?;
-    std::str::from_utf8(rest.get(..usize::from(len).min(0x7f))?).ok()
+    found
+}
+
+/// The DER element at the start of `der`: its tag, its contents and the bytes after it
+/// (lengths up to 64 KiB, far past any name).
+fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = match first {
+        0..=0x7f => (usize::from(first), rest),
+        0x81 => {
+            let (&len, rest) = rest.split_first()?;
+            (usize::from(len), rest)
+        }
+        0x82 => {
+            let (len, rest) = rest.split_at_checked(2)?;
+            (usize::from(u16::from_be_bytes([len[0], len[1]])), rest)
+        }
+        _ => return None,
+    };
+    let (contents, rest) = rest.split_at_checked(len)?;
+    Some((tag, contents, rest))
 }
 
 impl ClientCertVerifier for NamedClients {
@@ -104,5 +162,58 @@ impl ClientCertVerifier for NamedClients {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_name;
+
+    fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        if contents.len() < 0x80 {
+            out.push(u8::try_from(contents.len()).expect("short"));
+        } else {
+            out.push(0x81);
+            out.push(u8::try_from(contents.len()).expect("under 256"));
+        }
+        out.extend_from_slice(contents);
+        out
+    }
+
+    /// One RDN of one attribute: `oid` (contents) with a UTF8String `value`.
+    fn rdn(oid: &[u8], value: &[u8]) -> Vec<u8> {
+        let attribute = [tlv(0x06, oid), tlv(0x0C, value)].concat();
+        tlv(0x31, &tlv(0x30, &attribute))
+    }
+
+    const O: [u8; 3] = [0x55, 0x04, 0x0A];
+    const CN: [u8; 3] = [0x55, 0x04, 0x03];
+
+    /// The audit's certificate: an organisation whose value is the bytes of a common name
+    /// attribute naming `envoy.edge.svc`, before the real common name `attacker.svc`.
+    #[test]
+    fn a_name_inside_another_attribute_is_not_the_common_name() {
+        let forged = [
+            &[0x06, 0x03, 0x55, 0x04, 0x03, 0x0C, 0x0E][..],
+            b"envoy.edge.svc",
+        ]
+        .concat();
+        let rdns = [rdn(&O, &forged), rdn(&CN, b"attacker.svc")].concat();
+        assert_eq!(common_name(&rdns), Some("attacker.svc"));
+        assert_eq!(common_name(&tlv(0x30, &rdns)), Some("attacker.svc"));
+    }
+
+    #[test]
+    fn one_text_common_name_or_none() {
+        let plain = [rdn(&O, b"Example"), rdn(&CN, b"envoy.edge.svc")].concat();
+        assert_eq!(common_name(&plain), Some("envoy.edge.svc"));
+        assert_eq!(common_name(&rdn(&O, b"Example")), None, "no common name");
+        let two = [rdn(&CN, b"envoy.edge.svc"), rdn(&CN, b"attacker.svc")].concat();
+        assert_eq!(common_name(&two), None, "two common names");
+        let truncated = &plain[..plain.len() - 3];
+        assert_eq!(common_name(truncated), None);
+        let long = "a".repeat(200);
+        assert_eq!(common_name(&rdn(&CN, long.as_bytes())), Some(long.as_str()));
     }
 }
