@@ -81,6 +81,35 @@ pub(crate) fn in_batch(message: String) -> StoreError {
     }
 }
 
+/// A refusal met while the client set a new connection up, not by a call of ours: the kind
+/// to report it as, `None` for any other error. The client reports the server's refusal of
+/// the `SELECT` it sends for the URL's database (`redis://host/99` beyond `databases`: "ERR
+/// DB index is out of range"), or of its `AUTH`, as a response error of its own
+/// ("Redis server refused to switch database"), which would otherwise read as a script's
+/// failure, `script`: a configuration the connection cannot be made with is a `connection`
+/// failure (credentials: `auth`), as an invalid client configuration is. A `HELLO` refused
+/// for its protocol version (`NOPROTO`) is one too.
+fn connection_setup(err: &RedisError) -> Option<fn(BoxError) -> StoreError> {
+    if err.code() == Some("NOPROTO") {
+        return Some(StoreError::Connection);
+    }
+    if !matches!(
+        err.kind(),
+        ErrorKind::Server(ServerErrorKind::ResponseError)
+    ) {
+        return None;
+    }
+    // The client's own description leads its message (a reply's error leads with its code).
+    let message = err.to_string();
+    if message.starts_with("Redis server refused to switch database") {
+        Some(StoreError::Connection)
+    } else if message.starts_with("Redis server refused to authenticate") {
+        Some(StoreError::Auth)
+    } else {
+        None
+    }
+}
+
 /// The [`StoreError`] for a failed Redis call.
 pub(crate) fn classify(err: RedisError) -> StoreError {
     if let Some(tls) = crate::tls::tls_failure(&err) {
@@ -93,6 +122,9 @@ pub(crate) fn classify(err: RedisError) -> StoreError {
     }
     if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
         return StoreError::Connection(Box::new(err));
+    }
+    if let Some(setup) = connection_setup(&err) {
+        return setup(Box::new(err));
     }
     // Refusals an operator can act on, by the reply's error code (a script's `redis.call`
     // passes the command's code through: `OOM command not allowed ...`).
@@ -153,6 +185,49 @@ mod tests {
         ));
         let e = classify(denied);
         assert!(matches!(e, StoreError::Auth(_)), "{e:?}");
+    }
+
+    /// A connection the client could not set up (the URL's database refused by `SELECT`:
+    /// `redis://host/99`, "ERR DB index is out of range") is a connection failure, not a
+    /// script's: the error exactly as the client builds it. Its `AUTH` refused likewise is an
+    /// auth failure, a protocol version refused (`NOPROTO`) a connection failure; a script's
+    /// own `ERR` stays a script failure.
+    #[test]
+    fn a_connection_refused_at_setup_is_not_a_script_failure() {
+        let select = RedisError::from((
+            ServerErrorKind::ResponseError.into(),
+            "Redis server refused to switch database",
+            "DB index is out of range".to_owned(),
+        ));
+        let e = classify(select);
+        assert!(matches!(e, StoreError::Connection(_)), "{e:?}");
+        assert_eq!(e.kind().as_str(), "connection");
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(
+            cause.is_some_and(|c| c.contains("DB index is out of range")),
+            "the server's reason kept"
+        );
+        let select = RedisError::from((
+            ServerErrorKind::ResponseError.into(),
+            "Redis server refused to switch database",
+        ));
+        assert!(matches!(classify(select), StoreError::Connection(_)));
+        let auth = RedisError::from((
+            ServerErrorKind::ResponseError.into(),
+            "Redis server refused to authenticate, returns Ok() != Value::Okay",
+        ));
+        assert!(matches!(classify(auth), StoreError::Auth(_)));
+        let noproto = redis::make_extension_error(
+            "NOPROTO".to_owned(),
+            Some("unsupported protocol version".to_owned()),
+        );
+        assert!(matches!(classify(noproto), StoreError::Connection(_)));
+        let script = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "ERR",
+            "Error running script: switch database".to_owned(),
+        ));
+        assert!(matches!(classify(script), StoreError::Script(_)));
     }
 
     /// Each kind of Redis failure lands in the kind the failure policies expect.

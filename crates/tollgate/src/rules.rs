@@ -4,6 +4,13 @@
 //! into arithmetic, and a state is plain data. The memory store runs these functions; each
 //! has a Lua twin in `tollgate-redis/lua/` with the same integer arithmetic, and a
 //! differential test holds the two to the same answers.
+//!
+//! **Supported times**: `now` up to 2^53 µs since the epoch (year 2255), the range in which
+//! the Lua twins' numbers (doubles) are exact integers; within it no sum of an instant and a
+//! period, wait or debt comes near `u64::MAX`. Beyond it the Rust arithmetic saturates
+//! (never panics nor wraps round to an instant near 0, which would admit everything), answers
+//! may differ from Redis's, and GCRA refuses a cost whose theoretical arrival time would pass
+//! `u64::MAX` rather than pin it there (a pinned one would admit every later cost).
 
 mod any_rule;
 mod any_state;

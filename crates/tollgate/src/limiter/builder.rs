@@ -54,6 +54,13 @@ impl<S: Store> LimiterBuilder<S> {
     }
 
     /// Decide at this clock's time instead of the store's.
+    ///
+    /// Over a [`crate::MemoryStore`] on a clock of its own (`MemoryStore::new()`'s, the wall
+    /// clock), the decisions keep this clock's time: the store's background sweep goes no
+    /// further, in each of its shards, than the time of the last decision made there, so a
+    /// [`crate::FakeClock`] that stands still keeps its keys however long the wall clock runs
+    /// (they go once a decision there comes at a later time, or at the key cap). The same
+    /// holds for the `local` failure policy's store.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self

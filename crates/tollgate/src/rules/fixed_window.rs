@@ -48,12 +48,18 @@ impl FixedWindow {
         self.charge(state, now, cost);
         let status = self.status(state, now);
         let over = state.count > self.limit;
-        (status, over.then(|| state.window + self.period - now))
+        (status, over.then(|| self.end(state) - now))
+    }
+
+    /// When the counted window ends (saturating: no window ends past `u64::MAX`).
+    fn end(&self, state: &FixedWindowState) -> u64 {
+        state.window.saturating_add(self.period)
     }
 
     /// Units counted at `now`: the stored count while its window has not ended.
     fn live_count(&self, state: &FixedWindowState, now: u64) -> u64 {
-        if state.window + self.period > now {
+        // `now < window + period`, without the sum (which passes `u64::MAX` at the very end).
+        if now.saturating_sub(state.window) < self.period {
             state.count
         } else {
             0
@@ -72,10 +78,10 @@ impl Rule for FixedWindow {
     #[inline]
     fn admits(&self, state: &FixedWindowState, now: u64, cost: u64) -> Result<(), u64> {
         let count = self.live_count(state, now);
-        if count + cost <= self.limit {
+        if count.saturating_add(cost) <= self.limit {
             Ok(())
         } else {
-            Err((state.window + self.period).saturating_sub(now))
+            Err(self.end(state).saturating_sub(now))
         }
     }
 
@@ -87,7 +93,7 @@ impl Rule for FixedWindow {
                 count: 0,
             };
         }
-        state.count += cost;
+        state.count = state.count.saturating_add(cost);
     }
 
     fn refund(&self, state: &mut FixedWindowState, now: u64, units: u64) {
@@ -103,11 +109,7 @@ impl Rule for FixedWindow {
         let count = self.live_count(state, now);
         Status {
             remaining: self.limit.saturating_sub(count),
-            reset_after_us: if count > 0 {
-                state.window + self.period - now
-            } else {
-                0
-            },
+            reset_after_us: if count > 0 { self.end(state) - now } else { 0 },
         }
     }
 }

@@ -48,7 +48,12 @@ impl Rule for Gcra {
 
     #[inline]
     fn admits(&self, state: &GcraState, now: u64, cost: u64) -> Result<(), u64> {
-        let new_tat = state.tat.max(now) + cost * self.t;
+        // A `tat` past the last instant a `u64` holds (time far beyond the supported range,
+        // `crate::rules`) is refused rather than saturated: a `tat` pinned at `u64::MAX` would
+        // admit every later cost.
+        let Some(new_tat) = state.tat.max(now).checked_add(cost.saturating_mul(self.t)) else {
+            return Err((u64::MAX - self.tau).saturating_sub(now).max(1));
+        };
         if new_tat - now <= self.tau {
             Ok(())
         } else {
@@ -58,7 +63,10 @@ impl Rule for Gcra {
 
     #[inline]
     fn charge(&self, state: &mut GcraState, now: u64, cost: u64) {
-        state.tat = state.tat.max(now) + cost * self.t;
+        state.tat = state
+            .tat
+            .max(now)
+            .saturating_add(cost.saturating_mul(self.t));
     }
 
     /// `tat` moves on by `units × T`, to at most `now + 2 × tau + h × T` with
@@ -69,15 +77,18 @@ impl Rule for Gcra {
     fn debit(&self, state: &mut GcraState, now: u64, units: u64) {
         let from = state.tat.max(now);
         let horizon = DEBT_HORIZON_US.div_ceil(self.t.max(1)) * self.t;
-        let cap = now + 2 * self.tau + horizon;
-        let tat = from + units * self.t;
+        let cap = now.saturating_add(2 * self.tau + horizon);
+        let tat = from.saturating_add(units.saturating_mul(self.t));
         state.tat = if tat <= cap { tat } else { from.max(cap) };
     }
 
     fn refund(&self, state: &mut GcraState, now: u64, units: u64) {
         // Never before now: time already past is not owed, so it cannot be given back.
         if state.tat > now {
-            state.tat = state.tat.saturating_sub(units * self.t).max(now);
+            state.tat = state
+                .tat
+                .saturating_sub(units.saturating_mul(self.t))
+                .max(now);
         }
     }
 

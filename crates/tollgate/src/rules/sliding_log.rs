@@ -33,9 +33,12 @@ impl SlidingLog {
         }
     }
 
-    /// Index of the oldest entry still counted at `now`.
+    /// Index of the oldest entry still counted at `now`: entries `t` with `t + period > now`
+    /// (compared without the sum, which could pass `u64::MAX`).
     fn first_live(&self, state: &SlidingLogState, now: u64) -> usize {
-        state.entries.partition_point(|&t| t + self.period <= now)
+        state
+            .entries
+            .partition_point(|&t| now.saturating_sub(t) >= self.period)
     }
 }
 
@@ -57,7 +60,7 @@ impl Rule for SlidingLog {
         // The oldest `count + cost - limit` live entries must expire first.
         let must_expire = (count + cost - self.limit) as usize;
         match state.entries.get(first + must_expire - 1) {
-            Some(&t) => Err((t + self.period).saturating_sub(now)),
+            Some(&t) => Err(t.saturating_add(self.period).saturating_sub(now)),
             None => Err(0), // cost above the limit: never passes (refused before any store)
         }
     }
@@ -99,7 +102,7 @@ impl Rule for SlidingLog {
         Status {
             remaining: self.limit.saturating_sub(count),
             reset_after_us: if count > 0 {
-                (newest + self.period).saturating_sub(now)
+                newest.saturating_add(self.period).saturating_sub(now)
             } else {
                 0
             },

@@ -52,6 +52,13 @@ impl SlidingWindow {
         self.width
     }
 
+    /// When bucket `index` stops counting, `(index + buckets + 1) × w` (saturating).
+    fn leaves(&self, index: u64) -> u64 {
+        index
+            .saturating_add(self.buckets + 1)
+            .saturating_mul(self.width)
+    }
+
     /// Index of the oldest bucket still counted at `now`.
     fn oldest_counted(&self, now: u64) -> u64 {
         (now / self.width).saturating_sub(self.buckets)
@@ -87,7 +94,7 @@ impl Rule for SlidingWindow {
         for &(index, units) in state.buckets.range(first..) {
             left += units;
             if left >= must_leave {
-                return Err(((index + self.buckets + 1) * self.width).saturating_sub(now));
+                return Err(self.leaves(index).saturating_sub(now));
             }
         }
         Err(0) // cost above the limit: never passes (refused before any store)
@@ -100,7 +107,7 @@ impl Rule for SlidingWindow {
         let current = now / self.width;
         let at = state.buckets.partition_point(|&(i, _)| i < current);
         match state.buckets.get_mut(at) {
-            Some((i, units)) if *i == current => *units += cost,
+            Some((i, units)) if *i == current => *units = units.saturating_add(cost),
             _ => state.buckets.insert(at, (current, cost)),
         }
     }
@@ -129,7 +136,7 @@ impl Rule for SlidingWindow {
         Status {
             remaining: self.limit.saturating_sub(count),
             reset_after_us: if count > 0 {
-                ((newest + self.buckets + 1) * self.width).saturating_sub(now)
+                self.leaves(newest).saturating_sub(now)
             } else {
                 0
             },

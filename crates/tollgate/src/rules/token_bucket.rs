@@ -50,7 +50,7 @@ impl TokenBucket {
             Some((tokens, last)) if now <= last => (tokens, last),
             Some((tokens, last)) => {
                 let earned = i64::try_from((now - last) / self.t).unwrap_or(i64::MAX);
-                if tokens + earned >= self.burst {
+                if tokens.saturating_add(earned) >= self.burst {
                     (self.burst, now)
                 } else {
                     (tokens + earned, last + earned.unsigned_abs() * self.t)
@@ -76,14 +76,18 @@ impl Rule for TokenBucket {
             Ok(())
         } else {
             // `now - last < t` after a refill, so this is positive.
-            Err((cost - tokens).unsigned_abs() * self.t + last - now)
+            Err(cost
+                .abs_diff(tokens)
+                .saturating_mul(self.t)
+                .saturating_add(last)
+                .saturating_sub(now))
         }
     }
 
     #[inline]
     fn charge(&self, state: &mut TokenBucketState, now: u64, cost: u64) {
         let (tokens, last) = self.refill(state, now);
-        state.level = Some((tokens - signed(cost), last));
+        state.level = Some((tokens.saturating_sub(signed(cost)), last));
     }
 
     /// Tokens go below zero, to at most `burst + h` owed, `h = ⌈DEBT_HORIZON_US / T⌉`
@@ -93,9 +97,9 @@ impl Rule for TokenBucket {
     /// T + h × T` exactly. A bucket owing more already (reservations) is kept.
     fn debit(&self, state: &mut TokenBucketState, now: u64, units: u64) {
         let (tokens, last) = self.refill(state, now);
-        let owed = tokens - signed(units);
+        let owed = tokens.saturating_sub(signed(units));
         let horizon = DEBT_HORIZON_US.div_ceil(self.t.max(1));
-        let cap = now + (2 * self.burst.unsigned_abs() + horizon) * self.t;
+        let cap = now.saturating_add((2 * self.burst.unsigned_abs() + horizon) * self.t);
         state.level = Some(if self.tat_of(owed, last) <= cap {
             (owed, last)
         } else if self.tat_of(tokens, last) >= cap {
@@ -128,7 +132,7 @@ impl TokenBucket {
         if tokens >= self.burst {
             last
         } else {
-            last + (self.burst - tokens).unsigned_abs() * self.t
+            last.saturating_add(self.burst.abs_diff(tokens).saturating_mul(self.t))
         }
     }
 }

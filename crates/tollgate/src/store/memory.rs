@@ -31,7 +31,19 @@
 //!   takes a cap far below the 64 shards. Each new key meeting a full store is counted,
 //!   `tollgate_store_full_total{limit, result}` (`result`: `replenished`, `evicted`,
 //!   `refused`), and logged once a second at most.
-//! - The sweeper asks the store's [`Clock`]; give the store the same clock as the limiter.
+//! - **The sweeper never sweeps past the callers' time.** It reads the store's [`Clock`], but a
+//!   caller may decide at times of its own (`decide_at`, `now: Some(..)` from a
+//!   [`crate::Limiter`] given a clock, the `local` failure policy): keys stamped on a fake
+//!   clock in 1970 look long replenished to a store clock in 2026, and were all dropped
+//!   every 10 s (silent over-admission). So each shard notes, under the lock its decisions
+//!   take anyway, the time of the last decision a caller gave it, and the background sweep
+//!   drops a shard's keys only up to the earlier of that time and the store clock's now
+//!   (a shard never given a caller's time: the store clock's now, as before, idle or not).
+//!   The price: with caller-given times, a shard's replenished keys wait for a later decision
+//!   in that shard (or for a new key at the cap, which takes the place of one), rather than
+//!   go while the shard is idle. Per shard, not store-wide, so that a caller clock set back
+//!   bounds each shard's sweep as soon as that shard decides at the new time. No shared
+//!   atomic is written on the decision path.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -146,8 +158,14 @@ impl MemoryStore {
     }
 
     /// Drops every key that has fully replenished by the store clock's now; returns how many.
+    ///
+    /// Unlike the background sweeper, this trusts the store's clock for every key, including
+    /// keys decided at times the caller gave (`decide_at`, a [`crate::Limiter`] with a clock of
+    /// its own): call it when the store's clock shows the callers' time (the replay sets its
+    /// fake clock, then sweeps), never with a store clock that runs apart from theirs.
     pub fn sweep(&self) -> usize {
-        self.inner.sweep_all(self.inner.clock.now().as_micros())
+        self.inner
+            .sweep_all(self.inner.clock.now().as_micros(), Sweep::ByStoreClock)
     }
 
     /// [`Store::decide`] without the future, at `now`.
@@ -162,7 +180,7 @@ impl MemoryStore {
         op: Op,
         now: Timestamp,
     ) -> Result<Decisions, StoreError> {
-        self.inner.decide(request, now.as_micros(), op)
+        self.inner.decide(request, At::given(now), op)
     }
 
     /// [`MemoryStore::decide_at`] for a single (limit, key) pair: no [`Request`] to build,
@@ -198,9 +216,8 @@ impl MemoryStore {
         now: Timestamp,
     ) -> Result<Decision, StoreError> {
         let (limit, key, cost) = (request.limit(), request.key(), request.cost());
-        let now = now.as_micros();
         self.inner
-            .try_decide_one(limit, key, cost, now, op)
+            .try_decide_one(limit, key, cost, At::given(now), op)
             .map_err(|NoRoom| self.inner.full())
     }
 
@@ -217,7 +234,7 @@ impl MemoryStore {
         pace: Pace,
         now: Timestamp,
     ) -> Result<Paced, StoreError> {
-        self.inner.pace(entry, pace, now.as_micros())
+        self.inner.pace(entry, pace, At::given(now))
     }
 
     /// [`Store::reset`] without the future.
@@ -230,8 +247,15 @@ impl MemoryStore {
         }
     }
 
-    fn now(&self, now: Option<Timestamp>) -> Timestamp {
-        now.unwrap_or_else(|| self.inner.clock.now())
+    /// The caller's time when it gave one, else the store clock's.
+    fn at(&self, now: Option<Timestamp>) -> At {
+        match now {
+            Some(now) => At::given(now),
+            None => At {
+                us: self.inner.clock.now().as_micros(),
+                given: false,
+            },
+        }
     }
 }
 
@@ -257,7 +281,7 @@ impl Store for MemoryStore {
         op: Op,
         now: Option<Timestamp>,
     ) -> Result<Decisions, StoreError> {
-        self.decide_at(request, op, self.now(now))
+        self.inner.decide(request, self.at(now), op)
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
@@ -271,7 +295,7 @@ impl Store for MemoryStore {
         now: Option<Timestamp>,
     ) -> Result<LeaseGrant, StoreError> {
         self.inner
-            .take_lease(take, self.now(now).as_micros())
+            .take_lease(take, self.at(now))
             .map_err(|NoRoom| self.inner.full())
     }
 
@@ -281,7 +305,7 @@ impl Store for MemoryStore {
         pace: Pace,
         now: Option<Timestamp>,
     ) -> Result<Paced, StoreError> {
-        self.pace_at(entry, pace, self.now(now))
+        self.inner.pace(entry, pace, self.at(now))
     }
 
     fn in_process(&self) -> bool {
@@ -292,14 +316,14 @@ impl Store for MemoryStore {
 impl Inner {
     /// Decides: one lock for a single pair, every entry's shard lock otherwise.
     #[inline]
-    fn decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, StoreError> {
+    fn decide(&self, request: &Request<'_>, at: At, op: Op) -> Result<Decisions, StoreError> {
         match request.entries() {
-            _ if request.counts_refusals() && op.charges() => self.try_count(request, now),
-            _ if request.counts_refusals() => Ok(self.peek_counts(request, now)),
+            _ if request.counts_refusals() && op.charges() => self.try_count(request, at),
+            _ if request.counts_refusals() => Ok(self.peek_counts(request, at)),
             [e] => self
-                .try_decide_one(e.limit, &e.key, e.cost, now, op)
+                .try_decide_one(e.limit, &e.key, e.cost, at, op)
                 .map(Decisions::from),
-            _ => self.try_decide(request, now, op),
+            _ => self.try_decide(request, at, op),
         }
         .map_err(|NoRoom| self.full())
     }
@@ -353,16 +377,18 @@ impl Inner {
         limit: &Limit,
         key: &Key,
         cost: u64,
-        now: u64,
+        at: At,
         op: Op,
     ) -> Result<Decision, NoRoom> {
         let rule = limit.rule();
+        let now = at.us;
         let mut shard = lock(&self.shards[shard_of(key)]);
+        at.note(&mut shard);
         let (status, retry) = match shard.map.get_mut(key) {
             Some(slot) => {
                 let (status, retry) = rule.decide(&mut slot.state, now, cost, op);
                 if op.charges() && retry.is_none() {
-                    slot.replenished_at = now + status.reset_after_us;
+                    slot.replenished_at = now.saturating_add(status.reset_after_us);
                 }
                 (status, retry)
             }
@@ -394,7 +420,7 @@ impl Inner {
         if !self.reserve(1) {
             self.at_cap(shard, limit, now, |_| false)?;
         }
-        let replenished_at = now + status.reset_after_us;
+        let replenished_at = now.saturating_add(status.reset_after_us);
         shard.insert(
             key,
             Slot {
@@ -407,10 +433,14 @@ impl Inner {
 
     /// Evaluates every entry under all their shard locks; for a check, charges all when all
     /// admit. [`NoRoom`] when charging needs more keys than the cap leaves.
-    fn try_decide(&self, request: &Request<'_>, now: u64, op: Op) -> Result<Decisions, NoRoom> {
+    fn try_decide(&self, request: &Request<'_>, at: At, op: Op) -> Result<Decisions, NoRoom> {
+        let now = at.us;
         let entries = request.entries();
         let shard_ids: SmallVec<[usize; 2]> = entries.iter().map(|e| shard_of(&e.key)).collect();
         let mut locked = Locked::new(|i| &*self.shards[i], shard_ids.iter().copied());
+        for &id in &shard_ids {
+            at.note(locked.shard(id));
+        }
         let mut retries: SmallVec<[Option<u64>; 2]> = SmallVec::new();
         for (e, &id) in entries.iter().zip(&shard_ids) {
             let rule = e.limit.rule();
@@ -435,7 +465,7 @@ impl Inner {
                 let slot = slot_of(shard, e);
                 rule.charge(&mut slot.state, now, e.cost);
                 let status = rule.status(&mut slot.state, now);
-                slot.replenished_at = now + status.reset_after_us;
+                slot.replenished_at = now.saturating_add(status.reset_after_us);
                 crate::rules::decision(rule.limit(), status, None)
             } else {
                 match shard.map.get_mut(&e.key) {
@@ -479,7 +509,8 @@ impl Inner {
     /// charged its cost whether it admits or not, each on its own, under all their shard
     /// locks (so the request is still one step to every other caller). [`NoRoom`] when a new
     /// key finds no room (the entries before it stay charged, as separate counts would).
-    fn try_count(&self, request: &Request<'_>, now: u64) -> Result<Decisions, NoRoom> {
+    fn try_count(&self, request: &Request<'_>, at: At) -> Result<Decisions, NoRoom> {
+        let now = at.us;
         let entries = request.entries();
         let mut locked = Locked::new(
             |i| &*self.shards[i],
@@ -489,13 +520,14 @@ impl Inner {
         let mut decisions = Decisions::new();
         for e in entries {
             let shard = locked.shard(shard_of(&e.key));
+            at.note(shard);
             let rule = e.limit.rule();
             if !shard.map.contains_key(&e.key) && !self.reserve(1) {
                 self.at_cap(shard, e.limit, now, in_check)?;
             }
             let slot = slot_of(shard, e);
             let (status, retry) = rule.count(&mut slot.state, now, e.cost);
-            slot.replenished_at = now + status.reset_after_us;
+            slot.replenished_at = now.saturating_add(status.reset_after_us);
             decisions.push(crate::rules::decision(rule.limit(), status, retry));
         }
         Ok(decisions)
@@ -506,12 +538,14 @@ impl Inner {
     /// when the count is above the limit: envoyproxy/ratelimit's `hits_addend` 0), on a copy
     /// of its state, so nothing is written and no key is made. Each entry under its own
     /// shard's lock: a peek charges nothing, so there is no all or nothing to keep.
-    fn peek_counts(&self, request: &Request<'_>, now: u64) -> Decisions {
+    fn peek_counts(&self, request: &Request<'_>, at: At) -> Decisions {
+        let now = at.us;
         let mut decisions = Decisions::new();
         for e in request.entries() {
             let rule = e.limit.rule();
             let mut state = {
-                let shard = lock(&self.shards[shard_of(&e.key)]);
+                let mut shard = lock(&self.shards[shard_of(&e.key)]);
+                at.note(&mut shard);
                 shard
                     .map
                     .get(&e.key)
@@ -533,16 +567,22 @@ impl Inner {
         false
     }
 
-    /// Drops every key fully replenished at `now`, one shard at a time; returns how many.
-    fn sweep_all(&self, now: u64) -> usize {
+    /// Drops every key fully replenished at `now` (the store clock's), one shard at a time,
+    /// a shard given callers' times only up to the last of them with [`Sweep::UpToCallers`];
+    /// returns how many.
+    fn sweep_all(&self, now: u64, how: Sweep) -> usize {
         self.shards
             .iter()
-            .map(|shard| self.sweep_shard(&mut lock(shard), now))
+            .map(|shard| self.sweep_shard(&mut lock(shard), now, how))
             .sum()
     }
 
-    fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
-        let removed = shard.sweep(now);
+    fn sweep_shard(&self, shard: &mut Shard, now: u64, how: Sweep) -> usize {
+        let until = match (how, shard.caller_now) {
+            (Sweep::UpToCallers, Some(caller)) => caller.min(now),
+            _ => now,
+        };
+        let removed = shard.sweep(until);
         self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
@@ -566,6 +606,44 @@ fn slot_of<'s>(shard: &'s mut Shard, entry: &Entry<'_>) -> &'s mut Slot {
         unreachable!("inserted above")
     };
     slot
+}
+
+/// The instant a call decides at (µs), and whether its caller gave it: the caller's clock, which
+/// may run apart from the store's (see the module's notes on the sweeper).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    us: u64,
+    given: bool,
+}
+
+impl At {
+    /// `now`, given by the caller.
+    #[inline]
+    fn given(now: Timestamp) -> At {
+        At {
+            us: now.as_micros(),
+            given: true,
+        }
+    }
+
+    /// Notes a caller's time in `shard`, whose lock the call holds: the background sweep
+    /// goes no further in it.
+    #[inline]
+    fn note(self, shard: &mut Shard) {
+        if self.given {
+            shard.caller_now = Some(self.us);
+        }
+    }
+}
+
+/// How far a sweep goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sweep {
+    /// Up to the store clock's now in every shard ([`MemoryStore::sweep`]).
+    ByStoreClock,
+    /// The background sweeper: in a shard given callers' times, up to the last of them at
+    /// most (the store's clock cannot tell whether theirs runs with it).
+    UpToCallers,
 }
 
 /// The key cap leaves no room for the keys a check would store.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::shard::Shard;
-use super::{Inner, MemoryStore, Padded, SHARDS};
+use super::{Inner, MemoryStore, Padded, SHARDS, Sweep};
 use crate::Clock;
 use crate::log_throttle::LogThrottle;
 
@@ -36,14 +36,19 @@ impl MemoryStoreBuilder {
     /// thread (replenished keys then go only when a new key at the cap takes the place of one
     /// of its shard, or by calling [`MemoryStore::sweep`]).
     ///
-    /// The thread locks one shard at a time, and visits only the keys it drops.
+    /// The thread locks one shard at a time, and visits only the keys it drops. It drops the
+    /// keys replenished by the store clock's now, but in a shard whose decisions were made at
+    /// times the caller gave (`decide_at`, a [`crate::Limiter`] with a clock of its own), no
+    /// further than the last of those times: the store cannot tell whether the caller's clock
+    /// runs with its own.
     pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
         self.sweep_interval = interval;
         self
     }
 
-    /// The clock for `now: None` calls and for the sweeper (default
-    /// [`SteadyClock`](crate::SteadyClock): the wall clock that never steps).
+    /// The clock for `now: None` calls, [`MemoryStore::sweep`] and the sweeper (default
+    /// [`SteadyClock`](crate::SteadyClock): the wall clock that never steps; the sweeper also
+    /// waits for the callers' time, see [`MemoryStoreBuilder::sweep_interval`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -78,7 +83,7 @@ fn spawn_sweeper(inner: Weak<Inner>, interval: Duration) {
             loop {
                 std::thread::sleep(interval);
                 let Some(inner) = inner.upgrade() else { return };
-                let sweep = || inner.sweep_all(inner.clock.now().as_micros());
+                let sweep = || inner.sweep_all(inner.clock.now().as_micros(), Sweep::UpToCallers);
                 if catch_unwind(AssertUnwindSafe(sweep)).is_err() {
                     tracing::error!("the memory store's sweep panicked; the next runs as usual");
                 }

@@ -7,22 +7,28 @@
 use std::time::Duration;
 
 use super::shard::Slot;
-use super::{Inner, NoRoom, lock, shard_of};
+use super::{At, Inner, NoRoom, lock, shard_of};
 use crate::rules::{AnyState, FixedWindowState};
 use crate::{LeaseGrant, LeaseTake};
 
 impl Inner {
-    /// Gives back, then takes, at `now` (µs): see [`crate::Store::take_lease`].
-    pub(super) fn take_lease(&self, take: &LeaseTake<'_>, now: u64) -> Result<LeaseGrant, NoRoom> {
+    /// Gives back, then takes, at `at`: see [`crate::Store::take_lease`].
+    pub(super) fn take_lease(&self, take: &LeaseTake<'_>, at: At) -> Result<LeaseGrant, NoRoom> {
+        let now = at.us;
         let quota = take.limit.quota();
         let (limit, period) = (quota.limit(), quota.period_micros());
         let current = now - now % period;
         let mut shard = lock(&self.shards[shard_of(take.key)]);
+        at.note(&mut shard);
         let (window, count) = match shard.map.get(take.key).map(|s| &s.state) {
             Some(AnyState::FixedWindow(s)) => (s.window, s.count),
             _ => (0, 0),
         };
-        let mut live = if window + period > now { count } else { 0 };
+        let mut live = if now.saturating_sub(window) < period {
+            count
+        } else {
+            0
+        };
         if take.give_back > 0 && live > 0 && take.give_back_window == window {
             live -= take.give_back.min(live);
         }
@@ -33,12 +39,13 @@ impl Inner {
             take.want.min(available)
         };
         live += granted;
-        let valid_for = current + period - now;
+        let end = current.saturating_add(period);
+        let valid_for = end - now;
         let state = AnyState::FixedWindow(FixedWindowState {
             window: current,
             count: live,
         });
-        let replenished_at = if live > 0 { current + period } else { now };
+        let replenished_at = if live > 0 { end } else { now };
         match shard.map.get_mut(take.key) {
             Some(slot) if live != count || window != current => {
                 slot.state = state;

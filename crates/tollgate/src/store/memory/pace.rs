@@ -3,19 +3,15 @@
 //! ([`crate::rules::AnyRule::pace`]): the twin of the Redis scripts' pacing ops.
 
 use super::shard::Slot;
-use super::{Inner, NoRoom, lock, shard_of};
+use super::{At, Inner, NoRoom, lock, shard_of};
 use crate::{Entry, Pace, Paced, StoreError};
 
 impl Inner {
-    /// Runs `pace` on `entry`'s key at `now` (µs). A key the store does not hold is created
+    /// Runs `pace` on `entry`'s key at `at`. A key the store does not hold is created
     /// only when the call changed its state (a reservation taken, a charge), so a refused
     /// reservation or a refund of an unknown key stores nothing.
-    pub(super) fn pace(
-        &self,
-        entry: &Entry<'_>,
-        pace: Pace,
-        now: u64,
-    ) -> Result<Paced, StoreError> {
+    pub(super) fn pace(&self, entry: &Entry<'_>, pace: Pace, at: At) -> Result<Paced, StoreError> {
+        let now = at.us;
         let rule = entry.limit.rule();
         let cannot = || {
             StoreError::Protocol(format!(
@@ -24,11 +20,12 @@ impl Inner {
             ))
         };
         let mut shard = lock(&self.shards[shard_of(&entry.key)]);
+        at.note(&mut shard);
         if let Some(slot) = shard.map.get_mut(&entry.key) {
             let paced = rule
                 .pace(&mut slot.state, now, entry.cost, pace)
                 .ok_or_else(cannot)?;
-            slot.replenished_at = now + micros(&paced);
+            slot.replenished_at = now.saturating_add(micros(&paced));
             return Ok(paced);
         }
         let fresh = rule.empty_state();
@@ -43,7 +40,7 @@ impl Inner {
             self.at_cap(&mut shard, entry.limit, now, |_| false)
                 .map_err(|NoRoom| self.full())?;
         }
-        let replenished_at = now + micros(&paced);
+        let replenished_at = now.saturating_add(micros(&paced));
         shard.insert(
             &entry.key,
             Slot {

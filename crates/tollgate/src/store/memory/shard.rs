@@ -26,6 +26,10 @@ pub(super) struct Shard {
     /// The map's capacity when it was last built (grown or rebuilt: no tombstones then); see
     /// [`Shard::compact`].
     full: usize,
+    /// The time (µs) of the last decision in this shard whose caller gave its own time,
+    /// `None` while every decision took the store clock's: the background sweep goes no
+    /// further (`super::Sweep::UpToCallers`).
+    pub(super) caller_now: Option<u64>,
 }
 
 /// A heap entry: 32 bytes, the key shared with the map (an `Arc` clone).

@@ -530,10 +530,201 @@ fn the_sweeper_survives_a_panicking_sweep() {
         .expect("room");
     panics.store(2, Ordering::SeqCst);
     clock.advance(Duration::from_secs(60)); // "a" has replenished
+    // Its shard was given the caller's time: the sweeper goes no further than the caller's
+    // last decision there, so decide at the new time.
+    let _ = peek(&store, &gcra, "a", clock.now());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !store.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(panics.load(Ordering::SeqCst), 0, "two sweeps panicked");
     assert_eq!(store.len(), 0, "a later sweep dropped the replenished key");
+}
+
+/// Polls every 5 ms until `done` or 2 s have passed (the sweeper is a thread that sleeps:
+/// real time, bounded); whether `done`.
+fn poll(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !done() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// The audit's scenario: a limiter deciding on a fake clock (`LimiterBuilder::clock`) over a
+/// store on its own clock (`MemoryStore::new()`'s, the wall clock). The store's sweeper used
+/// to take the keys, stamped in 1970, for long replenished and drop them all (a login limit
+/// of 3 an hour admitted a 4th, 5th... every 10 s). It now sweeps a shard no further than
+/// the caller's last time in it. A key decided on the store's own clock, in another shard,
+/// shows the sweeper ran meanwhile (and still sweeps those idle, as before).
+#[tokio::test]
+async fn a_limiter_clock_apart_from_the_store_clock_keeps_its_keys_through_sweeps() {
+    let store = MemoryStore::builder()
+        .sweep_interval(Some(Duration::from_millis(5)))
+        .build();
+    let fake = FakeClock::new(Timestamp::from_millis(1_000_000));
+    let login = Limit::new(
+        "login",
+        Algorithm::SlidingLog,
+        Quota::per_hour(3).expect("valid"),
+    )
+    .expect("valid")
+    .keyed_by(["user"])
+    .expect("valid");
+    let limiter = crate::Limiter::builder(store.clone())
+        .clock(fake.clone())
+        .limit(login.clone())
+        .build()
+        .expect("valid");
+    let alice = [("user", "alice")];
+    for i in 0..3 {
+        let verdict = limiter.check("login", &alice).await.expect("decided");
+        assert!(verdict.decision().is_allowed(), "check {i}");
+    }
+    let fourth = limiter.check("login", &alice).await.expect("decided");
+    assert!(!fourth.decision().is_allowed(), "the 4th in the hour");
+
+    // On the store's clock: replenished 1 ms after now, in another shard than alice's key.
+    let quick = Limit::new(
+        "quick",
+        Algorithm::Gcra,
+        Quota::new(1, Duration::from_millis(1)).expect("valid"),
+    )
+    .expect("valid");
+    let alice_shard = shard_of(&limiter.key("login", &alice).expect("valid"));
+    let other = user_in_shard(&quick, (alice_shard + 1) % SHARDS);
+    Store::decide(&store, &request(&quick, &other), Op::Check, None)
+        .await
+        .expect("room");
+    assert_eq!(store.len(), 2);
+    assert!(
+        poll(|| store.len() < 2),
+        "the sweeper drops the store-clock key"
+    );
+    // A few more sweeps (every 5 ms).
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        store.len(),
+        1,
+        "alice's key is kept: the fake clock has not moved"
+    );
+    let again = limiter.check("login", &alice).await.expect("decided");
+    assert!(!again.decision().is_allowed(), "still refused: {again:?}");
+
+    // Once the caller's time passes the hour (a decision in the shard), the sweeper drops it.
+    fake.advance(Duration::from_secs(3_600));
+    let peeked = limiter.decide(&request(&login, "alice"), Op::Peek).await;
+    assert!(peeked.decision().is_allowed(), "replenished: {peeked:?}");
+    assert!(
+        poll(|| store.is_empty()),
+        "swept once replenished at the caller's time"
+    );
+}
+
+/// Calls on the store's own clock (`now: None`: a limiter without a clock) are swept as
+/// before, idle: the store's clock moves, no call comes, the key goes.
+#[tokio::test]
+async fn the_store_clock_still_sweeps_idle_keys() {
+    let clock = FakeClock::new(Timestamp::from_millis(1_000_000));
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(Some(Duration::from_millis(5)))
+        .build();
+    let gcra = limit("g", Algorithm::Gcra);
+    Store::decide(&store, &request(&gcra, "a"), Op::Check, None)
+        .await
+        .expect("room");
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(store.len(), 1, "not replenished yet");
+    clock.advance(Duration::from_secs(60));
+    assert!(poll(|| store.is_empty()), "swept idle");
+}
+
+/// The five algorithms at 10 per second, the sliding window's buckets dividing the second.
+fn ten_per_second() -> Vec<Limit> {
+    [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow { buckets: 10 },
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ]
+    .into_iter()
+    .map(|a| {
+        Limit::new(a.to_string(), a, Quota::per_second(10).expect("valid"))
+            .expect("valid")
+            .keyed_by(["user"])
+            .expect("valid")
+    })
+    .collect()
+}
+
+/// Times at the end of `u64` (far beyond the supported range, 2^53 µs) used to panic on
+/// every algorithm ("attempt to add with overflow": an instant plus a period or a wait), and
+/// would wrap in a release build (a `tat` near 0 admitting everything). The arithmetic now
+/// saturates: no panic, and the limit is still enforced (GCRA refuses a cost whose `tat`
+/// would pass `u64::MAX`), through checks, peeks, settlements and reservations.
+#[test]
+fn times_at_the_end_of_u64_never_panic_and_stay_enforced() {
+    // Each algorithm on its own, so that a failure names every one that fails.
+    let at_the_end = |l: &Limit, now: Timestamp| {
+        let store = MemoryStore::builder().sweep_interval(None).build();
+        let allowed = (0..11)
+            .filter(|_| check(&store, l, "m", now).is_allowed())
+            .count();
+        assert!(allowed <= 10, "{allowed} of 11 allowed");
+        assert!(!check(&store, l, "m", now).is_allowed(), "the 12th allowed");
+        let _ = peek(&store, l, "m", now);
+        let entry = Entry::new(l, Key::new(&Namespace::default(), l, &[("user", "m")]));
+        for delta in [5, i64::MAX, -3, i64::MIN + 1] {
+            let pace = Pace::Adjust { delta };
+            store.pace_at(&entry, pace, now).expect("settled");
+        }
+        if matches!(l.algorithm(), Algorithm::Gcra | Algorithm::TokenBucket) {
+            let pace = Pace::Reserve {
+                max_wait: Duration::MAX,
+            };
+            let _ = store.pace_at(&entry, pace, now).expect("answered");
+        }
+        assert_eq!(store.sweep(), 0, "kept, at the end of time");
+    };
+    let mut failed = Vec::new();
+    for now in [u64::MAX - 1_000, u64::MAX] {
+        for l in ten_per_second() {
+            let run = std::panic::AssertUnwindSafe(|| at_the_end(&l, Timestamp::from_micros(now)));
+            if let Err(panic) = std::panic::catch_unwind(run) {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                failed.push(format!(
+                    "{} at u64::MAX - {}: {message}",
+                    l.name(),
+                    u64::MAX - now
+                ));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// At 2^53 µs (year 2255), the end of the supported range, every algorithm answers exactly
+/// as it does today: the same decisions, shifted in time.
+#[test]
+fn the_end_of_the_supported_range_answers_as_today() {
+    let today = 1_700_000_000_000_000_u64;
+    let end = (1_u64 << 53) - (1_u64 << 53) % 1_000_000;
+    let run = |l: &Limit, start: u64| {
+        let store = MemoryStore::builder().sweep_interval(None).build();
+        (0..30_u64)
+            .map(|i| check(&store, l, "m", Timestamp::from_micros(start + i * 45_000)))
+            .collect::<Vec<_>>()
+    };
+    for l in ten_per_second() {
+        assert_eq!(run(&l, end), run(&l, today), "{}", l.name());
+    }
 }
