@@ -30,6 +30,8 @@ const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 /// A test PKI written as PEM files in a temporary directory (removed on drop).
 pub struct TlsFiles {
     dir: TempDir,
+    /// The test CA, for the certificates made later ([`TlsFiles::server_pair_valid_from`]).
+    ca_issuer: Issuer<'static, KeyPair>,
     ca: PathBuf,
     server_cert: PathBuf,
     server_key: PathBuf,
@@ -101,6 +103,7 @@ impl TlsFiles {
             second_server_key: write("second-server.key", &second.1),
             named_client_cert: write("named-client.crt", &named.0),
             named_client_key: write("named-client.key", &named.1),
+            ca_issuer,
             dir,
         }
     }
@@ -185,6 +188,32 @@ impl TlsFiles {
     /// The private key of [`TlsFiles::named_client_cert`] (PEM, PKCS#8).
     pub fn named_client_key(&self) -> &Path {
         &self.named_client_key
+    }
+}
+
+impl TlsFiles {
+    /// A new server certificate (as [`TlsFiles::server_cert`]: signed by [`TlsFiles::ca`],
+    /// for `127.0.0.1` and `localhost`) valid from `not_before` (to the second, as X.509
+    /// keeps it) for a year, and its key, written as `<name>.crt` and `<name>.key` in
+    /// [`TlsFiles::dir`]: a certificate not valid yet, for instance.
+    ///
+    /// # Panics
+    /// When `not_before` is before 1970, or a key or file cannot be made.
+    pub fn server_pair_valid_from(&self, name: &str, not_before: SystemTime) -> (PathBuf, PathBuf) {
+        let from = not_before
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_else(|e| panic!("before 1970: {e}"));
+        let (cert, key) = leaf(&self.ca_issuer, Leaf::Server, from, from + 365 * DAY);
+        let write = |file: String, pem: &str| -> PathBuf {
+            let path = self.dir.path().join(file);
+            std::fs::write(&path, pem)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            path
+        };
+        (
+            write(format!("{name}.crt"), &cert),
+            write(format!("{name}.key"), &key),
+        )
     }
 }
 

@@ -80,6 +80,34 @@ pub enum FieldError {
         /// `certificate` or `private key`.
         what: &'static str,
     },
+    /// `server.tls_*` with no TCP listener to serve TLS on: a `unix:` listener is plaintext,
+    /// so the certificate and the client checks would apply to nothing.
+    #[error(
+        "TLS is configured but no listener is TCP ({0}): a unix: socket is served in \
+         plaintext, so the certificate and the client certificate checks would apply to \
+         nothing; remove the tls_* fields (a socket's access is its file mode, \
+         server.unix_mode) or listen on TCP"
+    )]
+    TlsWithoutTcp(String),
+    /// `server.tls_client_names` with the gRPC listener on a `unix:` socket (plaintext): the
+    /// names would never be checked.
+    #[error(
+        "server.grpc is a unix: socket ({0}), served in plaintext: the names would never be \
+         checked; remove tls_client_names or serve gRPC on TCP"
+    )]
+    NamesWithoutTlsGrpc(String),
+    /// `server.tls_client_names = []` with a client CA: an allow-list that checks nothing.
+    #[error(
+        "an empty list names no client, so it would check nothing: list the allowed clients' \
+         names, or remove the field to accept any certificate from tls_client_ca"
+    )]
+    NoClientNames,
+    /// A `server.tls_client_names` entry with `*`: names are compared exactly.
+    #[error(
+        "{0:?}: names are compared exactly, so a `*` would never match: list each client's \
+         name (a SPIFFE ID, a DNS name, a common name)"
+    )]
+    WildcardName(String),
     /// `server.unix_mode` beyond the permission bits (`660` written for `0o660`).
     #[error("{0:#o} is not a file mode: write permission bits in octal, e.g. 0o660")]
     NotAMode(u32),

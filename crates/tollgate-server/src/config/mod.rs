@@ -305,7 +305,8 @@ impl Config {
         overrides.apply(&mut raw);
         let mut server = validate::server(&raw, origin)?;
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
-        server.tls = server_tls::server_tls(&raw, origin, base)?;
+        server.tls =
+            server_tls::server_tls(&raw, origin, base, &server.http, server.grpc.as_ref())?;
         server.unix_mode = server_tls::unix_mode(&raw, origin)?;
         let store = store_section::store(&raw, origin)?;
         let mut limits = validate::limits(&raw.limits, origin)?;

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::raw::RawConfig;
-use super::{ConfigError, FieldError};
+use super::{ConfigError, FieldError, ListenAddress};
 
 /// The TLS of the TCP listeners (a `unix:` listener is served in plaintext).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,10 +29,18 @@ pub struct ServerTls {
 
 /// `[server]`'s TLS fields: `None` without `tls_cert`; paths taken from `base` (the config
 /// file's directory) when relative.
+///
+/// TLS that no listener would apply is refused, not ignored: with `http` and `grpc` both
+/// `unix:` sockets (plaintext), or `tls_client_names` with gRPC on a `unix:` socket, the
+/// client checks the operator wrote would silently not run. So are an empty
+/// `tls_client_names` (it checks nothing) and a name with `*` (compared exactly, it never
+/// matches).
 pub(super) fn server_tls(
     raw: &RawConfig,
     origin: &str,
     base: &Path,
+    http: &ListenAddress,
+    grpc: Option<&ListenAddress>,
 ) -> Result<Option<ServerTls>, ConfigError> {
     let invalid = |field, e| ConfigError::invalid(origin, raw.name_of(field), e);
     let s = &raw.server;
@@ -46,6 +54,11 @@ pub(super) fn server_tls(
     if let Some(i) = names.iter().position(String::is_empty) {
         let field = format!("server.tls_client_names[{i}]");
         return Err(ConfigError::invalid(origin, field, FieldError::Empty));
+    }
+    if let Some(i) = names.iter().position(|n| n.contains('*')) {
+        let field = format!("server.tls_client_names[{i}]");
+        let e = FieldError::WildcardName(names[i].clone());
+        return Err(ConfigError::invalid(origin, field, e));
     }
     let (cert, key) = match (&s.tls_cert, &s.tls_key) {
         (None, None) => {
@@ -76,6 +89,31 @@ pub(super) fn server_tls(
         return Err(invalid(
             "server.tls_client_names",
             FieldError::Needs("tls_client_ca"),
+        ));
+    }
+    if s.tls_client_names.is_some() && names.is_empty() {
+        return Err(invalid(
+            "server.tls_client_names",
+            FieldError::NoClientNames,
+        ));
+    }
+    let is_tcp = |a: &ListenAddress| a.tcp().is_some();
+    if !is_tcp(http) && !grpc.is_some_and(is_tcp) {
+        let listeners = match grpc {
+            Some(grpc) => format!("server.http = {http}, server.grpc = {grpc}"),
+            None => format!("server.http = {http}, no server.grpc"),
+        };
+        return Err(invalid(
+            "server.tls_cert",
+            FieldError::TlsWithoutTcp(listeners),
+        ));
+    }
+    if let Some(grpc) = grpc.filter(|g| !is_tcp(g))
+        && !names.is_empty()
+    {
+        return Err(invalid(
+            "server.tls_client_names",
+            FieldError::NamesWithoutTlsGrpc(grpc.to_string()),
         ));
     }
     Ok(Some(ServerTls {
@@ -141,6 +179,51 @@ mod tests {
             "/etc/t/t.toml: server.unix_mode: 0o1224 is not a file mode: write permission bits in octal, e.g. 0o660"
         );
         assert!(error("grpc = \"unix:\"").contains("server.grpc"));
+    }
+
+    /// TLS that would apply to nothing is refused, naming the field: both listeners on
+    /// `unix:` sockets (plaintext), names with gRPC on a socket, an empty list of names, a
+    /// name with `*` (names are compared exactly). Before, the first two were accepted and
+    /// served in plaintext without the client checks, silently.
+    #[test]
+    fn tls_that_would_check_nothing_is_refused() {
+        let tls = "tls_cert = \"c\"\ntls_key = \"k\"\ntls_client_ca = \"ca\"";
+        let names = "tls_client_names = [\"envoy.edge.svc\"]";
+        let unix = "http = \"unix:/run/t/http.sock\"\ngrpc = \"unix:/run/t/grpc.sock\"";
+        let e = error(&format!("{unix}\n{tls}\n{names}"));
+        assert!(
+            e.starts_with("/etc/t/t.toml: server.tls_cert: TLS is configured but no listener is TCP (server.http = unix:/run/t/http.sock, server.grpc = unix:/run/t/grpc.sock)"),
+            "{e}"
+        );
+        let e = error(&format!("http = \"unix:/run/t/http.sock\"\n{tls}"));
+        assert!(e.contains("server.tls_cert: TLS is configured but no listener is TCP (server.http = unix:/run/t/http.sock, no server.grpc)"), "{e}");
+        let e = error(&format!("grpc = \"unix:/run/t/grpc.sock\"\n{tls}\n{names}"));
+        assert!(
+            e.starts_with("/etc/t/t.toml: server.tls_client_names: server.grpc is a unix: socket (unix:/run/t/grpc.sock), served in plaintext: the names would never be checked"),
+            "{e}"
+        );
+        let e = error(&format!("{tls}\ntls_client_names = []"));
+        assert!(
+            e.starts_with("/etc/t/t.toml: server.tls_client_names: an empty list names no client, so it would check nothing"),
+            "{e}"
+        );
+        let e = error(&format!(
+            "{tls}\ntls_client_names = [\"envoy\", \"*.edge.svc\"]"
+        ));
+        assert!(
+            e.starts_with("/etc/t/t.toml: server.tls_client_names[1]: \"*.edge.svc\": names are compared exactly, so a `*` would never match"),
+            "{e}"
+        );
+
+        // HTTP on a socket, gRPC on TCP: TLS (and the names) apply to gRPC.
+        let text = format!(
+            "[server]\nhttp = \"unix:/run/t/http.sock\"\ngrpc = \"127.0.0.1:8081\"\n{tls}\n{names}\n{LIMIT}"
+        );
+        let config = Config::parse(&text, "/etc/t/t.toml", &Overrides::default()).expect("valid");
+        assert_eq!(
+            config.server.tls.expect("tls").client_names,
+            ["envoy.edge.svc"]
+        );
     }
 
     /// Relative paths are taken from the config file's directory; `unix:` addresses parse.

@@ -136,7 +136,10 @@ impl Server {
             Some(l) => l.local_addr()?,
             None => "off".to_owned(),
         };
-        tracing::info!(%addr, grpc = %grpc_addr, tls = tls.is_some(), store = state.store.kind(), limits = config.limits.len(), "listening");
+        // TLS per listener: a `unix:` one is served in plaintext whatever the config says.
+        let http_tls = tls.is_some() && listener.is_tcp();
+        let grpc_tls = tls.is_some() && grpc.as_ref().is_some_and(Listener::is_tcp);
+        tracing::info!(%addr, grpc = %grpc_addr, http_tls, grpc_tls, store = state.store.kind(), limits = config.limits.len(), "listening");
 
         let settings = Settings::new(&config.server);
         let grpc_task = grpc.map(|listener| {

@@ -14,6 +14,11 @@
 //! not the certificate's, an expired certificate) is refused with a logged error and
 //! `tollgate_tls_reloads_total{result="error"}` (and `tollgate_tls_last_reload_successful`
 //! at 0), as a refused config file is counted, and the current pair stays.
+//!
+//! Refused files are not loaded again until they change, with one exception: a certificate
+//! refused as not yet valid (issued with a `notBefore` a little ahead, or a clock behind) is
+//! refused by the clock, not by its bytes, and is loaded again, unchanged, once its validity
+//! has begun.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -23,7 +28,7 @@ use tokio::sync::watch;
 use super::tasks::survive;
 use crate::config::ServerTls;
 use crate::metrics;
-use crate::tls::{TlsAcceptors, TlsConfigs};
+use crate::tls::{TlsAcceptors, TlsConfigs, TlsError};
 
 /// What is watched, and what was seen.
 #[derive(Debug)]
@@ -34,6 +39,9 @@ pub(super) struct TlsReloader {
     last_seen: Option<Vec<u8>>,
     /// The bytes last loaded (served, or refused).
     last_handled: Option<Vec<u8>>,
+    /// When the files last refused become valid (their certificate was refused as not yet
+    /// valid): they are loaded again then, unchanged.
+    retry_at: Option<SystemTime>,
 }
 
 impl TlsReloader {
@@ -44,11 +52,13 @@ impl TlsReloader {
             acceptors,
             last_seen: Some(served.clone()),
             last_handled: Some(served),
+            retry_at: None,
         }
     }
 
-    /// Reloads if the files changed and then stayed the same for one interval (or at once,
-    /// when `force`d by SIGHUP).
+    /// Reloads if the files changed and then stayed the same for one interval, or if the
+    /// certificate refused as not yet valid has become valid (or at once, when `force`d by
+    /// SIGHUP).
     async fn poll(&mut self, force: bool) {
         let paths = paths(&self.files);
         let Ok(seen) = tokio::task::spawn_blocking(move || snapshot(&paths)).await else {
@@ -57,13 +67,15 @@ impl TlsReloader {
         if !force {
             let settled = self.last_seen.as_ref() == Some(&seen);
             let handled = self.last_handled.as_ref() == Some(&seen);
-            if !settled || handled {
+            let due = self.retry_at.is_some_and(|at| SystemTime::now() >= at);
+            if !settled || (handled && !due) {
                 self.last_seen = Some(seen);
                 return;
             }
         }
         self.last_seen = Some(seen.clone());
         self.last_handled = Some(seen);
+        self.retry_at = None;
         let files = self.files.clone();
         let loaded =
             tokio::task::spawn_blocking(move || TlsConfigs::load(&files, SystemTime::now())).await;
@@ -81,6 +93,13 @@ impl TlsReloader {
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "TLS certificate reload refused; keeping the current certificate");
                 metrics::tls_reload(false);
+                if let TlsError::NotYetValid { not_before, .. } = e {
+                    tracing::warn!(
+                        at = %crate::tls::validity::format_time(not_before),
+                        "the refused certificate will be loaded again once it is valid"
+                    );
+                    self.retry_at = Some(not_before);
+                }
             }
             Err(e) => {
                 tracing::error!(cause = %e, "TLS certificate reload failed; keeping the current certificate");
@@ -97,19 +116,19 @@ fn paths(tls: &ServerTls) -> Vec<PathBuf> {
     paths
 }
 
-/// The bytes of every file, each preceded by its length (or, unreadable, by the error's
-/// kind), for comparison only.
+/// The bytes of every file, each preceded by its length (or, unreadable, not a regular file
+/// or over 2 MiB, by the error), for comparison only.
 pub(super) fn snapshot(paths: &[PathBuf]) -> Vec<u8> {
     let mut seen = Vec::new();
     for path in paths {
-        match std::fs::read(path) {
+        match crate::tls::file::read(path) {
             Ok(bytes) => {
                 seen.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
                 seen.extend_from_slice(&bytes);
             }
             Err(e) => {
                 seen.extend_from_slice(&u64::MAX.to_le_bytes());
-                seen.extend_from_slice(e.kind().to_string().as_bytes());
+                seen.extend_from_slice(e.to_string().as_bytes());
             }
         }
     }
@@ -168,11 +187,13 @@ pub(super) fn start(
     let served = served_snapshot(tls);
     let configs = TlsConfigs::load(tls, SystemTime::now())?;
     metrics::tls_certificate_expiry(configs.validity.not_after);
+    // Which listener serves it is in the "listening" line (a `unix:` one never does).
     tracing::info!(
         cert = %tls.cert.display(),
         expires = %crate::tls::validity::format_time(configs.validity.not_after),
-        client_ca = ?tls.client_ca,
-        "TLS on the TCP listeners"
+        client_ca = %tls.client_ca.as_ref().map_or_else(|| "none".to_owned(), |ca| ca.display().to_string()),
+        grpc_client_names = tls.client_names.len(),
+        "TLS certificate loaded"
     );
     let acceptors = TlsAcceptors::new(configs);
     let reloader = TlsReloader::new(tls.clone(), acceptors.clone(), served);

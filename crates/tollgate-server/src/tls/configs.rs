@@ -59,8 +59,8 @@ impl TlsConfigs {
             });
         }
         let key = private_key(&tls.key)?;
-        let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|source| {
-            let reason = match source {
+        let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|cause| {
+            let reason = match cause {
                 rustls::Error::InconsistentKeys(_) => "the key does not match the certificate",
                 _ => "the key cannot be used",
             };
@@ -68,7 +68,7 @@ impl TlsConfigs {
                 key: tls.key.clone(),
                 cert: tls.cert.clone(),
                 reason,
-                source: Box::new(source),
+                cause: Box::new(cause),
             }
         })?;
         let certified = Arc::new(certified);
@@ -113,12 +113,12 @@ fn server_config(
     Ok(Arc::new(config))
 }
 
-/// The bytes of `path` (named by `field` in errors).
+/// The bytes of `path` (named by `field` in errors): a regular file of at most 2 MiB.
 fn read(field: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    super::file::read(path).map_err(|cause| TlsError::Read {
         field,
         path: path.to_owned(),
-        source,
+        cause,
     })
 }
 
@@ -147,6 +147,11 @@ fn certificates(
 fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let field = "server.tls_key";
     let bytes = read(field, path)?;
+    if encrypted(&bytes) {
+        return Err(TlsError::EncryptedKey {
+            path: path.to_owned(),
+        });
+    }
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsError::NotPem {
         field,
         path: path.to_owned(),
@@ -158,6 +163,14 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
+/// Whether the PEM `bytes` hold an encrypted private key: PKCS#8's `ENCRYPTED PRIVATE KEY`
+/// (which the PEM reader skips, as a kind it does not know) or OpenSSL's traditional
+/// encryption (`Proc-Type: 4,ENCRYPTED` headers, which it cannot decode).
+fn encrypted(bytes: &[u8]) -> bool {
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    has(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") || has(b"Proc-Type: 4,ENCRYPTED")
+}
+
 /// A verifier requiring a client certificate that chains to a CA of the bundle at `path`.
 fn client_verifier(
     path: &Path,
@@ -167,8 +180,96 @@ fn client_verifier(
     roots.add_parsable_certificates(certificates("server.tls_client_ca", path)?);
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
         .build()
-        .map_err(|source| TlsError::ClientCa {
+        .map_err(|cause| TlsError::ClientCa {
             path: path.to_owned(),
-            source,
+            cause,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use tollgate_testkit::TlsFiles;
+
+    use super::*;
+
+    /// The error loading `cert` and `key`, as the binary prints it (`{:#}`, the message and
+    /// its causes), checked to say each cause once: the message already holds it.
+    fn refused(cert: &Path, key: &Path) -> String {
+        let tls = ServerTls {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            client_ca: None,
+            client_names: Vec::new(),
+        };
+        let e = TlsConfigs::load(&tls, SystemTime::now()).expect_err("refused");
+        let text = e.to_string();
+        assert_eq!(
+            format!("{:#}", anyhow::Error::new(e)),
+            text,
+            "a cause printed twice"
+        );
+        text
+    }
+
+    fn write(tls: &TlsFiles, name: &str, text: &str) -> PathBuf {
+        let path = tls.dir().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    /// A truncated PEM file is said to be truncated, with its missing line as text (not as
+    /// a list of byte values); a key that is not the certificate's, and a file that is not
+    /// PEM, say why once.
+    #[test]
+    fn malformed_files_are_described_in_words_once() {
+        let tls = TlsFiles::new();
+        let pem = std::fs::read_to_string(tls.server_cert()).expect("read");
+        let truncated = write(&tls, "truncated.crt", &pem[..300]);
+        let e = refused(&truncated, tls.server_key());
+        assert!(
+            e.ends_with(
+                "truncated.crt: no PEM certificate in the file (no `-----END CERTIFICATE-----` line: the file is truncated)"
+            ),
+            "{e}"
+        );
+        let e = refused(tls.server_cert(), tls.client_key());
+        assert!(e.contains("the key does not match the certificate"), "{e}");
+        let garbage = write(&tls, "garbage.crt", "garbage\n");
+        let e = refused(&garbage, tls.server_key());
+        assert!(
+            e.ends_with("garbage.crt: no PEM certificate in the file"),
+            "{e}"
+        );
+    }
+
+    /// An encrypted key (PKCS#8's `ENCRYPTED PRIVATE KEY`, OpenSSL's `Proc-Type:
+    /// 4,ENCRYPTED`) is refused as encrypted, not as "no PEM private key" or a base64 error.
+    #[test]
+    fn encrypted_keys_are_said_to_be_unsupported() {
+        let tls = TlsFiles::new();
+        let body = "MIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG9w0BBQwwHAQI\n";
+        let pkcs8 = write(
+            &tls,
+            "enc8.key",
+            &format!(
+                "-----BEGIN ENCRYPTED PRIVATE KEY-----\n{body}-----END ENCRYPTED PRIVATE KEY-----\n"
+            ),
+        );
+        let sec1 = write(
+            &tls,
+            "enc.key",
+            &format!(
+                "-----BEGIN EC PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00112233445566778899AABBCCDDEEFF\n\n{body}-----END EC PRIVATE KEY-----\n"
+            ),
+        );
+        for key in [pkcs8, sec1] {
+            let e = refused(tls.server_cert(), &key);
+            assert!(
+                e.starts_with(&format!("server.tls_key {}: the private key is encrypted; encrypted keys are not supported", key.display())),
+                "{e}"
+            );
+        }
+    }
 }

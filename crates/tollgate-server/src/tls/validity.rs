@@ -88,24 +88,33 @@ fn time(input: &[u8]) -> Option<(SystemTime, &[u8])> {
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
         return None;
     }
-    let days = days_from_civil(year, month, day)?;
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second.min(60);
-    Some((UNIX_EPOCH + Duration::from_secs(seconds), rest))
+    // Before 1970 (a CA's or a test certificate's `notBefore` of 1950, say) is before
+    // `UNIX_EPOCH`, not malformed.
+    let days = days_from_civil(year, month, day);
+    let time_of_day = hour * 3600 + minute * 60 + second.min(60);
+    let at = match u64::try_from(days) {
+        Ok(days) => UNIX_EPOCH + Duration::from_secs(days * 86_400 + time_of_day),
+        Err(_) => {
+            UNIX_EPOCH
+                - Duration::from_secs((days.unsigned_abs() * 86_400).saturating_sub(time_of_day))
+        }
+    };
+    Some((at, rest))
 }
 
-/// Days from 1970-01-01 to the date (proleptic Gregorian); `None` before 1970.
-fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
-    let y = if month <= 2 {
-        year.checked_sub(1)?
-    } else {
-        year
-    };
+/// Days from 1970-01-01 to the date (proleptic Gregorian, year 1 to 9999), negative before
+/// 1970 (Howard Hinnant's algorithm).
+fn days_from_civil(year: u64, month: u64, day: u64) -> i64 {
+    // The year and the month shifted so that a year starts in March; the year from 1 BC.
+    let y = if month <= 2 { year + 399 } else { year + 400 };
     let era = y / 400;
     let yoe = y - era * 400;
     let mp = (month + 9) % 12;
     let doy = (153 * mp + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    (era * 146_097 + doe).checked_sub(719_468)
+    // `era` counts from 1 BC (y shifted by one 400-year era): back by that era's days.
+    let days = i64::try_from(era * 146_097 + doe).unwrap_or(i64::MAX);
+    days - 719_468 - 146_097
 }
 
 /// `at` as `2026-05-01T12:00:00Z`.
@@ -143,7 +152,7 @@ mod tests {
             (2024, 12, 31, "2024-12-31T00:00:00Z"),
             (2100, 3, 1, "2100-03-01T00:00:00Z"),
         ] {
-            let days = days_from_civil(y, m, d).expect("after 1970");
+            let days = u64::try_from(days_from_civil(y, m, d)).expect("after 1970");
             let at = UNIX_EPOCH + Duration::from_secs(days * 86_400);
             assert_eq!(format_time(at), text);
         }
@@ -163,5 +172,29 @@ mod tests {
         );
         let local = [&[UTC_TIME, 12][..], b"491231235959"].concat();
         assert!(time(&local).is_none(), "a time without Z");
+    }
+
+    /// A time before 1970 is a time (before `UNIX_EPOCH`), not a malformed certificate.
+    #[test]
+    fn times_before_1970_are_read() {
+        let day = Duration::from_secs(86_400);
+        for (encoded, before_epoch) in [
+            (&b"691231000000Z"[..], day),
+            (b"691231235959Z", Duration::from_secs(1)),
+            (b"500101000000Z", day * 7305),
+            (b"680229120000Z", day * 672 - Duration::from_secs(12 * 3600)),
+        ] {
+            let utc = [&[UTC_TIME, 13][..], encoded].concat();
+            let (at, _) = time(&utc).expect("UTCTime before 1970");
+            assert_eq!(
+                UNIX_EPOCH - before_epoch,
+                at,
+                "{:?}",
+                std::str::from_utf8(encoded)
+            );
+        }
+        let general = [&[GENERALIZED_TIME, 15][..], b"19000301000000Z"].concat();
+        let (at, _) = time(&general).expect("GeneralizedTime");
+        assert_eq!(UNIX_EPOCH - Duration::from_secs(86_400 * 25_508), at);
     }
 }

@@ -44,7 +44,7 @@ fn promtool(args: &[&str]) -> String {
 fn promtool_checks_the_alert_rules() {
     let rules = deploy("prometheus/alerts.yml");
     let text = promtool(&["check", "rules", rules.to_str().expect("utf-8 path")]);
-    assert!(text.contains("SUCCESS: 9 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 11 rules found"), "{text}");
 }
 
 /// Each alert fires in the situation it names, from synthetic series (and not in the
@@ -240,7 +240,7 @@ fn rules_for_the_live_test() -> String {
         })
         .collect();
     let rules = rules.join("\n");
-    assert_eq!(rules.matches("for: 2s").count(), 8, "{rules}");
+    assert_eq!(rules.matches("for: 2s").count(), 10, "{rules}");
     rules
 }
 

@@ -594,3 +594,221 @@ async fn a_tls_client_that_reads_no_answers_is_closed() {
     );
     writer.abort();
 }
+
+/// `[server]` with TLS from `tls.crt` and `tls.key` in `dir`, copied from `tls`'s server pair,
+/// and one limit: the files a reload test rotates.
+fn rotating_config(tls: &TlsFiles, dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::copy(tls.server_cert(), &cert).expect("copy");
+    std::fs::copy(tls.server_key(), &key).expect("copy");
+    let text = format!(
+        "[server]\ntls_cert = \"tls.crt\"\ntls_key = \"tls.key\"\n{}",
+        one_limit("per_user", "fixed_window", 1000, "1m", "\"user\"", "deny")
+    );
+    std::fs::write(dir.join("tollgate.toml"), text).expect("write");
+    (cert, key)
+}
+
+/// A pair whose validity begins a few seconds ahead is refused when it is rotated in (it
+/// would fail every handshake), then loaded, unchanged, once it is valid. (The audit's: the
+/// refused bytes counted as handled and were never looked at again; the old certificate
+/// stayed and `tollgate_tls_last_reload_successful` at 0 until a SIGHUP.)
+#[tokio::test]
+async fn a_certificate_refused_as_not_yet_valid_is_loaded_once_valid() {
+    let tls = TlsFiles::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = rotating_config(&tls, dir.path());
+    let process = Process::serve(&dir.path().join("tollgate.toml"));
+    let first = first_cert(tls.server_cert());
+
+    let begins = std::time::SystemTime::now() + Duration::from_secs(4);
+    let (next_cert, next_key) = tls.server_pair_valid_from("next", begins);
+    let next = first_cert(&next_cert);
+    replace(&next_key, &key);
+    replace(&next_cert, &cert);
+    assert!(
+        process.logged("the certificate is not valid before").await,
+        "{}",
+        process.log()
+    );
+    if std::time::SystemTime::now() < begins {
+        assert_eq!(rustls_connect(process.addr, tls.ca()).await.1, first);
+    }
+
+    let loaded = eventually(Duration::from_secs(10), || async {
+        rustls_connect(process.addr, tls.ca()).await.1 == next
+    })
+    .await;
+    assert!(
+        loaded,
+        "the certificate was not loaded once valid; log:\n{}",
+        process.log()
+    );
+    let scrape = metrics(&process, tls.ca());
+    assert!(
+        scrape.contains("tollgate_tls_last_reload_successful 1")
+            && scrape.contains("tollgate_tls_reloads_total{result=\"ok\"} 1"),
+        "{scrape}"
+    );
+}
+
+/// A FIFO made at `path` (with `mkfifo`).
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(made.success());
+}
+
+/// A TLS path naming a device or a FIFO: `check-config` and `serve` refuse it at once, naming
+/// the field, the file and what it is. (Before, `/dev/zero` was read until memory ran out and
+/// a FIFO hung both.)
+#[test]
+fn a_device_or_a_fifo_is_refused_at_once_naming_the_field() {
+    let tls = TlsFiles::new();
+    let fifo = tls.dir().join("fifo.pem");
+    mkfifo(&fifo);
+    let zero = Path::new("/dev/zero");
+    let cases = [
+        (
+            zero,
+            tls.server_key(),
+            tls.ca(),
+            "server.tls_cert /dev/zero",
+            "a character device",
+        ),
+        (
+            fifo.as_path(),
+            tls.server_key(),
+            tls.ca(),
+            "server.tls_cert",
+            "a FIFO",
+        ),
+        (
+            tls.server_cert(),
+            fifo.as_path(),
+            tls.ca(),
+            "server.tls_key",
+            "a FIFO",
+        ),
+        (
+            tls.server_cert(),
+            zero,
+            tls.ca(),
+            "server.tls_key /dev/zero",
+            "a character device",
+        ),
+        (
+            tls.server_cert(),
+            tls.server_key(),
+            fifo.as_path(),
+            "server.tls_client_ca",
+            "a FIFO",
+        ),
+    ];
+    for (cert, key, ca, field, what) in cases {
+        let text = format!(
+            "[server]\ntls_cert = {cert:?}\ntls_key = {key:?}\ntls_client_ca = {ca:?}\n{}",
+            one_limit("a", "gcra", 10, "1s", "\"user\"", "deny")
+        );
+        let (_dir, path) = config_file(&text);
+        let started = std::time::Instant::now();
+        let out = crate::support::output_within(
+            Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .arg("check-config")
+                .arg(&path)
+                .env_remove("TOLLGATE_HTTP")
+                .env_remove("TOLLGATE_GRPC"),
+            Duration::from_secs(10),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "check-config accepted {field}");
+        assert!(
+            stderr.contains(field)
+                && stderr.contains("not a regular file")
+                && stderr.contains(what),
+            "check-config, {field}: {stderr}"
+        );
+        let (status, stderr) = serve_refused(&path);
+        assert!(!status.success());
+        assert!(
+            stderr.contains(field) && stderr.contains(what),
+            "serve, {field}: {stderr}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{field}: slow");
+    }
+}
+
+/// A certificate file replaced by a FIFO, then by a link to `/dev/zero`: each reload is
+/// refused and counted at once, naming the file, and the current certificate stays served.
+/// (Before, the reloader blocked on the FIFO for good: no reload was ever counted again.)
+#[tokio::test]
+async fn a_certificate_replaced_by_a_fifo_or_a_device_is_refused_on_reload() {
+    let tls = TlsFiles::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, _key) = rotating_config(&tls, dir.path());
+    let process = Process::serve(&dir.path().join("tollgate.toml"));
+    let first = first_cert(tls.server_cert());
+
+    let fifo = dir.path().join("tls.fifo");
+    mkfifo(&fifo);
+    std::fs::rename(&fifo, &cert).expect("rename");
+    let refused = eventually(Duration::from_secs(10), || async {
+        metrics(&process, tls.ca()).contains("tollgate_tls_reloads_total{result=\"error\"} 1")
+    })
+    .await;
+    assert!(refused, "the FIFO was not refused; log:\n{}", process.log());
+    assert!(
+        process.log().contains("not a regular file: a FIFO"),
+        "{}",
+        process.log()
+    );
+    assert_eq!(rustls_connect(process.addr, tls.ca()).await.1, first);
+
+    let link = dir.path().join("tls.link");
+    std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
+    std::fs::rename(&link, &cert).expect("rename");
+    let refused = eventually(Duration::from_secs(10), || async {
+        metrics(&process, tls.ca()).contains("tollgate_tls_reloads_total{result=\"error\"} 2")
+    })
+    .await;
+    assert!(
+        refused,
+        "/dev/zero was not refused; log:\n{}",
+        process.log()
+    );
+    assert!(
+        process
+            .log()
+            .contains("not a regular file: a character device"),
+        "{}",
+        process.log()
+    );
+    assert_eq!(rustls_connect(process.addr, tls.ca()).await.1, first);
+    assert!(metrics(&process, tls.ca()).contains("tollgate_tls_last_reload_successful 0"));
+}
+
+/// The "listening" line says which listener serves TLS: a `unix:` one never does. (Before,
+/// it said `tls=true` whatever the listeners were.)
+#[test]
+fn the_listening_line_says_which_listener_has_tls() {
+    let tls = TlsFiles::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[server]\ngrpc = \"unix:{}\"\ntls_cert = {:?}\ntls_key = {:?}\n{}",
+        dir.path().join("rls.sock").display(),
+        tls.server_cert(),
+        tls.server_key(),
+        one_limit("a", "gcra", 10, "1s", "\"user\"", "deny")
+    );
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, text).expect("write");
+    let process = Process::serve(&path);
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("listening"))
+        .expect("the listening line");
+    assert!(
+        line.contains("http_tls=true") && line.contains("grpc_tls=false"),
+        "{line}"
+    );
+}
