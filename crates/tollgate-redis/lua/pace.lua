@@ -12,8 +12,9 @@
 -- ARGV[2]  the algorithm's tag: 'gcra', 'tb' (reserve, cancel, adjust), 'fw', 'sl', 'sw'
 --          (adjust only)
 -- ARGV[3]  units: the cost (reserve, cancel) or the signed delta (adjust)
--- ARGV[4]  reserve: the longest wait accepted (µs); cancel: the reservation's ticket (the
---          key's tat after it, µs); adjust: unused
+-- ARGV[4]  reserve: the longest wait accepted (µs): what is left of the caller's max_wait
+--          when this try was sent, -1 when nothing is (refused whatever the slot); cancel: the
+--          reservation's ticket (the key's tat after it, µs); adjust: unused
 -- ARGV[5..7] the algorithm's three parameters (gcra: T, tau, whole; the others as in
 --          check.lua)
 -- ARGV[8]  the clock: '' = the server's, '<µs>' = the caller's (prelude.lua)
@@ -146,9 +147,11 @@ if tag == 'gcra' then
     if w > arg then
       verdict, retry = -1, w - arg
     else
+      -- The slot begins at new − tau, within the wait accepted; a tat rounded up to the ms
+      -- (gcra_write) makes the key read up to 1 ms more spent for later callers, never this
+      -- caller's slot later than it is (with max_wait 0 it answered a wait of 844 µs).
       tat = gcra_write(new)
-      wait = tat - tau - now
-      if wait < 0 then wait = 0 end
+      wait = w
       ticket = tat
     end
   elseif op == 'c' then

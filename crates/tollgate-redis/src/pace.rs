@@ -5,9 +5,14 @@
 use std::time::Duration;
 
 use redis::{Cmd, Value};
+use tokio::time::Instant;
 use tollgate::{Admission, Decision, Entry, NotUntil, Pace, Paced, Slot, StoreError, Timestamp};
 
 use crate::script::{PACE_SCRIPT, pace_params};
+
+/// How long a reservation's call may have taken and count as no wait (µs): the limiter's
+/// rule (`tollgate`'s `limiter/pacing.rs`, `ORDINARY_CALL`).
+const ORDINARY_CALL_US: u64 = 1_000;
 
 /// One pacing call's arguments, owned (it may be settled after its caller is gone).
 #[derive(Debug, Clone)]
@@ -16,7 +21,11 @@ pub(crate) struct PaceCall {
     op: &'static str,
     tag: &'static str,
     units: i64,
+    /// Cancel: the ticket. Reserve: unused, see `budget`.
     arg: u64,
+    /// Reserve: the caller's `max_wait` (µs) and when the call started. Each try sends what
+    /// is left of it: the wait is counted from the reservation, not from each try.
+    budget: Option<(u64, Instant)>,
     params: [u64; 3],
     limit: u64,
     /// The caller's clock; `None`: the server's.
@@ -28,14 +37,18 @@ impl PaceCall {
     pub(crate) fn new(entry: &Entry<'_>, pace: Pace, now: Option<Timestamp>) -> PaceCall {
         let (tag, params) = pace_params(entry.limit());
         let cost = i64::try_from(entry.cost()).unwrap_or(i64::MAX);
-        let (op, units, arg) = match pace {
+        let (op, units, arg, budget) = match pace {
             Pace::Reserve { max_wait } => (
                 "r",
                 cost,
-                u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX),
+                0,
+                Some((
+                    u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX),
+                    Instant::now(),
+                )),
             ),
-            Pace::Cancel { ticket } => ("c", cost, ticket),
-            Pace::Adjust { delta } => ("a", delta, 0),
+            Pace::Cancel { ticket } => ("c", cost, ticket, None),
+            Pace::Adjust { delta } => ("a", delta, 0, None),
         };
         PaceCall {
             key: entry.key().as_str().to_owned(),
@@ -44,9 +57,27 @@ impl PaceCall {
             units,
             // Lua's numbers are doubles: a wait beyond 2^53 µs (285 years) is no limit.
             arg: arg.min(1 << 53),
+            budget,
             params,
             limit: entry.limit().quota().limit(),
             now: now.map(Timestamp::as_micros),
+        }
+    }
+
+    /// ARGV[4]: a cancellation's ticket; a reservation's longest wait, what is left of its
+    /// `max_wait` now (`-1` once none is: the script refuses whatever the slot).
+    fn arg(&self) -> i64 {
+        let Some((max_wait, started)) = self.budget else {
+            return i64::try_from(self.arg).unwrap_or(i64::MAX);
+        };
+        let spent = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        // As the limiter counts a reservation's store call: not at all within a millisecond
+        // (a round trip; a max_wait of 0 still takes a free slot), in full beyond.
+        let spent = if spent <= ORDINARY_CALL_US { 0 } else { spent };
+        match max_wait.checked_sub(spent) {
+            // Lua's numbers are doubles: a wait beyond 2^53 µs (285 years) is no limit.
+            Some(left) => i64::try_from(left.min(1 << 53)).unwrap_or(i64::MAX),
+            None => -1,
         }
     }
 
@@ -59,7 +90,7 @@ impl PaceCall {
             .arg(self.op)
             .arg(self.tag)
             .arg(self.units)
-            .arg(self.arg)
+            .arg(self.arg())
             .arg(&self.params[..]);
         match self.now {
             Some(now) => cmd.arg(now),
@@ -82,6 +113,7 @@ impl PaceCall {
             PaceCall {
                 op: "c",
                 arg: slot.ticket(),
+                budget: None,
                 ..self.clone()
             }
             .invocation(None),
@@ -135,5 +167,53 @@ impl PaceCall {
             slot,
             given_back: given == 1,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::{Algorithm, Key, Limit, Quota};
+
+    /// ARGV[4] of a call's invocation.
+    fn budget_sent(call: &PaceCall) -> i64 {
+        let cmd = call.invocation(None);
+        let arg = cmd.args_iter().nth(7).expect("ARGV[4]");
+        let redis::Arg::Simple(bytes) = arg else {
+            panic!("a cursor arg")
+        };
+        std::str::from_utf8(bytes)
+            .expect("text")
+            .parse()
+            .expect("a number")
+    }
+
+    /// Each try of a reservation sends what is left of its max_wait, counted from the call:
+    /// a try sent a second later (a late answer sent again) accepts a second less, and one
+    /// sent after the whole of it accepts none (-1: refused whatever the slot).
+    #[tokio::test(start_paused = true)]
+    async fn each_try_sends_what_is_left_of_max_wait() {
+        let quota = Quota::per_second(20).expect("valid");
+        let limit = Limit::new("p", Algorithm::Gcra, quota).expect("valid");
+        let namespace = tollgate::Namespace::new("t").expect("valid");
+        let key = Key::new(&namespace, &limit, &[("user", "1")]);
+        let entry = Entry::new(&limit, key);
+        let pace = Pace::Reserve {
+            max_wait: Duration::from_millis(1500),
+        };
+        let call = PaceCall::new(&entry, pace, None);
+        assert_eq!(budget_sent(&call), 1_500_000);
+        // A millisecond (a round trip) is not counted; more is, in full.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(budget_sent(&call), 1_500_000);
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(budget_sent(&call), 500_000);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(budget_sent(&call), 0);
+        tokio::time::advance(Duration::from_micros(1)).await;
+        assert_eq!(budget_sent(&call), -1);
+        // A cancellation sends its ticket, whenever.
+        let cancel = PaceCall::new(&entry, Pace::Cancel { ticket: 42 }, None);
+        assert_eq!(budget_sent(&cancel), 42);
     }
 }

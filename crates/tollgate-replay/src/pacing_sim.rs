@@ -199,7 +199,13 @@ async fn run(
         let sent_at = match way {
             Way::Reserve => {
                 let r = limiter
-                    .reserve(&name, &none, 1, Duration::from_secs(86_400))
+                    // The longest a reservation may wait (an hour).
+                    .reserve(
+                        &name,
+                        &none,
+                        1,
+                        Duration::from_micros(tollgate::rules::DEBT_HORIZON_US),
+                    )
                     .await?;
                 if r.store_error().is_some() {
                     return Err(ReplayError::Redis(format!("{name}: the store failed")));

@@ -178,11 +178,21 @@ impl<St: Store + Clone> RateLimitLayer<St> {
     ///
     /// # Errors
     /// [`ConfigError::DelayNeedsOneLimit`] for a layer of several limits,
-    /// [`ConfigError::CannotDelay`] for a limit with another algorithm.
+    /// [`ConfigError::CannotDelay`] for a limit with another algorithm,
+    /// [`ConfigError::Invalid`] with [`CheckError::MaxWaitTooLong`] for a `max_wait` above an
+    /// hour ([`tollgate::rules::DEBT_HORIZON_US`]), the longest a reservation may wait.
     pub fn delay_up_to(mut self, max_wait: Duration) -> Result<Self, ConfigError> {
         let [limit] = &*self.config.limits else {
             return Err(ConfigError::DelayNeedsOneLimit(self.config.limits.len()));
         };
+        let longest = Duration::from_micros(tollgate::rules::DEBT_HORIZON_US);
+        if max_wait > longest {
+            return Err(ConfigError::Invalid(CheckError::MaxWaitTooLong {
+                limit: limit.to_string(),
+                max_wait,
+                longest,
+            }));
+        }
         let algorithm = self
             .config
             .limiter

@@ -184,3 +184,42 @@ async fn a_burst_within_one_millisecond_passes_whole() {
         assert!(!d.is_allowed(), "round {round}: an eleventh passed: {d:?}");
     }
 }
+
+/// Redis's clock, a whole-ms interval (20/s, burst 1, the audit's): a reservation with
+/// max_wait 0 on a full key is taken with a wait of 0. The script rounds the tat it stores up
+/// to the ms, and answered the wait from that rounded tat (844 µs in the audit): a granted
+/// slot must begin within max_wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_clock_reserves_within_a_zero_max_wait() {
+    let store = redis_store().await;
+    let quota = Quota::per_second(20)
+        .expect("valid")
+        .with_burst(1)
+        .expect("valid");
+    let limit = Limit::new("p", Algorithm::Gcra, quota).expect("valid");
+    let namespace = unique_namespace("pace-zero");
+    for i in 0..20 {
+        let user = i.to_string();
+        let key = Key::new(&namespace, &limit, &[("user", user.as_str())]);
+        let entry = Entry::new(&limit, key);
+        let reserve = |max_wait| tollgate::Pace::Reserve { max_wait };
+        let paced = store
+            .pace(&entry, reserve(Duration::ZERO), None)
+            .await
+            .expect("reserve");
+        let slot = paced.slot.expect("a full key's slot is now");
+        assert_eq!(slot.wait(), Duration::ZERO, "key {i}: {paced:?}");
+        // The next slot is an interval on: refused within 0, taken within 60 ms.
+        let paced = store
+            .pace(&entry, reserve(Duration::ZERO), None)
+            .await
+            .expect("reserve");
+        assert!(paced.slot.is_none(), "{paced:?}");
+        let paced = store
+            .pace(&entry, reserve(Duration::from_millis(60)), None)
+            .await
+            .expect("reserve");
+        let wait = paced.slot.expect("within 60 ms").wait();
+        assert!(wait <= Duration::from_millis(60), "{paced:?}");
+    }
+}

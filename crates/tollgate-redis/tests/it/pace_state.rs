@@ -173,7 +173,7 @@ async fn gcra_reservations_read_the_expiry_exactly() {
         // Past the burst, so that every reservation below waits, and the key is never full.
         for _ in 0..=per_hour {
             let r = limiter
-                .reserve("p", &key, 1, 2 * hour)
+                .reserve("p", &key, 1, hour)
                 .await
                 .expect("valid");
             assert!(r.slot().is_some(), "{what}: {:?}", r.outcome());
@@ -181,7 +181,7 @@ async fn gcra_reservations_read_the_expiry_exactly() {
         let mut ticket = None;
         for i in 0..1_000 {
             let r = limiter
-                .reserve("p", &key, 1, 2 * hour)
+                .reserve("p", &key, 1, hour)
                 .await
                 .expect("valid");
             let slot = r

@@ -280,8 +280,9 @@ pub async fn adjust_debt_is_capped_at_one_capacity<S: Store>(
 /// (340 s past the burst of 6 per minute), a charge of 6 moves the schedule on by six
 /// slots, and the next reservation is the 47th slot. (A cap of one capacity from now
 /// forgave it: reserve-then-settle would have let the upstream see more than the rate.) A
-/// queue deeper than the horizon (400 reservations, 66 min, of a 2 h `max_wait`) is never
-/// moved back either; a charge on it is forgiven.
+/// queue deeper than the horizon can no longer be reserved: a `max_wait` above the hour
+/// (which built one, 400 reservations of a 2 h `max_wait`) is `CheckError::MaxWaitTooLong`,
+/// charging nothing.
 pub async fn adjust_keeps_reservations_beyond_the_cap<S: Store>(
     clock: FakeClock,
     fixture: Fixture<S>,
@@ -304,16 +305,20 @@ pub async fn adjust_keeps_reservations_beyond_the_cap<S: Store>(
         );
         assert_eq!(reserve(&h, &n, HOUR).await.wait(), Some(41 * T), "{n}");
         h.advance(3 * HOUR);
-        for _ in 0..400 {
-            let _ = reserve(&h, &n, 2 * HOUR).await;
-        }
-        let after = h
+        let error = h
             .limiter
-            .adjust(&n, &[("user", "u")], 6)
+            .reserve(&n, &[("user", "u")], 1, 2 * HOUR)
             .await
-            .expect("charge");
-        assert_eq!(after.reset_after, 400 * T, "{n}: the deep queue as it was");
-        assert_eq!(reserve(&h, &n, 2 * HOUR).await.wait(), Some(395 * T), "{n}");
+            .expect_err("a max_wait above the hour");
+        assert!(
+            matches!(error, CheckError::MaxWaitTooLong { .. }),
+            "{n}: {error}"
+        );
+        assert_eq!(
+            reserve(&h, &n, HOUR).await.wait(),
+            Some(Duration::ZERO),
+            "{n}: nothing was charged"
+        );
         h.advance(3 * HOUR);
     }
 }

@@ -192,3 +192,28 @@ async fn a_delayed_request_too_costly_is_413() {
         "the refused request took no slot"
     );
 }
+
+/// `delay_up_to` waits an hour at most (`tollgate::rules::DEBT_HORIZON_US`, the deepest queue
+/// settlements count with): longer is a configuration error, naming the limit.
+#[test]
+fn delay_up_to_longer_than_an_hour_is_refused() {
+    let clock = clock();
+    let limiter = limiter(memory(&clock), &clock, vec![one_a_second(Algorithm::Gcra)]);
+    let hour = Duration::from_micros(tollgate::rules::DEBT_HORIZON_US);
+    let layer = RateLimitLayer::new(limiter, ["upstream"], ClientIp::new()).expect("layer");
+    for too_long in [Duration::MAX, hour + Duration::from_millis(1)] {
+        let error = layer
+            .clone()
+            .delay_up_to(too_long)
+            .expect_err("above an hour");
+        assert!(
+            matches!(
+                &error,
+                ConfigError::Invalid(tollgate::CheckError::MaxWaitTooLong { limit, longest, .. })
+                    if limit == "upstream" && *longest == hour
+            ),
+            "{error}"
+        );
+    }
+    layer.delay_up_to(hour).expect("an hour");
+}

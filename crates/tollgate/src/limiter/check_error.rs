@@ -59,6 +59,22 @@ pub enum CheckError {
         /// Its algorithm's name.
         algorithm: String,
     },
+    /// A reservation ([`crate::Limiter::reserve`], [`crate::Limiter::acquire`]) willing to
+    /// wait longer than [`crate::Limiter::MAX_WAIT`] (an hour, [`crate::rules::DEBT_HORIZON_US`]):
+    /// a queue that deep would run the key's schedule past what settlements count with.
+    #[error(
+        "max_wait {}ms for limit {limit:?} is above the longest a reservation may wait ({} ms)",
+        max_wait.as_millis(),
+        longest.as_millis()
+    )]
+    MaxWaitTooLong {
+        /// The limit.
+        limit: String,
+        /// The wait asked.
+        max_wait: std::time::Duration,
+        /// The longest accepted.
+        longest: std::time::Duration,
+    },
     /// A key part value longer than [`crate::MAX_KEY_VALUE`] bytes.
     #[error("key part {part:?} is longer than {max} bytes")]
     KeyPartTooLong {

@@ -43,9 +43,18 @@ impl<S: Store> Limiter<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
     /// ```
     ///
+    /// `max_wait` is counted from this call: a store call that took a while (a stalled Redis,
+    /// a call sent again) leaves less of it, and a slot whose wait, added to the time the
+    /// store call took, would go past `max_wait` is given back and refused. So the caller's
+    /// whole wait, the call and [`Reservation::wait`] together, is at most `max_wait`. A call
+    /// answered within a millisecond (a round trip to Redis) is not counted,
+    /// so that a `max_wait` of zero still takes a free slot from a remote store.
+    ///
     /// # Errors
-    /// As [`Limiter::check_n`], and [`CheckError::CannotReserve`] for a limit whose algorithm
-    /// has no slots to hand out (only GCRA and the token bucket do).
+    /// As [`Limiter::check_n`], [`CheckError::CannotReserve`] for a limit whose algorithm
+    /// has no slots to hand out (only GCRA and the token bucket do), and
+    /// [`CheckError::MaxWaitTooLong`] for a `max_wait` above an hour
+    /// ([`crate::rules::DEBT_HORIZON_US`], the deepest queue settlements count with).
     pub async fn reserve<V: AsRef<[u8]>>(
         &self,
         limit: &str,
@@ -53,6 +62,15 @@ impl<S: Store> Limiter<S> {
         cost: u64,
         max_wait: Duration,
     ) -> Result<Reservation, CheckError> {
+        let now = self.now();
+        let started = Started::now(now);
+        if max_wait > MAX_WAIT {
+            return Err(CheckError::MaxWaitTooLong {
+                limit: limit.to_owned(),
+                max_wait,
+                longest: MAX_WAIT,
+            });
+        }
         let request = self.prepare(&[limit], key, cost)?;
         let entry = &request.entries()[0];
         if !entry.limit.algorithm().reserves() {
@@ -61,7 +79,6 @@ impl<S: Store> Limiter<S> {
                 algorithm: entry.limit.algorithm().name().to_owned(),
             });
         }
-        let now = self.now();
         let (decision, slot) = if entry.shadow {
             let d = self.run(&request, Op::Check, now).await.remove(0);
             if d.shadow_refused() {
@@ -69,8 +86,7 @@ impl<S: Store> Limiter<S> {
             }
             (d, None)
         } else {
-            let pace = Pace::Reserve { max_wait };
-            self.pace_or_policy(entry, pace, now).await
+            self.reserve_within(entry, max_wait, now, &started).await
         };
         let result = if decision.shown_allowed() {
             "reserved"
@@ -176,15 +192,78 @@ impl<S: Store> Limiter<S> {
         result
     }
 
+    /// A reservation whose slot begins within `max_wait` of `started`: the store's (or the
+    /// policy's) answer, its slot given back and refused when the store call took so long
+    /// that the slot's wait would end past `max_wait`. The store counts the budget from its
+    /// call too (Redis sends what is left of it with each try), but a call can wait before
+    /// its script runs (bytes queued to a stalled node, a cluster client's own retries): only
+    /// here is the whole time known. The wait is from the store's answer, which comes after
+    /// the slot was computed, so sleeping it never goes early.
+    async fn reserve_within(
+        &self,
+        entry: &Entry<'_>,
+        max_wait: Duration,
+        now: Option<Timestamp>,
+        started: &Started,
+    ) -> (LimitDecision, Option<Slot>) {
+        let (mut decision, slot) = self.pace_or_policy(entry, max_wait, now, started).await;
+        let Some(taken) = slot else {
+            return (decision, None);
+        };
+        // An in-process store answers within the call, at the reservation's instant: there is
+        // no delay to count (and measuring nanoseconds would refuse slots at exactly
+        // `max_wait`).
+        if self.store.in_process() && matches!(decision.source, Source::Store) {
+            return (decision, slot);
+        }
+        let spent = counted(started.elapsed(self.now()));
+        let Some(over) = (spent + taken.wait())
+            .checked_sub(max_wait)
+            .filter(|o| !o.is_zero())
+        else {
+            return (decision, slot);
+        };
+        // Too late for this caller: the slot goes back (lost if a later one was handed out
+        // meanwhile), and the reservation is refused, charging nothing.
+        let cancel = Pace::Cancel {
+            ticket: taken.ticket(),
+        };
+        let on_local = matches!(
+            decision.source,
+            Source::Policy {
+                policy: OnStoreError::Local,
+                ..
+            }
+        );
+        let given = if on_local {
+            let at = self.now().unwrap_or_else(|| SteadyClock.now());
+            let local = self.local.get_or_init(MemoryStore::new);
+            local.pace_at(entry, cancel, at).ok()
+        } else {
+            self.pace_store(entry, cancel, self.now()).await.ok()
+        };
+        let given_back = given.as_ref().is_some_and(|p| p.given_back);
+        if given_back {
+            self.forget_cached(&entry.key);
+        }
+        count_reservation(entry.limit, given_back_or_lost(given_back));
+        let after = given.map_or(decision.decision, |p| p.decision);
+        decision.decision =
+            Decision::refused(after.limit, after.remaining, after.reset_after, over);
+        (decision, None)
+    }
+
     /// A reservation in the store, or the limit's failure policy when the store fails:
     /// `allow` goes now, `deny` refuses (retry in 1 s), `local` reserves on this
-    /// instance's memory store.
+    /// instance's memory store, within what is left of `max_wait` after the failed call.
     async fn pace_or_policy(
         &self,
         entry: &Entry<'_>,
-        pace: Pace,
+        max_wait: Duration,
         now: Option<Timestamp>,
+        started: &Started,
     ) -> (LimitDecision, Option<Slot>) {
+        let pace = Pace::Reserve { max_wait };
         let error = match self.pace_store(entry, pace, now).await {
             Ok(paced) => {
                 return (
@@ -200,9 +279,11 @@ impl<S: Store> Limiter<S> {
             OnStoreError::Allow => (Decision::allowed(limit, limit, Duration::ZERO), None),
             OnStoreError::Deny => (policy_denial(limit), None),
             OnStoreError::Local => {
-                let now = self.now().unwrap_or_else(|| SteadyClock.now());
+                let at = self.now();
+                let left = max_wait.saturating_sub(counted(started.elapsed(at)));
                 let local = self.local.get_or_init(MemoryStore::new);
-                match local.pace_at(entry, pace, now) {
+                let at = at.unwrap_or_else(|| SteadyClock.now());
+                match local.pace_at(entry, Pace::Reserve { max_wait: left }, at) {
                     Ok(paced) => (paced.decision, paced.slot),
                     Err(_) => (policy_denial(limit), None),
                 }
@@ -220,6 +301,62 @@ impl<S: Store> Limiter<S> {
         if let Some(cache) = &self.deny_cache {
             cache.forget(key);
         }
+    }
+}
+
+/// The longest a reservation may wait: [`crate::rules::DEBT_HORIZON_US`], the deepest queue
+/// of reservations a settlement's debt is counted on top of (docs/algorithms.md), and the
+/// service's longest `server.max_acquire_wait`. A queue deeper than that would run a key's
+/// schedule arbitrarily far ahead (with `Duration::MAX`, until its `tat` overflowed).
+pub(super) const MAX_WAIT: Duration = Duration::from_micros(crate::rules::DEBT_HORIZON_US);
+
+/// How long a store call may take and count as no wait at all: a round trip to Redis. A
+/// reservation's store call that took longer is counted in full against its `max_wait`
+/// (`tollgate-redis` sends each try with what is left of it by the same rule).
+pub(super) const ORDINARY_CALL: Duration = Duration::from_millis(1);
+
+/// The part of a store call's `spent` time that counts against a reservation's `max_wait`:
+/// none within [`ORDINARY_CALL`], all of it beyond.
+fn counted(spent: Duration) -> Duration {
+    if spent <= ORDINARY_CALL {
+        Duration::ZERO
+    } else {
+        spent
+    }
+}
+
+/// A monotonic clock that the runtime's paused time moves (tokio's, with its feature).
+#[cfg(feature = "tokio")]
+type Monotonic = tokio::time::Instant;
+#[cfg(not(feature = "tokio"))]
+type Monotonic = Instant;
+
+/// When a reservation started, which its `max_wait` is counted from: on a monotonic clock,
+/// and on the limiter's clock when it has one (a fake clock moves only that one).
+pub(super) struct Started {
+    at: Monotonic,
+    clock: Option<Timestamp>,
+}
+
+impl Started {
+    /// Now, the limiter's clock reading `clock`.
+    fn now(clock: Option<Timestamp>) -> Started {
+        Started {
+            at: Monotonic::now(),
+            clock,
+        }
+    }
+
+    /// How long since the start, the limiter's clock now reading `clock`: the longer of the
+    /// two clocks' readings (either may be the one that moved).
+    fn elapsed(&self, clock: Option<Timestamp>) -> Duration {
+        let on_clock = match (self.clock, clock) {
+            (Some(from), Some(to)) => {
+                Duration::from_micros(to.as_micros().saturating_sub(from.as_micros()))
+            }
+            _ => Duration::ZERO,
+        };
+        self.at.elapsed().max(on_clock)
     }
 }
 
