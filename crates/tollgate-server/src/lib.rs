@@ -7,6 +7,8 @@
 //! The modules, from the bottom up (each uses only those above it in this list, never one
 //! below: `scripts/module-cycles` checks there is no circle):
 //!
+//! - `file`: a file the service reads (the config, certificates, password files): a regular
+//!   file of 2 MiB at most, never a device or a FIFO;
 //! - [`duration`], [`config`]: the TOML file (and its environment overrides) as typed values;
 //! - [`store`], [`limits`]: the store chosen by config, and the limit set over it that a
 //!   reload swaps whole;
@@ -27,6 +29,7 @@ pub use tollgate_load as bench;
 pub mod cli;
 pub mod config;
 mod connection;
+pub(crate) mod file;
 pub mod duration;
 pub mod http;
 pub mod limits;

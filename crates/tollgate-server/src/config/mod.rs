@@ -54,13 +54,6 @@ pub use server_tls::{DEFAULT_UNIX_MODE, ServerTls};
 /// ([`tollgate_envoy::MAX_FILE_BYTES`]).
 pub const MAX_FILE_BYTES: u64 = tollgate_envoy::MAX_FILE_BYTES;
 
-/// The error for a config file of `len` bytes, over [`MAX_FILE_BYTES`].
-pub(crate) fn too_large(len: u64) -> std::io::Error {
-    std::io::Error::other(format!(
-        "{len} bytes, larger than the {} KiB a config file may be",
-        MAX_FILE_BYTES / 1024
-    ))
-}
 
 /// The default HTTP listen address.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
@@ -232,14 +225,9 @@ impl Config {
     /// [`ConfigError`] naming the file and the field.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         let origin = path.display().to_string();
-        let read = || {
-            let len = std::fs::metadata(path)?.len();
-            if len > MAX_FILE_BYTES {
-                return Err(too_large(len));
-            }
-            std::fs::read_to_string(path)
-        };
-        let text = read().map_err(|source| ConfigError::Read {
+        // A regular file of at most `MAX_FILE_BYTES`: `/dev/zero` or a FIFO given as the config
+        // would fill memory or hang (`crate::file`).
+        let text = crate::file::read_text(path).map_err(|source| ConfigError::Read {
             origin: origin.clone(),
             source,
         })?;

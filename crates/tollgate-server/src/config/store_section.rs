@@ -155,7 +155,7 @@ impl Files<'_> {
     /// The bytes of `path`.
     fn read(&self, field: &str, path: &str) -> Result<(PathBuf, Vec<u8>), ConfigError> {
         let path = self.base.join(path);
-        std::fs::read(&path)
+        crate::file::read(&path)
             .map_err(|source| {
                 self.invalid(
                     field,

@@ -56,14 +56,14 @@ fn with_rules_dir(mut text: String, dir: Option<&std::path::Path>) -> String {
     text
 }
 
-/// The config file's text, unless it is larger than [`crate::config::MAX_FILE_BYTES`] (an
-/// error saying so, without reading it).
+/// The config file's text, unless it is not a regular file or is larger than
+/// [`crate::config::MAX_FILE_BYTES`] (an error saying so, without reading it; `crate::file`),
+/// read off the runtime's threads.
 async fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
-    let len = tokio::fs::metadata(path).await?.len();
-    if len > crate::config::MAX_FILE_BYTES {
-        return Err(crate::config::too_large(len));
-    }
-    tokio::fs::read_to_string(path).await
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || crate::file::read_text(&path))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// Everything a reload needs.

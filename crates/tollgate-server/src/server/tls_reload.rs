@@ -121,7 +121,7 @@ fn paths(tls: &ServerTls) -> Vec<PathBuf> {
 pub(super) fn snapshot(paths: &[PathBuf]) -> Vec<u8> {
     let mut seen = Vec::new();
     for path in paths {
-        match crate::tls::file::read(path) {
+        match crate::file::read(path) {
             Ok(bytes) => {
                 seen.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
                 seen.extend_from_slice(&bytes);

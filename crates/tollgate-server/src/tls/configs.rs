@@ -115,7 +115,7 @@ fn server_config(
 
 /// The bytes of `path` (named by `field` in errors): a regular file of at most 2 MiB.
 fn read(field: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    super::file::read(path).map_err(|cause| TlsError::Read {
+    crate::file::read(path).map_err(|cause| TlsError::Read {
         field,
         path: path.to_owned(),
         cause,

@@ -10,14 +10,12 @@
 //! - `acceptors`: `TlsAcceptors`, the current configurations, swapped by the reloader;
 //! - `client_names`: the gRPC listener's `tls_client_names` check, inside the handshake;
 //! - `validity`: a certificate's validity period, read from its DER;
-//! - `file`: a certificate, key or CA file read: a regular file, 2 MiB at most;
 //! - `error`: [`TlsError`], naming the file and the cause.
 
 mod acceptors;
 mod client_names;
 mod configs;
 mod error;
-pub(crate) mod file;
 pub(crate) mod validity;
 
 use std::time::SystemTime;

@@ -418,6 +418,41 @@ fn check_config_exit_codes() {
     );
 }
 
+/// A config path naming a device or a FIFO is refused at once, saying what it is: before,
+/// `check-config /dev/zero` grew without bound and a FIFO hung it (and `serve` alike).
+#[test]
+fn check_config_refuses_a_device_or_a_fifo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("tollgate.toml");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("run mkfifo");
+    assert!(made.success());
+    for (path, says) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+    ] {
+        let mut child = Command::new(BIN)
+            .arg("check-config")
+            .arg(path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run");
+        // Bounded: a hang is the failure (the child is killed, the test fails).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("check-config {} did not end", path.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        assert!(!out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{}: {stderr}", path.display());
+    }
+}
+
 /// `check-config` refuses a Redis URL the Redis client would refuse (here a database that is
 /// not a number): exit 1, naming `store.redis` and the reason, without the password. Before,
 /// it said "ok" and `serve` then took the URL for a Redis down for ever.

@@ -1,9 +1,9 @@
-//! [`read`]: the bytes of a certificate, key or CA file, which must be a regular file of at
-//! most [`MAX_FILE_BYTES`].
+//! [`read`]: the bytes of a file the service reads (the config file, a certificate, key or CA
+//! file, a password file), which must be a regular file of at most [`MAX_FILE_BYTES`].
 //!
-//! A path naming a device or a FIFO (`/dev/zero`, a named pipe left where the certificate
-//! should be) would otherwise hang `check-config`, start-up and the reloader (opening a FIFO
-//! waits for a writer; reading one waits for data) or fill memory (`/dev/zero` never ends).
+//! A path naming a device or a FIFO (`/dev/zero`, a named pipe left where the file should be)
+//! would otherwise hang `check-config`, start-up and the reloaders (opening a FIFO waits for a
+//! writer; reading one waits for data) or fill memory (`/dev/zero` never ends).
 //! Symbolic links are followed (a Kubernetes secret's files are links); what they lead to is
 //! what must be a regular file.
 
@@ -12,9 +12,17 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags};
 
-/// The largest certificate, key or CA file read (a CA bundle is a few hundred KiB): what a
-/// config file may be, 2 MiB.
-pub(crate) const MAX_FILE_BYTES: u64 = crate::config::MAX_FILE_BYTES;
+/// The largest file read: a config file's cap, 2 MiB (a CA bundle is a few hundred KiB), as
+/// for the Envoy YAML files.
+pub(crate) const MAX_FILE_BYTES: u64 = tollgate_envoy::MAX_FILE_BYTES;
+
+/// The text of the regular file at `path`, as [`read`] reads it.
+///
+/// # Errors
+/// As [`read`]; `InvalidData` for text that is not UTF-8.
+pub(crate) fn read_text(path: &Path) -> io::Result<String> {
+    String::from_utf8(read(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
 
 /// The bytes of the regular file at `path` (symbolic links followed).
 ///
@@ -74,11 +82,11 @@ fn regular(meta: &std::fs::Metadata) -> io::Result<()> {
     ))
 }
 
-fn too_large(len: u64) -> io::Error {
+pub(crate) fn too_large(len: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         format!(
-            "larger than the {} KiB a certificate, key or CA file may be ({len} bytes or more)",
+            "larger than the {} KiB a file tollgate reads may be ({len} bytes or more)",
             MAX_FILE_BYTES / 1024
         ),
     )
