@@ -172,18 +172,12 @@ async fn gcra_reservations_read_the_expiry_exactly() {
         let key = [("user", "1")];
         // Past the burst, so that every reservation below waits, and the key is never full.
         for _ in 0..=per_hour {
-            let r = limiter
-                .reserve("p", &key, 1, hour)
-                .await
-                .expect("valid");
+            let r = limiter.reserve("p", &key, 1, hour).await.expect("valid");
             assert!(r.slot().is_some(), "{what}: {:?}", r.outcome());
         }
         let mut ticket = None;
         for i in 0..1_000 {
-            let r = limiter
-                .reserve("p", &key, 1, hour)
-                .await
-                .expect("valid");
+            let r = limiter.reserve("p", &key, 1, hour).await.expect("valid");
             let slot = r
                 .slot()
                 .unwrap_or_else(|| panic!("{what} {i}: {:?}", r.outcome()));

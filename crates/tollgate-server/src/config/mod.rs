@@ -54,7 +54,6 @@ pub use server_tls::{DEFAULT_UNIX_MODE, ServerTls};
 /// ([`tollgate_envoy::MAX_FILE_BYTES`]).
 pub const MAX_FILE_BYTES: u64 = tollgate_envoy::MAX_FILE_BYTES;
 
-
 /// The default HTTP listen address.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 /// The default store call timeout.

@@ -424,7 +424,10 @@ fn check_config_exit_codes() {
 fn check_config_refuses_a_device_or_a_fifo() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("tollgate.toml");
-    let made = Command::new("mkfifo").arg(&fifo).status().expect("run mkfifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
     assert!(made.success());
     for (path, says) in [
         (Path::new("/dev/zero"), "a character device"),
