@@ -45,6 +45,8 @@ pub struct Limit {
     /// Whether the limiter's deny cache may answer and remember this limit's refusals
     /// ([`Limit::deny_cache`]).
     deny_cache: bool,
+    /// What ends each of its keys ([`crate::Key::new`]), made once here rather than per key.
+    key_tag: Arc<str>,
 }
 
 impl Limit {
@@ -90,17 +92,26 @@ impl Limit {
                 });
             }
         }
+        let rule = AnyRule::new(algorithm, &quota);
         Ok(Limit {
             name: name.into(),
             algorithm,
             quota,
-            rule: AnyRule::new(algorithm, &quota),
+            key_tag: key_tag(algorithm, &rule, &quota),
+            rule,
             key_parts: None,
             on_store_error: OnStoreError::Deny,
             shadow: false,
             lease: None,
             deny_cache: true,
         })
+    }
+
+    /// What ends each of this limit's keys: its algorithm's tag
+    /// ([`Algorithm::key_tag`]), followed by what its state's meaning depends on.
+    #[inline]
+    pub(crate) fn key_tag(&self) -> &str {
+        &self.key_tag
     }
 
     /// Keys this limit by exactly these parts, in this order (none: one global key).
@@ -281,6 +292,25 @@ impl Limit {
             self.quota.limit()
         }
     }
+}
+
+/// The algorithm's tag, then, for the two whose state means nothing under another rate:
+/// - a sliding window's bucket width in µs: its state is bucket numbers (read under a wider
+///   width, old numbers are far in the future: counted for ever, and an expiry of centuries);
+/// - GCRA's emission interval in µs: its state is an instant, the old rate's debt (kept under
+///   a shorter period, 10 a day reloaded as 10 a second was refused, and kept, for a day).
+fn key_tag(algorithm: Algorithm, rule: &AnyRule, quota: &Quota) -> Arc<str> {
+    let mut tag = String::from(algorithm.key_tag());
+    match rule {
+        AnyRule::SlidingWindow(rule) => {
+            tag.push_str(itoa::Buffer::new().format(rule.width_micros()))
+        }
+        AnyRule::Gcra(_) => {
+            tag.push_str(itoa::Buffer::new().format(quota.emission_interval_micros()));
+        }
+        _ => {}
+    }
+    tag.into()
 }
 
 /// Checks a name (limit name, key part name): 1–64 characters of `A-Z a-z 0-9 _ - .`.

@@ -27,7 +27,6 @@ use std::sync::{Arc, LazyLock};
 
 use sha2::{Digest, Sha256};
 
-use crate::rules::AnyRule;
 use crate::{Limit, Namespace};
 
 /// Escaped values longer than this are replaced by a readable prefix and a digest.
@@ -71,7 +70,7 @@ impl Key {
     /// # Ok::<(), tollgate::LimitError>(())
     /// ```
     pub fn new<V: AsRef<[u8]>>(namespace: &Namespace, limit: &Limit, parts: &[(&str, V)]) -> Key {
-        let mut text = String::with_capacity(48);
+        let mut text = String::with_capacity(64);
         text.push_str(namespace.prefix());
         text.push(':');
         push_part(&mut text, limit.name().as_bytes());
@@ -85,23 +84,9 @@ impl Key {
             push_part(&mut text, value.as_ref());
         }
         text.push_str("}:");
-        text.push_str(limit.algorithm().key_tag());
-        match limit.rule() {
-            // The bucket width, in µs: a sliding window's state is bucket numbers, which mean
-            // nothing under another width (read under a wider one, old numbers are far in the
-            // future: counted for ever and an expiry of centuries).
-            AnyRule::SlidingWindow(rule) => {
-                text.push_str(itoa::Buffer::new().format(rule.width_micros()));
-            }
-            // The emission interval, in µs: GCRA's state is an instant, the old rate's debt;
-            // kept under a shorter period, it refused for up to the old one (10 a day reloaded
-            // as 10 a second: refused, and kept, for a day).
-            AnyRule::Gcra(_) => {
-                let t = limit.quota().emission_interval_micros();
-                text.push_str(itoa::Buffer::new().format(t));
-            }
-            _ => {}
-        }
+        // The algorithm's tag, and a sliding window's bucket width or GCRA's emission
+        // interval (`Limit::key_tag`): a changed width or rate starts afresh.
+        text.push_str(limit.key_tag());
         let hash = KEY_HASHER.hash_one(&text);
         Key {
             text: text.into(),
