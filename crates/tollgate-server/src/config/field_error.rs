@@ -96,6 +96,13 @@ pub enum FieldError {
          checked; remove tls_client_names or serve gRPC on TCP"
     )]
     NamesWithoutTlsGrpc(String),
+    /// `server.tls_client_names` without `server.grpc`: the names are checked on gRPC only,
+    /// the HTTP API takes any certificate from the CA.
+    #[error(
+        "the names are checked on the gRPC listener only, and there is no server.grpc: the \
+         HTTP API takes any certificate from the CA; remove tls_client_names or add server.grpc"
+    )]
+    NamesWithoutGrpc,
     /// `server.tls_client_names = []` with a client CA: an allow-list that checks nothing.
     #[error(
         "an empty list names no client, so it would check nothing: list the allowed clients' \

@@ -31,7 +31,8 @@ pub struct ServerTls {
 /// file's directory) when relative.
 ///
 /// TLS that no listener would apply is refused, not ignored: with `http` and `grpc` both
-/// `unix:` sockets (plaintext), or `tls_client_names` with gRPC on a `unix:` socket, the
+/// `unix:` sockets (plaintext), or `tls_client_names` with gRPC on a `unix:` socket or no
+/// gRPC listener at all (the names are checked on gRPC only), the
 /// client checks the operator wrote would silently not run. So are an empty
 /// `tls_client_names` (it checks nothing) and a name with `*` (compared exactly, it never
 /// matches).
@@ -106,6 +107,12 @@ pub(super) fn server_tls(
         return Err(invalid(
             "server.tls_cert",
             FieldError::TlsWithoutTcp(listeners),
+        ));
+    }
+    if grpc.is_none() && !names.is_empty() {
+        return Err(invalid(
+            "server.tls_client_names",
+            FieldError::NamesWithoutGrpc,
         ));
     }
     if let Some(grpc) = grpc.filter(|g| !is_tcp(g))
@@ -200,6 +207,12 @@ mod tests {
         let e = error(&format!("grpc = \"unix:/run/t/grpc.sock\"\n{tls}\n{names}"));
         assert!(
             e.starts_with("/etc/t/t.toml: server.tls_client_names: server.grpc is a unix: socket (unix:/run/t/grpc.sock), served in plaintext: the names would never be checked"),
+            "{e}"
+        );
+        // No gRPC listener: the names (checked on gRPC only) would check nothing.
+        let e = error(&format!("{tls}\n{names}"));
+        assert!(
+            e.starts_with("/etc/t/t.toml: server.tls_client_names: the names are checked on the gRPC listener only, and there is no server.grpc"),
             "{e}"
         );
         let e = error(&format!("{tls}\ntls_client_names = []"));
