@@ -325,22 +325,7 @@ async fn concurrent_on_redis_fills_the_limits_own_key_parts() {
     let report = simulate(Scenario::Concurrent, &options)
         .await
         .expect("simulate");
-    let on_redis: Vec<_> = report
-        .expectations
-        .iter()
-        .filter(|e| e.expected.contains("on Redis"))
-        .collect();
-    assert_eq!(on_redis.len(), 3, "{:?}", report.expectations);
-    for e in &report.expectations {
-        assert!(e.met, "expected {}, measured {}", e.expected, e.measured);
-    }
-    for e in on_redis {
-        assert!(
-            e.measured.starts_with("100 admitted, 0 store failures"),
-            "{}",
-            e.measured
-        );
-    }
+    crate::redis::every_run_on_redis_exact(&report, 3);
 }
 
 // 4. --rate not checked; requests generated without bound.

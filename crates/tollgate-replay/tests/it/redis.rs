@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tollgate::Algorithm;
-use tollgate_replay::{Scenario, SimOptions, simulate};
+use tollgate_replay::{Report, Scenario, SimOptions, simulate};
 use tollgate_testkit::RedisServer;
 
 /// Keys without an expiry on `server`.
@@ -23,6 +23,27 @@ fn immortal_keys(server: &RedisServer) -> Vec<String> {
                 == -1
         })
         .collect()
+}
+
+/// Every expectation of `report` met, and its `runs` runs on Redis each admitted exactly 100
+/// with no store failure.
+pub(super) fn every_run_on_redis_exact(report: &Report, runs: usize) {
+    let on_redis: Vec<_> = report
+        .expectations
+        .iter()
+        .filter(|e| e.expected.contains("on Redis"))
+        .collect();
+    assert_eq!(on_redis.len(), runs, "{:?}", report.expectations);
+    for e in &report.expectations {
+        assert!(e.met, "expected {}, measured {}", e.expected, e.measured);
+    }
+    for e in on_redis {
+        assert!(
+            e.measured.starts_with("100 admitted, 0 store failures"),
+            "{}",
+            e.measured
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -44,22 +65,7 @@ async fn fifty_concurrent_tasks_on_redis_get_exactly_the_limit() {
     let report = simulate(Scenario::Concurrent, &options)
         .await
         .expect("simulate");
-    let on_redis: Vec<_> = report
-        .expectations
-        .iter()
-        .filter(|e| e.expected.contains("on Redis"))
-        .collect();
-    assert_eq!(on_redis.len(), 4, "{:?}", report.expectations);
-    for e in &report.expectations {
-        assert!(e.met, "expected {}, measured {}", e.expected, e.measured);
-    }
-    for e in on_redis {
-        assert!(
-            e.measured.starts_with("100 admitted, 0 store failures"),
-            "{}",
-            e.measured
-        );
-    }
+    every_run_on_redis_exact(&report, 4);
     assert!(immortal_keys(&server).is_empty());
 }
 
