@@ -788,8 +788,8 @@ async fn a_certificate_replaced_by_a_fifo_or_a_device_is_refused_on_reload() {
 
 /// The "listening" line says which listener serves TLS: a `unix:` one never does. (Before,
 /// it said `tls=true` whatever the listeners were.)
-#[test]
-fn the_listening_line_says_which_listener_has_tls() {
+#[tokio::test]
+async fn the_listening_line_says_which_listener_has_tls() {
     let tls = TlsFiles::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let text = format!(
@@ -802,6 +802,8 @@ fn the_listening_line_says_which_listener_has_tls() {
     let path = dir.path().join("tollgate.toml");
     std::fs::write(&path, text).expect("write");
     let process = Process::serve(&path);
+    // The log is read from the process's stderr as it comes: wait for the line (bounded).
+    assert!(process.logged("listening").await, "{}", process.log());
     let log = process.log();
     let line = log
         .lines()
