@@ -6,8 +6,8 @@
 //! part of verifying the client's certificate, so a client with the wrong name is refused
 //! there with a TLS alert, like one with no certificate, and never reaches HTTP/2.
 //!
-//! Names are compared exactly (no wildcards: a list of allowed clients, not a hostname
-//! match) with the certificate's DNS and URI subject alternative names (SPIFFE IDs are URI
+//! Names are compared whole (no wildcards: a list of allowed clients, not a hostname
+//! pattern; host names without regard to case, as DNS does) with the certificate's DNS and URI subject alternative names (SPIFFE IDs are URI
 //! names), or, for a certificate without them, with its subject's common name, which older
 //! CAs still put names in (RFC 6125: a certificate with alternative names is who they say).
 
@@ -34,18 +34,28 @@ impl NamedClients {
         let Ok(cert) = webpki::EndEntityCert::try_from(end_entity) else {
             return false;
         };
-        let allowed = |name: &str| self.names.iter().any(|n| n == name);
-        // The common name counts only without DNS or URI names (RFC 6125: a certificate that
-        // has them says who it is there).
-        let mut sans = cert
-            .valid_dns_names()
-            .chain(cert.valid_uri_names())
-            .peekable();
-        if sans.peek().is_some() {
-            return sans.any(allowed);
-        }
-        common_name(cert.subject()).is_some_and(allowed)
+        let dns: Vec<&str> = cert.valid_dns_names().collect();
+        let uris: Vec<&str> = cert.valid_uri_names().collect();
+        carries(&self.names, &dns, &uris, || common_name(cert.subject()))
     }
+}
+
+/// Whether a certificate with these DNS and URI names (and this common name, read only when
+/// it has neither: RFC 6125, a certificate that has them says who it is there) carries one of
+/// `allowed`. DNS names and the common name are host names, which DNS compares without case
+/// (RFC 4343: `Envoy.Edge.svc` is `envoy.edge.svc`); URI names are compared exactly (a
+/// SPIFFE ID's path is case-sensitive, and its trust domain is lower case by definition).
+fn carries<'a>(
+    allowed: &[String],
+    dns: &[&str],
+    uris: &[&str],
+    common_name: impl FnOnce() -> Option<&'a str>,
+) -> bool {
+    let host = |name: &str| allowed.iter().any(|n| n.eq_ignore_ascii_case(name));
+    if dns.is_empty() && uris.is_empty() {
+        return common_name().is_some_and(host);
+    }
+    dns.iter().any(|name| host(name)) || uris.iter().any(|name| allowed.iter().any(|n| n == name))
 }
 
 /// The common name (OID 2.5.4.3) of a DER `Name`, read attribute by attribute: `None` unless
@@ -167,7 +177,7 @@ impl ClientCertVerifier for NamedClients {
 
 #[cfg(test)]
 mod tests {
-    use super::common_name;
+    use super::{carries, common_name};
 
     fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {
         let mut out = vec![tag];
@@ -215,5 +225,25 @@ mod tests {
         assert_eq!(common_name(truncated), None);
         let long = "a".repeat(200);
         assert_eq!(common_name(&rdn(&CN, long.as_bytes())), Some(long.as_str()));
+    }
+
+    /// DNS names and common names are host names, compared without case; URI names (SPIFFE
+    /// IDs) exactly; the common name counts only without alternative names.
+    #[test]
+    fn host_names_match_in_any_case_and_uris_exactly() {
+        let allowed = [
+            "envoy.edge.svc".to_owned(),
+            "spiffe://td/ns/Edge".to_owned(),
+        ];
+        let no_cn = || None;
+        assert!(carries(&allowed, &["Envoy.EDGE.svc"], &[], no_cn));
+        assert!(!carries(&allowed, &["envoy.edge.svc.evil"], &[], no_cn));
+        assert!(carries(&allowed, &[], &["spiffe://td/ns/Edge"], no_cn));
+        assert!(!carries(&allowed, &[], &["spiffe://td/ns/edge"], no_cn));
+        assert!(carries(&allowed, &[], &[], || Some("ENVOY.edge.svc")));
+        assert!(!carries(&allowed, &["other.svc"], &[], || Some(
+            "envoy.edge.svc"
+        )));
+        assert!(!carries(&allowed, &[], &[], no_cn));
     }
 }
