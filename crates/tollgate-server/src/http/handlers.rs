@@ -136,11 +136,13 @@ async fn reset(
     let request = limits
         .prepare(&names, &key, cost)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    limits
-        .reset(&request)
-        .await
-        .map_err(ApiError::StoreUnavailable)?;
-    tracing::info!(limits = ?names, key = %key_digest(&key), %client, "reset");
+    let key = key_digest(&key);
+    if let Err(cause) = limits.reset(&request).await {
+        // The operator who asked must be able to find that it did not happen, and for what.
+        tracing::warn!(limits = ?names, %key, %client, cause = %cause, "reset failed: the store did not answer");
+        return Err(ApiError::StoreUnavailable(cause));
+    }
+    tracing::info!(limits = ?names, %key, %client, "reset");
     Reply::json(serde_json::json!({ "reset": names.as_slice() }))
 }
 

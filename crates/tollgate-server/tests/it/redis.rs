@@ -98,6 +98,32 @@ async fn api_on_redis_and_store_failure() {
     );
 }
 
+/// A reset the store could not carry out answers 503 and is logged as failed, naming the
+/// limit, the key's digest and who asked (only the generic "store unavailable" was logged, so
+/// an operator could not tell that a reset they asked for had not happened).
+#[tokio::test]
+async fn a_failed_reset_is_logged_as_failed() {
+    let mut redis = RedisServer::start();
+    let (_dir, path) = crate::binary::config_file(&config(&redis.url(), "rf", "127.0.0.1:0"));
+    let process = Process::serve(&path);
+    let body = r#"{"limit": "redis_user", "key": {"user": "7"}}"#;
+    let auth = [("authorization", "Bearer redis-admin-token")];
+    let reset = crate::support::request(process.addr, "POST", "/v1/reset", body.into(), &auth);
+    assert_eq!(reset.await.status, 200, "{}", process.log());
+    redis.kill();
+    let reset = crate::support::request(process.addr, "POST", "/v1/reset", body.into(), &auth);
+    assert_eq!(reset.await.status, 503, "{}", process.log());
+    assert!(process.logged("reset failed").await, "{}", process.log());
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("reset failed"))
+        .unwrap_or_default();
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(r#"limits=["redis_user"]"#), "{line}");
+    assert!(line.contains("key=") && line.contains("client="), "{line}");
+}
+
 /// Two `tollgate` processes on one Redis admit exactly the limit between them, under
 /// concurrent load split across both.
 #[tokio::test]
