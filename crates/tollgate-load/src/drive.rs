@@ -52,7 +52,11 @@ where
         timed_out: 0,
         elapsed: Duration::ZERO,
         latency: new_histogram()?,
+        duration: options.duration,
+        last_decision: None,
+        last_failure: None,
     };
+    let since_start = |at: Option<Instant>| at.map(|at| at.saturating_duration_since(started));
     let backstop = tokio::time::Instant::from_std(clock.stop() + BACKSTOP);
     for mut task in tasks {
         let tally = match tokio::time::timeout_at(backstop, &mut task).await {
@@ -62,6 +66,7 @@ where
                 task.abort();
                 report.other += 1;
                 report.timed_out += 1;
+                report.last_failure = report.last_failure.max(since_start(Some(Instant::now())));
                 continue;
             }
         };
@@ -70,6 +75,8 @@ where
         report.other += tally.other;
         report.timed_out += tally.timed_out;
         report.latency.add(&tally.latency)?;
+        report.last_decision = report.last_decision.max(since_start(tally.last_decision));
+        report.last_failure = report.last_failure.max(since_start(tally.last_failure));
     }
     report.elapsed = started.elapsed();
     if let Some(bar) = bar {

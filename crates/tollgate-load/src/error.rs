@@ -167,4 +167,17 @@ pub enum LoadError {
         /// Of those, calls that got no answer within the timeout.
         timed_out: u64,
     },
+    /// The run ended failing: its last decision came well before its end, and calls failed
+    /// after it (a service that died or went unavailable near the end).
+    #[error(
+        "the service stopped deciding {:.1} s into the {:.1} s run: calls failed after that",
+        at.as_secs_f64(),
+        duration.as_secs_f64()
+    )]
+    StoppedDeciding {
+        /// When, from the start, the last decision came.
+        at: std::time::Duration,
+        /// The run's length.
+        duration: std::time::Duration,
+    },
 }

@@ -58,6 +58,9 @@ pub(crate) enum Checks {
     /// 200 to this many checks in all; then the listener and every connection are closed (a
     /// service killed halfway: new connections are refused).
     DieAfter(usize),
+    /// 200 to every check until this long after the service started; then the listener and
+    /// every connection are closed.
+    DieAt(Duration),
 }
 
 /// A listener on a free local port, and its `http://` URL.
@@ -84,9 +87,20 @@ pub(crate) async fn serve_http(checks: Checks) -> String {
     let (listener, url) = listener().await;
     let died = Arc::new(Notify::new());
     let answered = Arc::new(Mutex::new(0_usize));
+    let dies_at = match checks {
+        Checks::DieAt(after) => Some(tokio::time::Instant::now() + after),
+        _ => None,
+    };
     tokio::spawn(async move {
         // Dropped with this task: the listener, and every connection's task.
         let mut connections = tokio::task::JoinSet::new();
+        let death = async {
+            match dies_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(death);
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -94,6 +108,7 @@ pub(crate) async fn serve_http(checks: Checks) -> String {
                     connections.spawn(answer(stream, checks, answered.clone(), died.clone()));
                 }
                 () = died.notified() => return,
+                () = &mut death => return,
             }
         }
     });
@@ -159,6 +174,7 @@ async fn answer(stream: TcpStream, checks: Checks, answered: Arc<Mutex<usize>>, 
                     }
                     b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec()
                 }
+                Checks::DieAt(_) => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
             }
         };
         if stream.write_all(&reply).await.is_err() {

@@ -388,6 +388,32 @@ mod tests {
         );
     }
 
+    /// A service killed near the end of the run: whatever the share of failures (few, each
+    /// refused connection being followed by a pause), the verdict fails: the run ended
+    /// failing. (It passed when the failures were under 1 %.)
+    #[tokio::test]
+    async fn a_service_killed_near_the_end_fails_the_verdict() {
+        let url = serve_http(Checks::DieAt(Duration::from_millis(1_000))).await;
+        let run = run_with_timeout(options(&url, 1, 1_600), TIMEOUT);
+        let report = tokio::time::timeout(OUTER, run)
+            .await
+            .expect("the run returns")
+            .expect("a report");
+        assert!(
+            report.allowed > 0 && report.other > 0,
+            "{:?}",
+            counts(&report)
+        );
+        let verdict = report.verdict();
+        let share_ok = report.other * 100 <= report.allowed + report.other;
+        assert!(
+            matches!(verdict, Err(LoadError::StoppedDeciding { .. }))
+                || (!share_ok && matches!(verdict, Err(LoadError::TooManyFailures { .. }))),
+            "{verdict:?} {:?}",
+            counts(&report)
+        );
+    }
+
     /// The named limit is picked with its key parts, the first one without a name; an
     /// unknown name or an empty listing is an error naming what is missing.
     #[test]

@@ -36,4 +36,4 @@ pub use error::LoadError;
 pub use grpc::{run_grpc, run_grpc_with_timeout};
 pub use http::{run, run_with_timeout};
 pub use options::{BenchOptions, ClientTls, DEFAULT_TIMEOUT, GrpcTarget};
-pub use report::{MAX_FAILED_PERCENT, Report};
+pub use report::{MAX_FAILED_PERCENT, QUIET_END, Report};

@@ -16,6 +16,13 @@ use crate::LoadError;
 /// run that did decide something.
 pub const MAX_FAILED_PERCENT: u64 = 1;
 
+/// The shortest stretch at the end of a run without a decision, while calls failed, that
+/// fails it ([`Report::verdict`]); a run of over ten seconds allows 1 % of its duration.
+/// A service that dies near the end of a run fails few calls (each failure without an answer
+/// is followed by a pause, up to 200 ms), far under 1 %, and its report is still not a
+/// measurement of the whole run.
+pub const QUIET_END: Duration = Duration::from_millis(100);
+
 /// Totals of a run.
 #[derive(Debug)]
 pub struct Report {
@@ -33,6 +40,12 @@ pub struct Report {
     pub elapsed: Duration,
     /// Latency of every answered check.
     pub latency: Histogram<u64>,
+    /// How long the run was to send calls (`--duration`).
+    pub duration: Duration,
+    /// When, from the start, the last decision came (none: no decision).
+    pub last_decision: Option<Duration>,
+    /// When, from the start, the last failure (`other`) came (none: no failure).
+    pub last_failure: Option<Duration>,
 }
 
 impl Report {
@@ -43,11 +56,14 @@ impl Report {
         decisions / self.elapsed.as_secs_f64()
     }
 
-    /// Whether the run measured the service: an error when it made no decision at all, or
-    /// when more than [`MAX_FAILED_PERCENT`] % of its calls failed (`other`).
+    /// Whether the run measured the service: an error when it made no decision at all, when
+    /// more than [`MAX_FAILED_PERCENT`] % of its calls failed (`other`), or when it ended
+    /// failing: calls failed after its last decision, which came more than [`QUIET_END`]
+    /// (or 1 % of the run) before its end.
     ///
     /// # Errors
-    /// [`LoadError::NoDecisions`] or [`LoadError::TooManyFailures`], saying it in one line.
+    /// [`LoadError::NoDecisions`], [`LoadError::TooManyFailures`] or
+    /// [`LoadError::StoppedDeciding`], saying it in one line.
     pub fn verdict(&self) -> Result<(), LoadError> {
         let calls = self.allowed + self.denied + self.other;
         if self.allowed + self.denied == 0 {
@@ -61,6 +77,14 @@ impl Report {
                 calls,
                 other: self.other,
                 timed_out: self.timed_out,
+            });
+        }
+        let last = self.last_decision.unwrap_or_default();
+        let failed_after = self.last_failure.is_some_and(|failure| failure > last);
+        if failed_after && self.duration.saturating_sub(last) > QUIET_END.max(self.duration / 100) {
+            return Err(LoadError::StoppedDeciding {
+                at: last,
+                duration: self.duration,
             });
         }
         Ok(())
@@ -117,6 +141,9 @@ mod tests {
             timed_out,
             elapsed: Duration::from_secs(1),
             latency: crate::tally::new_histogram().expect("histogram"),
+            duration: Duration::from_secs(1),
+            last_decision: (allowed + denied > 0).then_some(Duration::from_secs(1)),
+            last_failure: (other > 0).then_some(Duration::from_millis(500)),
         }
     }
 
@@ -143,6 +170,35 @@ mod tests {
         assert!(
             report(0, 5, 0, 0).verdict().is_ok(),
             "refusals are decisions"
+        );
+    }
+
+    /// A service that died 0.3 s before the end of a 5 s run failed few calls (under 1 %)
+    /// but made no decision after: the run fails, saying when the decisions stopped. A
+    /// failure in the last 100 ms, or failures followed by decisions, do not fail it.
+    #[test]
+    fn a_run_that_ended_failing_fails() {
+        let mut died = report(154_057, 0, 40, 0);
+        died.duration = Duration::from_secs(5);
+        died.last_decision = Some(Duration::from_millis(4_700));
+        died.last_failure = Some(Duration::from_millis(4_990));
+        let error = died.verdict().expect_err("ended failing");
+        assert_eq!(
+            error.to_string(),
+            "the service stopped deciding 4.7 s into the 5.0 s run: calls failed after that"
+        );
+        let mut blip = report(154_057, 0, 40, 0);
+        blip.duration = Duration::from_secs(5);
+        blip.last_decision = Some(Duration::from_millis(4_950));
+        blip.last_failure = Some(Duration::from_millis(4_990));
+        assert!(blip.verdict().is_ok(), "the last 100 ms");
+        let mut recovered = report(154_057, 0, 40, 0);
+        recovered.duration = Duration::from_secs(5);
+        recovered.last_decision = Some(Duration::from_millis(5_000));
+        recovered.last_failure = Some(Duration::from_millis(2_000));
+        assert!(
+            recovered.verdict().is_ok(),
+            "failures followed by decisions"
         );
     }
 }

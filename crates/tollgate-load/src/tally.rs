@@ -14,6 +14,10 @@ pub(crate) struct Tally {
     pub(crate) other: u64,
     /// Of `other`, calls abandoned without an answer ([`crate::clock::Clock::call`]).
     pub(crate) timed_out: u64,
+    /// When the last decision (admitted or refused) came.
+    pub(crate) last_decision: Option<Instant>,
+    /// When the last failure (`other`) came.
+    pub(crate) last_failure: Option<Instant>,
 }
 
 /// How one call was answered.
@@ -34,29 +38,42 @@ impl Tally {
             denied: 0,
             other: 0,
             timed_out: 0,
+            last_decision: None,
+            last_failure: None,
         })
     }
 
     /// Counts an answer and its latency since `sent`.
     pub(crate) fn answered(&mut self, sent: Instant, outcome: Outcome) {
-        self.latency
-            .saturating_record(sent.elapsed().as_micros().try_into().unwrap_or(u64::MAX));
+        let now = Instant::now();
+        self.latency.saturating_record(
+            now.saturating_duration_since(sent)
+                .as_micros()
+                .try_into()
+                .unwrap_or(u64::MAX),
+        );
         match outcome {
             Outcome::Allowed => self.allowed += 1,
             Outcome::Denied => self.denied += 1,
-            Outcome::Other => self.other += 1,
+            Outcome::Other => {
+                self.other += 1;
+                self.last_failure = Some(now);
+                return;
+            }
         }
+        self.last_decision = Some(now);
     }
 
     /// Counts a call that failed without an answer (no latency recorded).
     pub(crate) fn failed(&mut self) {
         self.other += 1;
+        self.last_failure = Some(Instant::now());
     }
 
     /// Counts a call (or connect) abandoned without an answer, at its timeout or at the end
     /// of the run's grace: a failure, as `other`, and among the timed out.
     pub(crate) fn timed_out(&mut self) {
-        self.other += 1;
+        self.failed();
         self.timed_out += 1;
     }
 }

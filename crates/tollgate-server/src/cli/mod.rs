@@ -71,8 +71,9 @@ pub enum Command {
     },
     /// Drive a running service's POST /v1/check (or, with --grpc, its Envoy rate limit
     /// service) and report decisions/s and latency. Exits 1, after the report, when the run
-    /// made no decision at all or more than 1 % of its calls failed (other: errors, bad
-    /// answers, timeouts, refused connections).
+    /// made no decision at all, when more than 1 % of its calls failed (other: errors, bad
+    /// answers, timeouts, refused connections), or when it ended failing (no decision in its
+    /// last 100 ms, or 1 % of it, and calls failed).
     #[cfg(feature = "load")]
     Bench(BenchArgs),
     /// Replay an access log against a config's limits on the log's own clock: what each
