@@ -52,8 +52,9 @@
 //!
 //! ## Failures
 //! Every call has a timeout (default 50 ms) that measures Redis's silence, not this process's
-//! queue: a call fails when Redis answered nothing on the store for a whole timeout, and
-//! one second after its timeout in any case (`src/patience.rs`, [`longest_wait`]). Errors are classified into
+//! queue: a call fails when Redis answered nothing on the store for a whole timeout (on a
+//! cluster, nothing from the call's master, when its keys are on one), and one second after
+//! its timeout in any case (`src/patience.rs`, [`longest_wait`]). Errors are classified into
 //! [`tollgate::StoreErrorKind`]s, and a circuit breaker skips Redis for a cool-down after
 //! repeated transient failures ([`tollgate::StoreError::CircuitOpen`]), then lets one probe
 //! through. The [`tollgate::Limiter`] applies each limit's failure policy and counts errors

@@ -24,8 +24,10 @@
 //!   runtime runs its timers at most a millisecond late; 66 of 20,000 checks failed with
 //!   Redis answering every `PING` within 5 ms, and 2–7 with the rule;
 //! - whatever happens, a call ends one second after its timeout ([`longest_wait`]): a bound
-//!   on latency when this process is overloaded, and on a cluster where one node is silent
-//!   while the others answer (replies are counted per store, not per node). A smaller bound
+//!   on latency when this process is overloaded. (On a cluster, a call whose keys are on one
+//!   master counts that master's replies only, `store/node_replies.rs`: the others answering
+//!   do not keep it waiting on a silent one; a call across masters counts them all, and is
+//!   held by this bound when one of them is silent.) A smaller bound
 //!   (four timeouts, 200 ms at the default) still failed calls on a debug build under 200
 //!   clients on a loaded two-core machine, every one of them with Redis answering. A call
 //!   ended by the bound while Redis was answering, or while this process ran late, fails as
@@ -158,15 +160,36 @@ impl Patience {
     }
 
     /// Runs `call` to its end, or until it is given up on (see the module docs).
-    pub(crate) async fn wait<T>(
+    ///
+    /// [`Patience::wait_on`] itself, not a future around it: no layer of its own on every
+    /// call's path.
+    pub(crate) fn wait<T>(
         &self,
         timeout: Duration,
         call: impl Future<Output = T>,
+    ) -> impl Future<Output = Result<T, GaveUp>> {
+        self.wait_on(timeout, call, &self.replies)
+    }
+
+    /// Replies heard on this whole store: what [`Patience::wait`] waits on.
+    pub(crate) fn replies(&self) -> &AtomicU64 {
+        &self.replies
+    }
+
+    /// [`Patience::wait`], where Redis answering is `answers` moving: on a cluster, the
+    /// replies of the one master the call is sent to (`store/node_replies.rs`), so that
+    /// the other masters' answers do not keep a call to a silent one waiting. Each reply also
+    /// counts in this store's own count ([`Patience::heard`]).
+    pub(crate) async fn wait_on<T>(
+        &self,
+        timeout: Duration,
+        call: impl Future<Output = T>,
+        answers: &AtomicU64,
     ) -> Result<T, GaveUp> {
         let start = Instant::now();
         let bound = start + timeout + BUSY_BOUND;
         let mut call = std::pin::pin!(call);
-        let mut seen = self.replies.load(Ordering::Relaxed);
+        let mut seen = answers.load(Ordering::Relaxed);
         let mut losses = self.losses();
         let mut due = start + timeout;
         loop {
@@ -177,7 +200,7 @@ impl Patience {
             }
             let mut now = Instant::now();
             let late = now.saturating_duration_since(due);
-            let mut answering = self.replies.load(Ordering::Relaxed) != seen;
+            let mut answering = answers.load(Ordering::Relaxed) != seen;
             let mut we_were_stalled = late > timeout / 2;
             if !(answering || we_were_stalled) && now < bound {
                 // No sign yet: a reply may sit read-ready while the reader task waits for a
@@ -189,7 +212,7 @@ impl Patience {
                     () = tokio::time::sleep(GRACE) => {}
                 }
                 now = Instant::now();
-                answering = self.replies.load(Ordering::Relaxed) != seen;
+                answering = answers.load(Ordering::Relaxed) != seen;
                 let grace_late = now.saturating_duration_since(looked).saturating_sub(GRACE);
                 we_were_stalled = late + grace_late > STALL_SIGN;
             }
@@ -212,7 +235,7 @@ impl Patience {
                 self.cut.fetch_max(lost_since, Ordering::Relaxed);
                 losses = lost_since;
             }
-            let replies = self.replies.load(Ordering::Relaxed);
+            let replies = answers.load(Ordering::Relaxed);
             seen = replies;
             due = (now + timeout).min(bound);
         }
@@ -404,5 +427,31 @@ mod tests {
         }
         let _ = tx.send(7);
         assert_eq!(call.await.expect("task"), Ok(Some(7)));
+    }
+
+    /// Waiting on one master's count (a cluster): the other masters' replies, counted in the
+    /// store's, do not keep the call waiting; it fails after one timeout as on a silent Redis.
+    /// Waiting on the store's count, the same replies keep it waiting up to the bound.
+    #[tokio::test(start_paused = true)]
+    async fn replies_of_other_masters_do_not_extend_the_wait() {
+        let patience = std::sync::Arc::new(Patience::default());
+        let talker = std::sync::Arc::clone(&patience);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                talker.heard();
+            }
+        });
+        let silent_master = AtomicU64::new(0);
+        let start = Instant::now();
+        let out = patience
+            .wait_on(T, std::future::pending::<()>(), &silent_master)
+            .await;
+        assert_eq!(out, Err(GaveUp::Silent));
+        assert_eq!(start.elapsed(), T + GRACE);
+        let start = Instant::now();
+        let out = patience.wait(T, std::future::pending::<()>()).await;
+        assert_eq!(out, Err(GaveUp::Busy));
+        assert_eq!(start.elapsed(), T + BUSY_BOUND);
     }
 }

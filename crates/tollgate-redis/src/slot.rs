@@ -11,7 +11,11 @@
 /// assert_eq!(tollgate_redis::slot_of("foo"), 12182); // CLUSTER KEYSLOT foo
 /// ```
 pub fn slot_of(key: &str) -> u16 {
-    let bytes = key.as_bytes();
+    slot_of_bytes(key.as_bytes())
+}
+
+/// [`slot_of`] for a key as bytes (as a command holds it).
+pub(crate) fn slot_of_bytes(bytes: &[u8]) -> u16 {
     let hashed = match bytes.iter().position(|&b| b == b'{') {
         Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
             Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],

@@ -209,8 +209,9 @@ impl RedisStoreBuilder {
     /// Redis or behind Sentinel). While Redis keeps answering other calls, or this process
     /// runs late, the call waits another `timeout`, up to [`longest_wait`](crate::longest_wait)
     /// in all (`timeout` + 1 s, and a millisecond); a call ended there fails with
-    /// [`StoreError::Overloaded`] (with [`StoreError::Timeout`] on a cluster, where replies are
-    /// counted per store, not per node). See the crate docs, "Failures".
+    /// [`StoreError::Overloaded`] (with [`StoreError::Timeout`] on a cluster). On a cluster,
+    /// a call whose keys are on one master counts that master's replies only. See the crate
+    /// docs, "Failures".
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

@@ -27,6 +27,8 @@
 //!   scripts' load state on it, and the queues of coalesced requests (data only);
 //! - `slot_watch`: on a cluster, a new master for a slot whose calls time out, which the
 //!   `redis` crate would not look for;
+//! - `node_replies`: on a cluster, replies counted per master, so that a call to a silent
+//!   master is not kept waiting by the others' answers;
 //! - `redis_store`: [`RedisStore`] itself, its counters, and the guarded `EVALSHA` every call
 //!   ends in (breaker, timeout, script reloads, slot moves);
 //! - `clock`: the server's clock, sampled for deadlines;
@@ -49,6 +51,7 @@ mod coalescer;
 mod connection;
 mod cross_slot;
 mod decide;
+mod node_replies;
 mod redis_store;
 mod reset;
 mod scripts;

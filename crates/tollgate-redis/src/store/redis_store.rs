@@ -11,8 +11,9 @@ use tollgate::StoreError;
 
 use super::coalescer::Coalescer;
 use super::connection::Connection;
+use super::node_replies::NodeReplies;
 use super::scripts::Scripts;
-use super::slot_watch::SlotWatch;
+use super::slot_watch::{SlotWatch, slot_of_script};
 use crate::breaker::{Breaker, Permit};
 use crate::deadline::ServerClock;
 use crate::error::classify;
@@ -60,6 +61,8 @@ pub(super) struct Inner {
     pub(super) target: String,
     /// On a cluster, what looks for a new master of a slot whose calls time out.
     pub(super) slot_watch: Option<SlotWatch>,
+    /// On a cluster, replies counted per master (`node_replies.rs`).
+    pub(super) nodes: Option<Arc<NodeReplies>>,
     /// [`crate::RedisStoreBuilder::old_gcra_script`]'s SHA (a benchmark's, never set otherwise).
     #[cfg(feature = "bench")]
     pub(super) old_gcra_sha: Option<String>,
@@ -82,10 +85,19 @@ impl RedisStore {
             Connection::Cluster(c) => Some(SlotWatch::new(c.clone(), timeout)),
             Connection::Single(_) | Connection::Sentinel(_) => None,
         };
+        let nodes = match &connection {
+            Connection::Cluster(c) => {
+                let nodes = Arc::new(NodeReplies::new());
+                NodeReplies::follow(&nodes, c.clone(), SlotWatch::probe_wait(timeout));
+                Some(nodes)
+            }
+            Connection::Single(_) | Connection::Sentinel(_) => None,
+        };
         RedisStore {
             inner: Arc::new(Inner {
                 coalescer: max_batch.map(|max| Coalescer::new(queues, max)),
                 slot_watch,
+                nodes,
                 connection,
                 subscriber,
                 scripts: Scripts::default(),
@@ -194,10 +206,18 @@ impl RedisStore {
 
     /// The error of a call given up on: `Overloaded` when Redis kept answering others (this
     /// process was too busy to read the reply), `Connection` when the last thing heard was a
-    /// lost connection (the call waited for a reconnection), else `Timeout`. On a cluster,
-    /// replies are counted for the whole store, so answers from other nodes do not clear a
-    /// silent one: there it is always `Timeout`, which the breaker counts.
+    /// lost connection (the call waited for a reconnection), else `Timeout`. On a cluster it
+    /// is always `Timeout`, which the breaker counts: a call across masters counted every
+    /// node's replies, so answers from the others do not clear a silent one. A call given up
+    /// on as silent there also has the map of slots to masters asked for again.
     pub(super) fn gave_up(&self, why: GaveUp) -> StoreError {
+        if why == GaveUp::Silent
+            && let Some(nodes) = &self.inner.nodes
+        {
+            // A master silent for a whole timeout may have been failed over: the map of
+            // which master holds which slot is asked for again.
+            nodes.refresh_soon();
+        }
         match (why, &self.inner.connection) {
             (GaveUp::Busy, Connection::Single(_) | Connection::Sentinel(_)) => {
                 StoreError::Overloaded(self.inner.timeout)
@@ -250,7 +270,7 @@ impl RedisStore {
         loop {
             let loaded = self.inner.scripts.generation();
             let result: Result<Value, redis::RedisError> = self.inner.connection.query(&cmd).await;
-            self.heard(&result);
+            self.heard(&result, || slot_of_script(&cmd));
             match result {
                 Err(e)
                     if attempts < 2 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
@@ -288,8 +308,13 @@ impl RedisStore {
             .await
     }
 
-    /// Counts a reply (or a server error: Redis answered) for the calls waiting on theirs.
-    pub(super) fn heard<T>(&self, result: &Result<T, redis::RedisError>) {
+    /// Counts a reply (or a server error: Redis answered) for the calls waiting on theirs;
+    /// on a cluster, also for the master of the call's `slot` (asked only there).
+    pub(super) fn heard<T>(
+        &self,
+        result: &Result<T, redis::RedisError>,
+        slot: impl FnOnce() -> Option<u16>,
+    ) {
         match result {
             // The `redis` crate's own timeout (a cluster's; an I/O error too, so first): no
             // reply, the connection kept.
@@ -300,6 +325,11 @@ impl RedisStore {
             _ => {
                 self.inner.patience.heard();
                 self.inner.clock.heard();
+                if let Some(nodes) = &self.inner.nodes
+                    && let Some(slot) = slot()
+                {
+                    nodes.heard(slot);
+                }
             }
         }
     }

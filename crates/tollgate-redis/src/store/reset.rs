@@ -45,7 +45,7 @@ impl RedisStore {
                 node.query_pipe(&both).await
             }
         };
-        self.heard(&result);
+        self.heard(&result, || keys.first().map(|k| crate::slot_of(k.as_str())));
         result.map_err(classify)
     }
 

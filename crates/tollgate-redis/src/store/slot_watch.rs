@@ -51,7 +51,7 @@ const ASK_NODES: usize = 3;
 
 /// A slot range of `CLUSTER SLOTS`: first and last slot, its master's address then its
 /// replicas'.
-type Range = (u16, u16, Vec<(String, u16)>);
+pub(super) type Range = (u16, u16, Vec<(String, u16)>);
 
 /// Checks, on a cluster, whether a slot whose calls time out has a new master that the
 /// `redis` crate does not know of (see the module docs).
@@ -64,11 +64,17 @@ pub(crate) struct SlotWatch {
 }
 
 impl SlotWatch {
+    /// How long a check waits for one node's answer, for a store whose timeout is
+    /// `timeout`.
+    pub(super) fn probe_wait(timeout: Duration) -> Duration {
+        timeout.max(MIN_PROBE_WAIT)
+    }
+
     /// A watch over `cluster`, for a store whose timeout is `timeout`.
     pub(crate) fn new(cluster: ClusterConnection, timeout: Duration) -> SlotWatch {
         SlotWatch {
             cluster,
-            wait: timeout.max(MIN_PROBE_WAIT),
+            wait: SlotWatch::probe_wait(timeout),
             next: Arc::new(Mutex::new(Some(Instant::now()))),
         }
     }
@@ -179,7 +185,10 @@ async fn check(cluster: ClusterConnection, key: &str, wait: Duration) {
 
 /// The slot ranges of `CLUSTER SLOTS`, from the first of [`ASK_NODES`] random nodes that
 /// answers.
-async fn cluster_slots(cluster: &ClusterConnection, wait: Duration) -> Option<Vec<Range>> {
+pub(super) async fn cluster_slots(
+    cluster: &ClusterConnection,
+    wait: Duration,
+) -> Option<Vec<Range>> {
     for _ in 0..ASK_NODES {
         let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
@@ -247,6 +256,16 @@ fn by_address(host: &str, port: u16) -> RoutingInfo {
 
 /// The first key of an `EVALSHA` (or `EVAL`) command, when it has one.
 fn first_key(cmd: &Cmd) -> Option<String> {
+    String::from_utf8(first_key_bytes(cmd)?.to_vec()).ok()
+}
+
+/// The slot of the first key of an `EVALSHA` (or `EVAL`) command, when it has one.
+pub(super) fn slot_of_script(cmd: &Cmd) -> Option<u16> {
+    first_key_bytes(cmd).map(crate::slot::slot_of_bytes)
+}
+
+/// [`first_key`], as the command holds it.
+fn first_key_bytes(cmd: &Cmd) -> Option<&[u8]> {
     let mut args = cmd.args_iter().map(|a| match a {
         Arg::Simple(bytes) => Some(bytes),
         _ => None,
@@ -260,7 +279,7 @@ fn first_key(cmd: &Cmd) -> Option<String> {
     if keys == 0 {
         return None;
     }
-    String::from_utf8(args.next()??.to_vec()).ok()
+    args.next()?
 }
 
 #[cfg(test)]
@@ -277,6 +296,7 @@ mod tests {
             .arg(5)
             .clone();
         assert_eq!(first_key(&cmd).as_deref(), Some("tollgate:k1"));
+        assert_eq!(slot_of_script(&cmd), Some(crate::slot_of("tollgate:k1")));
         let none = redis::cmd("EVALSHA").arg("abc").arg(0).arg(5).clone();
         assert_eq!(first_key(&none), None);
         assert_eq!(first_key(&redis::cmd("TIME")), None);

@@ -12,6 +12,7 @@ use super::redis_store::RedisStore;
 use super::unanswered::{Charges, Unanswered};
 use crate::deadline::late;
 use crate::script::Op;
+use crate::slot::slot_of;
 
 impl Store for RedisStore {
     async fn decide(
@@ -30,9 +31,13 @@ impl Store for RedisStore {
         let permit = self.inner.breaker.admit()?;
         let sent = self.sent_at(Instant::now());
         let op = Op::from(op);
-        let waited = if self.is_cluster() {
+        let waited = if let Some(nodes) = &self.inner.nodes {
+            // Redis answering is, for a request on one master, that master answering.
+            let slots = request.entries().iter().map(|e| slot_of(e.key().as_str()));
+            let patience = &self.inner.patience;
+            let answers = nodes.of_slots(slots).unwrap_or(patience.replies());
             let call = std::pin::pin!(self.decide_on_cluster(request, now, op, sent));
-            self.inner.patience.wait(self.inner.timeout, call).await
+            patience.wait_on(self.inner.timeout, call, answers).await
         } else {
             // A single Redis holds every key: the request is one group, run as it is.
             let group: SmallVec<[&Entry<'_>; 2]> = request.entries().iter().collect();

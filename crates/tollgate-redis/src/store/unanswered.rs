@@ -35,6 +35,7 @@ use redis::{Cmd, Value};
 use tollgate::StoreError;
 
 use super::redis_store::RedisStore;
+use super::slot_watch::slot_of_script;
 use crate::lease::LeaseCall;
 use crate::pace::PaceCall;
 use crate::script::{Part, invocation, split_batch};
@@ -98,8 +99,15 @@ impl RedisStore {
         cmd: Cmd,
         charges: Charges<'_>,
     ) -> Result<Value, StoreError> {
+        // A batch is one slot's (`coalesce.rs`): on a cluster, Redis answering is its master.
+        let patience = &self.inner.patience;
+        let answers = match &self.inner.nodes {
+            Some(nodes) => slot_of_script(&cmd).and_then(|slot| nodes.of_slot(slot)),
+            None => None,
+        };
+        let answers = answers.unwrap_or(patience.replies());
         let call = std::pin::pin!(Unanswered::new(self, cmd, charges));
-        let result = match self.inner.patience.wait(self.inner.timeout, call).await {
+        let result = match patience.wait_on(self.inner.timeout, call, answers).await {
             Ok(r) => r,
             Err(gave_up) => Err(self.gave_up(gave_up)),
         };

@@ -169,3 +169,116 @@ async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
     assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
     assert_eq!(v.decisions()[0].source, Source::Store, "{v:?}");
 }
+
+/// A master frozen while the others answer: checks on its slot fail after about the store's
+/// timeout (50 ms), as on a silent single Redis. Replies were counted for the whole cluster,
+/// so the other masters' answers kept each such check waiting a whole second more
+/// (`src/store/node_replies.rs`): every one took over a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_masters_checks_fail_within_the_timeout_while_others_answer() {
+    let _alone = HEAVY.lock().await;
+    let cluster = RedisCluster::start();
+    let store = RedisStore::cluster_builder(cluster.urls())
+        .timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect to the cluster: {e:?}\n{}", cluster.logs()));
+    let limit = Limit::new(
+        "gcra",
+        Algorithm::Gcra,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = Arc::new(
+        Limiter::builder(store)
+            .namespace(unique_namespace("frozen-others"))
+            .limit(limit)
+            .build()
+            .expect("valid"),
+    );
+    let master_of = |user: &str| {
+        let request = limiter
+            .prepare(&["gcra"], &[("user", user)], 1)
+            .expect("valid");
+        let key = request.entries()[0].key().as_str().to_owned();
+        cluster.master_for_slot(cluster.slot_of(&key)).port()
+    };
+    let frozen = master_of("f");
+    // Users whose keys are on the other masters, checked without pause during the freeze.
+    let others: Vec<String> = (0..200)
+        .map(|i| format!("o{i}"))
+        .filter(|u| master_of(u) != frozen)
+        .take(4)
+        .collect();
+    assert_eq!(others.len(), 4, "keys on the other masters");
+    let first = limiter
+        .check("gcra", &[("user", "f")])
+        .await
+        .expect("known");
+    assert_eq!(first.outcome(), Outcome::Allowed, "{first:?}");
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let decided_elsewhere = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let load: Vec<_> = others
+        .into_iter()
+        .map(|user| {
+            let (limiter, stop, decided) = (
+                Arc::clone(&limiter),
+                Arc::clone(&stop),
+                Arc::clone(&decided_elsewhere),
+            );
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let v = limiter
+                        .check("gcra", &[("user", &user)])
+                        .await
+                        .expect("known");
+                    if v.decisions()[0].source == Source::Store {
+                        decided.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let node = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.port() == frozen)
+        .expect("the frozen master");
+    node.pause();
+    let _thaw = Thaw(node);
+    let decided_before = decided_elsewhere.load(std::sync::atomic::Ordering::Relaxed);
+    let mut took = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let v = limiter
+            .check("gcra", &[("user", "f")])
+            .await
+            .expect("known");
+        took.push(started.elapsed());
+        assert!(
+            matches!(v.outcome(), Outcome::Unavailable { .. }),
+            "a check on the frozen master was decided: {v:?}"
+        );
+    }
+    let decided_during =
+        decided_elsewhere.load(std::sync::atomic::Ordering::Relaxed) - decided_before;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in load {
+        task.await.expect("load task");
+    }
+    assert!(
+        decided_during > 0,
+        "the other masters must have answered meanwhile"
+    );
+    took.sort();
+    let median = took[took.len() / 2];
+    eprintln!("frozen master, others answering ({decided_during} checks): failures took {took:?}");
+    assert!(
+        median < Duration::from_millis(500),
+        "checks on a frozen master waited on the other masters' answers: {took:?}"
+    );
+}
