@@ -11,7 +11,7 @@ use clap::Parser as _;
 use tollgate_server::cli::{self, Cli, Command};
 use tollgate_server::config::{Config, ConfigError, Overrides};
 use tollgate_server::server::{
-    DEFAULT_WATCH_INTERVAL, Server, bind, report_panics, shutdown_signal,
+    DEFAULT_WATCH_INTERVAL, Server, bind, hangup_survived, report_panics, shutdown_signal,
 };
 
 /// mimalloc rather than the system's allocator. The service allocates and frees a few small
@@ -117,6 +117,8 @@ async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()
         Some(path) => Config::load(path, &overrides)?,
         None => Config::without_file(&overrides)?,
     };
+    // Before the port accepts connections: a SIGHUP during start-up must not terminate.
+    let _hangup = hangup_survived();
     let listener = bind(&config.server.http, config.server.unix_mode)
         .with_context(|| format!("cannot listen on {} (server.http)", config.server.http))?;
     let mut server = Server::new(config);

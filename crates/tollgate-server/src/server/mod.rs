@@ -15,7 +15,7 @@
 //!
 //! - this file: [`Server`], the builder, and [`Server::run`], the order of things;
 //! - `start`: the store opened and the shared state built; `clock`: [`SharedClock`];
-//! - `listen`: [`listen`] and the gRPC listener; `signal`: [`shutdown_signal`];
+//! - `listen`: [`listen`] and the gRPC listener; `signal`: [`shutdown_signal`], [`hangup_survived`];
 //! - `serve`: the HTTP and gRPC servers and their drain; `stop`: the one stop signal;
 //! - `tasks`: the lease sweep, the history sampler, the reloader's start;
 //! - `reload`: hot reload of the limits and Envoy rules; `tls_reload`: the certificate files
@@ -47,7 +47,7 @@ pub use clock::SharedClock;
 pub use error::ServeError;
 pub use listen::{LISTEN_BACKLOG, bind, listen};
 pub use panics::report_panics;
-pub use signal::shutdown_signal;
+pub use signal::{hangup_survived, shutdown_signal};
 
 use crate::config::{Config, Overrides};
 use crate::connection::Settings;

@@ -5,7 +5,8 @@
 //! names (`envoy.config_dir`: each file's name and content). A change is acted on once the content has
 //! stayed the same for one interval, so a file caught half-written (an editor truncates, then
 //! writes; a truncated file can be valid TOML with fewer limits) is never applied; a reload
-//! therefore lands one to two intervals after the edit.
+//! therefore lands one to two intervals after the edit. On SIGHUP the file is read twice,
+//! 100 ms apart, and applied when both agree (else the poll takes it once it has settled).
 //!
 //! Polling rather than `notify`: one small read a second costs nothing next to the traffic a
 //! rate limiter serves, needs no extra dependency, and sees every way a file gets replaced
@@ -39,6 +40,10 @@ use crate::http::AppState;
 use crate::limits::Limits;
 use crate::metrics;
 use crate::status::reload_status;
+
+/// How long the file must stay the same to be applied on SIGHUP: it is read twice, this far
+/// apart (the poll's one interval would make SIGHUP no faster than an edit).
+const SIGHUP_SETTLE: Duration = Duration::from_millis(100);
 
 /// Separates the config file's text from the `envoy.config_dir` contents in what the poller
 /// compares (a NUL: never in a TOML file that parsed).
@@ -108,9 +113,9 @@ impl Reloader {
         }
     }
 
-    /// Reloads if the file's content changed and then stayed the same for one interval (or
-    /// at once, when `force`d by SIGHUP).
-    async fn poll(&mut self, force: bool) {
+    /// The file's text and the rules directory's contents; `None` (the failure reported, once
+    /// unless `force`d) when the file cannot be read.
+    async fn read(&mut self, force: bool) -> Option<String> {
         let text = match read_capped(&self.path).await {
             Ok(text) => text,
             Err(e) => {
@@ -128,7 +133,7 @@ impl Reloader {
                 // and its success clears the failure.
                 self.last_handled = None;
                 self.looked = true;
-                return;
+                return None;
             }
         };
         self.read_failed = None;
@@ -136,16 +141,35 @@ impl Reloader {
         // or slow they are, the runtime's threads keep serving (and a SIGTERM keeps its
         // deadline).
         let dir = self.rules_dir();
-        let text = match tokio::task::spawn_blocking(move || with_rules_dir(text, dir.as_deref()))
-            .await
-        {
-            Ok(text) => text,
+        match tokio::task::spawn_blocking(move || with_rules_dir(text, dir.as_deref())).await {
+            Ok(text) => Some(text),
             Err(e) => {
                 tracing::error!(cause = %e, "reading envoy.config_dir failed; keeping the current limits");
+                None
+            }
+        }
+    }
+
+    /// Reloads if the file's content changed and then stayed the same for one interval (or,
+    /// when `force`d by SIGHUP, for [`SIGHUP_SETTLE`]: a SIGHUP sent on the first write of an
+    /// editor, or by a reloader watching for changes, must not apply a file caught half-way).
+    async fn poll(&mut self, force: bool) {
+        let Some(text) = self.read(force).await else {
+            return;
+        };
+        if force {
+            tokio::time::sleep(SIGHUP_SETTLE).await;
+            let Some(again) = self.read(force).await else {
+                return;
+            };
+            if again != text {
+                tracing::info!(
+                    "SIGHUP: the file changed while it was read; reloading once it has stayed the same for a second"
+                );
+                self.last_seen = Some(again);
                 return;
             }
-        };
-        if !force {
+        } else {
             // Act only on content that has not changed for one interval: a file being
             // written (truncated, then filled) is never read half-way.
             let settled = self.last_seen.as_deref() == Some(text.as_str());
@@ -244,12 +268,14 @@ impl Reloader {
         match limits {
             Ok(limits) => {
                 let names: Vec<&str> = config.limits.iter().map(|l| l.limit.name()).collect();
+                // A set: a file of thousands of limits is not compared name by name.
+                let kept: std::collections::HashSet<&str> = names.iter().copied().collect();
                 let removed: Vec<&str> = self
                     .running
                     .limits
                     .iter()
                     .map(|l| l.limit.name())
-                    .filter(|name| !names.contains(name))
+                    .filter(|name| !kept.contains(name))
                     .collect();
                 // Loudly: every check naming one of them is refused from now on.
                 if !removed.is_empty() {

@@ -390,6 +390,123 @@ async fn sighup_reloads() {
     assert!(process.wait().success(), "log:\n{}", process.log());
 }
 
+/// A SIGHUP while the service is starting, its port already accepting connections but its
+/// store still being opened (a Redis that accepts and never answers), does not terminate it:
+/// it goes on to serve. It died of SIGHUP's default action, silently (exit 129).
+#[test]
+fn sighup_during_start_up_does_not_terminate() {
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let redis = mute.local_addr().expect("addr");
+    // Accepts and holds every connection, and never answers.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = mute.accept() {
+            held.push(stream);
+        }
+    });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let text = format!(
+        "[store]\nredis = \"redis://{redis}\"\n{}",
+        one_limit("hup", "gcra", 1, "1h", "", "allow")
+    );
+    let (_dir, path) = config_file(&text);
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("TOLLGATE_HTTP", port.to_string())
+        .env_remove("TOLLGATE_REDIS_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(port).is_err() {
+        assert!(Instant::now() < deadline, "the port never accepted");
+        assert!(child.try_wait().expect("try_wait").is_none(), "exited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("run `kill` (from procps)");
+    assert!(hup.success());
+    // Start-up goes on (the store's connect times out, the limit's policy applies) to serve.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let served = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            let output = child.wait_with_output().expect("output");
+            panic!(
+                "tollgate exited ({status:?}) after a SIGHUP during start-up; log:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let mut stream = match std::net::TcpStream::connect(port) {
+            Ok(stream) => stream,
+            Err(e) => panic!("the port stopped accepting: {e}"),
+        };
+        use std::io::{Read as _, Write as _};
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        if answer.starts_with("HTTP/1.1 200") {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("output");
+    assert!(
+        served,
+        "never served; log:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A SIGHUP sent while the file is being written (a reloader that signals on an editor's
+/// first write) does not apply the half-written file: it is read twice, 100 ms apart, and
+/// left to the polls when the two differ. The half file (limit `b` missing) was applied at
+/// once, with its warning that `b` is removed, until the poll put `b` back.
+#[tokio::test]
+async fn sighup_on_a_file_being_written_does_not_apply_half_of_it() {
+    let whole = format!(
+        "[server]\nhttp = \"127.0.0.1:0\"\n{}{}",
+        one_limit("a", "gcra", 5, "1h", "", "deny"),
+        one_limit("b", "gcra", 5, "1h", "", "deny")
+    );
+    let (_dir, path) = config_file(&whole);
+    let mut process = Process::serve(&path);
+    let half = whole
+        .split("[[limits]]")
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("[[limits]]");
+    std::fs::write(&path, half).expect("write half");
+    process.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    std::fs::write(&path, &whole).expect("write the rest");
+    let signalled = process.logged("SIGHUP").await;
+    assert!(signalled, "{}", process.log());
+    // Past the SIGHUP's second read and two polls.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(
+        !process.log().contains("removes limits"),
+        "half the file was applied; log:\n{}",
+        process.log()
+    );
+    let b = process.post("/v1/check", r#"{"limit": "b"}"#).await;
+    assert_eq!(b.status, 200, "{}", process.log());
+    process.signal("INT");
+    assert!(process.wait().success(), "log:\n{}", process.log());
+}
+
 /// `check-config` exits 0 on a valid file and non-zero naming the field on an invalid one.
 #[test]
 fn check_config_exit_codes() {
