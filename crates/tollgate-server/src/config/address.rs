@@ -9,7 +9,7 @@ use super::ListenAddress;
 /// A listen address that is neither `host:port` nor `unix:/path`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{text:?} is not a listen address: write host:port, e.g. \"127.0.0.1:8080\", or unix:/path"
+    "{text:?} is not a listen address: write IP:port, e.g. \"127.0.0.1:8080\" or \"[::]:8080\" (an IP, not a host name), or unix:/path"
 )]
 pub struct AddressError {
     /// What was written.

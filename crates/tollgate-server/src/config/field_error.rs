@@ -41,6 +41,9 @@ pub enum FieldError {
     /// names the file and the path in it.
     #[error(transparent)]
     Import(Box<ImportError>),
+    /// `server.grpc` is where `server.http` listens already: the second bind would fail.
+    #[error("{0} is where server.http listens: give gRPC its own port or socket")]
+    SameListener(String),
     /// `server.admin_token` is too short to be a secret.
     #[error("must be at least 8 characters")]
     TokenTooShort,

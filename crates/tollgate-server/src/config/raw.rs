@@ -36,16 +36,20 @@ impl RawConfig {
         let error = |field: String, e: toml::de::Error| ConfigError::Invalid {
             origin: origin.to_owned(),
             field,
+            // Newlines before the span, plus one: an error at a line's start (a misspelt or
+            // doubled key) is on that line, not the one before.
             line: e
                 .span()
-                .map(|s| text[..s.start.min(text.len())].lines().count().max(1)),
+                .map(|s| text.get(..s.start).unwrap_or(text).matches('\n').count() + 1),
             source: FieldError::Toml(Box::new(e)),
         };
         let deserializer = toml::Deserializer::parse(text).map_err(|e| {
             // A key written twice: the parser names no field, but its span is the key.
             let key = match e.span() {
                 Some(s) if e.message().starts_with("duplicate key") => {
-                    text.get(s).map(|k| k.trim().to_owned()).unwrap_or_default()
+                    let key = text.get(s.clone()).map(str::trim).unwrap_or_default();
+                    let table = text.get(..s.start).map(table_of).unwrap_or_default();
+                    format!("{table}{key}")
                 }
                 _ => String::new(),
             };
@@ -104,6 +108,7 @@ pub(super) struct RawServer {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     pub(super) redis: Option<String>,
+    #[serde(default, deserialize_with = "url_list")]
     pub(super) cluster: Option<Vec<String>>,
     pub(super) timeout: Option<String>,
     pub(super) prefix: Option<String>,
@@ -124,6 +129,7 @@ pub(super) struct RawStore {
     pub(super) password: Option<String>,
     pub(super) password_file: Option<String>,
     /// Redis Sentinel: the sentinels, and the master's name they know.
+    #[serde(default, deserialize_with = "url_list")]
     pub(super) sentinel: Option<Vec<String>>,
     pub(super) sentinel_master: Option<String>,
     pub(super) sentinel_username: Option<String>,
@@ -152,6 +158,64 @@ pub(super) struct RawLimit {
     pub(super) lease: Option<u64>,
     /// Lease mode: how long unspent units are held before they go back (default 1s).
     pub(super) lease_ttl: Option<String>,
+}
+
+/// The table the end of `before` is in, as a field path's start: `server.`, `limits[1].`
+/// (the second `[[limits]]`), or nothing at the top level. For a key written twice, which
+/// the parser reports with its span only.
+fn table_of(before: &str) -> String {
+    let mut table = String::new();
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for line in before.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split("]]").next()) {
+            let name = name.trim().to_owned();
+            let n = match counts.iter_mut().find(|(t, _)| *t == name) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    counts.push((name.clone(), 0));
+                    0
+                }
+            };
+            table = format!("{name}[{n}].");
+        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
+            table = format!("{}.", name.trim());
+        }
+    }
+    table
+}
+
+/// A list of URLs (`store.cluster`, `store.sentinel`): one written as a plain string is refused
+/// without being quoted, since a URL may hold a password (`redis://:secret@host`). serde's
+/// own message quoted it (`invalid type: string "redis://:S3CRET@…", expected a sequence`),
+/// in `check-config`'s output and in the reload's logged error.
+fn url_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    use serde::de::{Error, SeqAccess, Unexpected, Visitor};
+
+    struct Urls;
+    impl<'de> Visitor<'de> for Urls {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of URLs in brackets, e.g. [\"redis://10.0.0.1:7000\"]")
+        }
+        fn visit_str<E: Error>(self, _: &str) -> Result<Vec<String>, E> {
+            Err(E::invalid_type(
+                Unexpected::Other("a string (not shown: a URL may hold a password)"),
+                &self,
+            ))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut urls = Vec::new();
+            while let Some(url) = seq.next_element::<String>()? {
+                urls.push(url);
+            }
+            Ok(urls)
+        }
+    }
+    d.deserialize_any(Urls).map(Some)
 }
 
 /// A secret (`admin_token`, `password`, `sentinel_password`): a string, and a value of another

@@ -17,10 +17,24 @@ use super::raw::{RawConfig, RawLimit};
 use super::{
     ConfigError, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_HISTORY_INTERVAL,
     DEFAULT_HTTP, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT,
-    FieldError, HISTORY_INTERVAL_RANGE, LimitConfig, SERVER_TIMEOUT_RANGE, Secret, ServerConfig,
-    address,
+    FieldError, HISTORY_INTERVAL_RANGE, LimitConfig, ListenAddress, SERVER_TIMEOUT_RANGE, Secret,
+    ServerConfig, address,
 };
 use crate::duration;
+
+/// Whether two listeners would take the same port or socket: one path, or one non-zero
+/// port on the same IP or on the unspecified one (`0.0.0.0:8080` holds `127.0.0.1:8080`).
+fn same_listener(a: &ListenAddress, b: &ListenAddress) -> bool {
+    match (a, b) {
+        (ListenAddress::Unix(a), ListenAddress::Unix(b)) => a == b,
+        (ListenAddress::Tcp(a), ListenAddress::Tcp(b)) => {
+            a.port() != 0
+                && a.port() == b.port()
+                && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+        }
+        _ => false,
+    }
+}
 
 /// `[server]` (with `TOLLGATE_HTTP`, `TOLLGATE_GRPC`, `TOLLGATE_ADMIN_TOKEN` applied), but for
 /// its TLS and Unix socket fields (`server_tls`).
@@ -35,6 +49,15 @@ pub(super) fn server(raw: &RawConfig, origin: &str) -> Result<ServerConfig, Conf
         .map(address::parse)
         .transpose()
         .map_err(|e| invalid("server.grpc", FieldError::from(e)))?;
+    if let Some(grpc) = &grpc
+        && same_listener(&http, grpc)
+    {
+        // `check-config` said "ok" and `serve` then failed to bind.
+        return Err(invalid(
+            "server.grpc",
+            FieldError::SameListener(grpc.to_string()),
+        ));
+    }
     let admin_token = match &raw.server.admin_token {
         Some(t) if t.len() < 8 => {
             return Err(invalid("server.admin_token", FieldError::TokenTooShort));

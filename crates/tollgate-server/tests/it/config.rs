@@ -389,12 +389,78 @@ fn a_secret_of_the_wrong_type_is_not_quoted() {
     }
 }
 
-/// A key written twice is named (the parser names no field for it).
+/// `server.grpc` on `server.http`'s port or socket (or on the same port of the unspecified
+/// address) is refused naming `server.grpc`: `check-config` said "ok", and `serve` then
+/// failed to bind. Port 0 (a free port each) and another port are fine.
+#[test]
+fn grpc_on_the_http_listener_is_refused() {
+    for (http, grpc) in [
+        ("127.0.0.1:18434", "127.0.0.1:18434"),
+        ("0.0.0.0:18434", "127.0.0.1:18434"),
+        ("unix:/tmp/t.sock", "unix:/tmp/t.sock"),
+    ] {
+        let text = format!(
+            "[server]\nhttp = {http:?}\ngrpc = {grpc:?}\n{}",
+            limit(GOOD)
+        );
+        let (field, message) = error(&text);
+        assert_eq!(field.as_deref(), Some("server.grpc"), "{message}");
+        assert!(message.contains("where server.http listens"), "{message}");
+    }
+    for (http, grpc) in [
+        ("127.0.0.1:0", "127.0.0.1:0"),
+        ("127.0.0.1:18434", "127.0.0.1:18435"),
+        ("127.0.0.1:18434", "127.0.0.2:18434"),
+    ] {
+        let text = format!(
+            "[server]\nhttp = {http:?}\ngrpc = {grpc:?}\n{}",
+            limit(GOOD)
+        );
+        Config::parse(&text, "cfg.toml", &Overrides::default()).expect("distinct listeners");
+    }
+}
+
+/// A key written twice is named with its table (the parser names no field for it), on its
+/// own line.
 #[test]
 fn a_key_written_twice_is_named() {
     let (field, message) = error("[server]\nhttp = \"127.0.0.1:1\"\nhttp = \"127.0.0.1:2\"\n");
-    assert_eq!(field.as_deref(), Some("http"), "{message}");
+    assert_eq!(field.as_deref(), Some("server.http"), "{message}");
     assert!(message.contains("duplicate key"), "{message}");
+    assert!(message.contains("(line 3)"), "{message}");
+    let twice = format!("{}name = \"again\"\n", limit(GOOD));
+    let (field, message) = error(&twice);
+    assert_eq!(field.as_deref(), Some("limits[1].name"), "{message}");
+}
+
+/// An error at a line's start (a misspelt key) names that line; it named the one before.
+#[test]
+fn an_error_at_a_lines_start_names_that_line() {
+    let (field, message) = error(&format!("[server]\nhtp = \"x\"\n{}", limit(GOOD)));
+    assert_eq!(field.as_deref(), Some("server.htp"), "{message}");
+    assert!(message.contains("(line 2)"), "{message}");
+}
+
+/// `store.cluster` or `store.sentinel` written as a string, not a list, is refused without
+/// quoting it: a URL may hold a password, and serde's message quoted it.
+#[test]
+fn a_url_list_written_as_a_string_is_not_quoted() {
+    for field in ["cluster", "sentinel"] {
+        let text = format!(
+            "[store]\n{field} = \"redis://:S3CRETpw@127.0.0.1:7000\"\n{}",
+            limit(GOOD)
+        );
+        let (named, message) = error(&text);
+        assert_eq!(
+            named.as_deref(),
+            Some(format!("store.{field}").as_str()),
+            "{message}"
+        );
+        assert!(
+            !message.contains("S3CRET") && message.contains("a list of URLs"),
+            "{message}"
+        );
+    }
 }
 
 /// Defaults: memory store, 50 ms timeout, `tollgate` prefix, 127.0.0.1:8080, the `[server]`
