@@ -20,15 +20,18 @@ impl Stat {
     /// (`SanitizeStatName`, [`sanitize`]); the labels are that name cut at the dots that join
     /// its levels (a dot inside a value stays inside its level). A dot the sanitizing turns
     /// into `_` (an IPv4 address across two levels) joins them, as in the reference's name.
+    /// The characters [`sanitize`] replaces whatever their place ([`unsafe_in_label`]) are
+    /// replaced as each part is added, so that the joins' places stay those of the text
+    /// sanitized (a control character beyond ASCII takes two bytes, its `_` one).
     pub(crate) fn new(domain: &str, levels: &[String]) -> Stat {
         let mut key =
             String::with_capacity(domain.len() + levels.iter().map(|l| l.len() + 1).sum::<usize>());
-        key.push_str(domain);
+        push_label_safe(&mut key, domain);
         let mut joins = Vec::with_capacity(levels.len());
         for level in levels {
             joins.push(key.len());
             key.push('.');
-            key.push_str(level);
+            push_label_safe(&mut key, level);
         }
         let key = sanitize(&key);
         // The joining dots the sanitizing left (it only ever makes `_` of one).
@@ -70,12 +73,39 @@ pub(crate) fn level(key: &str, value: Option<&str>) -> String {
     }
 }
 
+/// Whether `c` becomes `_` in a label value, beyond the reference's rules: `\`, `"` and
+/// control characters. The Prometheus exporter (metrics-exporter-prometheus 0.17,
+/// `sanitize_label_value`) takes a backslash for the start of an escape already written, so
+/// that `c"d` and `c\"d` both render `c\"d` (one series overwriting the other in the scrape,
+/// its hits lost), `e\` and `e\\` both `e\\`; and it writes control characters other than
+/// a line feed raw, which scrapers may refuse. Descriptor values come from callers
+/// (`detailed_metric`, `value_to_metric`, overrides), so none of these reach the exporter.
+fn unsafe_in_label(c: char) -> bool {
+    c == '\\' || c == '"' || c.is_control()
+}
+
+/// Appends `text` to `out`, each [`unsafe_in_label`] character as `_`.
+fn push_label_safe(out: &mut String, text: &str) {
+    if text.contains(unsafe_in_label) {
+        out.extend(
+            text.chars()
+                .map(|c| if unsafe_in_label(c) { '_' } else { c }),
+        );
+    } else {
+        out.push_str(text);
+    }
+}
+
 /// `name` as the reference's `SanitizeStatName` (`src/utils/utilities.go`) makes it: `:` and
 /// `|` become `_`, then so do the dots of every match of
 /// `\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}` (an IPv4 address), found left to right as Go's
-/// `ReplaceAllStringFunc` finds them. Every other character, other dots included, is kept.
+/// `ReplaceAllStringFunc` finds them. Before that, `\`, `"` and control characters become
+/// `_` ([`unsafe_in_label`]: the exporter would merge or garble them). Every other character,
+/// other dots included, is kept.
 pub(crate) fn sanitize(name: &str) -> String {
-    let mut bytes: Vec<u8> = name
+    let mut safe = String::with_capacity(name.len());
+    push_label_safe(&mut safe, name);
+    let mut bytes: Vec<u8> = safe
         .bytes()
         .map(|b| if b == b':' || b == b'|' { b'_' } else { b })
         .collect();
@@ -224,5 +254,21 @@ mod tests {
         );
         // Not ASCII: kept as is.
         assert_eq!(sanitize("k_é:1.2.3.4"), "k_é_1_2_3_4");
+    }
+
+    /// `\`, `"` and control characters become `_`: values the exporter would render alike
+    /// (`c"d` and `c\"d` both as `c\"d`) stay apart. A control character beyond ASCII (two
+    /// bytes, its `_` one) moves no cut between levels.
+    #[test]
+    fn backslashes_quotes_and_controls_become_underscores() {
+        assert_eq!(sanitize(r#"c"d"#), "c_d");
+        assert_eq!(sanitize(r#"c\"d"#), "c__d");
+        assert_eq!(sanitize("e\\"), "e_");
+        assert_eq!(sanitize("e\\\\"), "e__");
+        assert_eq!(sanitize("t\tn\nr\r\u{7f}\u{85}:x"), "t_n_r____x");
+        assert_eq!(
+            labels("d\u{9b}", &["k_\u{85}v", "w_\"1.2.3.4"]),
+            ("d_".into(), "k__v".into(), Some("w__1_2_3_4".into()))
+        );
     }
 }
