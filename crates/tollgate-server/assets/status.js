@@ -242,7 +242,15 @@ function renderLimits(status) {
     const keys = cell(null, "top");
     const ul = el("ul", null, "keys");
     for (const k of l.top_denied) {
-      ul.appendChild(el("li", keyText(k.key) + " ×" + k.denied + (k.error ? " (±" + k.error + ")" : "")));
+      // Listed by the refusals each key certainly had (denied − error), most first. A key
+      // whose count may be half or more overstatement (a one-off key after a flood inherits
+      // the flood's count) is marked: it may have been refused only denied − error times.
+      const certain = k.denied - k.error;
+      const uncertain = "uncertain" in k ? k.uncertain === true : k.error > 0 && k.error >= certain;
+      const text = keyText(k.key) + " ×" + k.denied + (k.error ? " (±" + k.error + ")" : "");
+      const li = el("li", uncertain ? text + " uncertain" : text, uncertain ? "uncertain" : null);
+      if (uncertain) li.title = "refused at least " + certain + " times; the rest of its count may be other keys'";
+      ul.appendChild(li);
     }
     if (!l.top_denied.length) ul.appendChild(el("li", "–"));
     keys.appendChild(ul);

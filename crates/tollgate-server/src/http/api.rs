@@ -528,6 +528,10 @@ pub struct TopKeyBody {
     pub denied: u64,
     /// The most `denied` may overstate.
     pub error: u64,
+    /// Half or more of `denied` may be other keys' refusals (`error ≥ denied − error`): a
+    /// key listed because it came in at the end of a flood of others, not one to block on
+    /// this count alone ([`tollgate::TopKey::uncertain`]).
+    pub uncertain: bool,
 }
 
 impl TopKeyBody {
@@ -554,6 +558,7 @@ impl TopKeyBody {
             key,
             denied: top.count,
             error: top.error,
+            uncertain: top.uncertain(),
         }
     }
 }

@@ -260,9 +260,10 @@ async fn top_denied(
 async fn render_metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let probed = status::probed(&state).await;
     let lane = Arc::clone(&state);
+    // Single-flight: every scrape queued while this one waits shares its render.
     let text = state
         .watch
-        .run(move || {
+        .run_shared("metrics", move || {
             let state = &*lane;
             let limits = state.limits.load();
             let names: Vec<&str> = limits.configs().iter().map(|l| l.limit.name()).collect();
@@ -297,7 +298,7 @@ async fn render_metrics(State(state): State<Arc<AppState>>) -> Result<Response, 
             state.metrics.run_upkeep();
             let mut text = state.metrics.render();
             text.push_str(&metrics::process::render());
-            text
+            bytes::Bytes::from(text)
         })
         .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
@@ -369,9 +370,9 @@ async fn history(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
     let lane = Arc::clone(&state);
     let body = state
         .watch
-        .run(move || json_body(&status::history(&lane)))
-        .await??;
-    Ok(no_store(body))
+        .run_shared("history", move || json_bytes(&status::history(&lane)))
+        .await?;
+    Ok(no_store(shared_json(body)?))
 }
 
 /// `GET /v1/status`: what the status page shows.
@@ -380,12 +381,26 @@ async fn status(State(state): State<Arc<AppState>>) -> Result<Response, ApiError
     let lane = Arc::clone(&state);
     let body = state
         .watch
-        .run(move || {
+        .run_shared("status", move || {
             let body: StatusBody = status::status(&lane, probed);
-            json_body(&body)
+            json_bytes(&body)
         })
-        .await??;
-    Ok(no_store(body))
+        .await?;
+    Ok(no_store(shared_json(body)?))
+}
+
+/// `body` as JSON, for a read shared by its readers ([`super::watch_lane::WatchLane::run_shared`]:
+/// each gets a clone).
+fn json_bytes(body: &impl serde::Serialize) -> Result<bytes::Bytes, Arc<str>> {
+    serde_json::to_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| e.to_string().into())
+}
+
+/// The response of a shared JSON read.
+fn shared_json(body: Result<bytes::Bytes, Arc<str>>) -> Result<Response, ApiError> {
+    let bytes = body.map_err(|e| ApiError::Internal(e.to_string().into()))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }
 
 /// `response`, which a cache must not keep (the status page's reads are of now).

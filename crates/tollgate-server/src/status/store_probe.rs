@@ -22,6 +22,14 @@
 //! the order the probes ended in, a result is recorded once (not again at each reuse), and
 //! after `/readyz` saw the store answer, the page does not show, nor record as a new outage,
 //! a failure from before it.
+//!
+//! An outage is recorded with the kind of its failure (`connection`, `timeout`, …), which
+//! says what to do. When the breaker found the outage first (the traffic's failures opened it
+//! before a probe ran), the probe is refused by the breaker without reaching Redis: its own
+//! error is `circuit_open`, which says only that calls are being skipped. The outage is then
+//! recorded with the kind of the failure that opened the breaker (its cause,
+//! [`AnyStore::circuit_cause`]: `kind: message`), and as `circuit_open` only when no cause is
+//! known.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -85,7 +93,7 @@ impl StoreProbe {
         let started = Instant::now();
         let result = self.call(store).await;
         let probed = Probed::ended(started, result.as_ref().err());
-        self.settle(probed, store.circuit_open() == Some(true), history);
+        self.settle(probed, &Breaker::of(store), history);
         result
     }
 
@@ -98,7 +106,7 @@ impl StoreProbe {
         let started = Instant::now();
         let result = self.call(store).await;
         let probed = Probed::ended(started, result.as_ref().err());
-        self.settle(probed, store.circuit_open() == Some(true), history)
+        self.settle(probed, &Breaker::of(store), history)
     }
 
     /// The last result, if it may be reused with the breaker `circuit_open`: under a second
@@ -111,12 +119,12 @@ impl StoreProbe {
         })
     }
 
-    /// Makes `probed` the last result and records it in `history` (an open breaker,
-    /// `circuit_open`, counting as a failure), unless a probe that ended at or after it was
-    /// settled already: then `probed` is old news, changes nothing, and the newer result is
-    /// returned. One lock around both, so the history sees the probes in the order they ended
-    /// whatever the order they are settled in.
-    pub(crate) fn settle(&self, probed: Probed, circuit_open: bool, history: &History) -> Probed {
+    /// Makes `probed` the last result and records it in `history` (an open `breaker`
+    /// counting as a failure, of the kind that opened it: [`Breaker::kind`]), unless a probe
+    /// that ended at or after it was settled already: then `probed` is old news, changes
+    /// nothing, and the newer result is returned. One lock around both, so the history sees
+    /// the probes in the order they ended whatever the order they are settled in.
+    pub(crate) fn settle(&self, probed: Probed, breaker: &Breaker, history: &History) -> Probed {
         let mut last = self.lock();
         if let Some(newer) = *last
             && newer.at >= probed.at
@@ -124,9 +132,13 @@ impl StoreProbe {
             return newer;
         }
         *last = Some(probed);
-        let error = probed
-            .error
-            .or_else(|| circuit_open.then_some("circuit_open"));
+        let error = match probed.error {
+            // The probe's own failure, at Redis.
+            Some(kind) if kind != CIRCUIT_OPEN => Some(kind),
+            // Refused by the breaker, or answered beside an open one.
+            Some(_) => Some(breaker.kind()),
+            None => breaker.open.then(|| breaker.kind()),
+        };
         history.probed(wall_clock(probed.at), error);
         probed
     }
@@ -147,6 +159,39 @@ impl StoreProbe {
         self.last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The kind of [`tollgate::StoreError::CircuitOpen`].
+const CIRCUIT_OPEN: &str = "circuit_open";
+
+/// The Redis circuit breaker as a probe ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Breaker {
+    /// Open (`false` on the memory store, or before Redis is connected).
+    pub(crate) open: bool,
+    /// Why, while open: the failure that opened it, `kind: message`.
+    pub(crate) cause: Option<String>,
+}
+
+impl Breaker {
+    /// The breaker of `store`, now.
+    fn of(store: &AnyStore) -> Breaker {
+        Breaker {
+            open: store.circuit_open() == Some(true),
+            cause: store.circuit_cause(),
+        }
+    }
+
+    /// The kind of failure an outage it found is recorded as: its cause's (`connection` of
+    /// `connection: …`), or `circuit_open` when no cause is known (it closed meanwhile, or
+    /// its cause is empty).
+    fn kind(&self) -> &str {
+        self.cause
+            .as_deref()
+            .map(|cause| cause.split_once(": ").map_or(cause, |(kind, _)| kind))
+            .filter(|kind| !kind.is_empty())
+            .unwrap_or(CIRCUIT_OPEN)
     }
 }
 
@@ -179,6 +224,19 @@ mod tests {
         }
     }
 
+    const CLOSED: Breaker = Breaker {
+        open: false,
+        cause: None,
+    };
+
+    /// An open breaker with `cause`.
+    fn open(cause: Option<&str>) -> Breaker {
+        Breaker {
+            open: true,
+            cause: cause.map(str::to_owned),
+        }
+    }
+
     fn answered(at: Instant) -> Probed {
         Probed {
             error: None,
@@ -204,20 +262,23 @@ mod tests {
             t0 + Duration::from_millis(200),
         );
 
-        assert_eq!(probe.settle(failed(t0), false, &history), failed(t0));
+        assert_eq!(probe.settle(failed(t0), &CLOSED, &history), failed(t0));
         let down = history.outage().expect("down from the first failure");
         assert_eq!((down.to_ms, down.error.as_str()), (None, "timeout"));
 
         // `/readyz` sees the store answer.
-        assert_eq!(probe.settle(answered(t2), false, &history), answered(t2));
+        assert_eq!(probe.settle(answered(t2), &CLOSED, &history), answered(t2));
         let outage = history.outage().expect("the outage");
         assert_eq!(outage.from_ms, down.from_ms);
         let lasted = outage.to_ms.expect("over at the answer") - outage.from_ms;
         assert!(lasted.abs_diff(200) <= 1, "{outage:?}");
 
         // An older failure, settled late: old news.
-        assert_eq!(probe.settle(failed(t1), false, &history), answered(t2));
-        assert_eq!(probe.settle(failed(t0), true, &history), answered(t2));
+        assert_eq!(probe.settle(failed(t1), &CLOSED, &history), answered(t2));
+        assert_eq!(
+            probe.settle(failed(t0), &open(None), &history),
+            answered(t2)
+        );
         assert_eq!(history.outage(), Some(outage.clone()), "unchanged");
         assert_eq!(
             probe.reusable(Some(false)),
@@ -227,7 +288,7 @@ mod tests {
 
         // A failure after the answer is news: a new outage.
         let t3 = t2 + Duration::from_millis(100);
-        assert_eq!(probe.settle(failed(t3), false, &history), failed(t3));
+        assert_eq!(probe.settle(failed(t3), &CLOSED, &history), failed(t3));
         let again = history.outage().expect("a new outage");
         assert_eq!(again.to_ms, None);
         assert!(
@@ -237,15 +298,15 @@ mod tests {
         assert_eq!(probe.reusable(Some(false)), Some(failed(t3)));
     }
 
-    /// An answer with the breaker open is recorded as `circuit_open` (checks are refused
-    /// without a call) and not reused while it is open; results over a second old are not
-    /// reused.
+    /// An answer with the breaker open (of no known cause) is recorded as `circuit_open`
+    /// (checks are refused without a call) and not reused while it is open; results over a
+    /// second old are not reused.
     #[test]
     fn reuse_is_bounded() {
         let probe = StoreProbe::new(&Namespace::default());
         let history = History::new(Duration::from_secs(10));
         let now = Instant::now();
-        probe.settle(answered(now), true, &history);
+        probe.settle(answered(now), &open(None), &history);
         let outage = history.outage().expect("an open breaker is down");
         assert_eq!(outage.error, "circuit_open");
         assert_eq!(probe.reusable(Some(true)), None);
@@ -255,7 +316,38 @@ mod tests {
         let old = now
             .checked_sub(FRESH_FOR + Duration::from_millis(1))
             .expect("a second after boot");
-        probe.settle(failed(old), false, &history);
+        probe.settle(failed(old), &CLOSED, &history);
         assert_eq!(probe.reusable(None), None, "over a second old");
+    }
+
+    /// A probe the open breaker refused (`circuit_open`), or answered beside it, records the
+    /// outage as the kind of the failure that opened the breaker; `circuit_open` only when
+    /// no cause is known. A probe's own failure keeps its kind.
+    #[test]
+    fn the_breaker_records_its_cause() {
+        let refused = |at| Probed {
+            error: Some(CIRCUIT_OPEN),
+            took: Duration::ZERO,
+            at,
+        };
+        let now = Instant::now();
+        for (probed, breaker, kind) in [
+            (
+                refused(now),
+                open(Some("connection: refused")),
+                "connection",
+            ),
+            (refused(now), open(Some("timeout")), "timeout"),
+            (answered(now), open(Some("oom: OOM command")), "oom"),
+            (refused(now), open(None), CIRCUIT_OPEN),
+            (refused(now), CLOSED, CIRCUIT_OPEN),
+            (failed(now), open(Some("connection: refused")), "timeout"),
+        ] {
+            let probe = StoreProbe::new(&Namespace::default());
+            let history = History::new(Duration::from_secs(10));
+            probe.settle(probed, &breaker, &history);
+            let outage = history.outage().expect("down");
+            assert_eq!(outage.error, kind, "{probed:?} with {breaker:?}");
+        }
     }
 }

@@ -431,6 +431,7 @@ async fn top_denied_keys() {
             (list[0]["denied"].as_u64(), list[0]["error"].as_u64()),
             (Some(10), Some(0))
         );
+        assert_eq!(list[0]["uncertain"], false, "an exact count: {top:?}");
         assert_eq!(list[1]["denied"], 1);
     }
     let ratio = top.json["deny_ratio"].as_f64().expect("a ratio");

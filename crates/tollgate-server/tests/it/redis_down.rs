@@ -285,3 +285,46 @@ on_store_error = "deny"
         assert_eq!(process.post("/v1/check", check).await.status, 200, "{kind}");
     }
 }
+
+/// Redis killed, and the breaker finds it first: the traffic's failures open the breaker
+/// before any probe runs, so the page's probe is refused by the breaker (`circuit_open`).
+/// The outage in the history (`/v1/history`, the page's "last outage") is recorded as the
+/// failure that opened the breaker, `connection`, not as `circuit_open` (which says only
+/// that calls are skipped, not why).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_the_breaker_found_first_is_recorded_by_its_cause() {
+    let mut redis = RedisServer::start();
+    let mut file = config(&redis.url());
+    // No sample (and so no probe) after the first, at start, while Redis answers.
+    write!(file, "\n[server]\nhistory_interval = \"10m\"\n").expect("write config");
+    let process = Process::serve(file.path());
+    let get = |path: &'static str| request(process.addr, "GET", path, Bytes::new(), &[]);
+    assert_eq!(get("/readyz").await.status, 200);
+    redis.kill();
+    let closed = r#"{"limit": "down_closed", "key": {"user": "1"}}"#;
+    let mut opened = false;
+    for _ in 0..50 {
+        let reply = process.post("/v1/check", closed).await;
+        assert_eq!(reply.status, 503, "{reply:?}");
+        if reply.json["decisions"][0]["store_error"] == "circuit_open" {
+            opened = true;
+            break;
+        }
+    }
+    assert!(opened, "the breaker never opened; log:\n{}", process.log());
+    // The first probe since Redis died: the breaker refuses it.
+    let status = get("/v1/status").await.json;
+    assert_eq!(status["store"]["up"], false, "{status}");
+    let history = get("/v1/history").await.json;
+    let outage = &history["outage"];
+    assert_eq!(
+        outage["to_ms"],
+        serde_json::Value::Null,
+        "ongoing: {history}"
+    );
+    assert_eq!(
+        outage["error"], "connection",
+        "the breaker's cause ({}), not circuit_open: {history}",
+        status["store"]["circuit_cause"]
+    );
+}

@@ -436,3 +436,54 @@ on_store_error = "allow"
     assert_eq!(cell(&dom, "constructor", "total"), "1", "{dom}");
     assert_eq!(cell(&dom, "toString", "total"), "0", "{dom}");
 }
+
+/// The most refused keys are listed by the refusals each certainly had, and one whose count
+/// may be half or more overstatement is marked `uncertain`: after a flood of keys refused
+/// once each, the key refused 20 times comes first, unmarked, and the one-off keys listed
+/// after it (each with a count inherited from the flood) are marked, so that none is taken
+/// for an abuser to block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_marks_uncertain_top_keys() {
+    let (_dir, path) = config_file(
+        r#"
+[[limits]]
+name = "page_flood"
+algorithm = "fixed_window"
+limit = 1
+period = "1h"
+key = ["user"]
+on_store_error = "allow"
+"#,
+    );
+    let process = Process::serve(&path);
+    let check = |user: String| format!(r#"{{"limit": "page_flood", "key": {{"user": "{user}"}}}}"#);
+    for _ in 0..21 {
+        process.post("/v1/check", &check("heavy".into())).await;
+    }
+    // Each refused once (its first check admitted): more keys than a sketch's counters in
+    // every shard, so the one-off keys listed carry errors.
+    for i in 0..400 {
+        for _ in 0..2 {
+            process.post("/v1/check", &check(format!("bot-{i}"))).await;
+        }
+    }
+    let url = format!("http://{}/", process.addr);
+    let (dom, console) = tokio::task::spawn_blocking(move || load(&url, 2000))
+        .await
+        .expect("chromium");
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let top = cell(&dom, "page_flood", "top");
+    let items: Vec<&str> = top.split("<li").skip(1).collect();
+    assert_eq!(items.len(), 5, "{top}");
+    assert!(
+        items[0].starts_with(">user=heavy ×") && !items[0].contains("uncertain"),
+        "the key refused 20 times first, unmarked: {top}"
+    );
+    for item in &items[1..] {
+        assert!(
+            item.starts_with(r#" class="uncertain""#) && item.contains("user=bot-"),
+            "a one-off key marked uncertain: {top}"
+        );
+        assert!(item.contains(" uncertain</li>"), "visibly: {top}");
+    }
+}

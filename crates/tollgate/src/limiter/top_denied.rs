@@ -60,6 +60,27 @@ pub struct TopKey {
     pub error: u64,
 }
 
+impl TopKey {
+    /// Refusals it certainly had: `count − error`, what it is ranked by. A key held in a
+    /// sketch was refused at least once since it came in, so this is never 0 for a listed
+    /// key; after a flood of one-off keys, one refused once shows a count of the flood's
+    /// floor plus one, and this 1.
+    #[must_use]
+    pub fn guaranteed(&self) -> u64 {
+        self.count.saturating_sub(self.error)
+    }
+
+    /// Whether its count says more about the other keys than about it: at least half of it
+    /// may be overstatement (`error ≥ count − error`). Such a key may have been refused as
+    /// few as [`TopKey::guaranteed`] times (a one-off key at the end of a flood is listed
+    /// with a count near the heaviest's): no reason, alone, to block it. A count with no
+    /// error is never uncertain.
+    #[must_use]
+    pub fn uncertain(&self) -> bool {
+        self.error > 0 && self.error >= self.guaranteed()
+    }
+}
+
 /// Which refusals to rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Span {
@@ -257,7 +278,12 @@ impl LimitActivity {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The `k` most refused keys over `span`, most refused first, as of `minute`.
+    /// The `k` most refused keys over `span`, as of `minute`: ranked by the refusals each
+    /// certainly had ([`TopKey::guaranteed`]), then by count, then by key text. Ranked by
+    /// count, a key refused once at the end of a flood (its count the floor it inherited,
+    /// plus one) tied with or passed keys refused hundreds of times, and the tie went to the
+    /// key whose text sorts first: a caller choosing such values (`%…`) chose which key
+    /// headed the list, which operators are told to block upstream.
     pub(crate) fn top(&self, k: usize, span: Span, minute: u64) -> Vec<TopKey> {
         let mut merged = Merge::default();
         for shard in &self.shards {
@@ -278,8 +304,9 @@ impl LimitActivity {
         }
         let mut out = merged.finish();
         out.sort_by(|x, y| {
-            y.count
-                .cmp(&x.count)
+            y.guaranteed()
+                .cmp(&x.guaranteed())
+                .then_with(|| y.count.cmp(&x.count))
                 .then_with(|| x.key.as_str().cmp(y.key.as_str()))
         });
         out.truncate(k);
@@ -429,6 +456,48 @@ mod tests {
             top[0].count >= true_count && top[0].count - top[0].error <= true_count,
             "true count {true_count}: {top:?}"
         );
+    }
+
+    /// Ranked by the guaranteed count (count − error), then the count: a key refused once
+    /// at the end of a flood inherits the flood's floor (here 99, so its count is 100, the
+    /// same as a key refused 100 times) and no longer heads the list, whatever its text
+    /// sorts as (it did: `%…` listed first as ×22164 ±22163). It is marked uncertain; the
+    /// key refused 100 times, counted exactly, is not.
+    #[test]
+    fn ranks_by_guaranteed_count() {
+        let activity = LimitActivity::with_shards(1);
+        let real = key("zz-real");
+        for _ in 0..100 {
+            activity.record(&real, true, 7);
+        }
+        // 63 counters of one-off keys, raised one at a time to 99 or 100: 6299 keys.
+        for i in 0..6_299 {
+            activity.record(&key(&format!("bot-{i}")), true, 7);
+        }
+        let once = key("%00");
+        activity.record(&once, true, 7);
+        for span in [Span::Recent, Span::SinceStart] {
+            let top = activity.top(TOP_CAPACITY, span, 7);
+            assert_eq!(
+                (&top[0].key, top[0].count, top[0].error),
+                (&real, 100, 0),
+                "{span:?}: {:?}",
+                &top[..3]
+            );
+            assert!(!top[0].uncertain());
+            let listed = top
+                .iter()
+                .find(|t| t.key == once)
+                .expect("the last key is held");
+            assert_eq!((listed.count, listed.error), (100, 99), "{span:?}");
+            assert_eq!(listed.guaranteed(), 1);
+            assert!(listed.uncertain(), "{listed:?}");
+            assert!(
+                top.windows(2)
+                    .all(|w| (w[0].guaranteed(), w[0].count) >= (w[1].guaranteed(), w[1].count)),
+                "{span:?}: {top:?}"
+            );
+        }
     }
 
     /// The refusal ratio covers the previous and the current minute.
