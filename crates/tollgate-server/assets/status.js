@@ -189,6 +189,9 @@ function renderReload(r, uptime) {
     if (r.last.ok) set("reload-last", at + ": applied", "ok");
     else set("reload-last", at + ": refused: " + r.last.error, "bad");
   }
+  const pending = r.pending_restart || [];
+  if (pending.length) set("reload-restart", "changed in the file, waiting for a restart: " + pending.join(", "), "bad");
+  else set("reload-restart", "none", "ok");
 }
 
 function renderPanics(p) {

@@ -132,6 +132,9 @@ pub struct ReloadBody {
     pub watching: bool,
     /// The last attempt (`null`: none since start).
     pub last: Option<LastReloadBody>,
+    /// `[server]` and `[store]` settings the file changes, which wait for a restart
+    /// (`["store.timeout"]`; empty when none).
+    pub pending_restart: Vec<String>,
 }
 
 /// One reload attempt.
@@ -349,6 +352,7 @@ fn reload_body(state: &AppState) -> ReloadBody {
             ok: last.ok,
             error: last.error,
         }),
+        pending_restart: state.reloads.pending_restart(),
     }
 }
 

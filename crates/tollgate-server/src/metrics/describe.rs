@@ -10,8 +10,8 @@ use tollgate_envoy as envoy;
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DECISIONS, DENY_CACHE_ENTRIES, DENY_RATIO,
     HTTP_DURATION, HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, PANICS,
-    SHADOW_DENIED, STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY,
-    TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
+    RESTART_PENDING, SHADOW_DENIED, STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP,
+    TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
 /// Describes every series to the installed recorder.
@@ -211,6 +211,11 @@ const GAUGES: &[(&str, &str)] = &[
     (
         LAST_RELOAD_SUCCESSFUL,
         "0 when the last config reload was refused, else 1",
+    ),
+    (
+        RESTART_PENDING,
+        "[server] and [store] settings the config file changes that take effect only on \
+         restart (0: the file is what runs)",
     ),
     (
         TLS_LAST_RELOAD_SUCCESSFUL,

@@ -16,6 +16,8 @@ pub const STORE_LATENCY: &str = "tollgate_store_latency_seconds";
 pub const CONFIG_RELOAD: &str = "tollgate_reloads_total";
 /// Whether the last reload was applied.
 pub const LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
+/// `[server]` / `[store]` settings the config file changes that wait for a restart.
+pub const RESTART_PENDING: &str = "tollgate_config_restart_pending_settings";
 
 /// Reloads of the listeners' certificate files, by result (`ok`, `error`).
 pub const TLS_RELOAD: &str = "tollgate_tls_reloads_total";

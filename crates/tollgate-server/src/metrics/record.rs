@@ -11,8 +11,9 @@ use metrics::{Counter, Histogram};
 
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DENY_CACHE_ENTRIES, DENY_RATIO, HTTP_DURATION,
-    HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, PANICS, STORE_MAX_KEYS,
-    STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
+    HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, PANICS, RESTART_PENDING,
+    STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP, TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL,
+    TLS_RELOAD,
 };
 
 /// The route labels: the API's own routes by name, anything else `other` (a label per path
@@ -149,6 +150,12 @@ pub fn reloads_watched() {
         metrics::counter!(CONFIG_RELOAD, "result" => result).increment(0);
     }
     metrics::gauge!(LAST_RELOAD_SUCCESSFUL).set(1.0);
+    metrics::gauge!(RESTART_PENDING).set(0.0);
+}
+
+/// Sets how many settings the config file changes that wait for a restart.
+pub fn restart_pending(settings: usize) {
+    metrics::gauge!(RESTART_PENDING).set(settings as f64);
 }
 
 /// Sets the units held in leases.

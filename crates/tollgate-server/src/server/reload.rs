@@ -237,6 +237,9 @@ impl Reloader {
     /// Applies a valid file; `first`: the first look since start-up.
     fn apply(&mut self, config: Config, first: bool) {
         let waiting = self.running.restart_only_changes(&config);
+        self.state
+            .reloads
+            .set_pending_restart(waiting.iter().map(|s| (*s).to_owned()).collect());
         if !waiting.is_empty() {
             // Compared with what runs, not with the previous file: repeated at every reload
             // until the restart.

@@ -1,5 +1,7 @@
-//! What the status page says about reloads: whether the config file is watched, and the last
-//! reload's time, result and error.
+//! What the status page says about reloads: whether the config file is watched, the last
+//! reload's time, result and error, and the `[server]` / `[store]` settings the file changed
+//! that wait for a restart (a reload applies only the limits and the Envoy rules: without this
+//! the page said "applied" and an operator took the edit for live).
 //!
 //! The error is the one logged, except for fields that hold secrets (`server.admin_token`,
 //! `store.redis`, `store.cluster` and the environment variables that replace them): a value
@@ -17,6 +19,8 @@ use crate::config::ConfigError;
 pub struct ReloadStatus {
     watching: AtomicBool,
     last: Mutex<Option<LastReload>>,
+    /// Settings the file changes that take effect on restart (`store.timeout`).
+    pending_restart: Mutex<Vec<String>>,
 }
 
 /// One reload attempt.
@@ -64,6 +68,24 @@ impl ReloadStatus {
             ok: error.is_none(),
             error,
         });
+    }
+
+    /// The settings the file (as last applied) changes that wait for a restart: set at each
+    /// valid file, emptied by one that changes none.
+    pub(crate) fn set_pending_restart(&self, settings: Vec<String>) {
+        crate::metrics::restart_pending(settings.len());
+        *self
+            .pending_restart
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = settings;
+    }
+
+    /// The settings waiting for a restart ([`ReloadStatus::set_pending_restart`]).
+    pub fn pending_restart(&self) -> Vec<String> {
+        self.pending_restart
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The last attempt, if any.

@@ -165,7 +165,10 @@ async fn starting_counts_no_reload() {
 }
 
 /// An edit to a setting a reload cannot apply (`store.timeout`, `server.max_connections`) is
-/// not dropped in silence: the warning names each one, and the limits still reload.
+/// not dropped in silence: the warning names each one, `/v1/status` lists them under
+/// `reload.pending_restart` and `tollgate_config_restart_pending_settings` counts them (the
+/// page said only "applied"), and the limits still reload. Putting the settings back clears
+/// both.
 #[tokio::test]
 async fn a_reload_names_the_settings_that_wait_for_a_restart() {
     let limit = one_limit("restart", "gcra", 3, "1h", "", "deny");
@@ -198,6 +201,39 @@ async fn a_reload_names_the_settings_that_wait_for_a_restart() {
         reloaded,
         "the limit did not reload; log:\n{}",
         process.log()
+    );
+    let get = |path: &'static str| request(process.addr, "GET", path, Bytes::new(), &[]);
+    let status = get("/v1/status").await;
+    assert_eq!(
+        status.json["reload"]["pending_restart"],
+        serde_json::json!(["server.max_connections", "store.timeout"]),
+        "{status:?}"
+    );
+    let scrape = get("/metrics").await.text;
+    assert_eq!(
+        sample(&scrape, "tollgate_config_restart_pending_settings").as_deref(),
+        Some("2"),
+        "{scrape}"
+    );
+
+    std::fs::write(
+        &path,
+        format!(
+            "[store]\ntimeout = \"50ms\"\n{}",
+            limit.replace("limit = 3", "limit = 5")
+        ),
+    )
+    .expect("write");
+    let cleared = eventually(Duration::from_secs(10), || async {
+        get("/v1/status").await.json["reload"]["pending_restart"] == serde_json::json!([])
+    })
+    .await;
+    assert!(cleared, "log:\n{}", process.log());
+    let scrape = get("/metrics").await.text;
+    assert_eq!(
+        sample(&scrape, "tollgate_config_restart_pending_settings").as_deref(),
+        Some("0"),
+        "{scrape}"
     );
     process.terminate();
 }
