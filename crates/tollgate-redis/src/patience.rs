@@ -273,9 +273,8 @@ mod tests {
         assert_eq!(out, Err(GaveUp::Silent));
     }
 
-    /// While other calls keep getting replies, a queued call waits, up to the bound.
-    #[tokio::test(start_paused = true)]
-    async fn replies_to_others_extend_the_wait_up_to_the_bound() {
+    /// A patience on which Redis answers some other call every 10 ms, from a task of its own.
+    fn answered_every_10ms() -> std::sync::Arc<Patience> {
         let patience = std::sync::Arc::new(Patience::default());
         let talker = std::sync::Arc::clone(&patience);
         tokio::spawn(async move {
@@ -284,6 +283,13 @@ mod tests {
                 talker.heard();
             }
         });
+        patience
+    }
+
+    /// While other calls keep getting replies, a queued call waits, up to the bound.
+    #[tokio::test(start_paused = true)]
+    async fn replies_to_others_extend_the_wait_up_to_the_bound() {
+        let patience = answered_every_10ms();
         let start = Instant::now();
         // Answered after 3 timeouts: waited for.
         let slow = tokio::time::sleep(T * 3);
@@ -434,14 +440,7 @@ mod tests {
     /// Waiting on the store's count, the same replies keep it waiting up to the bound.
     #[tokio::test(start_paused = true)]
     async fn replies_of_other_masters_do_not_extend_the_wait() {
-        let patience = std::sync::Arc::new(Patience::default());
-        let talker = std::sync::Arc::clone(&patience);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                talker.heard();
-            }
-        });
+        let patience = answered_every_10ms();
         let silent_master = AtomicU64::new(0);
         let start = Instant::now();
         let out = patience

@@ -26,16 +26,10 @@ impl Drop for Thaw<'_> {
     }
 }
 
-/// One check: when it started and ended, and whether the store decided it.
-type Sample = (Instant, Instant, bool);
-
-/// The master of a checked key's slot is frozen; once its replica is promoted, checks on the
-/// key are decided by the store again, on the new master, while the old one stays frozen.
-/// Before the fix, every check on the key failed (by policy) until the old master thawed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
-    let _alone = HEAVY.lock().await;
-    let cluster = RedisCluster::start_with_replicas();
+/// A limiter on `cluster` (50 ms store timeout) with one GCRA limit keyed by `user`, far
+/// above any load, whose checks are refused by policy (`deny`) when the store fails; its
+/// namespace unique to `name`.
+async fn limiter(cluster: &RedisCluster, name: &str) -> Arc<Limiter<RedisStore>> {
     let store = RedisStore::cluster_builder(cluster.urls())
         .timeout(Duration::from_millis(50))
         .build()
@@ -49,13 +43,26 @@ async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
     .and_then(|l| l.keyed_by(["user"]))
     .expect("valid")
     .on_store_error(OnStoreError::Deny);
-    let limiter = Arc::new(
+    Arc::new(
         Limiter::builder(store)
-            .namespace(unique_namespace("frozen"))
+            .namespace(unique_namespace(name))
             .limit(limit)
             .build()
             .expect("valid"),
-    );
+    )
+}
+
+/// One check: when it started and ended, and whether the store decided it.
+type Sample = (Instant, Instant, bool);
+
+/// The master of a checked key's slot is frozen; once its replica is promoted, checks on the
+/// key are decided by the store again, on the new master, while the old one stays frozen.
+/// Before the fix, every check on the key failed (by policy) until the old master thawed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
+    let _alone = HEAVY.lock().await;
+    let cluster = RedisCluster::start_with_replicas();
+    let limiter = limiter(&cluster, "frozen").await;
     let key = limiter
         .prepare(&["gcra"], &[("user", "f")], 1)
         .expect("valid")
@@ -178,26 +185,7 @@ async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
 async fn a_frozen_masters_checks_fail_within_the_timeout_while_others_answer() {
     let _alone = HEAVY.lock().await;
     let cluster = RedisCluster::start();
-    let store = RedisStore::cluster_builder(cluster.urls())
-        .timeout(Duration::from_millis(50))
-        .build()
-        .await
-        .unwrap_or_else(|e| panic!("connect to the cluster: {e:?}\n{}", cluster.logs()));
-    let limit = Limit::new(
-        "gcra",
-        Algorithm::Gcra,
-        Quota::per_second(1_000_000).expect("valid"),
-    )
-    .and_then(|l| l.keyed_by(["user"]))
-    .expect("valid")
-    .on_store_error(OnStoreError::Deny);
-    let limiter = Arc::new(
-        Limiter::builder(store)
-            .namespace(unique_namespace("frozen-others"))
-            .limit(limit)
-            .build()
-            .expect("valid"),
-    );
+    let limiter = limiter(&cluster, "frozen-others").await;
     let master_of = |user: &str| {
         let request = limiter
             .prepare(&["gcra"], &[("user", user)], 1)
