@@ -94,6 +94,9 @@ pub enum Rejection {
     /// The check could not be made (a misconfiguration, e.g. a limit keyed by a part the key
     /// extractor does not give): 500. The message is logged, not sent.
     Invalid(Arc<CheckError>),
+    /// Deciding panicked (a bug in the key extractor, the cost function, the limiter or the
+    /// store): 500. The panic's message is logged, not sent.
+    Panicked,
 }
 
 impl Rejection {
@@ -104,7 +107,7 @@ impl Rejection {
             Rejection::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::NoKey(e) => e.status(),
             Rejection::TooCostly { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Rejection::Invalid(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::Invalid(_) | Rejection::Panicked => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -139,6 +142,7 @@ impl Rejection {
                 capacity,
             } => format!("request cost {cost} exceeds what limit {limit} ever admits ({capacity})"),
             Rejection::Invalid(_) => "rate limiting is misconfigured".to_owned(),
+            Rejection::Panicked => "rate limiting failed (a server bug)".to_owned(),
         }
     }
 }
@@ -169,8 +173,10 @@ pub enum ConfigError {
         given: Vec<String>,
     },
     /// A prefix length longer than the address.
-    #[error("prefix length {len} exceeds {max}")]
+    #[error("{setting}({len}): a prefix length exceeds the address's {max} bits")]
     InvalidPrefix {
+        /// The setting given it: `ipv4_prefix` or `ipv6_prefix`.
+        setting: &'static str,
         /// The length given.
         len: u8,
         /// The address length.
@@ -193,7 +199,8 @@ pub enum ConfigError {
         /// Its algorithm.
         algorithm: String,
     },
-    /// The limiter refused to prepare a check for another reason.
-    #[error("the limiter refuses this layer's check")]
-    Invalid(#[source] CheckError),
+    /// The limiter refused to prepare a check for another reason, said in the message (not
+    /// also as the error's `source`, which would say it twice in a report of the chain).
+    #[error("the limiter refuses this layer's check: {0}")]
+    Invalid(CheckError),
 }

@@ -44,7 +44,8 @@ pub(crate) struct Config<St> {
     pub(crate) headers: HeaderOptions,
     pub(crate) policy: HeaderValue,
     pub(crate) responder: Responder,
-    /// Every limit is a shadow limit: a request with no key passes instead of being refused.
+    /// Every limit is a shadow limit: a request with no key, or whose check the limiter will
+    /// not make (a key value too long), passes instead of being refused.
     pub(crate) all_shadow: bool,
     /// Set by [`RateLimitLayer::delay_up_to`]: requests wait for their slot.
     pub(crate) pacer: Option<Pacer>,
@@ -124,8 +125,9 @@ impl<St: Store> RateLimitLayer<St> {
     }
 
     /// Each request costs what `cost` says. A cost of 0 counts as 1: a free pass is
-    /// expressed by not applying the layer, not by a cost. A cost above what a limit can ever
-    /// admit is refused with 413 ([`Rejection::TooCostly`]).
+    /// expressed by not applying the layer, not by a cost. A cost above what an enforced limit
+    /// can ever admit is refused with 413 ([`Rejection::TooCostly`]); above a shadow limit's,
+    /// it is that limit's would-be refusal, counted, and the enforced limits decide.
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
         Arc::make_mut(&mut self.config).cost = Arc::new(cost);
         self

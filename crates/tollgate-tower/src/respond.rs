@@ -40,7 +40,7 @@ pub fn problem_json(rejection: &Rejection) -> Response<Bytes> {
 /// A gRPC "trailers-only" refusal: HTTP 200, `content-type: application/grpc`, and
 /// `grpc-status` / `grpc-message` as headers. Codes: 8 `RESOURCE_EXHAUSTED` (quota used up,
 /// cost too large), 14 `UNAVAILABLE` (store down), 3 `INVALID_ARGUMENT` or 13 `INTERNAL`
-/// (no key: the request's fault or the server's), 13 `INTERNAL` (misconfiguration).
+/// (no key: the request's fault or the server's), 13 `INTERNAL` (misconfiguration, a panic).
 pub fn grpc(rejection: &Rejection) -> Response<Bytes> {
     let code: u16 = match rejection {
         Rejection::RateLimited(_) | Rejection::TooCostly { .. } => 8,

@@ -7,12 +7,31 @@
 //! [`crate::RateLimitLayer::delay_up_to`], takes the key's next slot and sleeps until it), and
 //! either answers itself (429, 503, or the key error's status) or calls the inner service with
 //! the [`Verdict`] in the request's extensions. Every response it lets through or makes carries the rate-limit fields.
+//!
+//! Readiness: a plain check keeps the ready inner service through its store call, one round
+//! trip bounded by the store's timeout, and calls it at once: giving the readiness back and
+//! asking again would cost every request a second `poll_ready`, and behind a concurrency
+//! limit a request already admitted could lose its place to one that came later. A paced
+//! request may sleep up to `max_wait` before its call, so it drops the ready service (and
+//! whatever it reserved: a concurrency permit, a buffer slot) before it asks the store, and
+//! drives a clone to readiness once its slot begins; otherwise requests of other keys, or
+//! of this key's next slots, waited for permits held by sleepers.
+//!
+//! A panic while the layer decides (in the key extractor, the cost function, the limiter or
+//! the store) is caught and answered 500 (the responder's [`Rejection::Panicked`]), logged
+//! and counted in `tollgate_tower_panics_total`: without it the connection closed with no
+//! answer. The inner service's own panics are not the layer's to catch.
 
+use std::any::Any;
 use std::fmt;
+use std::future::{Future, poll_fn};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{HeaderValue, Request, Response, header};
+use pin_project_lite::pin_project;
 use tollgate::{BoxStore, CheckError, Op, Outcome, Store, Verdict, wire};
 use tower_service::Service;
 
@@ -91,19 +110,40 @@ enum Decided {
 impl<St: Store> Config<St> {
     async fn handle<S, ReqB, ResB>(
         &self,
-        mut inner: S,
+        inner: S,
         request: Request<ReqB>,
     ) -> Result<Response<ResponseBody<ResB>>, S::Error>
     where
-        S: Service<Request<ReqB>, Response = Response<ResB>>,
+        S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     {
         let (mut parts, body) = request.into_parts();
-        match self.decide(&parts).await {
+        // A paced request may sleep: it gives back the readiness it was called with (see the
+        // module's doc) and asks again once its slot begins.
+        let mut inner = match self.pacer {
+            Some(_) => {
+                let fresh = inner.clone();
+                drop(inner);
+                Readiness::Released(fresh)
+            }
+            None => Readiness::Ready(inner),
+        };
+        let decided = match CatchUnwind::new(self.decide(&parts)).await {
+            Ok(decided) => decided,
+            Err(panic) => panicked(&*panic),
+        };
+        match decided {
             Decided::Refuse(rejection, verdict) => Ok(self.refuse(rejection, verdict.as_ref())),
             Decided::Pass(verdict) => {
                 if let Some(v) = &verdict {
                     parts.extensions.insert(v.clone());
                 }
+                let inner = match &mut inner {
+                    Readiness::Ready(inner) => inner,
+                    Readiness::Released(inner) => {
+                        poll_fn(|cx| inner.poll_ready(cx)).await?;
+                        inner
+                    }
+                };
                 let response = inner.call(Request::from_parts(parts, body)).await?;
                 let mut response = response.map(ResponseBody::inner);
                 self.write_headers(response.headers_mut(), verdict.as_ref());
@@ -127,14 +167,14 @@ impl<St: Store> Config<St> {
             // The reservation validates the key and cost as a check's preparation does.
             Some(pacer) => match pacer(&key, cost).await {
                 Ok(reservation) => reservation.verdict(),
-                Err(error) => return Decided::Refuse(rejection_of(error), None),
+                Err(error) => return self.unchecked(error),
             },
             None => {
                 let names: Vec<&str> = self.limits.iter().map(|n| &**n).collect();
                 let parts: Vec<(&str, &[u8])> = key.iter().collect();
                 let request = match self.limiter.prepare(&names, &parts, cost) {
                     Ok(request) => request,
-                    Err(error) => return Decided::Refuse(rejection_of(error), None),
+                    Err(error) => return self.unchecked(error),
                 };
                 self.limiter.decide(&request, Op::Check).await
             }
@@ -152,6 +192,18 @@ impl<St: Store> Config<St> {
         };
         tracing::debug!(limit = %verdict.decisive().limit, reason = %rejection.detail(), "request refused");
         Decided::Refuse(rejection, Some(verdict))
+    }
+
+    /// A request the limiter would not check (a key part too long, a misconfiguration):
+    /// refused, unless every limit is a shadow limit, which never refuses, as for a request
+    /// with no key.
+    fn unchecked(&self, error: CheckError) -> Decided {
+        let rejection = rejection_of(error);
+        if self.all_shadow {
+            tracing::debug!(reason = %rejection.detail(), "rate-limit check not made; only shadow limits: passed");
+            return Decided::Pass(None);
+        }
+        Decided::Refuse(rejection, None)
     }
 
     fn refuse<B>(
@@ -203,6 +255,67 @@ fn rejection_of(error: CheckError) -> Rejection {
         error => {
             tracing::error!(cause = %error, "rate-limit check failed: the layer is misconfigured");
             Rejection::Invalid(Arc::new(error))
+        }
+    }
+}
+
+/// The inner service a request will call: still holding the readiness `poll_ready` gave it,
+/// or a clone to drive to readiness again (a paced request, which may sleep first).
+enum Readiness<S> {
+    Ready(S),
+    Released(S),
+}
+
+/// The answer to a panic while the layer decided: a 500, logged with the panic's message and
+/// counted (a bug of the layer's configuration, the limiter or the store; never the client's).
+fn panicked(panic: &(dyn Any + Send)) -> Decided {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)");
+    tracing::error!(
+        message,
+        "rate-limit decision panicked (a bug): answered 500"
+    );
+    // Described here, where it is first recorded: a service embedding the layer has no
+    // other place that knows the name (rare: a panic is a bug).
+    metrics::describe_counter!(
+        "tollgate_tower_panics_total",
+        "Panics while the rate-limit layer decided, each answered 500 (a bug)"
+    );
+    metrics::counter!("tollgate_tower_panics_total").increment(1);
+    Decided::Refuse(Rejection::Panicked, None)
+}
+
+pin_project! {
+    /// A future whose panic, on any poll, becomes its `Err` output instead of unwinding
+    /// through the caller (`futures::FutureExt::catch_unwind`, without the dependency).
+    struct CatchUnwind<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F> CatchUnwind<F> {
+    fn new(future: F) -> Self {
+        CatchUnwind { future }
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let future = self.project().future;
+        // Unwind safety: a future that panicked is dropped, never polled again; what it
+        // borrowed (the layer's config, the request head) it only read. The limiter and the
+        // store keep their own state consistent across a panic, as under the Envoy face's
+        // catch.
+        match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
         }
     }
 }

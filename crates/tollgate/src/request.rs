@@ -4,8 +4,16 @@
 //! once and validates once, and the same request can then be decided ([`crate::Op::Check`] or
 //! [`crate::Op::Peek`]) or reset. Stores can rely on what [`Request::new`] (and the limiter's
 //! `prepare_*` functions) checked: at least one entry, no (limit, key) twice, and each entry's
-//! cost between 1 and its limit's capacity. So no store re-validates, and "cost too large" is
-//! decided once, apart from "not now".
+//! cost at least 1 and, for an enforced entry, at most its limit's capacity. So no store
+//! re-validates, and "cost too large" is decided once, apart from "not now".
+//!
+//! A shadow entry is the exception: its cost may exceed its capacity. A shadow limit must
+//! never refuse, and a cost it can never admit failing the whole request (a 413 naming the
+//! shadow limit, from the tower layer) is a refusal, and one that shows the limit. Such an
+//! entry is decided like any other: every algorithm refuses a cost above its capacity
+//! without charging it (each rule, and each Lua twin, has the case), so the limiter counts
+//! it as the shadow limit's would-be refusal and the enforced entries decide the request.
+//! A store may meet a cost above capacity on a shadow entry only, and must refuse it.
 //!
 //! The cost is the entry's, not the request's: an Envoy request may ask a different
 //! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision
@@ -140,7 +148,9 @@ impl<'a> Entry<'a> {
         self.shadow
     }
 
-    /// Units this entry asks of its limit (validated: between 1 and its capacity).
+    /// Units this entry asks of its limit (validated: at least 1, and at most its capacity
+    /// unless the entry is a shadow one, which a cost above capacity does not fail: the store
+    /// refuses it, a would-be refusal).
     #[inline]
     pub fn cost(&self) -> u64 {
         self.cost
@@ -167,7 +177,8 @@ impl<'a> Request<'a> {
     ///
     /// # Errors
     /// [`CheckError::NoLimits`], [`CheckError::DuplicateLimit`], [`CheckError::ZeroCost`] or
-    /// [`CheckError::CostExceedsCapacity`].
+    /// [`CheckError::CostExceedsCapacity`] (for an enforced entry: a shadow entry's cost above
+    /// its capacity is decided, as a refusal, not an error).
     #[inline(always)]
     pub fn new(
         entries: impl IntoIterator<Item = Entry<'a>>,
@@ -225,7 +236,11 @@ impl<'a> Request<'a> {
             if duplicate {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
-            fits(e.limit, e.cost)?;
+            // A shadow entry never fails the request: a cost its limit can never admit is
+            // decided by the store, a refusal, and counted as the shadow limit's would-be one.
+            if !e.shadow {
+                fits(e.limit, e.cost)?;
+            }
         }
         Ok(Request {
             entries,

@@ -39,6 +39,11 @@ const COUNTERS: &[(&str, &str)] = &[
     ("tollgate_store_errors_total", "Store failures by kind"),
     (SHADOW_DENIED, "Requests a shadow limit would have denied"),
     (
+        "tollgate_tower_panics_total",
+        "Panics while the rate-limit layer decided, each answered 500 (a bug; the tower \
+         layer's, for a service that embeds it)",
+    ),
+    (
         "tollgate_reservations_total",
         "Reservations of slots by limit and result (reserved, refused, given_back, lost)",
     ),

@@ -94,7 +94,11 @@ impl ClientIp {
     /// [`ConfigError::InvalidPrefix`] above 32.
     pub fn ipv4_prefix(mut self, len: u8) -> Result<ClientIp, ConfigError> {
         if len > 32 {
-            return Err(ConfigError::InvalidPrefix { len, max: 32 });
+            return Err(ConfigError::InvalidPrefix {
+                setting: "ipv4_prefix",
+                len,
+                max: 32,
+            });
         }
         self.v4_prefix = len;
         Ok(self)
@@ -106,7 +110,11 @@ impl ClientIp {
     /// [`ConfigError::InvalidPrefix`] above 128.
     pub fn ipv6_prefix(mut self, len: u8) -> Result<ClientIp, ConfigError> {
         if len > 128 {
-            return Err(ConfigError::InvalidPrefix { len, max: 128 });
+            return Err(ConfigError::InvalidPrefix {
+                setting: "ipv6_prefix",
+                len,
+                max: 128,
+            });
         }
         self.v6_prefix = len;
         Ok(self)
@@ -138,12 +146,20 @@ impl ClientIp {
         if !self.is_trusted(peer) {
             return Ok(peer);
         }
-        let hops: Vec<Hop> = match self.header {
-            ProxyHeader::XForwardedFor => forwarded::x_forwarded_for(&request.headers),
-            ProxyHeader::Forwarded => forwarded::forwarded(&request.headers),
-        };
+        // Rightmost first, parsed as the walk goes: nothing left of the client is read.
+        match self.header {
+            ProxyHeader::XForwardedFor => {
+                self.walk(peer, forwarded::x_forwarded_for(&request.headers))
+            }
+            ProxyHeader::Forwarded => self.walk(peer, forwarded::forwarded(&request.headers)),
+        }
+    }
+
+    /// The first hop from the right that is not a trusted proxy (`peer`, trusted, when there
+    /// is none; the leftmost when every hop is trusted).
+    fn walk(&self, peer: IpAddr, hops: impl Iterator<Item = Hop>) -> Result<IpAddr, KeyError> {
         let mut client = peer;
-        for hop in hops.into_iter().rev() {
+        for hop in hops {
             client = hop
                 .map_err(|entry| KeyError::BadForwardedEntry {
                     header: self.header.name(),
@@ -276,6 +292,49 @@ mod tests {
             c.client_ip(&parts("10.0.0.1", &["203.0.113.5, junk"])),
             Err(KeyError::BadForwardedEntry { .. })
         ));
+    }
+
+    /// A trusted proxy passes on whatever the client wrote to the left of the header: a
+    /// hostile header of 8,000 entries before the client's address costs the walk the
+    /// entries it reads, here one (the whole header was parsed, 8,001 entries, 1.4 ms a
+    /// request). Also through two proxies, and with `Forwarded`. Counted, not timed.
+    #[test]
+    fn a_huge_header_is_read_only_as_far_as_the_client() {
+        let mut junk = String::new();
+        for i in 0..8_000 {
+            junk.push_str(&format!("1.2.{}.{}, ", i / 256 % 256, i % 256));
+        }
+        let parsed = |c: &ClientIp, name: &'static str, value: String| {
+            let (mut p, ()) = http::Request::builder()
+                .header(name, value)
+                .body(())
+                .expect("request")
+                .into_parts();
+            p.extensions
+                .insert(SocketAddr::new("10.0.0.1".parse().expect("ip"), 4000));
+            forwarded::PARSED.with(|n| n.set(0));
+            let ip = c.client_ip(&p).expect("ip").to_string();
+            (ip, forwarded::PARSED.with(std::cell::Cell::get))
+        };
+        let c = ClientIp::new().trusted_proxies([net("10.0.0.0/8")]);
+        assert_eq!(
+            parsed(&c, "x-forwarded-for", format!("{junk}203.0.113.5")),
+            ("203.0.113.5".to_owned(), 1)
+        );
+        assert_eq!(
+            parsed(
+                &c,
+                "x-forwarded-for",
+                format!("{junk}203.0.113.5, 10.0.0.2")
+            ),
+            ("203.0.113.5".to_owned(), 2)
+        );
+        let c = c.proxy_header(ProxyHeader::Forwarded);
+        let elements = junk.replace("1.2.", "for=1.2.");
+        assert_eq!(
+            parsed(&c, "forwarded", format!("{elements}for=203.0.113.5")),
+            ("203.0.113.5".to_owned(), 1)
+        );
     }
 
     /// `Forwarded` from a proxy that appends its element to the client's line: a client that

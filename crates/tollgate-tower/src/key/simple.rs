@@ -127,17 +127,33 @@ impl<T: Display + Send + Sync + 'static> KeyExtractor for FromExtension<T> {
 /// The route, as the part `route`: axum's matched path (`/users/{id}`) when present (feature
 /// `axum`), else the URI path.
 ///
-/// The URI path is whatever the client sent, so without a router's matched path each distinct
-/// path is its own key; the store's key cap bounds the memory this can take.
+/// The URI path is whatever the client sent. A layer on a whole router sees requests that
+/// matched no route (axum's fallback, the 404s) with no matched path, so by default each
+/// distinct path is its own key: a client can make a key per request, which escapes the
+/// limit and fills the store (the memory store up to its key cap,
+/// `MemoryStoreBuilder::max_keys`, evicting the keys that replenish soonest; Redis until the
+/// keys expire, one window after). [`Route::unmatched_as`] keys them all by one value; or put
+/// the layer on the routes themselves (`.route(.., get(h).layer(layer))`, or axum's
+/// `Router::route_layer`), which unmatched requests never reach.
 #[derive(Debug, Clone, Default)]
 pub struct Route {
-    _private: (),
+    /// The key of a request with no matched path; `None`: its URI path.
+    unmatched: Option<Arc<str>>,
 }
 
 impl Route {
     /// The route extractor.
     pub fn new() -> Route {
         Route::default()
+    }
+
+    /// Keys every request with no matched path (axum's fallback: paths no route matches) by
+    /// `value` instead of its URI path, so that they share one key and a client cannot make
+    /// one per path. Without the `axum` feature no request has a matched path: every request
+    /// is then keyed by `value`.
+    pub fn unmatched_as(mut self, value: impl Into<Arc<str>>) -> Route {
+        self.unmatched = Some(value.into());
+        self
     }
 }
 
@@ -148,7 +164,10 @@ impl KeyExtractor for Route {
             key.push(Arc::from("route"), matched.as_str());
             return Ok(());
         }
-        key.push(Arc::from("route"), request.uri.path());
+        match &self.unmatched {
+            Some(value) => key.push(Arc::from("route"), &**value),
+            None => key.push(Arc::from("route"), request.uri.path()),
+        }
         Ok(())
     }
 

@@ -175,6 +175,46 @@ fn configuration_errors_at_build_time() {
     assert_eq!(ok.limits().collect::<Vec<_>>(), ["per_user", "per_ip"]);
 }
 
+/// A configuration error's message says what is wrong by itself (it is what a `?` in `main`
+/// prints): the limiter's reason for refusing the layer, and the prefix setting that is out
+/// of range. They said "the limiter refuses this layer's check" (the reason only in
+/// `source()`) and "prefix length 40 exceeds 32".
+#[test]
+fn configuration_errors_say_what_is_wrong() {
+    let clock = clock();
+    let limiter = limiter(
+        memory(&clock),
+        &clock,
+        vec![limit("per_ip", Algorithm::Gcra, 3, MINUTE, &["ip"])],
+    );
+    let refused = RateLimitLayer::new(limiter, ["per_ip"], ClientIp::new())
+        .expect("layer")
+        .delay_up_to(Duration::from_secs(7_200))
+        .expect_err("above an hour")
+        .to_string();
+    assert!(
+        refused.starts_with("the limiter refuses this layer's check: max_wait 7200000ms")
+            && refused.contains("\"per_ip\""),
+        "{refused}"
+    );
+    let v4 = ClientIp::new()
+        .ipv4_prefix(40)
+        .expect_err("40 > 32")
+        .to_string();
+    assert_eq!(
+        v4,
+        "ipv4_prefix(40): a prefix length exceeds the address's 32 bits"
+    );
+    let v6 = ClientIp::new()
+        .ipv6_prefix(200)
+        .expect_err("200 > 128")
+        .to_string();
+    assert_eq!(
+        v6,
+        "ipv6_prefix(200): a prefix length exceeds the address's 128 bits"
+    );
+}
+
 /// With the gRPC responder a refusal is a trailers-only gRPC answer (HTTP 200,
 /// `grpc-status: 8`), which tonic clients read as `RESOURCE_EXHAUSTED`.
 #[tokio::test]

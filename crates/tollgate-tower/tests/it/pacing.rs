@@ -2,12 +2,17 @@
 //! request dropped while it waits gives its slot back. Decisions on a fake clock, waits on
 //! tokio's paused timer (auto-advanced), so every wait is measured exactly.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
-use http::StatusCode;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
 use tokio::time::Instant;
 use tollgate::{Algorithm, Quota};
 use tollgate_tower::{ClientIp, ConfigError, Global, RateLimitLayer, Rejection};
+use tower::limit::ConcurrencyLimitLayer;
+use tower::{Layer, service_fn};
 
 use crate::support::*;
 
@@ -107,6 +112,53 @@ async fn a_dropped_request_gives_its_slot_back() {
     let before = Instant::now();
     assert_status(&send(&svc, from("192.0.2.1")).await, StatusCode::OK);
     assert_eq!(before.elapsed(), Duration::from_secs(1));
+}
+
+/// A request waiting for its slot holds none of the inner service's readiness: behind a
+/// concurrency limit of 2 inside the layer, two requests of one client sleeping for their
+/// slots (1 s, 2 s) leave both permits free, and another client's request goes at once. (It
+/// waited 1 s, for the permit the first sleeper held.) The sleepers still go at their slots.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_holds_no_inner_permit() {
+    let clock = clock();
+    let limiter = limiter(memory(&clock), &clock, vec![one_a_second(Algorithm::Gcra)]);
+    let layer = RateLimitLayer::new(limiter, ["upstream"], ClientIp::new())
+        .expect("layer")
+        .delay_up_to(Duration::from_secs(5))
+        .expect("delay");
+    let inner = ConcurrencyLimitLayer::new(2).layer(service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    }));
+    let svc = layer.layer(inner);
+    let started = Instant::now();
+    let sleepers: Vec<_> = (0..3)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                let resp = send(&svc, from("192.0.2.1")).await;
+                (resp.status(), started.elapsed())
+            })
+        })
+        .collect();
+    // Every sleeper has its slot and sleeps (the first has passed).
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let before = Instant::now();
+    let resp = send(&svc, from("192.0.2.99")).await;
+    assert_status(&resp, StatusCode::OK);
+    assert_eq!(
+        before.elapsed(),
+        Duration::ZERO,
+        "another client waited for a permit a sleeping request held"
+    );
+    let mut went = Vec::new();
+    for sleeper in sleepers {
+        let (status, after) = sleeper.await.expect("task");
+        assert_eq!(status, StatusCode::OK);
+        went.push(after);
+    }
+    went.sort();
+    let secs = |s: u64| Duration::from_secs(s);
+    assert_eq!(went, [secs(0), secs(1), secs(2)]);
 }
 
 /// Without `delay_up_to` the same requests are refused at once: the option is what waits.

@@ -1,13 +1,15 @@
 //! Store down: each limit's failure policy decides (503 for `deny`, not 429). Shadow limits:
-//! decided and counted as usual, never refusing, never shown to the client.
+//! decided and counted as usual, never refusing, never shown to the client. A panic while the
+//! layer decides: a 500, not a dropped connection.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderName;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tollgate::{Algorithm, Limit, OnStoreError};
-use tollgate_tower::{ClientIp, RateLimitLayer, Rejection};
+use tollgate::{Algorithm, Limit, MemoryStore, OnStoreError};
+use tollgate_tower::{ClientIp, Global, Header, RateLimitLayer, Rejection};
 
 use crate::support::*;
 use tollgate_testkit::FailingStore;
@@ -146,4 +148,170 @@ fn shadow_mode_never_refuses() {
     };
     assert_eq!(shadow_count("quiet"), Some(3));
     assert_eq!(shadow_count("strict"), Some(2));
+}
+
+/// The value of counter `name` for `limit` in `snapshot` (any labels when `limit` is `None`).
+fn counter(snapshot: &Snapshot, name: &str, limit: Option<&str>) -> Option<u64> {
+    snapshot
+        .iter()
+        .find(|(key, _, _, _)| {
+            key.key().name() == name
+                && limit.is_none_or(|limit| {
+                    key.key()
+                        .labels()
+                        .any(|l| l.key() == "limit" && l.value() == limit)
+                })
+        })
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Counter(n) => *n,
+            other => panic!("not a counter: {other:?}"),
+        })
+}
+
+type Snapshot = Vec<(
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)>;
+
+/// Runs `test` on a current-thread runtime with a local metrics recorder; what it counted.
+fn counting(test: impl AsyncFnOnce()) -> Snapshot {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+            .block_on(test());
+    });
+    snapshotter.snapshot().into_vec()
+}
+
+/// A layer of only shadow limits passes a request whose key the limiter will not use (a key
+/// value above `tollgate::MAX_KEY_VALUE` bytes), as it passes one with no key: shadow limits
+/// never refuse. (It was a 400.) With `delay_up_to` too; an enforced layer still refuses it.
+#[tokio::test]
+async fn a_shadow_only_layer_passes_a_key_it_cannot_use() {
+    let api_key = HeaderName::from_static("x-api-key");
+    let long = "a".repeat(tollgate::MAX_KEY_VALUE + 1);
+    let with_long_key = || request_from("192.0.2.1", |b| b.header("x-api-key", long.as_str()));
+    for shadow in [true, false] {
+        let clock = clock();
+        let keyed = limit("keyed", Algorithm::Gcra, 10, MINUTE, &["x-api-key"]).shadow(shadow);
+        let limiter = limiter(memory(&clock), &clock, vec![keyed]);
+        let layer =
+            RateLimitLayer::new(limiter, ["keyed"], Header::new(api_key.clone())).expect("layer");
+        let paced = layer
+            .clone()
+            .delay_up_to(Duration::from_secs(1))
+            .expect("delay");
+        for layer in [layer, paced] {
+            let resp = send(&service(&layer), with_long_key()).await;
+            if shadow {
+                assert_status(&resp, StatusCode::OK);
+                assert_eq!(header(&resp, "ratelimit"), "");
+            } else {
+                assert_status(&resp, StatusCode::BAD_REQUEST);
+            }
+        }
+    }
+}
+
+/// A cost above a shadow limit's capacity neither refuses the request nor names the limit
+/// (it was a 413 "request cost 50 exceeds what limit trial ever admits (10)"): the enforced
+/// limit decides and is the only one shown; the shadow limit counts a would-be refusal per
+/// request. A shadow-only layer passes it too; an enforced limit's capacity is still a 413.
+#[test]
+fn a_cost_above_a_shadow_capacity_never_refuses() {
+    let snapshot = counting(async || {
+        let clock = clock();
+        let limiter = limiter(
+            memory(&clock),
+            &clock,
+            vec![
+                limit("wide", Algorithm::TokenBucket, 1000, MINUTE, &[]),
+                limit("trial", Algorithm::TokenBucket, 10, MINUTE, &[]).shadow(true),
+            ],
+        );
+        let by_length = |parts: &http::request::Parts| {
+            parts
+                .headers
+                .get("content-length")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        };
+        let sized = |n: u64| request_from("192.0.2.1", |b| b.header("content-length", n));
+        let both = RateLimitLayer::new(Arc::clone(&limiter), ["wide", "trial"], Global)
+            .expect("layer")
+            .cost(by_length);
+        let resp = send(&service(&both), sized(50)).await;
+        assert_status(&resp, StatusCode::OK);
+        assert_eq!(header(&resp, "ratelimit-policy"), r#""wide";q=1000;w=60"#);
+        assert!(
+            header(&resp, "ratelimit").starts_with(r#""wide";r=950;"#),
+            "{:?}",
+            resp.headers()
+        );
+        let alone = RateLimitLayer::new(Arc::clone(&limiter), ["trial"], Global)
+            .expect("layer")
+            .cost(by_length);
+        let resp = send(&service(&alone), sized(50)).await;
+        assert_status(&resp, StatusCode::OK);
+        assert_eq!(body_text(resp).await, "ok");
+        let resp = send(&service(&both), sized(1001)).await;
+        assert_status(&resp, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(
+            !body_text(resp).await.contains("trial"),
+            "the shadow limit is never named"
+        );
+    });
+    assert_eq!(
+        counter(&snapshot, "tollgate_shadow_denied_total", Some("trial")),
+        Some(2)
+    );
+}
+
+/// A panic while the layer decides (here in the store) is answered 500 problem+json, or
+/// `grpc-status` 13 with the gRPC responder, and counted in `tollgate_tower_panics_total`; it
+/// was a connection dropped with no answer. The next request is decided as usual.
+#[test]
+fn a_panic_while_deciding_is_a_500() {
+    let snapshot = counting(async || {
+        let store = FailingStore::new(MemoryStore::builder().sweep_interval(None).build());
+        let clock = clock();
+        let layer = RateLimitLayer::new(
+            limiter(
+                store.clone(),
+                &clock,
+                vec![limit("per_ip", Algorithm::Gcra, 10, MINUTE, &["ip"])],
+            ),
+            ["per_ip"],
+            ClientIp::new(),
+        )
+        .expect("layer");
+        store.set_panicking(true);
+        let resp = send(&service(&layer), from("192.0.2.1")).await;
+        assert_status(&resp, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(matches!(
+            resp.extensions().get::<Rejection>(),
+            Some(Rejection::Panicked)
+        ));
+        assert_eq!(header(&resp, "content-type"), "application/problem+json");
+        let body = body_text(resp).await;
+        assert!(body.contains(r#""status":500"#), "{body}");
+        let grpc = layer.clone().respond_with(tollgate_tower::grpc);
+        let resp = send(&service(&grpc), from("192.0.2.1")).await;
+        assert_eq!(header(&resp, "grpc-status"), "13");
+        store.set_panicking(false);
+        assert_status(
+            &send(&service(&layer), from("192.0.2.1")).await,
+            StatusCode::OK,
+        );
+    });
+    assert_eq!(
+        counter(&snapshot, "tollgate_tower_panics_total", None),
+        Some(2)
+    );
 }

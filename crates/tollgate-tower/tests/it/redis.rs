@@ -166,3 +166,53 @@ async fn redis_killed_follows_policies() {
         [200, 200, 429]
     );
 }
+
+/// On Redis too, a cost above a shadow limit's capacity is decided by the store (each
+/// algorithm's script refuses it, charging nothing), not by a failure policy, and the
+/// enforced limit admits the request; through the layer, 200. Every algorithm.
+#[tokio::test]
+async fn redis_cost_above_a_shadow_capacity() {
+    let server = server();
+    for algorithm in Algorithm::ALL {
+        let clock = clock();
+        let limiter = redis_limiter(
+            store(server, TIMEOUT).await,
+            &clock,
+            vec![
+                limit("wide", algorithm, 1000, MINUTE, &[]),
+                limit("trial", algorithm, 10, MINUTE, &[]).shadow(true),
+            ],
+        );
+        let both = limiter
+            .prepare(&["wide", "trial"], &[("", "")], 50)
+            .expect("a shadow limit's capacity is no error");
+        let v = limiter.decide(&both, tollgate::Op::Check).await;
+        assert_eq!(
+            v.outcome(),
+            tollgate::Outcome::Allowed,
+            "{algorithm:?}: {v:?}"
+        );
+        let trial = &v.decisions()[1];
+        assert!(trial.shadow_refused(), "{algorithm:?}: {v:?}");
+        assert_eq!(
+            trial.source,
+            tollgate::Source::Store,
+            "{algorithm:?}: {v:?}"
+        );
+        let peek = limiter.prepare(&["trial"], &[("", "")], 1).expect("valid");
+        let v = limiter.decide(&peek, tollgate::Op::Peek).await;
+        assert_eq!(
+            v.decisions()[0].decision.remaining,
+            10,
+            "{algorithm:?}: charged"
+        );
+        drop((both, peek));
+        let layer = RateLimitLayer::new(limiter, ["wide", "trial"], Global)
+            .expect("layer")
+            .cost(|_| 50);
+        assert_status(
+            &send(&service(&layer), from("192.0.2.1")).await,
+            StatusCode::OK,
+        );
+    }
+}

@@ -246,3 +246,42 @@ async fn real_server_per_route() {
     }
     assert_eq!(got, [200, 200, 429, 200]);
 }
+
+/// On a whole router, requests no route matches (axum's fallback) have no matched path: by
+/// default each path is its own key, so a client escapes the limit by varying the path; with
+/// `Route::unmatched_as` they share one key and are refused like any route.
+#[tokio::test]
+async fn real_server_unmatched_paths() {
+    for (route, expected) in [
+        (Route::new(), [404, 404, 404, 200, 200, 429]),
+        (
+            Route::new().unmatched_as("(unmatched)"),
+            [404, 404, 429, 200, 200, 429],
+        ),
+    ] {
+        let clock = clock();
+        let limiter = limiter(
+            memory(&clock),
+            &clock,
+            vec![limit(
+                "per_route",
+                Algorithm::FixedWindow,
+                2,
+                MINUTE,
+                &["route"],
+            )],
+        );
+        let layer = RateLimitLayer::new(limiter, ["per_route"], route).expect("layer");
+        let app = Router::new()
+            .route("/items/{id}", get(|| async { "item" }))
+            .layer(layer);
+        let client = HttpClient::new(spawn(app).await);
+        let mut got = Vec::new();
+        for path in [
+            "/nope1", "/nope2", "/nope3", "/items/1", "/items/2", "/items/3",
+        ] {
+            got.push(client.get(path, &[]).await.status);
+        }
+        assert_eq!(got, expected);
+    }
+}

@@ -32,7 +32,8 @@ impl<S: Store> Limiter<S> {
     ///
     /// # Errors
     /// [`CheckError`]: unknown limit, missing key part, key part too long, no limit, a limit
-    /// named twice, a cost of 0 or above a limit's capacity.
+    /// named twice, a cost of 0 or above an enforced limit's capacity (above a shadow
+    /// limit's, the request is prepared: that limit would refuse it, and is counted so).
     pub fn prepare<V: AsRef<[u8]>>(
         &self,
         limits: &[&str],

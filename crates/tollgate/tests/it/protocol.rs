@@ -295,3 +295,88 @@ async fn prepare_with_validates_and_keys_every_entry() {
         );
     }
 }
+
+/// A cost above a shadow limit's capacity does not fail the request (it did: a
+/// `CostExceedsCapacity` naming the shadow limit, a 413 from the tower layer): the shadow limit
+/// is decided as refusing it, counted once per check in `tollgate_shadow_denied_total`, and
+/// left uncharged, while the enforced limit decides and is charged; the same with the deny
+/// cache on (a cached refusal answers only its own cost). An enforced limit's capacity is
+/// still an error, and so is a shadow-only request's cost of 0. Every algorithm.
+#[test]
+fn a_cost_above_a_shadow_capacity_is_a_would_be_refusal() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            for algorithm in Algorithm::ALL {
+                for deny_cache in [false, true] {
+                    let ctx = format!("{algorithm:?}, deny cache {deny_cache}");
+                    let of = |name: &str, n: u64| {
+                        Limit::new(name, algorithm, Quota::per_minute(n).expect("valid"))
+                            .and_then(|l| l.keyed_by(["user"]))
+                            .expect("valid")
+                    };
+                    let mut builder = Limiter::builder(memory())
+                        .clock(clock())
+                        .limits(vec![of("wide", 1000), of("trial", 10).shadow(true)]);
+                    if deny_cache {
+                        builder = builder.deny_cache(1000);
+                    }
+                    let l = builder.build().expect("valid");
+                    let key = [("user", "1")];
+                    let both = l
+                        .prepare(&["wide", "trial"], &key, 50)
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    for _ in 0..2 {
+                        let v = l.decide(&both, Op::Check).await;
+                        assert_eq!(v.outcome(), Outcome::Allowed, "{ctx}: {v:?}");
+                        assert_eq!(v.decisive().limit.as_ref(), "wide", "{ctx}");
+                        assert!(v.decisions()[1].shadow_refused(), "{ctx}: {v:?}");
+                    }
+                    let alone = l
+                        .prepare(&["trial"], &key, 50)
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let v = l.decide(&alone, Op::Check).await;
+                    assert_eq!(v.outcome(), Outcome::Allowed, "{ctx}: shadow only: {v:?}");
+                    let peek = |name: &'static str| {
+                        let request = l.prepare(&[name], &key, 1).expect("valid");
+                        let l = &l;
+                        async move { l.decide(&request, Op::Peek).await.decisions()[0].decision }
+                    };
+                    assert_eq!(peek("trial").await.remaining, 10, "{ctx}: trial charged");
+                    assert_eq!(peek("wide").await.remaining, 900, "{ctx}: 2 × 50 charged");
+                    assert!(
+                        matches!(
+                            l.prepare(&["wide", "trial"], &key, 1001),
+                            Err(CheckError::CostExceedsCapacity { ref limit, .. }) if limit == "wide"
+                        ),
+                        "{ctx}"
+                    );
+                    assert!(
+                        matches!(l.prepare(&["trial"], &key, 0), Err(CheckError::ZeroCost)),
+                        "{ctx}"
+                    );
+                }
+            }
+        });
+    });
+    let counted: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, _, _, _)| {
+            k.key().name() == "tollgate_shadow_denied_total"
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "limit" && l.value() == "trial")
+        })
+        .map(|(_, _, _, v)| match v {
+            DebugValue::Counter(n) => n,
+            other => panic!("not a counter: {other:?}"),
+        })
+        .sum();
+    assert_eq!(counted, 5 * 2 * 3, "three would-be refusals per run");
+}
