@@ -114,7 +114,9 @@ impl Limit {
         &self.key_tag
     }
 
-    /// Keys this limit by exactly these parts, in this order (none: one global key).
+    /// Keys this limit by exactly these parts, in this order (none: one global key). A limit
+    /// never keyed by any list is keyed by every part a check gives it, in name order (the
+    /// order they are given in does not matter).
     ///
     /// # Errors
     /// [`LimitError`] naming `key` when a part name is not a valid name.

@@ -166,6 +166,11 @@ impl<S: Store> Limiter<S> {
                     });
                 }
                 parts.extend(key.iter().map(|(n, v)| (*n, v.as_ref())));
+                // In name order: the parts are named, and `[("a", …), ("b", …)]` and
+                // `[("b", …), ("a", …)]` are one caller (two keys, each with half the
+                // quota, when they were kept in the order given). Stable: a name given twice
+                // keeps its values' order.
+                parts.sort_by(|a, b| a.0.cmp(b.0));
             }
         }
         if let Some((part, _)) = parts.iter().find(|(_, v)| v.len() > MAX_KEY_VALUE) {

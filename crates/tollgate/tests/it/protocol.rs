@@ -226,6 +226,42 @@ async fn box_store_is_transparent() {
     assert!(boxed.store().downcast_ref::<FailingStore>().is_none());
 }
 
+/// A limit keyed by whatever it is given is keyed by its parts in name order: the same parts
+/// given in another order are the same key, so one caller shares one quota. They were two
+/// keys, each with the whole quota.
+#[tokio::test]
+async fn parts_given_in_any_order_are_one_key() {
+    let any = Limit::new(
+        "any",
+        Algorithm::SlidingLog,
+        Quota::per_minute(2).expect("q"),
+    )
+    .expect("valid");
+    let l = limiter(memory(), vec![any]);
+    let ab = [("a", "1"), ("b", "2")];
+    let ba = [("b", "2"), ("a", "1")];
+    assert_eq!(
+        l.key("any", &ab).expect("key"),
+        l.key("any", &ba).expect("key")
+    );
+    assert_eq!(
+        l.check("any", &ab).await.expect("known").outcome(),
+        Outcome::Allowed
+    );
+    assert_eq!(
+        l.check("any", &ba).await.expect("known").outcome(),
+        Outcome::Allowed
+    );
+    assert_ne!(
+        l.check("any", &ab).await.expect("known").outcome(),
+        Outcome::Allowed
+    );
+    assert_ne!(
+        l.check("any", &ba).await.expect("known").outcome(),
+        Outcome::Allowed
+    );
+}
+
 /// `prepare_with` validates and keys as `prepare` does: a limit made for the request is keyed
 /// in the limiter's namespace, costs and shadow flags are per entry, and every check of
 /// `prepare` applies (unknown limit, cost above capacity, duplicates, a part too long, and for
