@@ -3,7 +3,9 @@
 //!
 //! A dozen lines of our own instead of `humantime`: the accepted forms are exactly the units a
 //! rate limit needs (no months or years, whose length varies), and the error message can show
-//! them. Units: `ms`, `s`, `m`, `h`, `d`; segments add up; no fractions, no spaces.
+//! them. Units: `ms`, `s`, `m`, `h`, `d`; segments add up, largest unit first, each unit
+//! once (`"1h30m"`; `"30m1h"` or `"1m30s30s"` is refused: a typo, not a duration anyone
+//! means); no fractions, no spaces.
 
 use std::time::Duration;
 
@@ -24,6 +26,8 @@ pub struct DurationError {
 /// assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
 /// assert_eq!(parse("50ms"), Ok(Duration::from_millis(50)));
 /// assert!(parse("1 minute").is_err());
+/// assert!(parse("30m1h").is_err(), "largest unit first");
+/// assert!(parse("1m30s30s").is_err(), "each unit once");
 /// ```
 ///
 /// # Errors
@@ -34,6 +38,8 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     };
     let mut rest = text;
     let mut total = Duration::ZERO;
+    // The previous segment's unit: each one must be smaller.
+    let mut previous: Option<Duration> = None;
     if rest.is_empty() {
         return Err(bad());
     }
@@ -51,6 +57,10 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             _ => return Err(bad()),
         };
         rest = &rest[letters..];
+        if previous.is_some_and(|p| unit >= p) {
+            return Err(bad());
+        }
+        previous = Some(unit);
         let part = u32::try_from(number)
             .ok()
             .and_then(|n| unit.checked_mul(n))
