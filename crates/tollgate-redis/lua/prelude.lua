@@ -7,8 +7,9 @@
 -- them. The single-entry scripts are prelude.lua, one algorithm file and one.lua — except
 -- GCRA's, one_gcra.lua then gcra.lua, which needs nothing from here.
 --
--- Numbers: Lua numbers are doubles, exact for integers below 2^53 (microseconds since the
--- epoch stay below that for 285 years). Every value written to Redis is formatted with
+-- Numbers: Lua numbers are doubles, exact for integers below 2^53 µs (2255-06-05). Every
+-- instant a script computes must stay below it, not only now: now plus the largest window,
+-- queue or debt it adds (crates/tollgate/src/rules.rs says how far that reaches). Every value written to Redis is formatted with
 -- string.format('%d') — never '..' or tostring, which keep 14 significant digits.
 
 local function fmt(x)

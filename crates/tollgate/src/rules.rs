@@ -5,12 +5,21 @@
 //! has a Lua twin in `tollgate-redis/lua/` with the same integer arithmetic, and a
 //! differential test holds the two to the same answers.
 //!
-//! **Supported times**: `now` up to 2^53 µs since the epoch (year 2255), the range in which
-//! the Lua twins' numbers (doubles) are exact integers; within it no sum of an instant and a
-//! period, wait or debt comes near `u64::MAX`. Beyond it the Rust arithmetic saturates
-//! (never panics nor wraps round to an instant near 0, which would admit everything), answers
-//! may differ from Redis's, and GCRA refuses a cost whose theoretical arrival time would pass
-//! `u64::MAX` rather than pin it there (a pinned one would admit every later cost).
+//! **Supported times**: every instant the arithmetic reaches must stay below 2^53 µs since
+//! the epoch (2255-06-05), the range in which the Lua twins' numbers (doubles) are exact
+//! integers. That bounds more than `now`: the scripts also compute instants ahead of it, a
+//! window's end (`now + period`), a queue of reservations (as deep as the longest
+//! `max_wait`) and, the furthest a settlement reaches, GCRA's and the token bucket's debt
+//! cap `tat = now + 2 × tau + h × T` (`tau = T × burst`, `h × T` = [`DEBT_HORIZON_US`], an
+//! hour, rounded up to a whole `T`). So `now` plus the largest of these must stay below
+//! 2^53: for a quota of a day or less whose burst is its limit, `now` up to a few days
+//! before 2255-06-05 (reservations aside); for a GCRA of 3 per 366 days with a burst of 9
+//! (`2 × tau + h × T` ≈ 6.3 years), only up to about January 2249 (at `now` =
+//! 8_855_785_688_620_853, in 2250, Redis and the memory store disagreed). Within that range
+//! no sum comes near `u64::MAX`. Beyond it the Rust arithmetic saturates (never panics nor
+//! wraps round to an instant near 0, which would admit everything), answers may differ from
+//! Redis's, and GCRA refuses a cost whose theoretical arrival time would pass `u64::MAX`
+//! rather than pin it there (a pinned one would admit every later cost).
 
 mod any_rule;
 mod any_state;

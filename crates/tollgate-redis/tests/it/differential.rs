@@ -2,6 +2,8 @@
 //! (costs above one, multi-limit requests with one cost or a cost per entry, peeks, time
 //! jumps) go to a `MemoryStore` and a
 //! `RedisStore` with the same explicit `now`; every decision must be identical, field by field.
+//! Every other call (pacing, leases, resets, batches), on a clock that also goes back:
+//! `differential_clock.rs`.
 
 use std::time::Duration;
 

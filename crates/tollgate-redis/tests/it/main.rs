@@ -13,6 +13,7 @@ mod conformance_cluster;
 mod conformance_redis;
 mod deadlines;
 mod differential;
+mod differential_clock;
 mod dropped_connection;
 mod failover;
 mod faults;

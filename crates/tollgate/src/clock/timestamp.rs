@@ -4,7 +4,8 @@
 //! answers in seconds and microseconds), so time is wall-clock time, not [`std::time::Instant`],
 //! which means nothing outside one process. Integer microseconds keep every computation exact
 //! and identical in Rust and in the Lua scripts (Lua numbers are doubles, exact up to 2^53 µs,
-//! about 285 years).
+//! 2255-06-05; `rules.rs` says how much earlier an instant must be for what the scripts add
+//! to it to stay below that).
 
 use std::time::Duration;
 

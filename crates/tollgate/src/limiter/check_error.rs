@@ -60,7 +60,7 @@ pub enum CheckError {
         algorithm: String,
     },
     /// A reservation ([`crate::Limiter::reserve`], [`crate::Limiter::acquire`]) willing to
-    /// wait longer than [`crate::Limiter::MAX_WAIT`] (an hour, [`crate::rules::DEBT_HORIZON_US`]):
+    /// wait longer than an hour (the settlements' debt horizon, `rules::DEBT_HORIZON_US`):
     /// a queue that deep would run the key's schedule past what settlements count with.
     #[error(
         "max_wait {}ms for limit {limit:?} is above the longest a reservation may wait ({} ms)",

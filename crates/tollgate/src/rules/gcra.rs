@@ -82,13 +82,15 @@ impl Rule for Gcra {
         state.tat = if tat <= cap { tat } else { from.max(cap) };
     }
 
+    /// `tat` moves back by `units × T`, never before now: time already past is not owed, so
+    /// it cannot be given back. A refund that reaches now leaves the key full, and its state
+    /// is then the empty one (`tat` 0), as `lua/pace.lua` deletes the key: the old `tat`
+    /// must not come back into view for a caller whose clock then goes back. A `tat` already
+    /// at or before now is left as it is (nothing is owed).
     fn refund(&self, state: &mut GcraState, now: u64, units: u64) {
-        // Never before now: time already past is not owed, so it cannot be given back.
         if state.tat > now {
-            state.tat = state
-                .tat
-                .saturating_sub(units.saturating_mul(self.t))
-                .max(now);
+            let tat = state.tat.saturating_sub(units.saturating_mul(self.t));
+            state.tat = if tat > now { tat } else { 0 };
         }
     }
 
@@ -105,5 +107,19 @@ impl Rule for Gcra {
 impl Schedule for Gcra {
     fn tat(&self, state: &GcraState, now: u64) -> u64 {
         state.tat.max(now)
+    }
+
+    /// As [`Schedule::cancel`], but a key found full (`tat` at or before now, the ticket
+    /// being now) is emptied (`tat` 0), as `lua/pace.lua` deletes it.
+    fn cancel(&self, state: &mut GcraState, now: u64, cost: u64, ticket: u64) -> bool {
+        if self.tat(state, now) != ticket {
+            return false;
+        }
+        if state.tat <= now {
+            state.tat = 0;
+        } else {
+            self.refund(state, now, cost);
+        }
+        true
     }
 }

@@ -112,11 +112,14 @@ impl Rule for SlidingWindow {
         }
     }
 
+    /// Newest buckets first, down to the oldest still counted. The buckets that left the
+    /// span are dropped first, as [`Rule::charge`] and `lua/pace.lua` do: kept, they would
+    /// count again for a caller whose clock then goes back.
     fn refund(&self, state: &mut SlidingWindowState, now: u64, units: u64) {
-        // Newest buckets first, down to the oldest still counted.
         let (first, _) = self.live(state, now);
+        state.buckets.drain(..first);
         let mut left = units;
-        while left > 0 && state.buckets.len() > first {
+        while left > 0 {
             let Some((_, n)) = state.buckets.back_mut() else {
                 break;
             };

@@ -29,7 +29,8 @@ impl Inner {
         } else {
             0
         };
-        if take.give_back > 0 && live > 0 && take.give_back_window == window {
+        let gave_back = take.give_back > 0 && live > 0 && take.give_back_window == window;
+        if gave_back {
             live -= take.give_back.min(live);
         }
         let available = limit.saturating_sub(live);
@@ -41,18 +42,19 @@ impl Inner {
         live += granted;
         let end = current.saturating_add(period);
         let valid_for = end - now;
-        let state = AnyState::FixedWindow(FixedWindowState {
-            window: current,
-            count: live,
-        });
-        let replenished_at = if live > 0 { end } else { now };
-        match shard.map.get_mut(take.key) {
-            Some(slot) if live != count || window != current => {
+        // As lease.lua: a grant counts in now's window and lives until it ends; a give-back
+        // alone keeps the key's window and expiry; a refusal writes nothing. (Rewriting the
+        // window on a refusal would restart a count that a caller whose clock went back
+        // still sees live.)
+        if granted > 0 {
+            let state = AnyState::FixedWindow(FixedWindowState {
+                window: current,
+                count: live,
+            });
+            if let Some(slot) = shard.map.get_mut(take.key) {
                 slot.state = state;
-                slot.replenished_at = replenished_at;
-            }
-            Some(_) => {}
-            None if granted > 0 => {
+                slot.replenished_at = end;
+            } else {
                 if !self.reserve(1) {
                     self.at_cap(&mut shard, take.limit, now, |_| false)?;
                 }
@@ -60,11 +62,15 @@ impl Inner {
                     take.key,
                     Slot {
                         state,
-                        replenished_at,
+                        replenished_at: end,
                     },
                 );
             }
-            None => {}
+        } else if gave_back && let Some(slot) = shard.map.get_mut(take.key) {
+            slot.state = AnyState::FixedWindow(FixedWindowState {
+                window,
+                count: live,
+            });
         }
         drop(shard);
         let refused = granted < take.need || (take.need > 0 && granted == 0);

@@ -712,8 +712,9 @@ fn times_at_the_end_of_u64_never_panic_and_stay_enforced() {
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
-/// At 2^53 µs (year 2255), the end of the supported range, every algorithm answers exactly
-/// as it does today: the same decisions, shifted in time.
+/// Near 2^53 µs (year 2255), the end of the supported range for quotas this short
+/// (`crate::rules`), every algorithm answers exactly as it does today: the same decisions,
+/// shifted in time.
 #[test]
 fn the_end_of_the_supported_range_answers_as_today() {
     let today = 1_700_000_000_000_000_u64;
