@@ -7,7 +7,8 @@
 -- function takes the same arguments and answers with a verdict first (negative = refused).
 --
 -- An entry's arguments, from its tag on (the caller checked every cost: 1 ≤ cost ≤ the
--- entry's capacity; entries may ask different costs):
+-- entry's capacity, or capacity + 1 for a shadow entry, which every function refuses without
+-- charging; entries may ask different costs):
 --   'gcra', inc (cost × T, µs), tau (µs), whole ('1' when T is   4 arguments, answers 1 integer
 --   a whole number of ms, see gcra.lua)
 --   'fw' | 'sl' | 'sw' | 'tb', cost, then the algorithm's three   5 arguments, answers 4

@@ -7,13 +7,15 @@
 //! cost at least 1 and, for an enforced entry, at most its limit's capacity. So no store
 //! re-validates, and "cost too large" is decided once, apart from "not now".
 //!
-//! A shadow entry is the exception: its cost may exceed its capacity. A shadow limit must
-//! never refuse, and a cost it can never admit failing the whole request (a 413 naming the
-//! shadow limit, from the tower layer) is a refusal, and one that shows the limit. Such an
-//! entry is decided like any other: every algorithm refuses a cost above its capacity
-//! without charging it (each rule, and each Lua twin, has the case), so the limiter counts
-//! it as the shadow limit's would-be refusal and the enforced entries decide the request.
-//! A store may meet a cost above capacity on a shadow entry only, and must refuse it.
+//! A shadow entry is the exception: its cost may exceed its capacity by one. A shadow limit
+//! must never refuse, and a cost it can never admit failing the whole request (a 413 naming
+//! the shadow limit, from the tower layer) is a refusal, and one that shows the limit. So a
+//! shadow entry's cost above its capacity becomes capacity + 1, and the entry is decided
+//! like any other: every algorithm refuses a cost above its capacity without charging it
+//! (each rule, and each Lua twin, has the case), so the limiter counts it as the shadow
+//! limit's would-be refusal and the enforced entries decide the request. A store may meet a
+//! cost of capacity + 1 on a shadow entry only, and must refuse it; never a larger one (the
+//! arithmetic of every rule stays far from overflowing).
 //!
 //! The cost is the entry's, not the request's: an Envoy request may ask a different
 //! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision
@@ -148,9 +150,9 @@ impl<'a> Entry<'a> {
         self.shadow
     }
 
-    /// Units this entry asks of its limit (validated: at least 1, and at most its capacity
-    /// unless the entry is a shadow one, which a cost above capacity does not fail: the store
-    /// refuses it, a would-be refusal).
+    /// Units this entry asks of its limit (validated: at least 1, and at most its capacity,
+    /// or capacity + 1 for a shadow entry asked more: the store refuses it, a would-be
+    /// refusal).
     #[inline]
     pub fn cost(&self) -> u64 {
         self.cost
@@ -210,13 +212,22 @@ impl<'a> Request<'a> {
     }
 
     #[inline(always)]
-    fn validated(entries: SmallVec<[Entry<'a>; 2]>) -> Result<Request<'a>, CheckError> {
+    fn validated(mut entries: SmallVec<[Entry<'a>; 2]>) -> Result<Request<'a>, CheckError> {
         if entries.is_empty() {
             return Err(CheckError::NoLimits);
         }
         // A few entries (every real request) are compared pairwise, cheapest when small; a
         // request of many (a library caller's, or a hostile descriptor list) through a set,
         // so that its cost stays linear.
+        for e in entries.iter_mut().filter(|e| e.shadow) {
+            // A shadow entry never fails the request: a cost its limit can never admit is
+            // decided by the store as one unit over its capacity (a refusal, counted as the
+            // shadow limit's would-be one). Clamped, never sent as asked: the caller chooses
+            // the cost (up to u64::MAX), and the rules and their Lua twins add it to counts
+            // and multiply it by intervals, which a cost far above capacity overflows (a
+            // sliding log charged u64::MAX entries, under its shard's lock).
+            e.cost = e.cost.min(e.limit.capacity().saturating_add(1));
+        }
         let mut seen: Option<HashSet<&Key, BuildKeyHasher>> = None;
         for (i, e) in entries.iter().enumerate() {
             if e.cost == 0 {
@@ -236,8 +247,7 @@ impl<'a> Request<'a> {
             if duplicate {
                 return Err(CheckError::DuplicateLimit(e.limit.name().to_owned()));
             }
-            // A shadow entry never fails the request: a cost its limit can never admit is
-            // decided by the store, a refusal, and counted as the shadow limit's would-be one.
+            // Shadow entries were clamped above.
             if !e.shadow {
                 fits(e.limit, e.cost)?;
             }

@@ -79,7 +79,10 @@ impl RedisStore {
         let mut decided = sent?;
         // The second calls are boxed: rare, and inline they would make every call's state
         // larger (see `Store::decide` below).
-        if at == TimeSource::Server && op != Op::GiveBack && due_within_a_millisecond(&decided.1) {
+        if at == TimeSource::Server
+            && op != Op::GiveBack
+            && due_within_a_millisecond(&decided.1, entries)
+        {
             decided = Box::pin(async {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 self.run_once(&mut inv, entries).await
@@ -172,11 +175,20 @@ pub(super) fn time_source(now: Option<Timestamp>) -> TimeSource {
 /// state cannot tell that case from one where admitting would be too early, so rather than
 /// refuse it or guess, the store asks again once the millisecond is over: one more round trip
 /// and a millisecond, only for a call that would otherwise be refused with a wait under a
-/// millisecond. Any algorithm's refusal of that kind gets the same second look.
-fn due_within_a_millisecond(decisions: &[Decision]) -> bool {
-    decisions.iter().any(|d| !d.is_allowed())
-        && decisions.iter().all(|d| {
-            d.is_allowed()
+/// millisecond. Any algorithm's refusal of that kind gets the same second look (not one of a
+/// cost above its capacity, which no wait makes pass).
+fn due_within_a_millisecond(decisions: &[Decision], entries: &[&Entry<'_>]) -> bool {
+    // A refusal that may pass: not a cost above its capacity (a shadow entry's, which never
+    // passes, and which the rules answer with a wait of 0: it would be sent again for nothing).
+    let may_pass = |(i, d): (usize, &Decision)| {
+        !d.is_allowed()
+            && entries
+                .get(i)
+                .is_none_or(|e| e.cost() <= e.limit().capacity())
+    };
+    decisions.iter().enumerate().any(may_pass)
+        && decisions.iter().enumerate().all(|(i, d)| {
+            !may_pass((i, d))
                 || d.retry_after()
                     .is_some_and(|r| r < Duration::from_millis(1))
         })

@@ -29,4 +29,5 @@ mod resharding;
 mod sentinel;
 mod server_errors;
 mod server_time;
+mod shadow_cost;
 mod tls;

@@ -13,8 +13,9 @@ use crate::{Admission, Decision, Status, Timestamp};
 
 /// An algorithm with its quota applied, ready to decide.
 ///
-/// Costs passed in must be between 1 and the rule's capacity; [`crate::Request`] guarantees
-/// this for everything that goes through a store.
+/// Costs passed in must be between 1 and the rule's capacity, or capacity + 1 (a shadow
+/// entry asked more than its limit can ever admit: refused, charging nothing); [`crate::Request`]
+/// guarantees this for everything that goes through a store.
 pub trait Rule {
     /// Per-key state. `Default` is the state of a key never seen (a full quota).
     type State: Default + Clone + PartialEq + Debug + Send;

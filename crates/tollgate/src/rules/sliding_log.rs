@@ -61,7 +61,8 @@ impl Rule for SlidingLog {
         let must_expire = (count + cost - self.limit) as usize;
         match state.entries.get(first + must_expire - 1) {
             Some(&t) => Err(t.saturating_add(self.period).saturating_sub(now)),
-            None => Err(0), // cost above the limit: never passes (refused before any store)
+            // Cost above the limit (a shadow entry's, clamped to limit + 1): never passes.
+            None => Err(0),
         }
     }
 

@@ -97,7 +97,7 @@ impl Rule for SlidingWindow {
                 return Err(self.leaves(index).saturating_sub(now));
             }
         }
-        Err(0) // cost above the limit: never passes (refused before any store)
+        Err(0) // cost above the limit (a shadow entry's, clamped to limit + 1): never passes
     }
 
     #[inline]

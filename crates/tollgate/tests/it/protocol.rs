@@ -332,6 +332,45 @@ async fn prepare_with_validates_and_keys_every_entry() {
     }
 }
 
+/// A shadow entry's cost is clamped to its capacity + 1 before any store sees it: the
+/// caller chooses the cost (a tower `cost` function, the HTTP API's `cost`, up to
+/// `u64::MAX`), and the rules add it to counts (a sliding log's `count + cost` overflowed,
+/// and wrapped in release, charging `u64::MAX` entries under its shard's lock) and multiply
+/// it by intervals. Refused, counted, nothing charged; every algorithm, on a key already
+/// charged once.
+#[tokio::test]
+async fn a_huge_shadow_cost_is_clamped_and_refused() {
+    for algorithm in Algorithm::ALL {
+        let trial = Limit::new("trial", algorithm, Quota::per_minute(10).expect("q"))
+            .and_then(|l| l.keyed_by(["user"]))
+            .expect("valid")
+            .shadow(true);
+        let l = limiter(memory(), vec![trial]);
+        let key = [("user", "1")];
+        assert!(
+            l.check("trial", &key).await.expect("known").decisions()[0]
+                .decision
+                .is_allowed()
+        );
+        let huge = l
+            .prepare(&["trial"], &key, u64::MAX)
+            .expect("a shadow cost is no error");
+        assert_eq!(
+            huge.entries()[0].cost(),
+            11,
+            "{algorithm:?}: clamped to capacity + 1"
+        );
+        let v = l.decide(&huge, Op::Check).await;
+        assert_eq!(v.outcome(), Outcome::Allowed, "{algorithm:?}: {v:?}");
+        assert!(v.decisions()[0].shadow_refused(), "{algorithm:?}: {v:?}");
+        let peek = l.prepare(&["trial"], &key, 1).expect("valid");
+        let left = l.decide(&peek, Op::Peek).await.decisions()[0]
+            .decision
+            .remaining;
+        assert_eq!(left, 9, "{algorithm:?}: only the first check charged");
+    }
+}
+
 /// A cost above a shadow limit's capacity does not fail the request (it did: a
 /// `CostExceedsCapacity` naming the shadow limit, a 413 from the tower layer): the shadow limit
 /// is decided as refusing it, counted once per check in `tollgate_shadow_denied_total`, and
