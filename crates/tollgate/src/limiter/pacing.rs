@@ -157,6 +157,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Decision, SettleError> {
         let request = self.prepare(&[limit], key, delta.unsigned_abs().max(1))?;
         let entry = &request.entries()[0];
+        // Checked here too: a shadow limit's cost above its capacity is no error for a check
+        // (`Request` clamps it), but a settlement applies `delta` itself.
+        crate::request::fits(entry.limit, delta.unsigned_abs())?;
         let paced = self
             .pace_store(entry, Pace::Adjust { delta }, self.now())
             .await?;

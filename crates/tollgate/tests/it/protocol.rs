@@ -368,6 +368,20 @@ async fn a_huge_shadow_cost_is_clamped_and_refused() {
             .decision
             .remaining;
         assert_eq!(left, 9, "{algorithm:?}: only the first check charged");
+        // A settlement applies its delta itself: beyond the capacity it stays an error,
+        // shadow or not.
+        for delta in [11, -11, i64::MIN, i64::MAX] {
+            let settled = l.adjust("trial", &key, delta).await;
+            assert!(
+                matches!(
+                    settled,
+                    Err(tollgate::SettleError::Check(
+                        CheckError::CostExceedsCapacity { .. }
+                    ))
+                ),
+                "{algorithm:?}, delta {delta}: {settled:?}"
+            );
+        }
     }
 }
 
