@@ -13,9 +13,15 @@
 //! [`REFRESH_EVERY`], and at once after a call on the cluster was given up on as silent. A
 //! map that is a few seconds stale costs little: a reply counted for the wrong master can
 //! only make a call wait as it did before (up to the second), and a busy new master's call
-//! counted against a silent old one fails as it would on a silent Redis. A slot no answer
-//! named yet, a master past [`MAX_MASTERS`], and a call across masters count every node's
-//! replies, as before.
+//! counted against a silent old one fails as it would on a silent Redis. A slot the last
+//! answer did not name (or named with a master of unknown address), a master past
+//! [`MAX_MASTERS`] at once (an index is freed when its master leaves the map), and a call
+//! across masters count every node's replies, as before. A map that cannot be read (no node
+//! answers `CLUSTER SLOTS`, an ACL without it) is logged, once until it can be again.
+//!
+//! The refresher is a task of its own, which holds the cluster connection; it holds the map
+//! only while it writes it, and is stopped when the map is dropped (with the store), so the
+//! connections close with the store.
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -23,6 +29,7 @@ use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 use super::slot_watch::{Range, cluster_slots};
 
@@ -42,10 +49,25 @@ pub(crate) struct NodeReplies {
     /// Replies heard from each master, by index.
     replies: Box<[AtomicU64]>,
     /// The masters' addresses, by index: an address keeps its index (and its count) across
-    /// refreshes.
-    masters: Mutex<Vec<(String, u16)>>,
+    /// refreshes while it is a master; a freed index (`None`) is given to the next new one.
+    masters: Mutex<Vec<Option<(String, u16)>>>,
     /// Wakes the refresher before its time.
-    refresh: Notify,
+    refresh: Arc<Notify>,
+    /// The refresher, stopped with the map.
+    refresher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for NodeReplies {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .refresher
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
 }
 
 impl NodeReplies {
@@ -54,7 +76,8 @@ impl NodeReplies {
             owner: (0..SLOTS).map(|_| AtomicU16::new(UNKNOWN)).collect(),
             replies: (0..MAX_MASTERS).map(|_| AtomicU64::new(0)).collect(),
             masters: Mutex::new(Vec::new()),
-            refresh: Notify::new(),
+            refresh: Arc::new(Notify::new()),
+            refresher: Mutex::new(None),
         }
     }
 
@@ -93,26 +116,47 @@ impl NodeReplies {
         self.refresh.notify_one();
     }
 
-    /// Takes `CLUSTER SLOTS`' answer as the map: each range's first node is its master.
+    /// Takes `CLUSTER SLOTS`' answer as the map: each range's first node is its master; a
+    /// slot it does not name has no known master.
     pub(crate) fn update(&self, ranges: &[Range]) {
         let mut masters = self.masters.lock().unwrap_or_else(PoisonError::into_inner);
+        // Masters that are no longer: their indexes are free again.
+        for held in masters.iter_mut() {
+            if held
+                .as_ref()
+                .is_some_and(|m| !ranges.iter().any(|(_, _, nodes)| nodes.first() == Some(m)))
+            {
+                *held = None;
+            }
+        }
+        let mut owner = vec![UNKNOWN; SLOTS];
         for (first, last, nodes) in ranges {
-            let index = match nodes.first() {
-                Some(master) => match masters.iter().position(|m| m == master) {
-                    Some(i) => u16::try_from(i).unwrap_or(UNKNOWN),
-                    None if masters.len() < MAX_MASTERS => {
-                        masters.push(master.clone());
-                        u16::try_from(masters.len() - 1).unwrap_or(UNKNOWN)
-                    }
-                    None => UNKNOWN,
-                },
-                None => UNKNOWN,
+            let Some(master) = nodes.first() else {
+                continue;
             };
+            let index = match masters.iter().position(|m| m.as_ref() == Some(master)) {
+                Some(i) => i,
+                None => match masters.iter().position(Option::is_none) {
+                    Some(free) => {
+                        masters[free] = Some(master.clone());
+                        free
+                    }
+                    None if masters.len() < MAX_MASTERS => {
+                        masters.push(Some(master.clone()));
+                        masters.len() - 1
+                    }
+                    None => continue,
+                },
+            };
+            let index = u16::try_from(index).unwrap_or(UNKNOWN);
             for slot in *first..=*last {
-                if let Some(owner) = self.owner.get(usize::from(slot)) {
-                    owner.store(index, Ordering::Relaxed);
+                if let Some(o) = owner.get_mut(usize::from(slot)) {
+                    *o = index;
                 }
             }
+        }
+        for (slot, index) in self.owner.iter().zip(owner) {
+            slot.store(index, Ordering::Relaxed);
         }
     }
 
@@ -120,22 +164,42 @@ impl NodeReplies {
     /// `wait`) until `nodes` is dropped: at once, then every [`REFRESH_EVERY`] or when
     /// asked to ([`NodeReplies::refresh_soon`]).
     pub(crate) fn follow(nodes: &Arc<NodeReplies>, cluster: ClusterConnection, wait: Duration) {
-        let nodes: Weak<NodeReplies> = Arc::downgrade(nodes);
-        tokio::spawn(async move {
+        let map: Weak<NodeReplies> = Arc::downgrade(nodes);
+        let asked = Arc::clone(&nodes.refresh);
+        let task = tokio::spawn(async move {
+            let mut readable = true;
             loop {
                 let view = cluster_slots(&cluster, wait).await;
-                let Some(held) = nodes.upgrade() else { return };
-                if let Some(view) = view {
-                    held.update(&view);
+                let Some(held) = map.upgrade() else { return };
+                match view {
+                    Some(view) => {
+                        held.update(&view);
+                        if !readable {
+                            tracing::info!("the cluster's slot map can be read again");
+                        }
+                        readable = true;
+                    }
+                    None if readable => {
+                        tracing::warn!(
+                            "cannot read the cluster's slot map (CLUSTER SLOTS: no node answered, \
+                             or the ACL refuses it): a call to a silent master waits on the \
+                             other masters' answers, up to its timeout and a second"
+                        );
+                        readable = false;
+                    }
+                    None => {}
                 }
-                let asked = async { held.refresh.notified().await };
+                drop(held);
                 // A refresh asked for right after one is taken after a pause: a burst of
                 // silent calls asks once.
-                let _ = tokio::time::timeout(REFRESH_EVERY, asked).await;
-                drop(held);
+                let _ = tokio::time::timeout(REFRESH_EVERY, asked.notified()).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
+        *nodes
+            .refresher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 }
 
@@ -175,7 +239,21 @@ mod tests {
             (8192, 16_383, vec![node("b2", 1)]),
         ]);
         assert_eq!(count(0), Some(2), "a keeps its count");
-        assert_eq!(count(100), Some(0), "b2 is new");
         assert!(nodes.of_slots([100, 9000]).is_some(), "both on b2");
+        assert!(nodes.of_slots([0, 100]).is_none(), "slot 100 left a");
+        let masters = |nodes: &NodeReplies| {
+            let held = nodes.masters.lock().expect("masters");
+            held.iter()
+                .flatten()
+                .map(|(h, _)| h.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(masters(&nodes), ["a", "b2"], "b's index, freed, went to b2");
+
+        // An answer that does not name slots 8192 and up: they have no master any more.
+        nodes.update(&[(0, 8191, vec![node("a", 1)])]);
+        assert!(nodes.of_slot(9000).is_none(), "not named: unknown");
+        assert!(nodes.of_slots([0, 100]).is_some(), "100 is a's again");
+        assert_eq!(masters(&nodes), ["a"]);
     }
 }

@@ -184,6 +184,37 @@ impl RedisStore {
         self.guarded_end(permit, waited)
     }
 
+    /// [`RedisStore::guarded`], for a call on the keys in `slots`: on a cluster, Redis
+    /// answering is their master answering, when they have one (`node_replies.rs`).
+    pub(super) async fn guarded_on<T, F>(
+        &self,
+        slots: impl IntoIterator<Item = u16>,
+        call: F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let permit = self.inner.breaker.admit()?;
+        let patience = &self.inner.patience;
+        let answers = self.answers(slots);
+        let waited = patience.wait_on(self.inner.timeout, call, answers).await;
+        self.guarded_end(permit, waited)
+    }
+
+    /// The replies whose coming means Redis answers a call on the keys in `slots`: on a
+    /// cluster, their one master's (when the map names one for all of them), else the whole
+    /// store's.
+    pub(super) fn answers(
+        &self,
+        slots: impl IntoIterator<Item = u16>,
+    ) -> &std::sync::atomic::AtomicU64 {
+        let patience = &self.inner.patience;
+        match &self.inner.nodes {
+            Some(nodes) => nodes.of_slots(slots).unwrap_or(patience.replies()),
+            None => patience.replies(),
+        }
+    }
+
     /// How a call under the breaker (`permit`) ends: given up on (see [`RedisStore::gave_up`])
     /// or answered; a failure logged and, behind Sentinel, a reason to look for the master
     /// again; the breaker told either way.

@@ -202,8 +202,11 @@ pub(super) async fn cluster_slots(
     None
 }
 
-/// One range of `CLUSTER SLOTS`; `None` when malformed, or when a node's host is not named
-/// (an empty host stands for the node that answered, which a random route does not tell).
+/// One range of `CLUSTER SLOTS`, its master first; `None` when malformed, or when its master's
+/// host is not named (an empty host stands for the node that answered, which a random route
+/// does not tell; `?` for one whose address is unknown). A replica so unnamed is left out:
+/// the range and its master still count (a whole range was dropped for one such replica,
+/// and its master's slots were then never mapped).
 fn range(value: &Value) -> Option<Range> {
     let Value::Array(items) = value else {
         return None;
@@ -211,19 +214,20 @@ fn range(value: &Value) -> Option<Range> {
     let (Some(Value::Int(first)), Some(Value::Int(last))) = (items.first(), items.get(1)) else {
         return None;
     };
-    let nodes = items[2..]
-        .iter()
-        .map(|node| match node {
-            Value::Array(n) => match (n.first(), n.get(1)) {
-                (Some(Value::BulkString(h)), Some(Value::Int(p))) => {
-                    let host = String::from_utf8(h.clone()).ok()?;
-                    (!host.is_empty() && host != "?").then_some((host, u16::try_from(*p).ok()?))
-                }
-                _ => None,
-            },
+    let node = |node: &Value| match node {
+        Value::Array(n) => match (n.first(), n.get(1)) {
+            (Some(Value::BulkString(h)), Some(Value::Int(p))) => {
+                let host = String::from_utf8(h.clone()).ok()?;
+                (!host.is_empty() && host != "?").then_some((host, u16::try_from(*p).ok()?))
+            }
             _ => None,
-        })
-        .collect::<Option<Vec<_>>>()?;
+        },
+        _ => None,
+    };
+    let master = node(items.get(2)?)?;
+    let nodes = std::iter::once(master)
+        .chain(items.get(3..).unwrap_or_default().iter().filter_map(node))
+        .collect();
     Some((
         u16::try_from(*first).ok()?,
         u16::try_from(*last).ok()?,
@@ -327,5 +331,16 @@ mod tests {
         );
         let unnamed = Value::Array(vec![Value::Int(0), Value::Int(1), node("", 7000)]);
         assert_eq!(range(&unnamed), None);
+        // An unnamed replica is left out; the range and its master stay.
+        let replica_unknown = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(1),
+            node("10.0.0.1", 7000),
+            node("?", 7001),
+        ]);
+        assert_eq!(
+            range(&replica_unknown),
+            Some((0, 1, vec![("10.0.0.1".to_owned(), 7000)]))
+        );
     }
 }

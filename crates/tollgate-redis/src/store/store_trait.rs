@@ -31,13 +31,15 @@ impl Store for RedisStore {
         let permit = self.inner.breaker.admit()?;
         let sent = self.sent_at(Instant::now());
         let op = Op::from(op);
-        let waited = if let Some(nodes) = &self.inner.nodes {
+        let waited = if self.is_cluster() {
             // Redis answering is, for a request on one master, that master answering.
             let slots = request.entries().iter().map(|e| slot_of(e.key().as_str()));
-            let patience = &self.inner.patience;
-            let answers = nodes.of_slots(slots).unwrap_or(patience.replies());
+            let answers = self.answers(slots);
             let call = std::pin::pin!(self.decide_on_cluster(request, now, op, sent));
-            patience.wait_on(self.inner.timeout, call, answers).await
+            self.inner
+                .patience
+                .wait_on(self.inner.timeout, call, answers)
+                .await
         } else {
             // A single Redis holds every key: the request is one group, run as it is.
             let group: SmallVec<[&Entry<'_>; 2]> = request.entries().iter().collect();
@@ -51,7 +53,8 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, request: &Request<'_>) -> Result<(), StoreError> {
-        self.guarded(async {
+        let slots = request.entries().iter().map(|e| slot_of(e.key().as_str()));
+        self.guarded_on(slots, async {
             for group in self.groups(request.entries()) {
                 let keys: Vec<&Key> = group.iter().map(|&i| request.entries()[i].key()).collect();
                 self.delete(&keys).await?;
@@ -68,7 +71,7 @@ impl Store for RedisStore {
     ) -> Result<LeaseGrant, StoreError> {
         let mut deadline = self.deadline_from(Instant::now());
         let call = crate::lease::LeaseCall::new(take, now);
-        self.guarded(async {
+        self.guarded_on(std::iter::once_with(|| slot_of(take.key.as_str())), async {
             loop {
                 let cmd = call.invocation(deadline);
                 let reply = Unanswered::new(self, cmd, Charges::Lease(&call)).await?;
@@ -90,17 +93,20 @@ impl Store for RedisStore {
     ) -> Result<Paced, StoreError> {
         let mut deadline = self.deadline_from(Instant::now());
         let call = crate::pace::PaceCall::new(entry, pace, now);
-        self.guarded(async {
-            loop {
-                let cmd = call.invocation(deadline);
-                let reply = Unanswered::new(self, cmd, Charges::Pace(&call)).await?;
-                match late(&reply) {
-                    // Nothing was written: the same call again, still awaited.
-                    Some(server_now) => deadline = Some(self.too_late(server_now)),
-                    None => return call.decode(reply),
+        self.guarded_on(
+            std::iter::once_with(|| slot_of(entry.key().as_str())),
+            async {
+                loop {
+                    let cmd = call.invocation(deadline);
+                    let reply = Unanswered::new(self, cmd, Charges::Pace(&call)).await?;
+                    match late(&reply) {
+                        // Nothing was written: the same call again, still awaited.
+                        Some(server_now) => deadline = Some(self.too_late(server_now)),
+                        None => return call.decode(reply),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 

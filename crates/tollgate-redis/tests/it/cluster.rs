@@ -113,3 +113,59 @@ async fn cross_slot_check_gives_back_what_it_took() {
         assert_eq!(d[0].remaining, 5, "{alg}: units were not given back: {d:?}");
     }
 }
+
+/// A cluster store that is dropped closes its connections: the task that keeps its map of
+/// slots to masters current (`src/store/node_replies.rs`) stops with it. It held the map,
+/// and a clone of the cluster connection, across its five-second wait: every node kept the
+/// dropped store's connection that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_cluster_store_closes_its_connections() {
+    let cluster = tollgate_testkit::RedisCluster::start();
+    let clients = |cluster: &tollgate_testkit::RedisCluster| -> Vec<i64> {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| {
+                let info = n.cmd(&["INFO", "clients"]);
+                info.lines()
+                    .find_map(|l| l.strip_prefix("connected_clients:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(-1)
+            })
+            .collect()
+    };
+    let before = clients(&cluster);
+    let store = tollgate_redis::RedisStore::cluster_builder(cluster.urls())
+        .timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .expect("connect");
+    // The map's first read, on connections of the store's own.
+    let connected = eventually(Duration::from_secs(5), || clients(&cluster) != before).await;
+    assert!(
+        connected,
+        "the store never connected: {:?}",
+        clients(&cluster)
+    );
+    drop(store);
+    let closed = eventually(Duration::from_secs(3), || clients(&cluster) == before).await;
+    assert!(
+        closed,
+        "a dropped store's connections stayed open: {before:?} before, {:?} now",
+        clients(&cluster)
+    );
+}
+
+/// Polls `condition` every 50 ms until it holds or `within` passes.
+async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if condition() {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

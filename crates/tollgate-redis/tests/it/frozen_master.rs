@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Limit, Limiter, OnStoreError, Outcome, Quota, Source};
+use tollgate::{Algorithm, Lease, Limit, Limiter, OnStoreError, Outcome, Quota, Source};
 use tollgate_redis::RedisStore;
 use tollgate_testkit::{RedisCluster, RedisServer};
 
@@ -26,9 +26,9 @@ impl Drop for Thaw<'_> {
     }
 }
 
-/// A limiter on `cluster` (50 ms store timeout) with one GCRA limit keyed by `user`, far
-/// above any load, whose checks are refused by policy (`deny`) when the store fails; its
-/// namespace unique to `name`.
+/// A limiter on `cluster` (50 ms store timeout) with a GCRA limit `gcra` and a lease-mode
+/// fixed window `fw`, both keyed by `user`, far above any load, whose checks are refused by
+/// policy (`deny`) when the store fails; its namespace unique to `name`.
 async fn limiter(cluster: &RedisCluster, name: &str) -> Arc<Limiter<RedisStore>> {
     let store = RedisStore::cluster_builder(cluster.urls())
         .timeout(Duration::from_millis(50))
@@ -43,10 +43,20 @@ async fn limiter(cluster: &RedisCluster, name: &str) -> Arc<Limiter<RedisStore>>
     .and_then(|l| l.keyed_by(["user"]))
     .expect("valid")
     .on_store_error(OnStoreError::Deny);
+    let leased = Limit::new(
+        "fw",
+        Algorithm::FixedWindow,
+        Quota::per_second(1_000_000).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .and_then(|l| l.lease(Lease::new().units(1).ttl(Duration::from_millis(500))))
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
     Arc::new(
         Limiter::builder(store)
             .namespace(unique_namespace(name))
             .limit(limit)
+            .limit(leased)
             .build()
             .expect("valid"),
     )
@@ -178,22 +188,29 @@ async fn a_frozen_master_is_failed_over_from_while_still_frozen() {
 }
 
 /// A master frozen while the others answer: checks on its slot fail after about the store's
-/// timeout (50 ms), as on a silent single Redis. Replies were counted for the whole cluster,
-/// so the other masters' answers kept each such check waiting a whole second more
-/// (`src/store/node_replies.rs`): every one took over a second.
+/// timeout (50 ms), as on a silent single Redis, and so do reservations, lease-mode checks and
+/// resets. Replies were counted for the whole cluster, so the other masters' answers kept
+/// each such call waiting a whole second more (`src/store/node_replies.rs`): every check
+/// took over a second, and the other calls still did after checks were fixed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_masters_checks_fail_within_the_timeout_while_others_answer() {
     let _alone = HEAVY.lock().await;
     let cluster = RedisCluster::start();
     let limiter = limiter(&cluster, "frozen-others").await;
-    let master_of = |user: &str| {
+    let master_of_in = |limit: &str, user: &str| {
         let request = limiter
-            .prepare(&["gcra"], &[("user", user)], 1)
+            .prepare(&[limit], &[("user", user)], 1)
             .expect("valid");
         let key = request.entries()[0].key().as_str().to_owned();
         cluster.master_for_slot(cluster.slot_of(&key)).port()
     };
+    let master_of = |user: &str| master_of_in("gcra", user);
     let frozen = master_of("f");
+    // A user whose lease-mode key is on the frozen master.
+    let leaser = (0..1000)
+        .map(|i| format!("l{i}"))
+        .find(|u| master_of_in("fw", u) == frozen)
+        .expect("a lease key on the frozen master");
     // Users whose keys are on the other masters, checked without pause during the freeze.
     let others: Vec<String> = (0..200)
         .map(|i| format!("o{i}"))
@@ -252,6 +269,34 @@ async fn a_frozen_masters_checks_fail_within_the_timeout_while_others_answer() {
             "a check on the frozen master was decided: {v:?}"
         );
     }
+    // Reservations, lease-mode checks and resets: three of each.
+    let (mut reserves, mut leases, mut resets) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let started = Instant::now();
+        let reserved = limiter
+            .reserve("gcra", &[("user", "f")], 1, Duration::from_secs(5))
+            .await
+            .expect("known");
+        reserves.push(started.elapsed());
+        assert!(reserved.slot().is_none(), "reserved on a frozen master");
+        let started = Instant::now();
+        let v = limiter
+            .check("fw", &[("user", leaser.as_str())])
+            .await
+            .expect("known");
+        leases.push(started.elapsed());
+        assert!(
+            matches!(v.outcome(), Outcome::Unavailable { .. }),
+            "a lease-mode check on the frozen master was decided: {v:?}"
+        );
+        let started = Instant::now();
+        let request = limiter
+            .prepare(&["gcra"], &[("user", "f")], 1)
+            .expect("valid");
+        let reset = limiter.reset(&request).await;
+        resets.push(started.elapsed());
+        assert!(reset.is_err(), "a reset on a frozen master succeeded");
+    }
     let decided_during =
         decided_elsewhere.load(std::sync::atomic::Ordering::Relaxed) - decided_before;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -269,4 +314,12 @@ async fn a_frozen_masters_checks_fail_within_the_timeout_while_others_answer() {
         median < Duration::from_millis(500),
         "checks on a frozen master waited on the other masters' answers: {took:?}"
     );
+    for (what, mut took) in [("reserve", reserves), ("lease", leases), ("reset", resets)] {
+        took.sort();
+        eprintln!("frozen master, others answering: {what} took {took:?}");
+        assert!(
+            took[1] < Duration::from_millis(500),
+            "{what} calls on a frozen master waited on the other masters' answers: {took:?}"
+        );
+    }
 }
