@@ -122,7 +122,7 @@ const COUNTERS: &[(&str, &str)] = &[
         "tollgate_connections_timed_out_total",
         "Connections closed by a deadline, by listener and by what the client had not done in \
          time (head: its first bytes or a whole head; idle: a next request; answer: take an \
-         answer's bytes)",
+         answer's bytes; answer_window, gRPC: open its HTTP/2 window to an answer)",
     ),
     (
         "tollgate_redis_batches_total",
