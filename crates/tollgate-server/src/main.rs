@@ -112,13 +112,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// the store is opened, so a taken port stops start-up with its name too. Every panic is
 /// counted and logged ([`report_panics`]).
 async fn serve(path: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+    // First: a SIGHUP from here on (while the file is read, the port bound, the store
+    // opened) must not terminate the process.
+    let _hangup = hangup_survived();
     report_panics();
     let config = match &path {
         Some(path) => Config::load(path, &overrides)?,
         None => Config::without_file(&overrides)?,
     };
-    // Before the port accepts connections: a SIGHUP during start-up must not terminate.
-    let _hangup = hangup_survived();
     let listener = bind(&config.server.http, config.server.unix_mode)
         .with_context(|| format!("cannot listen on {} (server.http)", config.server.http))?;
     let mut server = Server::new(config);

@@ -93,14 +93,12 @@ pub(super) fn merge_same_key(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
 /// key parts.
 type SameKey<'a> = (&'a str, bool, Vec<(&'a str, &'a str)>);
 
-/// `item`'s [`SameKey`]: its parts in the order given for a limit that takes every part it
-/// is given (its key is built in that order), else sorted (the key follows the limit's own
-/// order of parts, whatever the descriptor's).
+/// `item`'s [`SameKey`]: its parts in name order, stable (a name given twice keeps its
+/// values' order), as the core builds the key of a limit that takes every part it is given;
+/// a keyed limit names each part once and follows its own order, whatever the descriptor's.
 fn same_key<'a>(item: &Item<'a>) -> SameKey<'a> {
     let mut parts = item.parts.clone();
-    if !item.rule.open_key {
-        parts.sort_unstable();
-    }
+    parts.sort_by(|a, b| a.0.cmp(b.0));
     (&*item.rule.limit, item.rule.shadow, parts)
 }
 
@@ -163,8 +161,9 @@ mod tests {
         }
     }
 
-    /// Parts in another order are the same key for a keyed limit, not for an open one; a
-    /// shadow rule over the same limit is a counter apart.
+    /// Parts in another order are the same key, for a keyed limit and for an open one (whose
+    /// key the core builds in name order), but a name given twice keeps its values' order;
+    /// a shadow rule over the same limit is a counter apart.
     #[test]
     fn merging_follows_the_key() {
         let keyed = rule("keyed", Some(&["a", "b"]), false);
@@ -177,10 +176,12 @@ mod tests {
             item(3, &open, vec![("a", "1"), ("b", "2")]),
             item(4, &open, vec![("b", "2"), ("a", "1")]),
             item(5, &open, vec![("a", "1"), ("b", "2")]),
+            item(6, &open, vec![("a", "2"), ("a", "1")]),
+            item(7, &open, vec![("a", "1"), ("a", "2")]),
         ]);
         let slots: Vec<&[usize]> = items.iter().map(|i| i.slots.as_slice()).collect();
-        assert_eq!(slots, [&[0, 1][..], &[2], &[3, 5], &[4]]);
+        assert_eq!(slots, [&[0, 1][..], &[2], &[3, 4, 5], &[6], &[7]]);
         let costs: Vec<u64> = items.iter().map(|i| i.cost).collect();
-        assert_eq!(costs, [2, 1, 2, 1]);
+        assert_eq!(costs, [2, 1, 3, 1, 1]);
     }
 }

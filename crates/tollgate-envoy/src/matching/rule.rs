@@ -33,8 +33,6 @@ pub(crate) struct Rule {
     /// (`limit - remaining`), which is what answers each of several descriptors on one
     /// counter at its own rate (`decide/rates.rs`).
     pub(crate) fixed_window: bool,
-    /// Whether the limit takes every key part it is given (no fixed key shape).
-    pub(crate) open_key: bool,
     /// An imported limit's `rate_limit.name`, what `replaces` refers to.
     pub(crate) name: Option<Arc<str>>,
     /// An imported limit's `replaces`: names dropped when both match one request.
@@ -63,7 +61,6 @@ impl Rule {
             capacity: limit.capacity(),
             quota: *limit.quota(),
             fixed_window: limit.algorithm() == Algorithm::FixedWindow,
-            open_key: limit.key_parts().is_none(),
             name: None,
             replaces: Box::new([]),
             unit: None,

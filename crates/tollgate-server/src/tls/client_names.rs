@@ -51,7 +51,17 @@ fn carries<'a>(
     uris: &[&str],
     common_name: impl FnOnce() -> Option<&'a str>,
 ) -> bool {
-    let host = |name: &str| allowed.iter().any(|n| n.eq_ignore_ascii_case(name));
+    // A host name matches an allowed host name in any case, never an allowed URI (`scheme://`)
+    // in another case: a common name written as a SPIFFE ID is compared exactly.
+    let host = |name: &str| {
+        allowed.iter().any(|n| {
+            if n.contains("://") {
+                n == name
+            } else {
+                n.eq_ignore_ascii_case(name)
+            }
+        })
+    };
     if dns.is_empty() && uris.is_empty() {
         return common_name().is_some_and(host);
     }
@@ -245,5 +255,8 @@ mod tests {
             "envoy.edge.svc"
         )));
         assert!(!carries(&allowed, &[], &[], no_cn));
+        // A common name written as a URI is compared exactly with the allowed URIs.
+        assert!(carries(&allowed, &[], &[], || Some("spiffe://td/ns/Edge")));
+        assert!(!carries(&allowed, &[], &[], || Some("spiffe://td/ns/edge")));
     }
 }
