@@ -103,6 +103,9 @@ else
   if used + inc > tau then
     used = used - skew
     if used + inc <= tau then used = tau - inc + 1 end
+    -- A cost above the burst (a shadow entry's, clamped to capacity + 1: inc > tau) on a key
+    -- owing under skew: never negative, which would read as an admit.
+    if used < 0 then used = 0 end
     return -1 - used
   end
   if op ~= 1 then

@@ -15,7 +15,9 @@
 //! (each rule, and each Lua twin, has the case), so the limiter counts it as the shadow
 //! limit's would-be refusal and the enforced entries decide the request. A store may meet a
 //! cost of capacity + 1 on a shadow entry only, and must refuse it; never a larger one (the
-//! arithmetic of every rule stays far from overflowing).
+//! arithmetic of every rule stays far from overflowing). A request that counts its refusals
+//! ([`Request::count_refusals`]: a fixed window charges them too) charges such an entry
+//! capacity + 1, not the cost asked.
 //!
 //! The cost is the entry's, not the request's: an Envoy request may ask a different
 //! `hits_addend` of each descriptor, and all of them are still one all-or-nothing decision

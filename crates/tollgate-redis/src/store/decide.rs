@@ -179,7 +179,8 @@ pub(super) fn time_source(now: Option<Timestamp>) -> TimeSource {
 /// cost above its capacity, which no wait makes pass).
 fn due_within_a_millisecond(decisions: &[Decision], entries: &[&Entry<'_>]) -> bool {
     // A refusal that may pass: not a cost above its capacity (a shadow entry's, which never
-    // passes, and which the rules answer with a wait of 0: it would be sent again for nothing).
+    // passes; the sliding rules answer it with a wait of 0, and it was sent again for
+    // nothing).
     let may_pass = |(i, d): (usize, &Decision)| {
         !d.is_allowed()
             && entries

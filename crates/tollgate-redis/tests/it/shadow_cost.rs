@@ -10,8 +10,10 @@ use tollgate_testkit::RedisServer;
 
 use crate::common::unique_namespace;
 
-/// Every algorithm, on Redis's own clock and a Redis of its own (to count its commands):
-/// after a check of 1, a shadow check of `u64::MAX` is a would-be refusal decided by the store
+/// Every algorithm, on Redis's own clock and a Redis of its own (to count its commands): on a
+/// key never seen, a shadow check of `u64::MAX` is a would-be refusal decided by the store (on
+/// Redis's clock GCRA answered it as an admit: owing less than its millisecond of skew, the
+/// wait it encodes came out positive); after a check of 1, so is it
 /// (the GCRA script got `cost × T` wrapped, the sliding log a float for `LIMIT`, the token
 /// bucket a reply it could not decode), the key keeps 9, and ten such checks cost ten
 /// `EVALSHA`: a refusal no wait can lift is not sent again a millisecond later (the rules
@@ -35,6 +37,19 @@ async fn a_huge_shadow_cost_is_refused_by_the_store_in_one_call() {
             .deny_cache(0)
             .build()
             .expect("valid");
+        let fresh = l
+            .prepare(&["trial"], &[("user", "fresh")], u64::MAX)
+            .expect("no error");
+        let v = l.decide(&fresh, Op::Check).await;
+        assert!(
+            v.decisions()[0].shadow_refused(),
+            "{algorithm:?}: a key never seen: {v:?}"
+        );
+        assert_eq!(
+            v.decisions()[0].source,
+            Source::Store,
+            "{algorithm:?}: {v:?}"
+        );
         let key = [("user", "1")];
         let first = l.check("trial", &key).await.expect("known");
         assert!(

@@ -346,6 +346,14 @@ async fn a_huge_shadow_cost_is_clamped_and_refused() {
             .expect("valid")
             .shadow(true);
         let l = limiter(memory(), vec![trial]);
+        let fresh = l
+            .prepare(&["trial"], &[("user", "fresh")], u64::MAX)
+            .expect("no error");
+        let v = l.decide(&fresh, Op::Check).await;
+        assert!(
+            v.decisions()[0].shadow_refused(),
+            "{algorithm:?}: a key never seen: {v:?}"
+        );
         let key = [("user", "1")];
         assert!(
             l.check("trial", &key).await.expect("known").decisions()[0]
