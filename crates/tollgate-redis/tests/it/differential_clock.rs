@@ -391,7 +391,32 @@ impl<'a> Run<'a> {
         request
     }
 
+    /// Gives every key of the run a minute more to live in Redis before a call. Redis
+    /// expires keys in real time, from expiries set against the fake clock: a key written at
+    /// an instant the clock then went back from, and read a second of real time later (a
+    /// loaded machine), was gone from Redis while the memory store, on the fake clock, still
+    /// held it (seen: a GCRA key read as fresh by Redis and as 287 days in debt by memory).
+    /// Decisions do not change: on the caller's clock no script reads a key's expiry. Expiry
+    /// itself is checked after each call (every key has one, long enough) and by the tests
+    /// that watch real keys expire.
+    fn hold_keys(&mut self) {
+        const HOLD: &str = "for _, k in ipairs(KEYS) do local t = redis.call('PTTL', k) \
+            if t > 0 and t < 60000 then redis.call('PEXPIRE', k, t + 60000) end end return 0";
+        let keys: Vec<&str> = self.keys.iter().flatten().map(Key::as_str).collect();
+        let held: redis::RedisResult<i64> = redis::cmd("EVAL")
+            .arg(HOLD)
+            .arg(keys.len())
+            .arg(&keys)
+            .query(&mut self.con);
+        if let Err(e) = held {
+            self.fail(&format!("holding the keys: {e}"));
+        }
+    }
+
     async fn step(&mut self, step: &Step) {
+        if !matches!(step, Step::Advance(_)) {
+            self.hold_keys();
+        }
         let at = Timestamp::from_micros(self.now);
         match step {
             &Step::Advance(by) => {
