@@ -123,44 +123,51 @@ async fn prepare_refuses_bad_requests() {
 /// each would-be refusal is counted, once per limit, in `tollgate_shadow_denied_total`.
 #[test]
 fn shadow_limits_report_but_never_refuse() {
+    let counted = shadow_denials(async {
+        let l = limiter(
+            memory(),
+            vec![limit("enforced", 2), limit("trial", 1).shadow(true)],
+        );
+        let key = [("user", "1")];
+        let both = l.prepare(&["enforced", "trial"], &key, 1).expect("valid");
+        // 1st: both admit. 2nd: trial would refuse, the request passes.
+        for _ in 0..2 {
+            let v = l.decide(&both, Op::Check).await;
+            assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+        }
+        let v = l.decide(&both, Op::Peek).await;
+        assert!(v.decisions()[1].shadow);
+        assert!(!v.decisions()[1].decision.is_allowed(), "trial is used up");
+        assert_eq!(v.decisive().limit.as_ref(), "enforced");
+        // 3rd: enforced refuses; trial is peeked, not charged nor counted.
+        let v = l.decide(&both, Op::Check).await;
+        assert!(matches!(v.outcome(), Outcome::Limited { .. }));
+        assert_eq!(v.decisive().limit.as_ref(), "enforced");
+        // Only shadow limits named: never refused, the decisive one is the shadow one.
+        let v = l.check("trial", &key).await.expect("valid");
+        assert_eq!(v.outcome(), Outcome::Allowed);
+        assert_eq!(v.decisive().limit.as_ref(), "trial");
+        // Its decision as the verdict shows it admits (code answering 429 on
+        // `!decision().is_allowed()` enforced the shadow limit); the limit's own refuses.
+        assert!(v.decision().is_allowed(), "{v:?}");
+        assert_eq!(v.decision().retry_after(), None);
+        assert!(!v.decisive().decision.is_allowed());
+    });
+    assert_eq!(counted, [("trial".to_owned(), 2)]);
+}
+
+/// Runs `test` on a runtime of its own under a recorder of its own: the would-be refusals it
+/// counted in `tollgate_shadow_denied_total`, by limit.
+fn shadow_denials(test: impl Future<Output = ()>) -> Vec<(String, u64)> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let l = limiter(
-                memory(),
-                vec![limit("enforced", 2), limit("trial", 1).shadow(true)],
-            );
-            let key = [("user", "1")];
-            let both = l.prepare(&["enforced", "trial"], &key, 1).expect("valid");
-            // 1st: both admit. 2nd: trial would refuse, the request passes.
-            for _ in 0..2 {
-                let v = l.decide(&both, Op::Check).await;
-                assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
-            }
-            let v = l.decide(&both, Op::Peek).await;
-            assert!(v.decisions()[1].shadow);
-            assert!(!v.decisions()[1].decision.is_allowed(), "trial is used up");
-            assert_eq!(v.decisive().limit.as_ref(), "enforced");
-            // 3rd: enforced refuses; trial is peeked, not charged nor counted.
-            let v = l.decide(&both, Op::Check).await;
-            assert!(matches!(v.outcome(), Outcome::Limited { .. }));
-            assert_eq!(v.decisive().limit.as_ref(), "enforced");
-            // Only shadow limits named: never refused, the decisive one is the shadow one.
-            let v = l.check("trial", &key).await.expect("valid");
-            assert_eq!(v.outcome(), Outcome::Allowed);
-            assert_eq!(v.decisive().limit.as_ref(), "trial");
-            // Its decision as the verdict shows it admits (code answering 429 on
-            // `!decision().is_allowed()` enforced the shadow limit); the limit's own refuses.
-            assert!(v.decision().is_allowed(), "{v:?}");
-            assert_eq!(v.decision().retry_after(), None);
-            assert!(!v.decisive().decision.is_allowed());
-        });
+            .expect("runtime")
+            .block_on(test);
     });
-    let counted: Vec<(String, u64)> = snapshotter
+    snapshotter
         .snapshot()
         .into_vec()
         .into_iter()
@@ -177,8 +184,7 @@ fn shadow_limits_report_but_never_refuse() {
                 other => panic!("not a counter: {other:?}"),
             }
         })
-        .collect();
-    assert_eq!(counted, [("trial".to_owned(), 2)]);
+        .collect()
 }
 
 /// An Envoy rule in shadow mode makes one entry of a request shadow.
@@ -401,79 +407,62 @@ async fn a_huge_shadow_cost_is_clamped_and_refused() {
 /// still an error, and so is a shadow-only request's cost of 0. Every algorithm.
 #[test]
 fn a_cost_above_a_shadow_capacity_is_a_would_be_refusal() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            for algorithm in Algorithm::ALL {
-                for deny_cache in [false, true] {
-                    let ctx = format!("{algorithm:?}, deny cache {deny_cache}");
-                    let of = |name: &str, n: u64| {
-                        Limit::new(name, algorithm, Quota::per_minute(n).expect("valid"))
-                            .and_then(|l| l.keyed_by(["user"]))
-                            .expect("valid")
-                    };
-                    let mut builder = Limiter::builder(memory())
-                        .clock(clock())
-                        .limits(vec![of("wide", 1000), of("trial", 10).shadow(true)]);
-                    if deny_cache {
-                        builder = builder.deny_cache(1000);
-                    }
-                    let l = builder.build().expect("valid");
-                    let key = [("user", "1")];
-                    let both = l
-                        .prepare(&["wide", "trial"], &key, 50)
-                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                    for _ in 0..2 {
-                        let v = l.decide(&both, Op::Check).await;
-                        assert_eq!(v.outcome(), Outcome::Allowed, "{ctx}: {v:?}");
-                        assert_eq!(v.decisive().limit.as_ref(), "wide", "{ctx}");
-                        assert!(v.decisions()[1].shadow_refused(), "{ctx}: {v:?}");
-                    }
-                    let alone = l
-                        .prepare(&["trial"], &key, 50)
-                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                    let v = l.decide(&alone, Op::Check).await;
-                    assert_eq!(v.outcome(), Outcome::Allowed, "{ctx}: shadow only: {v:?}");
-                    let peek = |name: &'static str| {
-                        let request = l.prepare(&[name], &key, 1).expect("valid");
-                        let l = &l;
-                        async move { l.decide(&request, Op::Peek).await.decisions()[0].decision }
-                    };
-                    assert_eq!(peek("trial").await.remaining, 10, "{ctx}: trial charged");
-                    assert_eq!(peek("wide").await.remaining, 900, "{ctx}: 2 × 50 charged");
-                    assert!(
-                        matches!(
-                            l.prepare(&["wide", "trial"], &key, 1001),
-                            Err(CheckError::CostExceedsCapacity { ref limit, .. }) if limit == "wide"
-                        ),
-                        "{ctx}"
-                    );
-                    assert!(
-                        matches!(l.prepare(&["trial"], &key, 0), Err(CheckError::ZeroCost)),
-                        "{ctx}"
-                    );
+    let counted = shadow_denials(async {
+        for algorithm in Algorithm::ALL {
+            for deny_cache in [false, true] {
+                let ctx = format!("{algorithm:?}, deny cache {deny_cache}");
+                let of = |name: &str, n: u64| {
+                    Limit::new(name, algorithm, Quota::per_minute(n).expect("valid"))
+                        .and_then(|l| l.keyed_by(["user"]))
+                        .expect("valid")
+                };
+                let mut builder = Limiter::builder(memory())
+                    .clock(clock())
+                    .limits(vec![of("wide", 1000), of("trial", 10).shadow(true)]);
+                if deny_cache {
+                    builder = builder.deny_cache(1000);
                 }
+                let l = builder.build().expect("valid");
+                let key = [("user", "1")];
+                let both = l
+                    .prepare(&["wide", "trial"], &key, 50)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                for _ in 0..2 {
+                    let v = l.decide(&both, Op::Check).await;
+                    assert_eq!(v.outcome(), Outcome::Allowed, "{ctx}: {v:?}");
+                    assert_eq!(v.decisive().limit.as_ref(), "wide", "{ctx}");
+                    assert!(v.decisions()[1].shadow_refused(), "{ctx}: {v:?}");
+                }
+                let alone = l
+                    .prepare(&["trial"], &key, 50)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let v = l.decide(&alone, Op::Check).await;
+                assert_eq!(v.outcome(), Outcome::Allowed, "{ctx}: shadow only: {v:?}");
+                let peek = |name: &'static str| {
+                    let request = l.prepare(&[name], &key, 1).expect("valid");
+                    let l = &l;
+                    async move { l.decide(&request, Op::Peek).await.decisions()[0].decision }
+                };
+                assert_eq!(peek("trial").await.remaining, 10, "{ctx}: trial charged");
+                assert_eq!(peek("wide").await.remaining, 900, "{ctx}: 2 × 50 charged");
+                assert!(
+                    matches!(
+                        l.prepare(&["wide", "trial"], &key, 1001),
+                        Err(CheckError::CostExceedsCapacity { ref limit, .. }) if limit == "wide"
+                    ),
+                    "{ctx}"
+                );
+                assert!(
+                    matches!(l.prepare(&["trial"], &key, 0), Err(CheckError::ZeroCost)),
+                    "{ctx}"
+                );
             }
-        });
+        }
     });
-    let counted: u64 = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(k, _, _, _)| {
-            k.key().name() == "tollgate_shadow_denied_total"
-                && k.key()
-                    .labels()
-                    .any(|l| l.key() == "limit" && l.value() == "trial")
-        })
-        .map(|(_, _, _, v)| match v {
-            DebugValue::Counter(n) => n,
-            other => panic!("not a counter: {other:?}"),
-        })
+    let counted: u64 = counted
+        .iter()
+        .filter(|(limit, _)| limit == "trial")
+        .map(|(_, n)| n)
         .sum();
     assert_eq!(counted, 5 * 2 * 3, "three would-be refusals per run");
 }
