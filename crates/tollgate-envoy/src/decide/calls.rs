@@ -9,7 +9,7 @@ use tonic::Status;
 
 use super::Group;
 use super::answer::Answer;
-use super::items::{Item, cost};
+use super::items::{Item, cost, rounds};
 use super::rates;
 
 /// The limiter a call is decided by, and whether refusals are charged.
@@ -35,8 +35,11 @@ impl<St: Store> Calls<'_, St> {
             counting: false,
             optional,
         };
-        let verdict = run(self.limiter, items, Op::Peek, mode).await?;
-        self.record(answer, items, &verdict, Op::Peek).await
+        for call in rounds(items) {
+            let verdict = run(self.limiter, &call, Op::Peek, mode).await?;
+            self.record(answer, &call, &verdict, Op::Peek).await?;
+        }
+        Ok(())
     }
 
     /// Check only: whether a unit is left, charging nothing; when refusals are charged,
@@ -55,8 +58,10 @@ impl<St: Store> Calls<'_, St> {
             counting: self.counting,
             optional: group.passed,
         };
-        let verdict = run(self.limiter, peeked, Op::Peek, mode).await?;
-        self.record(answer, peeked, &verdict, Op::Peek).await?;
+        for call in rounds(peeked) {
+            let verdict = run(self.limiter, &call, Op::Peek, mode).await?;
+            self.record(answer, &call, &verdict, Op::Peek).await?;
+        }
         let mut vetoed = false;
         for item in peeked {
             for (&slot, &(rule, _)) in item.slots.iter().zip(&item.each) {
@@ -80,7 +85,41 @@ impl<St: Store> Calls<'_, St> {
     /// call: a check, or a peek when the request is already refused (all or nothing; a check
     /// anyway when refusals are charged, as the reference charges every descriptor). Sets
     /// whether the request is allowed.
+    ///
+    /// A shadow descriptor on a counter an enforced one also counts on (two rules naming one
+    /// limit, a key they both build) is decided after that call, on the count it left: as
+    /// the limiter decides every shadow entry, and as a later request would count on that
+    /// counter. It is charged only when the request passed (or refusals are charged), and
+    /// refuses nothing.
     pub(super) async fn charge(
+        &self,
+        answer: &mut Answer<'_>,
+        fits: &[&Item<'_>],
+        group: &Group,
+        vetoed: bool,
+    ) -> Result<(), Status> {
+        let mut calls = rounds(fits).into_iter();
+        let together = calls.next().unwrap_or_default();
+        self.charge_together(answer, &together, group, vetoed)
+            .await?;
+        let op = if answer.allowed || self.counting {
+            Op::Check
+        } else {
+            Op::Peek
+        };
+        let mode = Mode {
+            counting: self.counting,
+            optional: group.passed,
+        };
+        for shadow in calls {
+            let verdict = run(self.limiter, &shadow, op, mode).await?;
+            self.record(answer, &shadow, &verdict, op).await?;
+        }
+        Ok(())
+    }
+
+    /// [`Calls::charge`]'s one atomic call, of items that each name a counter once.
+    async fn charge_together(
         &self,
         answer: &mut Answer<'_>,
         fits: &[&Item<'_>],

@@ -89,17 +89,54 @@ pub(super) fn merge_same_key(found: Vec<Item<'_>>) -> Vec<Item<'_>> {
     items
 }
 
-/// What makes two items one counter: the limit, whether the rule is a shadow rule, and the
-/// key parts.
-type SameKey<'a> = (&'a str, bool, Vec<(&'a str, &'a str)>);
+/// What makes two items one item: their counter, and whether the rule is a shadow rule.
+type SameKey<'a> = (Counter<'a>, bool);
 
-/// `item`'s [`SameKey`]: its parts in name order, stable (a name given twice keeps its
+fn same_key<'a>(item: &Item<'a>) -> SameKey<'a> {
+    (counter(item), item.rule.shadow)
+}
+
+/// The counter an item counts on: its limit and its key parts.
+type Counter<'a> = (&'a str, Vec<(&'a str, &'a str)>);
+
+/// `item`'s [`Counter`]: its parts in name order, stable (a name given twice keeps its
 /// values' order), as the core builds the key of a limit that takes every part it is given;
 /// a keyed limit names each part once and follows its own order, whatever the descriptor's.
-fn same_key<'a>(item: &Item<'a>) -> SameKey<'a> {
+/// (A limit override's rule names the override's own limit, whose name is its counter's.)
+fn counter<'a>(item: &Item<'a>) -> Counter<'a> {
     let mut parts = item.parts.clone();
     parts.sort_by(|a, b| a.0.cmp(b.0));
-    (&*item.rule.limit, item.rule.shadow, parts)
+    (&*item.rule.limit, parts)
+}
+
+/// `batch` as store calls in turn that each name a counter at most once: the core takes no
+/// (limit, key) twice in one request. Merging leaves items on one counter only across what
+/// it keeps apart, a shadow rule and an enforced one, or a check-only descriptor and a
+/// charging one; a batch holding only one of each kind is one call, and costs no look at
+/// its keys. Enforced items come first: an item goes to the call after the last one that
+/// holds its counter, taking enforced items before shadow ones, each in batch order. So in
+/// a batch of charging items (merged: each counter once per kind) every enforced item is
+/// in the first call, and a shadow item whose counter an enforced one holds in the second.
+pub(super) fn rounds<'b, 'a>(batch: &[&'b Item<'a>]) -> Vec<Vec<&'b Item<'a>>> {
+    let mixed = |kind: fn(&Item<'_>) -> bool| {
+        batch.iter().any(|i| kind(i)) && !batch.iter().all(|i| kind(i))
+    };
+    if !mixed(|i| i.rule.shadow) && !mixed(|i| i.cost == 0) {
+        return vec![batch.to_vec()];
+    }
+    let mut rounds: Vec<Vec<&'b Item<'a>>> = Vec::new();
+    let mut held: HashMap<Counter<'a>, usize> = HashMap::with_capacity(batch.len());
+    let enforced = batch.iter().filter(|i| !i.rule.shadow);
+    let shadow = batch.iter().filter(|i| i.rule.shadow);
+    for &item in enforced.chain(shadow) {
+        let calls = held.entry(counter(item)).or_insert(0);
+        if rounds.len() == *calls {
+            rounds.push(Vec::new());
+        }
+        rounds[*calls].push(item);
+        *calls += 1;
+    }
+    rounds
 }
 
 /// What descriptor `d` costs: its own `hits_addend` when set, 0 included (check only: the
@@ -183,5 +220,43 @@ mod tests {
         assert_eq!(slots, [&[0, 1][..], &[2], &[3, 4, 5], &[6], &[7]]);
         let costs: Vec<u64> = items.iter().map(|i| i.cost).collect();
         assert_eq!(costs, [2, 1, 3, 1, 1]);
+    }
+
+    fn slots(rounds: &[Vec<&Item<'_>>]) -> Vec<Vec<usize>> {
+        rounds
+            .iter()
+            .map(|call| call.iter().map(|i| i.slots[0]).collect())
+            .collect()
+    }
+
+    /// Calls that each name a counter once: one call when the batch holds one kind of item
+    /// (merged items: no counter twice), else enforced items first, and an item in the call
+    /// after the last that holds its counter.
+    #[test]
+    fn rounds_name_each_counter_once_enforced_first() {
+        let keyed = rule("keyed", Some(&["a"]), false);
+        let shadow = rule("keyed", Some(&["a"]), true);
+        let other = rule("other", Some(&["a"]), true);
+        let one = |slot, rule| item(slot, rule, vec![("a", "1")]);
+        let check_only = |slot, rule| Item::new(slot, rule, vec![("a", "1")], 0, false);
+
+        let (a, b) = (one(0, &keyed), item(1, &keyed, vec![("a", "2")]));
+        assert_eq!(slots(&rounds(&[&a, &b])), [[0, 1]]);
+        let (s, t) = (one(0, &shadow), one(1, &other));
+        assert_eq!(slots(&rounds(&[&s, &t])), [[0, 1]]);
+
+        // A shadow item before the enforced one on its counter goes after it; a shadow item
+        // on another counter stays in the first call.
+        let (s, t, e) = (one(0, &shadow), one(1, &other), one(2, &keyed));
+        assert_eq!(slots(&rounds(&[&s, &t, &e])), [vec![2, 1], vec![0]]);
+
+        // Each kind on one counter: four calls, enforced ones first.
+        let (sc, ec, s, e) = (
+            check_only(0, &shadow),
+            check_only(1, &keyed),
+            one(2, &shadow),
+            one(3, &keyed),
+        );
+        assert_eq!(slots(&rounds(&[&sc, &ec, &s, &e])), [[1], [3], [0], [2]]);
     }
 }

@@ -16,6 +16,14 @@
 //! was quadratic, and 30,000 descriptors held a runtime thread for 8 s. A call's size is
 //! capped before anything else (`caps.rs`), and every step here is linear in it.
 //!
+//! Merging keeps two kinds apart on one counter: a shadow rule's descriptor and an enforced
+//! one's (two rules naming one limit), and a check-only descriptor and a charging one. The
+//! core takes no (limit, key) twice in one request, so a store call holding both is split
+//! (`items::rounds`): peeks in any order; in the charging call, a shadow descriptor on an
+//! enforced one's counter is decided after it, on the count it left, as the limiter decides
+//! every shadow entry after the enforced ones (charged only when the request passed, or
+//! when refusals are charged). Such a call was `INVALID_ARGUMENT`.
+//!
 //! A descriptor whose own `hits_addend` is 0 is **check only**, as in the reference: it asks
 //! whether its key has a unit left (with counted refusals, whether its count is past the
 //! limit, below) and charges nothing. Such descriptors are peeked (at one

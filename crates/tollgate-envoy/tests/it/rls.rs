@@ -440,6 +440,185 @@ descriptor = [{ key = "gate", part = "gate" }]
     rls.stop().await;
 }
 
+const SHARED: &str = r#"
+[[envoy.rules]]
+domain = "s"
+limit = "shared_user"
+descriptor = [{ key = "user", part = "user" }]
+
+[[envoy.rules]]
+domain = "s"
+limit = "shared_user"
+shadow = true
+descriptor = [{ key = "trial_user", part = "user" }]
+
+[[envoy.rules]]
+domain = "s"
+limit = "shared_gate"
+descriptor = [{ key = "gate", part = "gate" }]
+"#;
+
+/// A shadow rule and an enforced rule on one limit name one counter for the same key. In
+/// one request, the shadow descriptor is decided after the enforced one, on the count it
+/// left (as a later request would be): charged when it fits and the request passes, its
+/// would-be refusal counted, never refusing. (It was `INVALID_ARGUMENT`: the same limit and
+/// key twice.)
+#[tokio::test]
+async fn a_shadow_rule_sharing_an_enforced_counter_is_decided_after_it() {
+    metrics();
+    let mut rls = Rls::start(
+        vec![
+            per_minute("shared_user", 3, &["user"]),
+            per_minute("shared_gate", 1, &["gate"]),
+        ],
+        SHARED,
+    )
+    .await;
+    let both: [&[(&str, &str)]; 2] = [&[("user", "u1")], &[("trial_user", "u1")]];
+    let r = rls.call(request("s", &both, 0)).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!(
+        (status_code(&r.statuses[0]), remaining(&r, 0)),
+        (Code::Ok, 2),
+        "{r:?}"
+    );
+    assert_eq!(
+        (status_code(&r.statuses[1]), remaining(&r, 1)),
+        (Code::Ok, 1),
+        "the shadow descriptor counts after the enforced one: {r:?}"
+    );
+    let denied = counter("tollgate_shadow_denied_total", "shared_user");
+
+    // The enforced descriptor takes the last unit; the shadow one would be refused.
+    let r = rls.call(request("s", &both, 0)).await;
+    assert_eq!(
+        code(&r),
+        Code::Ok,
+        "a shadow refusal refuses nothing: {r:?}"
+    );
+    assert_eq!(
+        (status_code(&r.statuses[0]), remaining(&r, 0)),
+        (Code::Ok, 0)
+    );
+    assert_eq!(
+        (status_code(&r.statuses[1]), remaining(&r, 1)),
+        (Code::Ok, 0)
+    );
+    assert_eq!(
+        counter("tollgate_shadow_denied_total", "shared_user"),
+        denied + 1
+    );
+
+    // Nothing left: the enforced descriptor refuses; the shadow one is reported, not counted.
+    let r = rls.call(request("s", &both, 0)).await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert_eq!(status_code(&r.statuses[0]), Code::OverLimit, "{r:?}");
+    assert_eq!(status_code(&r.statuses[1]), Code::Ok, "{r:?}");
+    assert_eq!(
+        counter("tollgate_shadow_denied_total", "shared_user"),
+        denied + 1
+    );
+
+    // Refused by another limit: the shared counter is charged by neither descriptor.
+    let gate: &[(&str, &str)] = &[("gate", "g")];
+    let r = rls.call(request("s", &[gate], 0)).await;
+    assert_eq!(code(&r), Code::Ok);
+    let three: [&[(&str, &str)]; 3] = [gate, &[("trial_user", "u2")], &[("user", "u2")]];
+    let r = rls.call(request("s", &three, 0)).await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert_eq!((remaining(&r, 1), remaining(&r, 2)), (3, 3), "{r:?}");
+    let r = rls.call(request("s", &[&[("user", "u2")]], 0)).await;
+    assert_eq!((code(&r), remaining(&r, 0)), (Code::Ok, 2), "u2 untouched");
+    rls.stop().await;
+}
+
+/// A check-only descriptor (`hits_addend` 0) and a charging one on the same key, in a
+/// request another descriptor refuses: every descriptor is reported, nothing is charged.
+/// (The report put both in one peek: `INVALID_ARGUMENT`.)
+#[tokio::test]
+async fn a_refused_request_reports_a_check_only_and_a_charging_descriptor_of_one_key() {
+    let mut rls = Rls::start(
+        vec![
+            per_minute("shared_user", 3, &["user"]),
+            per_minute("shared_gate", 1, &["gate"]),
+        ],
+        SHARED,
+    )
+    .await;
+    let user: &[(&str, &str)] = &[("user", "u1")];
+    let gate: &[(&str, &str)] = &[("gate", "g")];
+    let mut call = request("s", &[user, user, gate], 1);
+    call.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
+    call.descriptors[2].hits_addend = Some(UInt64Value { value: 2 });
+    let r = rls.call(call).await;
+    assert_eq!(
+        code(&r),
+        Code::OverLimit,
+        "2 > the gate's capacity 1: {r:?}"
+    );
+    assert_eq!(
+        (status_code(&r.statuses[0]), remaining(&r, 0)),
+        (Code::Ok, 3),
+        "{r:?}"
+    );
+    assert_eq!(
+        (status_code(&r.statuses[1]), remaining(&r, 1)),
+        (Code::Ok, 3),
+        "{r:?}"
+    );
+    assert_eq!(status_code(&r.statuses[2]), Code::OverLimit, "{r:?}");
+    let r = rls.call(request("s", &[user], 0)).await;
+    assert_eq!(
+        (code(&r), remaining(&r, 0)),
+        (Code::Ok, 2),
+        "nothing charged"
+    );
+    // Check only, an enforced and a shadow descriptor of one key: both peeked.
+    let mut call = request("s", &[&[("trial_user", "u1")], user], 1);
+    for d in &mut call.descriptors {
+        d.hits_addend = Some(UInt64Value { value: 0 });
+    }
+    let r = rls.call(call).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!((remaining(&r, 0), remaining(&r, 1)), (2, 2), "{r:?}");
+    rls.stop().await;
+}
+
+/// With refusals charged (the reference's counting), the shadow descriptor on the enforced
+/// one's counter is charged after it whatever either answers, and a count past the limit is
+/// its would-be refusal; the enforced descriptor refuses as its own count says.
+#[tokio::test]
+async fn a_shadow_rule_sharing_an_enforced_counter_with_refusals_charged() {
+    metrics();
+    let rules = format!("[envoy]\nrefusals = \"charged\"\n{SHARED}");
+    let mut rls = Rls::start(
+        vec![
+            per_minute("shared_charged", 4, &["user"]),
+            per_minute("shared_gate", 1, &["gate"]),
+        ],
+        &rules.replace("shared_user", "shared_charged"),
+    )
+    .await;
+    let both: [&[(&str, &str)]; 2] = [&[("trial_user", "u1")], &[("user", "u1")]];
+    let denied = counter("tollgate_shadow_denied_total", "shared_charged");
+    let r = rls.call(request("s", &both, 0)).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!((remaining(&r, 1), remaining(&r, 0)), (3, 2), "{r:?}");
+    let r = rls.call(request("s", &both, 0)).await;
+    assert_eq!(code(&r), Code::Ok, "{r:?}");
+    assert_eq!((remaining(&r, 1), remaining(&r, 0)), (1, 0), "{r:?}");
+    // Counts 5 and 6 of 4: the enforced descriptor is over, the shadow one would be.
+    let r = rls.call(request("s", &both, 0)).await;
+    assert_eq!(code(&r), Code::OverLimit, "{r:?}");
+    assert_eq!(status_code(&r.statuses[1]), Code::OverLimit, "{r:?}");
+    assert_eq!(status_code(&r.statuses[0]), Code::Ok, "{r:?}");
+    assert_eq!(
+        counter("tollgate_shadow_denied_total", "shared_charged"),
+        denied + 1
+    );
+    rls.stop().await;
+}
+
 /// A new snapshot (rules and limits) takes effect on the next call, without a restart.
 #[tokio::test]
 async fn swapped_snapshot_takes_effect() {
