@@ -12,6 +12,7 @@ mod envoy_quota;
 mod envoy_reference;
 mod envoy_service_cases;
 mod envoy_settings;
+mod envoy_shadow_counter;
 mod envoy_yaml;
 mod grpc;
 mod hardening;
