@@ -5,6 +5,7 @@
 //! usual. All or nothing still holds: when one entry refuses, the units the others spent
 //! from their leases go back to those leases (locally: the store counted them as taken
 //! already, and they stay this instance's to hand out), and an exact entry is not charged.
+//! So do they when the request is dropped before its verdict (`SpentGuard`).
 
 use std::sync::Arc;
 
@@ -36,6 +37,33 @@ impl Drop for AbortOnDrop<'_> {
     }
 }
 
+/// The units a request spent from its entries' leases, each with its stamp, given back to
+/// those leases when the request is dropped before its verdict (a client gone, a timeout
+/// firing while a later entry's take or the exact entries' store call is under way): a
+/// request that got no answer charges nothing, as without leases, where the store gives
+/// back what an unanswered call charged.
+struct SpentGuard<'r, 'e> {
+    tier: &'r crate::lease::tier::LeaseTier,
+    entries: &'r [Entry<'e>],
+    spent: SmallVec<[(usize, Stamp); 2]>,
+}
+
+impl SpentGuard<'_, '_> {
+    /// Gives every spent unit back: the request was refused.
+    fn refund(&mut self) {
+        for (i, stamp) in self.spent.drain(..) {
+            let e = &self.entries[i];
+            self.tier.refund(&e.key, e.cost, stamp);
+        }
+    }
+}
+
+impl Drop for SpentGuard<'_, '_> {
+    fn drop(&mut self) {
+        self.refund();
+    }
+}
+
 /// How one lease entry went.
 enum Leased {
     /// Admitted, `cost` spent from the entry's lease, from `Stamp` (to refund if another
@@ -55,7 +83,11 @@ impl<S: Store> Limiter<S> {
         let entries = request.entries();
         let mut out: SmallVec<[Option<LimitDecision>; 2]> =
             SmallVec::from_elem(None, entries.len());
-        let mut spent: SmallVec<[(usize, Stamp); 2]> = SmallVec::new();
+        let mut spent = SpentGuard {
+            tier: &self.leases,
+            entries,
+            spent: SmallVec::new(),
+        };
         let mut admitted = true;
         for (i, e) in entries.iter().enumerate() {
             if e.limit.lease_mode().is_none() {
@@ -63,7 +95,7 @@ impl<S: Store> Limiter<S> {
             }
             let d = match self.lease_entry(e, e.cost, now).await {
                 Leased::Spent(d, stamp) => {
-                    spent.push((i, stamp));
+                    spent.spent.push((i, stamp));
                     d
                 }
                 Leased::Other(d) => d,
@@ -82,10 +114,11 @@ impl<S: Store> Limiter<S> {
                 out[i] = Some(d);
             }
         }
-        if !admitted {
-            for &(i, stamp) in &spent {
-                self.leases.refund(&entries[i].key, entries[i].cost, stamp);
-            }
+        if admitted {
+            // Answered: what was spent stays spent.
+            spent.spent.clear();
+        } else {
+            spent.refund();
         }
         out.into_iter().flatten().collect()
     }

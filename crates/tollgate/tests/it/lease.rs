@@ -264,6 +264,83 @@ async fn a_refusal_by_another_limit_refunds_the_lease() {
     assert_eq!(store_count(store.inner(), &clock, 100).await, 1 + held);
 }
 
+/// A request given up while its exact limit's store call is under way (a client gone, a
+/// timeout firing) gives the unit it spent from the lease back: unanswered, it charged
+/// nothing, as the same request without a lease.
+#[tokio::test]
+async fn a_request_given_up_during_its_exact_call_refunds_the_lease() {
+    let clock = clock();
+    let store = counting(memory());
+    let wide = Limit::new(
+        "wide",
+        Algorithm::FixedWindow,
+        Quota::per_minute(1_000).expect("valid"),
+    )
+    .expect("valid");
+    let l = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10)), wide],
+    );
+    let both = ["hot", "wide"];
+    assert_eq!(
+        l.check_all(&both, &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    let held = l.leased_units();
+    assert!(held > 0, "a lease is held: {held}");
+    store.decides_open.store(false, Ordering::SeqCst);
+    let given_up = at_most(l.check_all(&both, &KEY), 20).await;
+    assert!(given_up.is_none(), "the exact call never answered");
+    assert_eq!(
+        store.decides.load(Ordering::SeqCst),
+        2,
+        "the second request reached its exact call"
+    );
+    assert_eq!(
+        l.leased_units(),
+        held,
+        "the given-up request's unit came back"
+    );
+    store.decides_open.store(true, Ordering::SeqCst);
+    l.return_leases().await.expect("given back");
+    assert_eq!(store_count(store.inner(), &clock, 100).await, 1);
+}
+
+/// The same while a second lease-mode limit's take is under way: the first limit's unit
+/// comes back.
+#[tokio::test]
+async fn a_request_given_up_during_another_limits_take_refunds_the_lease() {
+    let clock = clock();
+    let store = counting(memory());
+    let cold = Limit::new(
+        "cold",
+        Algorithm::FixedWindow,
+        Quota::per_minute(100).expect("valid"),
+    )
+    .and_then(|l| l.lease(Lease::new().units(10)))
+    .expect("valid");
+    let l = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10)), cold],
+    );
+    assert_eq!(
+        l.check("hot", &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    let held = l.leased_units();
+    store.open.store(false, Ordering::SeqCst);
+    let given_up = at_most(l.check_all(&["hot", "cold"], &KEY), 20).await;
+    assert!(given_up.is_none(), "the take never answered");
+    assert_eq!(
+        store.takes.load(Ordering::SeqCst),
+        2,
+        "cold's take was made"
+    );
+    assert_eq!(l.leased_units(), held, "hot's unit came back");
+}
+
 /// A limiter with a lease of 50 on a limit of 1 000 a minute, on a counting memory store whose
 /// takes wait until `open` is set.
 fn held_takes() -> (
