@@ -118,6 +118,13 @@ pub enum FieldError {
          name (a SPIFFE ID, a DNS name, a common name)"
     )]
     WildcardName(String),
+    /// A `server.tls_client_names` entry with whitespace at an end or a control character:
+    /// no certificate name a client could present matches it.
+    #[error(
+        "{0:?}: a name with whitespace at an end or a control character matches no \
+         certificate's name: write the name alone"
+    )]
+    UnmatchableName(String),
     /// `server.unix_mode` beyond the permission bits (`660` written for `0o660`).
     #[error("{0:#o} is not a file mode: write permission bits in octal, e.g. 0o660")]
     NotAMode(u32),

@@ -34,8 +34,9 @@ pub struct ServerTls {
 /// `unix:` sockets (plaintext), or `tls_client_names` with gRPC on a `unix:` socket or no
 /// gRPC listener at all (the names are checked on gRPC only), the
 /// client checks the operator wrote would silently not run. So are an empty
-/// `tls_client_names` (it checks nothing) and a name with `*` (compared exactly, it never
-/// matches).
+/// `tls_client_names` (it checks nothing), a name with `*` (compared exactly, it never
+/// matches), and one with whitespace at an end or a control character (no certificate's name
+/// has them; a common name may hold a space inside).
 pub(super) fn server_tls(
     raw: &RawConfig,
     origin: &str,
@@ -59,6 +60,14 @@ pub(super) fn server_tls(
     if let Some(i) = names.iter().position(|n| n.contains('*')) {
         let field = format!("server.tls_client_names[{i}]");
         let e = FieldError::WildcardName(names[i].clone());
+        return Err(ConfigError::invalid(origin, field, e));
+    }
+    if let Some(i) = names
+        .iter()
+        .position(|n| n.trim() != n || n.chars().any(char::is_control))
+    {
+        let field = format!("server.tls_client_names[{i}]");
+        let e = FieldError::UnmatchableName(names[i].clone());
         return Err(ConfigError::invalid(origin, field, e));
     }
     let (cert, key) = match (&s.tls_cert, &s.tls_key) {
@@ -226,6 +235,29 @@ mod tests {
         assert!(
             e.starts_with("/etc/t/t.toml: server.tls_client_names[1]: \"*.edge.svc\": names are compared exactly, so a `*` would never match"),
             "{e}"
+        );
+        for bad in [
+            r#"" envoy.edge.svc""#,
+            r#""envoy.edge.svc\n""#,
+            r#""envoy\u0000x""#,
+        ] {
+            let e = error(&format!(
+                "grpc = \"127.0.0.1:8081\"\n{tls}\ntls_client_names = [\"envoy\", {bad}]"
+            ));
+            assert!(
+                e.starts_with("/etc/t/t.toml: server.tls_client_names[1]: ")
+                    && e.contains("a name with whitespace at an end or a control character matches no certificate's name"),
+                "{bad}: {e}"
+            );
+        }
+        // A common name may hold a space inside.
+        let text = format!(
+            "[server]\nhttp = \"127.0.0.1:8080\"\ngrpc = \"127.0.0.1:8081\"\n{tls}\ntls_client_names = [\"Envoy Proxy\"]\n{LIMIT}"
+        );
+        let config = Config::parse(&text, "/etc/t/t.toml", &Overrides::default()).expect("valid");
+        assert_eq!(
+            config.server.tls.expect("tls").client_names,
+            ["Envoy Proxy"]
         );
 
         // HTTP on a socket, gRPC on TCP: TLS (and the names) apply to gRPC.

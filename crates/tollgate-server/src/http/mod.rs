@@ -7,6 +7,7 @@
 //! - `handlers`: the routes ([`router`]) and their handlers, thin glue between JSON and
 //!   [`crate::limits::Limits`];
 //! - `pacing`: `POST /v1/acquire` and `POST /v1/adjust`, slots and settlements;
+//! - `held_acquires`: how many acquires may hold their connection at once;
 //! - `status_body`: `GET /v1/status` and `GET /v1/history`, the status page's JSON, built from
 //!   [`crate::status`]'s figures;
 //! - `watch_lane`: the thread those reads (and `/metrics`, `/v1/top`, `/v1/limits`) are
@@ -18,6 +19,7 @@
 pub mod api;
 mod body;
 mod handlers;
+mod held_acquires;
 mod pacing;
 pub mod response;
 pub mod state;
@@ -27,5 +29,6 @@ mod watch_lane;
 
 pub use body::MAX_BODY;
 pub use handlers::router;
+pub(crate) use held_acquires::HeldAcquires;
 pub use response::{ApiError, Reply};
 pub use state::AppState;

@@ -6,7 +6,8 @@
 //! and a client that goes away while held gives its slot back (the request's future is
 //! dropped, [`tollgate::Limiter::acquire`] cancels). Without it the client sleeps the wait
 //! itself; a slot it then does not use is lost (there is no cancel over HTTP). `max_wait_ms`
-//! is bounded by `server.max_acquire_wait`, so a held connection is held that long at most.
+//! is bounded by `server.max_acquire_wait`, so a held connection is held that long at most,
+//! and at most half of the listener's connections hold one at once (`held_acquires.rs`).
 //!
 //! An adjust answers the key's state after (200), 400 for what the core refuses (a `delta`
 //! beyond the limit's capacity, an unknown limit, a missing key part) and 503 when the store
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use tollgate::SettleError;
+use tollgate::{CheckError, SettleError};
 
 use super::api::{self, AcquireRequest, AdjustBody, AdjustRequest};
 use super::body::Body;
@@ -34,6 +35,14 @@ pub(super) async fn acquire(
         .into_acquire(state.max_acquire_wait)
         .map_err(ApiError::BadRequest)?;
     let key = bounded_key(&asked.key).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    // Held while this handler waits, answered or dropped with its client.
+    let _hold = match asked.hold {
+        true => Some(state.held_acquires.try_hold().ok_or_else(|| {
+            metrics::counter!("tollgate_held_acquires_refused_total").increment(1);
+            ApiError::HeldAcquiresFull(state.held_acquires.cap())
+        })?),
+        false => None,
+    };
     let limits = state.limits.load_full();
     let reservation = limits
         .reserve(&asked.limit, &key, asked.cost, asked.max_wait, asked.hold)
@@ -60,6 +69,13 @@ pub(super) async fn adjust(
         .adjust(&limit, &key, delta)
         .await
         .map_err(|e| match e {
+            // The core checks `|delta|` as a cost: say it of the field the caller wrote.
+            SettleError::Check(CheckError::CostExceedsCapacity {
+                limit, capacity, ..
+            }) => ApiError::BadRequest(format!(
+                "delta {delta} is beyond what limit {limit:?} can ever admit: at most \
+                 {capacity} units are charged or given back at once"
+            )),
             SettleError::Check(e) => ApiError::BadRequest(e.to_string()),
             SettleError::Store(e) => ApiError::StoreUnavailable(e),
         })?;

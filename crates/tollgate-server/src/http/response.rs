@@ -99,6 +99,12 @@ pub enum ApiError {
     /// The head is larger than the server reads (answered below the router).
     #[error("request header fields too large")]
     HeadersTooLarge,
+    /// `POST /v1/acquire` asked to hold while `cap` acquires (half of
+    /// `server.max_connections`) already hold their connections (`held_acquires.rs`).
+    #[error(
+        "too many held acquires: {0} connections (half of server.max_connections) already wait for their slots; retry, or ask without \"hold\""
+    )]
+    HeldAcquiresFull(usize),
     /// A bug or an unexpected failure.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -118,7 +124,9 @@ impl ApiError {
             ApiError::ResetDisabled => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StoreUnavailable(_) | ApiError::HeldAcquiresFull(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::BodyTimeout(_) | ApiError::HeaderTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Malformed => StatusCode::BAD_REQUEST,
             ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
@@ -178,6 +186,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if matches!(self, ApiError::HeldAcquiresFull(_)) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if matches!(self, ApiError::Unauthorized) {
             response

@@ -20,6 +20,7 @@ use crate::status::reload_status::ReloadStatus;
 use crate::status::store_probe::StoreProbe;
 use crate::store::AnyStore;
 
+use super::held_acquires::HeldAcquires;
 use super::watch_lane::WatchLane;
 
 /// What every handler shares.
@@ -49,6 +50,8 @@ pub struct AppState {
     pub(crate) history: History,
     /// `server.max_acquire_wait`.
     pub(crate) max_acquire_wait: Duration,
+    /// The held acquires, at most half of `server.max_connections`.
+    pub(crate) held_acquires: HeldAcquires,
     /// Where the status reads are rendered, off the request workers.
     pub(crate) watch: WatchLane,
 }
@@ -74,6 +77,7 @@ impl AppState {
             rates: RateHistory::default(),
             history: History::new(crate::config::DEFAULT_HISTORY_INTERVAL),
             max_acquire_wait: crate::config::DEFAULT_MAX_ACQUIRE_WAIT,
+            held_acquires: HeldAcquires::new(crate::config::DEFAULT_MAX_CONNECTIONS),
             watch: WatchLane::start(),
         }
     }

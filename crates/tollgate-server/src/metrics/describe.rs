@@ -9,8 +9,8 @@ use tollgate_envoy as envoy;
 
 use super::names::{
     BUILD_INFO, CIRCUIT_OPEN, CONFIG_RELOAD, DECISIONS, DENY_CACHE_ENTRIES, DENY_RATIO,
-    HTTP_DURATION, HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS, PANICS,
-    RESTART_PENDING, SHADOW_DENIED, STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP,
+    HELD_ACQUIRES, HTTP_DURATION, HTTP_REQUESTS, KEYS, LAST_RELOAD_SUCCESSFUL, LEASED_UNITS,
+    PANICS, RESTART_PENDING, SHADOW_DENIED, STORE_LATENCY, STORE_MAX_KEYS, STORE_TIMEOUT, STORE_UP,
     TLS_CERT_EXPIRY, TLS_LAST_RELOAD_SUCCESSFUL, TLS_RELOAD,
 };
 
@@ -66,6 +66,11 @@ const COUNTERS: &[(&str, &str)] = &[
          garbled)",
     ),
     (HTTP_REQUESTS, "HTTP API requests by route and status"),
+    (
+        "tollgate_held_acquires_refused_total",
+        "POST /v1/acquire asking to hold, refused (503) while half of server.max_connections \
+         already hold theirs",
+    ),
     (
         "tollgate_lease_takes_total",
         "Lease mode: store calls taking units, by limit and result (granted, refused, failed)",
@@ -191,6 +196,10 @@ const GAUGES: &[(&str, &str)] = &[
          limit had no check in that minute",
     ),
     (DENY_CACHE_ENTRIES, "Refusals held by the exact deny cache"),
+    (
+        HELD_ACQUIRES,
+        "POST /v1/acquire calls holding their connection until their slot, now",
+    ),
     (
         "tollgate_lease_overshoot_units",
         "Lease mode: units this instance holds that the store already counts as spent, by \

@@ -54,3 +54,5 @@ pub const DENY_RATIO: &str = "tollgate_deny_ratio";
 pub const DENY_CACHE_ENTRIES: &str = "tollgate_deny_cache_entries";
 /// Units held in leases (`tollgate_leased_units`), set by the lease sweep.
 pub const LEASED_UNITS: &str = "tollgate_leased_units";
+/// `POST /v1/acquire` calls holding their connection now (`http/held_acquires.rs`).
+pub const HELD_ACQUIRES: &str = "tollgate_held_acquires";

@@ -40,6 +40,7 @@ pub(crate) async fn build_state(
     );
     state.history = crate::status::history::History::new(config.server.history_interval);
     state.max_acquire_wait = config.server.max_acquire_wait;
+    state.held_acquires = crate::http::HeldAcquires::new(config.server.max_connections);
     if config.envoy.config_dir.is_some() {
         // The reference's config load counters: this load, and the error series at 0.
         tollgate_envoy::config_loads_watched();

@@ -196,7 +196,12 @@ async fn bad_acquires_and_adjusts_say_what_is_wrong() {
         (
             "/v1/adjust",
             r#"{"limit":"upstream","key":{"account":"a"},"delta":2}"#,
-            "can ever admit (1)",
+            "delta 2 is beyond what limit \"upstream\" can ever admit: at most 1 units",
+        ),
+        (
+            "/v1/adjust",
+            r#"{"limit":"upstream","key":{"account":"a"},"delta":-9223372036854775808}"#,
+            "delta -9223372036854775808 is beyond",
         ),
         (
             "/v1/adjust",
