@@ -81,6 +81,21 @@ pub(crate) fn in_batch(message: String) -> StoreError {
     }
 }
 
+/// Whether `err` may be a refusal the client met setting a connection up (its credentials,
+/// the database, the protocol), which the `redis` crate's connection manager keeps as its
+/// connection (`store/single_node.rs`). Wide on purpose: a command refused for its
+/// permissions reads the same.
+pub(crate) fn refused_while_connecting(err: &RedisError) -> bool {
+    !err.is_io_error()
+        && (matches!(
+            err.kind(),
+            ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig
+        ) || matches!(
+            err.code(),
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM" | "NOPROTO")
+        ) || connection_setup(err).is_some())
+}
+
 /// A refusal met while the client set a new connection up, not by a call of ours: the kind
 /// to report it as, `None` for any other error. The client reports the server's refusal of
 /// the `SELECT` it sends for the URL's database (`redis://host/99` beyond `databases`: "ERR

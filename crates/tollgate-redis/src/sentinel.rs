@@ -187,13 +187,21 @@ impl Sentinel {
             // Still the master: nothing changes.
             return Ok(());
         };
-        tracing::warn!(
-            master = %self.looker.master_name,
-            from = %describe(&current.addr),
-            to = %describe(&next.addr),
-            "sentinel: the master moved; following it"
-        );
-        metrics::counter!("tollgate_redis_sentinel_switches_total").increment(1);
+        if next.addr == current.addr {
+            tracing::info!(
+                master = %self.looker.master_name,
+                addr = %describe(&next.addr),
+                "sentinel: connected to the master again after a refused connection"
+            );
+        } else {
+            tracing::warn!(
+                master = %self.looker.master_name,
+                from = %describe(&current.addr),
+                to = %describe(&next.addr),
+                "sentinel: the master moved; following it"
+            );
+            metrics::counter!("tollgate_redis_sentinel_switches_total").increment(1);
+        }
         *self
             .current
             .write()

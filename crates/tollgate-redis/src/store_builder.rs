@@ -14,7 +14,7 @@ use crate::breaker::Breaker;
 use crate::error::classify;
 use crate::node_options::NodeOptions;
 use crate::sentinel::{Sentinel, is_tls};
-use crate::store::{Connection, DEFAULT_MAX_BATCH, RedisStore};
+use crate::store::{Connection, DEFAULT_MAX_BATCH, RedisStore, SingleNode};
 use crate::subscriber::Subscriber;
 use crate::tls::{TlsOptions, install_crypto_provider};
 
@@ -291,7 +291,7 @@ impl RedisStoreBuilder {
                 let client = node.client(info)?;
                 let manager = node.manager(client.clone()).await?;
                 (
-                    Connection::Single(manager),
+                    Connection::Single(SingleNode::new(manager, client.clone(), node.clone())),
                     Subscriber::Fixed(Box::new(client)),
                 )
             }

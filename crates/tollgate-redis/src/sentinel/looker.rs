@@ -68,7 +68,8 @@ impl Looker {
 
     /// The master: `None` when `current` still is (named by the sentinels, or at least by the
     /// best-ranked of them that answers, and answering `ROLE` as a master), else a new
-    /// connection to the node that is. Every sentinel is asked at once; the addresses they
+    /// connection to the node that is (the same node too, when `current`'s connection is
+    /// refused for its credentials). Every sentinel is asked at once; the addresses they
     /// name are tried in [`rank`]'s order (`hint`, an announced new master, first) until one
     /// answers as a master, and the sentinel that named it goes to the front of the order.
     ///
@@ -98,6 +99,13 @@ impl Looker {
                     let answered =
                         tokio::time::timeout(MAX_LOOK_INTERVAL, is_master(&mut manager, &addr));
                     match answered.await {
+                        // A reconnection refused for its credentials (the user deleted, then
+                        // made again) stays the manager's connection for good: the `redis`
+                        // crate connects again only after an I/O error
+                        // (`store/single_node.rs`). A new connection to the same master.
+                        Ok(Err(StoreError::Auth(_))) => {
+                            self.connect_master(addr.clone()).await.map(Some)
+                        }
                         Ok(result) => result.map(|()| None),
                         Err(_) => Err(StoreError::Timeout(MAX_LOOK_INTERVAL)),
                     }

@@ -3,15 +3,16 @@
 
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
+use super::single_node::SingleNode;
 use crate::sentinel::Sentinel;
 
 #[derive(Clone)]
 pub(crate) enum Connection {
-    Single(ConnectionManager),
+    /// One node, its connection made again when the `redis` crate will not.
+    Single(Arc<SingleNode>),
     /// The master a Sentinel group names, followed through failovers.
     Sentinel(Arc<Sentinel>),
     Cluster(ClusterConnection),
@@ -29,7 +30,13 @@ impl Connection {
     /// until its retries run out (seen with 16 tasks on one moving key).
     pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
         match self {
-            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Single(c) => {
+                let result = cmd.query_async(&mut c.manager()).await;
+                if let Err(e) = &result {
+                    c.failed(e);
+                }
+                result
+            }
             Connection::Sentinel(s) => cmd.query_async(&mut s.manager()).await,
             Connection::Cluster(c) => match cmd.query_async(&mut c.clone()).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
@@ -47,7 +54,13 @@ impl Connection {
         pipe: &redis::Pipeline,
     ) -> redis::RedisResult<T> {
         match self {
-            Connection::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Connection::Single(c) => {
+                let result = pipe.query_async(&mut c.manager()).await;
+                if let Err(e) = &result {
+                    c.failed(e);
+                }
+                result
+            }
             Connection::Sentinel(s) => pipe.query_async(&mut s.manager()).await,
             Connection::Cluster(c) => pipe.query_async(&mut c.clone()).await,
         }

@@ -23,8 +23,9 @@
 //!   millisecond (see `due_within_a_millisecond` in `decide.rs`).
 //!
 //! The children, each one job of the store, lowest layer first:
-//! - `connection`, `scripts`, `coalescer`: the connection and the one command it runs, the
-//!   scripts' load state on it, and the queues of coalesced requests (data only);
+//! - `single_node`, `connection`, `scripts`, `coalescer`: one node's connection, made again
+//!   when the `redis` crate will not; the connection and the one command it runs; the
+//!   scripts' load state on it; and the queues of coalesced requests (data only);
 //! - `slot_watch`: on a cluster, a new master for a slot whose calls time out, which the
 //!   `redis` crate would not look for;
 //! - `node_replies`: on a cluster, replies counted per master, so that a call to a silent
@@ -55,6 +56,7 @@ mod node_replies;
 mod redis_store;
 mod reset;
 mod scripts;
+mod single_node;
 mod slot_watch;
 mod store_trait;
 mod unanswered;
@@ -62,3 +64,4 @@ mod unanswered;
 pub use coalescer::DEFAULT_MAX_BATCH;
 pub(crate) use connection::Connection;
 pub use redis_store::RedisStore;
+pub(crate) use single_node::SingleNode;

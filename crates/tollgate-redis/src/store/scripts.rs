@@ -33,7 +33,7 @@ impl Scripts {
         }
         for script in all_scripts() {
             let loaded = match connection {
-                Connection::Single(c) => script.load_async(&mut c.clone()).await,
+                Connection::Single(c) => script.load_async(&mut c.manager()).await,
                 Connection::Sentinel(s) => script.load_async(&mut s.manager()).await,
                 Connection::Cluster(c) => script.load_async(&mut c.clone()).await,
             };

@@ -274,3 +274,72 @@ async fn the_documented_acl_is_enough_to_pace() {
         );
     }
 }
+
+/// Checks `limit` for user `u` until one is allowed (or, `allowed` false, one is not), for at
+/// most `within`; whether one was.
+async fn until_answered<S: tollgate::Store>(
+    limiter: &Limiter<S>,
+    limit: &str,
+    allowed: bool,
+    within: Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        let v = limiter.check(limit, &[("user", "u")]).await.expect("known");
+        if (v.outcome() == Outcome::Allowed) == allowed {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The store's user deleted (which closes its connections) and made again: the store
+/// connects again by itself, on one node and behind the same address. (A reconnection
+/// refused for its credentials stayed the connection for good: redis-rs's connection
+/// manager connects again only after an I/O error, and every later call got the refusal,
+/// without a round trip, until the process restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_deleted_and_made_again_is_connected_again() {
+    let server = RedisServer::start();
+    let ns = unique_namespace("acl-again");
+    let store = as_documented_user(&server, &ns).await;
+    let limit = Limit::new(
+        "fw",
+        Algorithm::FixedWindow,
+        Quota::new(1_000_000, Duration::from_secs(3_600)).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .expect("valid")
+    .on_store_error(OnStoreError::Deny);
+    let limiter = Limiter::builder(store)
+        .namespace(ns.clone())
+        .limit(limit)
+        .build()
+        .expect("valid");
+    assert!(until_answered(&limiter, "fw", true, TEST_TIMEOUT).await);
+    for round in 0..2 {
+        let reply = server.cmd(&["ACL", "DELUSER", "tollgate"]);
+        assert!(reply.starts_with(":1"), "ACL DELUSER: {reply}");
+        assert!(
+            until_answered(&limiter, "fw", false, TEST_TIMEOUT).await,
+            "round {round}: the deleted user still decides"
+        );
+        // Long enough for the reconnection to be refused, and its refusal answered.
+        for _ in 0..20 {
+            let v = limiter.check("fw", &[("user", "u")]).await.expect("known");
+            assert_ne!(v.outcome(), Outcome::Allowed, "round {round}: no user");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        set_user(
+            &server,
+            "tollgate",
+            &least_privilege_acl(ns.prefix(), false, false),
+        );
+        assert!(
+            until_answered(&limiter, "fw", true, Duration::from_secs(10)).await,
+            "round {round}: never connected again; log:\n{}",
+            server.log()
+        );
+    }
+}

@@ -345,3 +345,58 @@ async fn sentinel_with_a_password_on_the_data_nodes() {
     assert!(!unknown.is_transient(), "{unknown:?}");
     assert!(unknown.to_string().contains("no-such-master"), "{unknown}");
 }
+
+/// The store's user deleted on the master (which closes its connections) and made again,
+/// the master unchanged: the store connects to it again by itself. (The reconnection refused
+/// for its credentials stayed the connection for good, and the follower, finding the same
+/// master named, kept it: every call failed `auth` until the process restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_deleted_and_made_again_on_the_master_is_connected_again() {
+    let _alone = HEAVY.lock().await;
+    let group = SentinelGroup::start();
+    let make_user = |node: &RedisServer| {
+        let reply = node.cmd(&[
+            "ACL", "SETUSER", "tollgate", "reset", "on", ">pw", "~*", "&*", "+@all",
+        ]);
+        assert!(reply.starts_with("+OK"), "ACL SETUSER: {reply}");
+    };
+    for node in group.data_nodes() {
+        make_user(node);
+    }
+    let store = RedisStore::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .username("tollgate")
+        .password("pw")
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect through the sentinels: {e:?}\n{}", group.logs()));
+    let limiter = probe_limiter(store);
+    assert!(probe(&limiter, "a").await.0, "decides as tollgate");
+    let master = group.master_port();
+    let reply = group.master().cmd(&["ACL", "DELUSER", "tollgate"]);
+    assert!(reply.starts_with(":1"), "ACL DELUSER: {reply}");
+    let deadline = tokio::time::Instant::now() + TEST_TIMEOUT;
+    while probe(&limiter, "a").await.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deleted user still decides"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Long enough for the reconnection, and the follower's look, to be refused.
+    for _ in 0..30 {
+        assert!(!probe(&limiter, "a").await.0, "no user, yet decided");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    make_user(group.master());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !probe(&limiter, "a").await.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never connected again; logs:\n{}",
+            group.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(group.master_port(), master, "the same master throughout");
+}
