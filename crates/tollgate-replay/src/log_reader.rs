@@ -10,12 +10,15 @@
 //! Logs hold what clients sent, so a line is not trusted either: bytes that are not UTF-8
 //! are read as U+FFFD (the line still counts, its other fields intact), and a line longer
 //! than [`MAX_LINE`] is malformed and skipped without being held whole, so one corrupt or
-//! hostile line can neither end the replay nor take memory without bound.
+//! hostile line can neither end the replay nor take memory without bound. A CSV record is
+//! bounded the same way ([`MAX_LINE`] bytes, [`MAX_RECORD_LINES`] lines): a stray `"` is one
+//! malformed line, not the rest of the log held as one field.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::{self, BufRead, Read as _};
 
+use csv_core::ReadRecordResult;
 use serde_json::Value;
 
 use crate::key_mapping::{KeyMapping, PartSource};
@@ -80,14 +83,8 @@ type Rest<R> = io::Chain<io::Cursor<Vec<u8>>, R>;
 
 #[derive(Debug)]
 enum Inner<R> {
-    Lines {
-        reader: Rest<R>,
-        buf: Vec<u8>,
-    },
-    Csv {
-        reader: Box<csv::Reader<Rest<R>>>,
-        record: csv::StringRecord,
-    },
+    Lines { reader: Rest<R>, buf: Vec<u8> },
+    Csv(Box<CsvRecords<R>>),
 }
 
 /// What format detection read of the log: consumed from the reader, and given back to it
@@ -147,23 +144,18 @@ impl<R: BufRead> Inner<R> {
                 if let Some(&(_, bytes)) = sniffed.skipped.front() {
                     return Err(ReplayError::HeaderTooLong { bytes });
                 }
-                let mut csv = csv::ReaderBuilder::new()
-                    .flexible(true)
-                    .has_headers(true)
-                    .from_reader(sniffed.rest(reader));
-                let header: Vec<String> = csv
-                    .headers()
-                    .map_err(|e| ReplayError::Read(std::io::Error::other(e)))?
-                    .iter()
-                    .map(|h| h.trim().to_owned())
+                let mut csv = CsvRecords::new(sniffed.rest(reader));
+                match csv.next_record().map_err(ReplayError::Read)? {
+                    Some(Ok(_)) => {}
+                    Some(Err(Malformed { line, reason })) => {
+                        return Err(ReplayError::BadHeader { line, reason });
+                    }
+                    None => return Err(ReplayError::EmptyLog),
+                }
+                let header = (0..csv.record.len())
+                    .map(|i| csv.record.get(i).unwrap_or_default().trim().to_owned())
                     .collect();
-                (
-                    Inner::Csv {
-                        reader: Box::new(csv),
-                        record: csv::StringRecord::new(),
-                    },
-                    header,
-                )
+                (Inner::Csv(Box::new(csv)), header)
             }
         })
     }
@@ -262,7 +254,7 @@ impl<R: BufRead> LogReader<R> {
         self.skipped_bytes
             + match &self.inner {
                 Inner::Lines { .. } => self.bytes,
-                Inner::Csv { reader, .. } => reader.position().byte(),
+                Inner::Csv(csv) => csv.bytes,
             }
     }
 
@@ -328,21 +320,22 @@ impl<R: BufRead> LogReader<R> {
                     reason,
                 }));
             },
-            Inner::Csv { reader, record } => match reader.read_record(record) {
-                Ok(false) => None,
-                Ok(true) => {
-                    let line = record.position().map_or(self.line + 1, |p| p.line());
-                    self.line = line;
+            Inner::Csv(csv) => match csv.next_record() {
+                Ok(None) => None,
+                Ok(Some(Ok(line))) => {
                     event.line = line;
-                    let result = fill_csv(record, &self.time, &self.slots, event);
+                    let result = fill_csv(&csv.record, &self.time, &self.slots, event);
                     Some(result.map_err(|reason| Malformed { line, reason }))
                 }
+                Ok(Some(Err(malformed))) => {
+                    event.line = malformed.line;
+                    Some(Err(malformed))
+                }
                 Err(e) => {
-                    let line = e.position().map_or(self.line + 1, |p| p.line());
-                    self.line = line;
+                    self.done = true;
                     Some(Err(Malformed {
-                        line,
-                        reason: Printable::message(&e.to_string()).to_string(),
+                        line: csv.line + 1,
+                        reason: format!("read failed: {e}"),
                     }))
                 }
             },
@@ -383,6 +376,257 @@ fn read_line_capped<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result
     }
 }
 
+/// The most lines one CSV record may span (a quoted field may hold line breaks). A record is
+/// also bounded by [`MAX_LINE`] bytes in all. Bounded by lines too so that the lines of a
+/// record that is never closed, read again one by one ([`CsvRecords`]), cost a bounded
+/// number of reads each: a log of lines that each open a quote is read in linear time.
+pub const MAX_RECORD_LINES: usize = 16;
+
+/// One CSV record's fields, unquoted, as [`csv_core::Reader::read_record`] writes them: their
+/// bytes one after the other, and where each ends. Reused from record to record; its buffers
+/// grow when csv-core finds them full, and never past twice a record's bytes (its fields are
+/// never longer than it, and a record is at most [`MAX_LINE`] bytes).
+#[derive(Debug, Default)]
+struct CsvRecord {
+    /// The fields' bytes (`bytes[..used]`), then room.
+    bytes: Vec<u8>,
+    used: usize,
+    /// Where each field ends in `bytes` (`ends[..fields]`), then room.
+    ends: Vec<usize>,
+    fields: usize,
+}
+
+impl CsvRecord {
+    fn len(&self) -> usize {
+        self.fields
+    }
+
+    /// Its field `i`, if it has one and it is UTF-8 (every field is checked when the record
+    /// is read: [`CsvRecords::checked`]).
+    fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends[..self.fields].get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        std::str::from_utf8(&self.bytes[start..end]).ok()
+    }
+
+    fn clear(&mut self) {
+        self.used = 0;
+        self.fields = 0;
+    }
+
+    /// Feeds `input` (not empty: csv-core takes an empty input for the end of the log) to
+    /// `parser`, the fields it reads going into this record: whether the record ended in
+    /// `input`, and how many bytes of `input` were read.
+    fn read(&mut self, parser: &mut csv_core::Reader, input: &[u8]) -> (bool, usize) {
+        let mut read = 0;
+        loop {
+            let (result, nin, nout, nend) = parser.read_record(
+                &input[read..],
+                &mut self.bytes[self.used..],
+                &mut self.ends[self.fields..],
+            );
+            read += nin;
+            self.used += nout;
+            self.fields += nend;
+            match result {
+                ReadRecordResult::Record => return (true, read),
+                ReadRecordResult::OutputFull => grow(&mut self.bytes),
+                ReadRecordResult::OutputEndsFull => grow(&mut self.ends),
+                // `End` answers an empty input only.
+                ReadRecordResult::InputEmpty | ReadRecordResult::End => return (false, read),
+            }
+        }
+    }
+}
+
+/// Doubles a [`CsvRecord`] buffer csv-core found full.
+fn grow<T: Copy + Default>(buf: &mut Vec<T>) {
+    buf.resize((buf.len() * 2).max(64), T::default());
+}
+
+/// The records of a CSV log, each bounded: a record longer than [`MAX_LINE`] or spanning
+/// more than [`MAX_RECORD_LINES`] lines, or whose quote is still open at the end of the log,
+/// is malformed, and reading goes on at the line after its first. (The `csv` crate has no
+/// bound: one stray `"` made the rest of the log one field, held whole, and the replay
+/// reported it as one line.) The fields are csv-core's, read as the `csv` crate read them;
+/// the bounds are ours: csv-core is given a record line by line, and a line more only while a
+/// quoted field is open at the end of the last.
+#[derive(Debug)]
+struct CsvRecords<R> {
+    reader: Rest<R>,
+    /// The lines after the first of a record found malformed, to be read again as records
+    /// of their own (at most one record's: [`MAX_RECORD_LINES`] lines, 2 × [`MAX_LINE`]
+    /// bytes).
+    again: io::Cursor<Vec<u8>>,
+    /// Lines of `again` that stand for a line longer than [`MAX_LINE`] (an empty line in its
+    /// place): their numbers and lengths.
+    overlong: VecDeque<(u64, usize)>,
+    /// The number of the last line read.
+    line: u64,
+    /// Bytes read from the log (not again).
+    bytes: u64,
+    /// The CSV parser, with the `csv` crate's settings (which read these logs before): `,`
+    /// between fields, `"` around them (`""` in a quoted field is a quote), a record ended
+    /// by CR, LF or CRLF.
+    parser: csv_core::Reader,
+    /// The lines of the record being read after its first.
+    buf: Vec<u8>,
+    /// One line.
+    line_buf: Vec<u8>,
+    /// Where the bytes of `line_buf` not read yet start: a lone CR ends a record too, and the
+    /// rest of its line is the next record.
+    rest: usize,
+    /// The last record read.
+    record: CsvRecord,
+}
+
+/// A line [`CsvRecords::read_line`] read into its `line_buf`.
+#[derive(Debug, Clone, Copy)]
+struct LineRead {
+    number: u64,
+    /// Its length, when longer than [`MAX_LINE`] (`line_buf` is then empty).
+    overlong: Option<usize>,
+    /// Whether it stands in `again` for an overlong line already.
+    stand_in: bool,
+}
+
+impl<R: BufRead> CsvRecords<R> {
+    fn new(reader: Rest<R>) -> Self {
+        CsvRecords {
+            reader,
+            again: io::Cursor::new(Vec::new()),
+            overlong: VecDeque::new(),
+            line: 0,
+            bytes: 0,
+            parser: csv_core::Reader::new(),
+            buf: Vec::new(),
+            line_buf: Vec::new(),
+            rest: 0,
+            record: CsvRecord::default(),
+        }
+    }
+
+    /// The next line, from `again` first, into `line_buf`: `None` at the end of the log.
+    fn read_line(&mut self) -> io::Result<Option<LineRead>> {
+        let again = self.again.position() < self.again.get_ref().len() as u64;
+        let (n, whole) = if again {
+            read_line_capped(&mut self.again, &mut self.line_buf)?
+        } else {
+            let read = read_line_capped(&mut self.reader, &mut self.line_buf)?;
+            self.bytes += read.0 as u64;
+            read
+        };
+        self.rest = 0;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        let stand_in = self.overlong.front().filter(|&&(l, _)| l == self.line);
+        Ok(Some(LineRead {
+            number: self.line,
+            overlong: stand_in.map(|&(_, bytes)| bytes).or((!whole).then_some(n)),
+            stand_in: stand_in.is_some(),
+        }))
+    }
+
+    /// Reads the next record into `record`: its first line's number; `Some(Err)` for a
+    /// record that cannot be read; `None` at the end of the log.
+    fn next_record(&mut self) -> io::Result<Option<Result<u64, Malformed>>> {
+        let first = loop {
+            if !self.line_buf[self.rest..].trim_ascii().is_empty() {
+                break self.line;
+            }
+            let Some(line) = self.read_line()? else {
+                return Ok(None);
+            };
+            if let Some(bytes) = line.overlong {
+                if line.stand_in {
+                    self.overlong.pop_front();
+                }
+                return Ok(Some(Err(Malformed {
+                    line: line.number,
+                    reason: overlong(bytes),
+                })));
+            }
+        };
+        self.buf.clear();
+        self.record.clear();
+        let mut size = self.line_buf.len() - self.rest;
+        let mut lines = 1;
+        let reason = loop {
+            let (ended, read) = self
+                .record
+                .read(&mut self.parser, &self.line_buf[self.rest..]);
+            self.rest += read;
+            if ended {
+                return Ok(Some(self.checked(first)));
+            }
+            // A line end outside quotes ends a record: with none, this is the log's last
+            // line, and a line end tells whether a quoted field is still open.
+            if !self.line_buf.ends_with(b"\n") {
+                if self.record.read(&mut self.parser, b"\n").0 {
+                    return Ok(Some(self.checked(first)));
+                }
+                break "a quoted field is not closed before the end of the log".to_owned();
+            }
+            if lines == MAX_RECORD_LINES {
+                break format!("a quoted field is not closed within {MAX_RECORD_LINES} lines");
+            }
+            match self.read_line()? {
+                None => {
+                    break "a quoted field is not closed before the end of the log".to_owned();
+                }
+                Some(line) if line.overlong.is_some() => {
+                    // Read again as an empty line standing for it.
+                    if !line.stand_in {
+                        self.overlong
+                            .push_back((line.number, line.overlong.unwrap_or_default()));
+                    }
+                    self.buf.push(b'\n');
+                    break format!("a quoted field is not closed within {MAX_LINE} bytes");
+                }
+                Some(_) => {
+                    self.buf.extend_from_slice(&self.line_buf);
+                    lines += 1;
+                    size += self.line_buf.len();
+                    if size > MAX_LINE {
+                        break format!("a quoted field is not closed within {MAX_LINE} bytes");
+                    }
+                }
+            }
+        };
+        // Malformed: csv-core starts afresh, and the record's lines after its first are read
+        // again, before what `again` still holds (they came from it, or after it).
+        self.parser.reset();
+        self.rest = self.line_buf.len();
+        if !self.buf.is_empty() {
+            let mut again = std::mem::take(&mut self.buf);
+            let rest = usize::try_from(self.again.position()).unwrap_or(usize::MAX);
+            again.extend_from_slice(self.again.get_ref().get(rest..).unwrap_or_default());
+            self.again = io::Cursor::new(again);
+            self.line = first;
+        }
+        Ok(Some(Err(Malformed {
+            line: first,
+            reason,
+        })))
+    }
+
+    /// The record just read, whose first line is `first`, unless a field is not UTF-8 (as
+    /// the `csv` crate's `StringRecord` refused it). It was read whole: its lines are not read
+    /// again.
+    fn checked(&self, first: u64) -> Result<u64, Malformed> {
+        if (0..self.record.len()).all(|i| self.record.get(i).is_some()) {
+            Ok(first)
+        } else {
+            Err(Malformed {
+                line: first,
+                reason: "not UTF-8 (a CSV record must be)".to_owned(),
+            })
+        }
+    }
+}
+
 /// How many of the log's first lines that are not blank format detection looks at.
 const DETECT_LINES: usize = 16;
 
@@ -393,8 +637,8 @@ const DETECT_BYTES: usize = DETECT_LINES * MAX_LINE;
 /// not blank, [`DETECT_BYTES`] in all. A line longer than [`MAX_LINE`] before the first
 /// that is not blank is skipped unread (a 100 MB first line is neither held nor allowed to
 /// hide the lines after it: it is malformed, or no CSV header); one after it ends the
-/// reading, with the part read held, so that the bytes given back are the log's own (a CSV
-/// record has no cap).
+/// reading, with the part read held, so that the bytes given back are the log's own (the
+/// reader then finds that line overlong itself).
 fn first_lines<R: BufRead>(reader: &mut R) -> Result<Sniffed, ReplayError> {
     let mut sniffed = Sniffed::default();
     let mut line_no = 0_u64;
@@ -677,7 +921,7 @@ fn fill_json(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> Resu
         }
     };
     event.time_us = match field(time)? {
-        Some(Value::Number(n)) => log_time::parse_epoch(&n.to_string()),
+        Some(Value::Number(n)) => json_epoch(n),
         Some(Value::String(s)) => log_time::parse_any(s),
         _ => None,
     }
@@ -694,8 +938,36 @@ fn fill_json(line: &str, time: &Slot, slots: &[Slot], event: &mut Event) -> Resu
     Ok(())
 }
 
+/// Whole numbers from here on are not all doubles: a JSON number held as an `f64` at or past
+/// 2⁵³ is no longer exact to the unit.
+const F64_EXACT: f64 = 9_007_199_254_740_992.0;
+
+/// A JSON number's time, by its value whatever its notation (`1.7962871165e9` is
+/// `1796287116.5`), told seconds, milliseconds or microseconds by its size as an epoch
+/// string is ([`log_time::epoch_us`]).
+///
+/// Not through the number's text: serde_json writes a large double with an exponent
+/// (`1.796287116e18`), which [`log_time::parse_epoch`] would read as 1 s and a fraction —
+/// 1970. So an integer is read as one, and any other number (a fraction, an exponent, an
+/// integer past `u64`, all held as doubles) only when it is not negative and below 2⁵³,
+/// where a double still holds every whole number: past it, the time would be a rounded
+/// one, and it is malformed instead (a nanosecond epoch among them: in microseconds it is
+/// past year 9999 anyway).
+fn json_epoch(n: &serde_json::Number) -> Option<u64> {
+    if let Some(whole) = n.as_u64() {
+        return log_time::epoch_us(whole, 0);
+    }
+    let value = n.as_f64()?;
+    if !(0.0..F64_EXACT).contains(&value) {
+        return None;
+    }
+    // `f64`'s `Display` is the shortest decimal that reads back as the same double, and
+    // never has an exponent: `1796287116.5`, not `1.7962871165e9`.
+    log_time::parse_epoch(&value.to_string())
+}
+
 fn fill_csv(
-    record: &csv::StringRecord,
+    record: &CsvRecord,
     time: &Slot,
     slots: &[Slot],
     event: &mut Event,
@@ -720,4 +992,98 @@ fn fill_csv(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `csv` crate's records of `log`, as this reader read CSV before.
+    fn csv_crate(log: &str) -> Vec<Vec<String>> {
+        csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .from_reader(log.as_bytes())
+            .records()
+            .map(|r| r.expect("csv").iter().map(str::to_owned).collect())
+            .collect()
+    }
+
+    /// What [`CsvRecords`] reads of `log`: each record's first line and fields, or the line
+    /// of a malformed one.
+    fn records(log: &str) -> Vec<Result<(u64, Vec<String>), u64>> {
+        let mut csv = CsvRecords::new(io::Cursor::new(Vec::new()).chain(log.as_bytes()));
+        let mut read = Vec::new();
+        while let Some(record) = csv.next_record().expect("read") {
+            read.push(match record {
+                Ok(line) => Ok((
+                    line,
+                    (0..csv.record.len())
+                        .map(|i| csv.record.get(i).unwrap_or_default().to_owned())
+                        .collect(),
+                )),
+                Err(malformed) => Err(malformed.line),
+            });
+        }
+        read
+    }
+
+    /// Well-formed records are read line by line as the `csv` crate read them whole: quotes,
+    /// doubled quotes, commas and line breaks in quotes, text after a closing quote, empty
+    /// fields and lines, a quote inside an unquoted field, CRLF, a lone CR, a BOM, no line
+    /// end at the end, a field longer than csv-core's first buffer.
+    #[test]
+    fn records_are_read_as_the_csv_crate_read_them() {
+        let long = format!(
+            "{},\"{}\n{}\"\n",
+            "y".repeat(1_000),
+            "z,".repeat(3_000),
+            "\"\"".repeat(500)
+        );
+        for log in [
+            "a,b,c\n",
+            "a,b,c",
+            "a,,\n,\n",
+            "\"a,b\",c\n\"\",x\r\n",
+            "\"say \"\"hi\"\"\",\"\"\"\"\n",
+            "Mozilla \"5.0\",b\n \"a\" ,b\n",
+            "x,\"ab\"cd\ny\n",
+            "\"two\nlines\",b\n\"two\r\nlines\"\r\nc,d",
+            "a,\"b\"",
+            "a,b\rc,d\r\n\ne\n\n",
+            "\u{feff}time,user\n1,a\n",
+            "caf\u{e9},\"\u{1f600}\"\n",
+            &long,
+        ] {
+            let fields: Vec<Vec<String>> = records(log)
+                .into_iter()
+                .map(|r| r.map(|(_, fields)| fields).expect("a record"))
+                .collect();
+            assert_eq!(fields, csv_crate(log), "{log:?}");
+        }
+    }
+
+    /// A record is numbered by its first line; one a lone CR ended is followed by the rest
+    /// of its line, on the same line.
+    #[test]
+    fn records_keep_their_first_line() {
+        let lines: Vec<u64> = records("a\n\"b\nc\"\rd\n\ne\n")
+            .into_iter()
+            .map(|r| r.expect("a record").0)
+            .collect();
+        assert_eq!(lines, [1, 2, 3, 5]);
+    }
+
+    /// Where this reader is stricter: a quote left open to the end of the log is malformed,
+    /// and its lines after the first are read again (the `csv` crate made them one field).
+    #[test]
+    fn a_quote_open_at_the_end_is_malformed() {
+        let log = "t,\"bob\nt2,carol\n";
+        assert_eq!(csv_crate(log), [["t", "bob\nt2,carol\n"]]);
+        assert_eq!(
+            records(log),
+            [Err(1), Ok((2, vec!["t2".to_owned(), "carol".to_owned()]))]
+        );
+        assert_eq!(records("t,\"bob"), [Err(1)]);
+    }
 }

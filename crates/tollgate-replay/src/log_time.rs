@@ -56,6 +56,15 @@ pub fn parse_epoch(text: &str) -> Option<u64> {
         }
         frac_us += u64::from(c - b'0') * 10_u64.pow(5 - i as u32);
     }
+    epoch_us(whole, frac_us)
+}
+
+/// An epoch number's whole part and its fraction (in µs of a second, ignored past seconds)
+/// as [`parse_epoch`] reads them: seconds below 10¹¹, milliseconds below 10¹⁴, microseconds
+/// from there; `None` past year 9999 ([`YEAR_10000_US`]). Nanoseconds are not told apart:
+/// a nanosecond epoch of this era (≈ 1.8 × 10¹⁸) read as microseconds is past year 9999, so
+/// it is refused rather than misdated.
+pub fn epoch_us(whole: u64, frac_us: u64) -> Option<u64> {
     let us = if whole >= 100_000_000_000_000 {
         whole
     } else if whole >= 100_000_000_000 {

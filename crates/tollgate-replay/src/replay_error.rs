@@ -27,6 +27,15 @@ pub enum ReplayError {
         /// Its length.
         bytes: usize,
     },
+    /// A CSV log's header (its first record) cannot be read: a quote left open, bytes that are
+    /// not UTF-8. Without it there are no fields to key by.
+    #[error("the CSV header (line {line}) cannot be read: {reason}")]
+    BadHeader {
+        /// Its line.
+        line: u64,
+        /// Why.
+        reason: String,
+    },
     /// The log must be read more than once (`--report`, `--suggest`) but is not a regular
     /// file (a pipe, a terminal): a second read would find it empty.
     #[error(

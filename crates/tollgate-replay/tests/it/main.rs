@@ -3,6 +3,7 @@
 //! spawned `redis-server`.
 
 mod audit;
+mod csv_records;
 mod hostile;
 mod odd_input;
 mod reading;

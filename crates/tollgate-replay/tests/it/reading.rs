@@ -116,6 +116,52 @@ fn json_lines_take_string_and_number_times() {
     assert!(bad[2].reason.contains("invalid JSON"), "{bad:?}");
 }
 
+/// A JSON number time is read by its value, not by serde_json's text of it: that text has an
+/// exponent for a large double (`1.796287116e18`, a nanosecond epoch as Python writes a
+/// float), and the reader took it for 1 s and a fraction — 1970-01-01 00:00:01 — as it did an
+/// integer past `u64` (held as a double too). In any notation, an epoch in seconds,
+/// milliseconds or microseconds is read; one that is negative, a double past 2⁵³ (no longer
+/// exact to the unit) or past year 9999 (a nanosecond epoch) is a malformed line.
+#[test]
+fn json_number_times_are_read_by_value_not_by_their_text() {
+    let log = [
+        r#"{"time": 1.7916405365e9, "user": "s"}"#,
+        r#"{"time": 1.791640537E+12, "user": "ms"}"#,
+        r#"{"time": 1791640538000000.0, "user": "us"}"#,
+        r#"{"time": 1.796287116e+18, "user": "ns as a double"}"#,
+        r#"{"time": 1796287116000000000, "user": "ns"}"#,
+        r#"{"time": 1796287116612123456789, "user": "past u64"}"#,
+        r#"{"time": 9007199254740993.5, "user": "inexact"}"#,
+        r#"{"time": -1791640536, "user": "negative"}"#,
+        r#"{"time": "1796287116612123456789", "user": "past u64, a string"}"#,
+    ]
+    .join("\n");
+    let (_, events, bad) = read_all(log, None, &["user=$user"], None);
+    let got: Vec<(u64, &str)> = events
+        .iter()
+        .map(|e| (e.time_us, e.values[0].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (T + 500_000, "s"),
+            (T + 1_000_000, "ms"),
+            (T + 2_000_000, "us")
+        ]
+    );
+    assert_eq!(lines_of(&bad), [4, 5, 6, 7, 8, 9], "{bad:?}");
+    assert!(
+        bad.iter()
+            .all(|m| m.reason.contains("time") && m.reason.contains("does not parse")),
+        "{bad:?}"
+    );
+}
+
+/// The line numbers of `bad`.
+fn lines_of(bad: &[Malformed]) -> Vec<u64> {
+    bad.iter().map(|m| m.line).collect()
+}
+
 #[test]
 fn csv_reads_by_header_with_quotes() {
     let log = "ts,user,path\n\
