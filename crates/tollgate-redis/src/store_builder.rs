@@ -14,7 +14,7 @@ use crate::breaker::Breaker;
 use crate::error::classify;
 use crate::node_options::NodeOptions;
 use crate::sentinel::{Sentinel, is_tls};
-use crate::store::{Connection, DEFAULT_MAX_BATCH, RedisStore, SingleNode};
+use crate::store::{Cluster, Connection, DEFAULT_MAX_BATCH, RedisStore, SingleNode};
 use crate::subscriber::Subscriber;
 use crate::tls::{TlsOptions, install_crypto_provider};
 
@@ -333,6 +333,8 @@ impl RedisStoreBuilder {
             .iter()
             .map(|u| node.apply(u.as_str().into_connection_info().map_err(classify)?))
             .collect::<Result<Vec<_>, _>>()?;
+        // A node outside the slot map (which an `ASK` may name) is reached as these are.
+        let tls = infos.iter().any(|info| is_tls(info.addr()));
         let subscriber = match infos.first() {
             Some(first) => Subscriber::Fixed(Box::new(node.client(first.clone())?)),
             None => {
@@ -370,7 +372,8 @@ impl RedisStoreBuilder {
         }
         let client = builder.build().map_err(classify)?;
         let conn = client.get_async_connection().await.map_err(classify)?;
-        Ok((Connection::Cluster(conn), subscriber))
+        let cluster = Cluster::new(conn, node.clone(), tls);
+        Ok((Connection::Cluster(cluster), subscriber))
     }
 
     /// The connection to the master the `sentinels` know as `master`, followed through

@@ -13,7 +13,8 @@
 //! ([`RedisCluster::start_with_replicas`], [`RedisCluster::kill_node`],
 //! [`RedisCluster::wait_for_failover`], with a 1 s node timeout so that it takes seconds), and
 //! a slot resharded live, keys and all, in steps a test can interleave traffic with
-//! ([`RedisCluster::begin_slot_move`]).
+//! ([`RedisCluster::begin_slot_move`]), to a master that serves slots already or to one just
+//! added, with none yet, as when scaling out ([`RedisCluster::add_master`]).
 //!
 //! A TLS cluster ([`RedisCluster::start_tls`], `--tls-cluster yes`) keeps each node's
 //! plaintext port for the harness. Redis 7.0 answers each connection in its own kind:
@@ -48,6 +49,8 @@ pub struct RedisCluster {
     /// The first slot of each range a master served when [`RedisCluster::kill_node`] killed
     /// it, by its port: what [`RedisCluster::wait_for_failover`] watches change hands.
     killed_slots: HashMap<u16, Vec<u16>>,
+    /// Every node's `cluster-node-timeout`, for [`RedisCluster::add_master`].
+    node_timeout_ms: u32,
 }
 
 impl RedisCluster {
@@ -99,43 +102,102 @@ impl RedisCluster {
         let count = masters * (1 + replicas);
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
-            let node = RedisServer::start_on_free_ports("tollgate-cluster-", |dir| {
-                let nodes_file = dir.join("nodes.conf").to_string_lossy().into_owned();
-                let mut args = vec![
-                    "--cluster-enabled".to_owned(),
-                    "yes".to_owned(),
-                    "--cluster-config-file".to_owned(),
-                    nodes_file,
-                    "--cluster-node-timeout".to_owned(),
-                    node_timeout_ms.to_string(),
-                ];
-                // The bus listens on the client port + 10000: the TLS port's with
-                // --tls-cluster.
-                let (port, tls_port) = match tls {
-                    None => (free_port(true), None),
-                    Some(tls) => {
-                        let port = free_port(false);
-                        let tls_port = free_port(true);
-                        args.extend(TlsServer::default().args(tls, tls_port));
-                        args.extend(
-                            ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
-                        );
-                        (port, Some(tls_port))
-                    }
-                };
-                (port, tls_port, args)
-            });
-            nodes.push(node);
+            nodes.push(RedisCluster::spawn_node(node_timeout_ms, tls));
         }
         let cluster = RedisCluster {
             nodes,
             replicas,
             tls: tls.is_some(),
             killed_slots: HashMap::new(),
+            node_timeout_ms,
         };
         cluster.create(tls);
         cluster.wait_ok();
         cluster
+    }
+
+    /// A `redis-server --cluster-enabled yes` on free ports, in no cluster yet.
+    fn spawn_node(node_timeout_ms: u32, tls: Option<&TlsFiles>) -> RedisServer {
+        RedisServer::start_on_free_ports("tollgate-cluster-", |dir| {
+            let nodes_file = dir.join("nodes.conf").to_string_lossy().into_owned();
+            let mut args = vec![
+                "--cluster-enabled".to_owned(),
+                "yes".to_owned(),
+                "--cluster-config-file".to_owned(),
+                nodes_file,
+                "--cluster-node-timeout".to_owned(),
+                node_timeout_ms.to_string(),
+            ];
+            // The bus listens on the client port + 10000: the TLS port's with
+            // --tls-cluster.
+            let (port, tls_port) = match tls {
+                None => (free_port(true), None),
+                Some(tls) => {
+                    let port = free_port(false);
+                    let tls_port = free_port(true);
+                    args.extend(TlsServer::default().args(tls, tls_port));
+                    args.extend(
+                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
+                    );
+                    (port, Some(tls_port))
+                }
+            };
+            (port, tls_port, args)
+        })
+    }
+
+    /// Adds a master that owns no slot, as `redis-cli --cluster add-node` does before a
+    /// reshard: a node started as the others were, met by the cluster (`CLUSTER MEET`), and
+    /// ready once every node sees every other healthy, itself included, and it reports
+    /// `cluster_state:ok`. Returns its port, for [`RedisCluster::begin_slot_move`].
+    ///
+    /// Until it owns a slot, `CLUSTER SLOTS` leaves it out: a client that learns the nodes
+    /// from there (the `redis` crate) has no connection to it, yet the first slot moving to
+    /// it has the source answer `ASK` naming it.
+    ///
+    /// # Panics
+    /// On a TLS cluster (its nodes' TLS files are not kept), when a command fails, or when the
+    /// node is not seen within [`CLUSTER_TIMEOUT`] (with every node's view and log).
+    pub fn add_master(&mut self) -> u16 {
+        assert!(!self.tls, "add_master: plaintext clusters only");
+        let node = RedisCluster::spawn_node(self.node_timeout_ms, None);
+        let port = node.port();
+        let meet = self
+            .any_live(None)
+            .cmd(&["CLUSTER", "MEET", "127.0.0.1", &port.to_string()]);
+        assert!(
+            meet.starts_with("+OK"),
+            "CLUSTER MEET 127.0.0.1 {port}: {meet:?}"
+        );
+        self.nodes.push(node);
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        while !self.all_see_all() {
+            if Instant::now() > deadline {
+                panic!(
+                    "the new master on port {port} did not join within {CLUSTER_TIMEOUT:?}\n{}\n{}",
+                    self.views(),
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        port
+    }
+
+    /// Whether every running node reports `cluster_state:ok` and sees every running node
+    /// (itself included) healthy.
+    fn all_see_all(&self) -> bool {
+        let ports: Vec<u16> = self.live(None).map(RedisServer::port).collect();
+        self.live(None).all(|n| {
+            let ok = command(n.port(), &["CLUSTER", "INFO"])
+                .is_ok_and(|info| info.contains("cluster_state:ok"));
+            ok && self.nodes_text(n).is_ok_and(|text| {
+                let view = ClusterNode::parse_all(&bulk_text(&text));
+                ports
+                    .iter()
+                    .all(|&p| view.iter().any(|v| v.port == p && v.is_healthy()))
+            })
+        })
     }
 
     fn create(&self, tls: Option<&TlsFiles>) {

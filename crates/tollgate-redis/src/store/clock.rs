@@ -63,7 +63,7 @@ impl RedisStore {
                 Connection::Cluster(c) => {
                     use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
                     let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                    c.clone().route_command(cmd, all).await
+                    c.routed().route_command(cmd, all).await
                 }
                 other => other.query::<Value>(&cmd).await,
             }

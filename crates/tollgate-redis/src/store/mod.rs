@@ -23,9 +23,11 @@
 //!   millisecond (see `due_within_a_millisecond` in `decide.rs`).
 //!
 //! The children, each one job of the store, lowest layer first:
-//! - `single_node`, `connection`, `scripts`, `coalescer`: one node's connection, made again
-//!   when the `redis` crate will not; the connection and the one command it runs; the
-//!   scripts' load state on it; and the queues of coalesced requests (data only);
+//! - `single_node`, `direct_nodes`, `connection`, `scripts`, `coalescer`: one node's
+//!   connection, made again when the `redis` crate will not; on a cluster, the store's own
+//!   connections to nodes an `ASK` names that the crate has none to (a new master with no
+//!   slot yet); the connection and the one command it runs; the scripts' load state on it;
+//!   and the queues of coalesced requests (data only);
 //! - `slot_watch`: on a cluster, a new master for a slot whose calls time out, which the
 //!   `redis` crate would not look for;
 //! - `node_replies`: on a cluster, replies counted per master, so that a call to a silent
@@ -52,6 +54,7 @@ mod coalescer;
 mod connection;
 mod cross_slot;
 mod decide;
+mod direct_nodes;
 mod node_replies;
 mod redis_store;
 mod reset;
@@ -62,6 +65,6 @@ mod store_trait;
 mod unanswered;
 
 pub use coalescer::DEFAULT_MAX_BATCH;
-pub(crate) use connection::Connection;
+pub(crate) use connection::{Cluster, Connection};
 pub use redis_store::RedisStore;
 pub(crate) use single_node::SingleNode;

@@ -35,7 +35,7 @@ impl Scripts {
             let loaded = match connection {
                 Connection::Single(c) => script.load_async(&mut c.manager()).await,
                 Connection::Sentinel(s) => script.load_async(&mut s.manager()).await,
-                Connection::Cluster(c) => script.load_async(&mut c.clone()).await,
+                Connection::Cluster(c) => script.load_async(&mut c.routed()).await,
             };
             loaded.map_err(classify)?;
         }

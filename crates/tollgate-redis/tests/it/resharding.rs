@@ -147,3 +147,120 @@ async fn a_hot_key_moves_between_masters_under_load() {
         }
     }
 }
+
+/// Checks `user` on `limiter` `n` times from each of `tasks` tasks; panics on any check not
+/// decided `Allowed` (a limit's failure policy answering is a failure here).
+async fn all_allowed(limiter: &Arc<Limiter<RedisStore>>, user: &str, tasks: usize, n: usize) {
+    let mut running = Vec::new();
+    for _ in 0..tasks {
+        let (limiter, user) = (Arc::clone(limiter), user.to_owned());
+        running.push(tokio::spawn(async move {
+            for _ in 0..n {
+                let v = limiter
+                    .check("fixed_window", &[("user", user.as_str())])
+                    .await
+                    .expect("known");
+                assert!(
+                    v.outcome() == Outcome::Allowed && v.store_error().is_none(),
+                    "a check on a key moved to the new master was not decided: {v:?}"
+                );
+            }
+        }));
+    }
+    for t in running {
+        t.await.expect("check task");
+    }
+}
+
+/// Scaling out: a master is added with no slot (`redis-cli --cluster add-node`), and its
+/// first slot moves to it. While it owns none, `CLUSTER SLOTS` leaves it out, so the `redis`
+/// crate has no connection to it, yet the source answers `ASK` naming it for every key
+/// already moved. Proves that the store follows that `ASK` on a connection of its own, made
+/// once for the whole move, loads its scripts there (the node has none), and counts exactly:
+/// every check on the moved key is decided (none answered by the failure policy), and the
+/// counter on the new master, once it owns the slot, holds every check made.
+///
+/// Before the fix every check on the moved key failed with `store_error: cluster`
+/// (`ClusterConnectionNotFound: Requested connection not found`) for the whole move, and the
+/// breaker opened when that key carried the traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moving_to_a_new_master_without_slots_is_followed() {
+    const TASKS: usize = 8;
+    const PER_TASK: usize = 10;
+    let _alone = crate::failover::HEAVY.lock().await;
+    let mut cluster = RedisCluster::start();
+    // Built before the new master exists, as a running service would be: it knows the
+    // cluster from these nodes and their `CLUSTER SLOTS` only.
+    let store = RedisStore::cluster_builder(cluster.urls())
+        .timeout(crate::common::TEST_TIMEOUT)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e:?}\n{}", cluster.logs()));
+    let limit = day_limits(1_000_000)
+        .into_iter()
+        .find(|l| l.name() == "fixed_window")
+        .expect("a fixed window limit");
+    let limiter = Arc::new(
+        Limiter::builder(store.clone())
+            .namespace(unique_namespace("new-master"))
+            .limit(limit)
+            .build()
+            .expect("valid"),
+    );
+    let user = "scale-out";
+    let key = limiter
+        .prepare(&["fixed_window"], &[("user", user)], 1)
+        .expect("valid")
+        .entries()[0]
+        .key()
+        .as_str()
+        .to_owned();
+    // The key exists on its master before the move.
+    all_allowed(&limiter, user, 1, 1).await;
+
+    let slot = cluster.slot_of(&key);
+    let new_master = tokio::task::block_in_place(|| cluster.add_master());
+    let mut moving = tokio::task::block_in_place(|| {
+        let mut moving = cluster.begin_slot_move(slot, new_master);
+        while moving.migrate_some(100) > 0 {}
+        moving
+    });
+    assert_eq!(moving.keys_left(), 0, "{key} moved: the source answers ASK");
+    assert_eq!(
+        store.direct_connections(),
+        0,
+        "no connection of its own yet"
+    );
+
+    all_allowed(&limiter, user, 1, 1).await;
+    all_allowed(&limiter, user, TASKS, PER_TASK).await;
+    assert_eq!(
+        store.direct_connections(),
+        1,
+        "one connection to the new master for the whole move"
+    );
+    let target = cluster.node_by_port(new_master);
+    assert!(
+        target.command_stats("script|load").calls > 0,
+        "the scripts were loaded on the new master"
+    );
+
+    // The move ends: the new master owns the slot, and the crate routes to it.
+    tokio::task::block_in_place(|| {
+        moving.migrate_some(100);
+        moving.finish();
+    });
+    all_allowed(&limiter, user, 1, 1).await;
+    let checks = 1 + 1 + TASKS * PER_TASK + 1;
+    let value = target.cmd(&["GET", &key]);
+    let count = value
+        .lines()
+        .nth(1)
+        .and_then(|v| v.split_once(':'))
+        .and_then(|(_, c)| c.parse::<usize>().ok());
+    assert_eq!(
+        count,
+        Some(checks),
+        "{key} on the new master counts every check once: {value:?}"
+    );
+}
