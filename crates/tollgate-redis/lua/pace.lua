@@ -123,6 +123,7 @@ local function tb_write(tokens, last, burst, t)
     redis.call('DEL', key)
     return
   end
+  may_expire(key)
   redis.call('HSET', key, 'tokens', fmt(tokens), 'last', fmt(last))
   redis.call('PEXPIRE', key, ttl_ms(tb_tat(tokens, last, burst, t) - now))
 end
@@ -254,6 +255,7 @@ if tag == 'sl' then
   if units > 0 then
     -- As sliding_log.lua's charge, whatever the count, up to 2 × limit live members
     -- (SlidingLog::debit; the excess is forgiven): members "<now>:<n>", numbered on.
+    may_expire(key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
     local add = 2 * limit - redis.call('ZCOUNT', key, '-inf', '+inf')
     if add > units then add = units end
@@ -313,6 +315,7 @@ if tag == 'sw' then
         stale[#stale + 1] = h[i]
       end
     end
+    if units > 0 then may_expire(key) end
     if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
   end
   if units > 0 then

@@ -24,6 +24,20 @@ local function ttl_ms(us)
   return fmt(math.floor((us + 999) / 1000) + 1000)
 end
 
+-- Before a write that may make `key` with no expiry of its own (HSET, HINCRBY, ZADD, whose
+-- key gets its PEXPIRE after): fails the script, before anything is written, when the user
+-- may not run that PEXPIRE (its permission taken away while the store runs; the start-up
+-- check passed). Refused after the write, it would leave the key without an expiry, for
+-- good: Lua has no rollback. Asked of the ACL, not by running PEXPIRE: that would be the
+-- script's first write, and Redis decides a script's out-of-memory refusal at its first
+-- write (PEXPIRE adds no memory, so the writes after it would pass a full maxmemory).
+-- redis.acl_check_cmd is Redis 7's; before it, nothing is asked.
+local function may_expire(key)
+  if redis.acl_check_cmd and not redis.acl_check_cmd('pexpire', key, '1') then
+    error({ err = "NOPERM this user has no permissions to run the 'pexpire' command" })
+  end
+end
+
 -- The instant to decide at, from ARGV[2]: '' = the server's clock (TIME); 's<µs>' = the
 -- server's clock at that instant (a give-back of a cross-slot request, which must undo at the
 -- instant it charged); '<µs>' = the caller's clock. Returns now, and whether it is the

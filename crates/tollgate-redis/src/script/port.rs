@@ -261,9 +261,10 @@ mod tests {
         for a in Algorithm::ALL {
             let call = ScriptCall::check(&limit(a, 3), 1);
             let defined = call.source.matches("local function ").count();
-            // fmt, ttl_ms, clock, late and start from the prelude, and the algorithm's own
-            // function; GCRA's: the arguments bound, then the body, no function at all.
-            let expected = if a == Algorithm::Gcra { 0 } else { 6 };
+            // fmt, ttl_ms, may_expire, clock, late and start from the prelude, and the
+            // algorithm's own function; GCRA's: the arguments bound, then the body, no
+            // function at all.
+            let expected = if a == Algorithm::Gcra { 0 } else { 7 };
             assert_eq!(defined, expected, "{a}: {defined} functions");
             assert_eq!(call.sha.len(), 40);
             assert_ne!(call.sha, SCRIPT.get_hash());

@@ -343,3 +343,67 @@ async fn a_user_deleted_and_made_again_is_connected_again() {
         );
     }
 }
+
+/// `PEXPIRE` taken away from the store's user while it runs (the start-up check passed):
+/// a script that writes a key with `HSET`, `HINCRBY` or `ZADD` and sets its expiry after
+/// fails before it writes anything, so that no key is left without an expiry, and a request
+/// answered by its limit's policy charges nothing. (The sliding log, the sliding window and
+/// the token bucket wrote first: their keys lived for ever, and a sliding log kept the unit
+/// of a request answered 503.) Checks and settlements (`adjust`, pace.lua) alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_its_expiry_leaves_no_key() {
+    let server = RedisServer::start();
+    let ns = unique_namespace("acl-pexpire");
+    let store = as_documented_user(&server, &ns).await;
+    let mut builder = Limiter::builder(store).namespace(ns.clone());
+    for l in every_algorithm() {
+        builder = builder.limit(l);
+    }
+    let limiter = builder.build().expect("valid");
+    let rules = least_privilege_acl(ns.prefix(), false, false).replace(" +pexpire", " -pexpire");
+    assert_ne!(
+        rules,
+        least_privilege_acl(ns.prefix(), false, false),
+        "the documented ACL grants PEXPIRE"
+    );
+    set_user(&server, "tollgate", &rules);
+    for a in Algorithm::ALL {
+        let _ = limiter
+            .check(a.name(), &[("user", "check")])
+            .await
+            .expect("known");
+        let _ = limiter.adjust(a.name(), &[("user", "adjust")], 3).await;
+    }
+    let keys = server.array(&["KEYS", &format!("{}*", ns.prefix())]);
+    let immortal: Vec<&String> = keys
+        .iter()
+        .filter(|k| server.integer(&["PTTL", k]) == -1)
+        .collect();
+    assert!(
+        immortal.is_empty(),
+        "keys without an expiry: {immortal:?} (of {keys:?})"
+    );
+    // Back: every algorithm decides again, and a first check finds a full quota.
+    set_user(
+        &server,
+        "tollgate",
+        &least_privilege_acl(ns.prefix(), false, false),
+    );
+    for a in Algorithm::ALL {
+        let v = limiter
+            .check(a.name(), &[("user", "after")])
+            .await
+            .expect("known");
+        assert_eq!(v.outcome(), Outcome::Allowed, "{a:?}: {v:?}");
+        assert_eq!(v.decision().remaining, 9, "{a:?}: {v:?}");
+    }
+    let v = limiter
+        .check("sliding_log", &[("user", "check")])
+        .await
+        .expect("known");
+    assert_eq!(
+        v.decision().remaining,
+        9,
+        "the refused request's unit was not kept: {v:?}"
+    );
+}
