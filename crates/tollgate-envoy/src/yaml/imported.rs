@@ -192,9 +192,19 @@ impl Imported {
                         path: format!("{}.rate_limit", desc.path),
                         reason: e.to_string(),
                     };
+                    // The reference takes any 32-bit count; the core counts at most 10⁹
+                    // units a window, and one a microsecond: said of the field at fault.
                     let quota =
                         tollgate::Quota::new(u64::from(rl.requests_per_unit), unit.period())
-                            .map_err(err)?;
+                            .map_err(|e| crate::ImportError::Invalid {
+                                file: d.file.clone(),
+                                path: format!("{}.rate_limit.requests_per_unit", desc.path),
+                                reason: format!(
+                                    "{e}: tollgate counts at most 1000000000 requests per unit, \
+                                     and one per microsecond (write a lower count, or \
+                                     unlimited: true for no limit)"
+                                ),
+                            })?;
                     let limit = tollgate::Limit::new(name.as_str(), algorithm, quota)
                         .and_then(|l| l.keyed_by((0..=depth).map(part_name)))
                         .map_err(err)?

@@ -14,12 +14,17 @@
 //!
 //! Each counted `rate_limit` then gets its generated tollgate limit name (`limit_names.rs`).
 //!
-//! Beside it: `imported.rs` (the trees as loaded), `import_error.rs` and `limit_names.rs` (the
-//! names of the limits made for imported `rate_limit`s).
+//! Beside it: `imported.rs` (the trees as loaded), `import_error.rs`, `limit_names.rs` (the
+//! names of the limits made for imported `rate_limit`s) and `node_budget.rs` (a file's nodes
+//! counted, aliases expanded, before it is parsed: an alias bomb is refused unbuilt).
 
 pub(crate) mod import_error;
 pub(crate) mod imported;
 pub(crate) mod limit_names;
+mod node_budget;
+mod raw_text;
+
+pub use node_budget::MAX_NODES;
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +33,7 @@ use serde_yaml_ng::{Mapping, Value};
 use crate::ImportError;
 use crate::yaml::imported::{Descriptor, Domain, Imported, RateLimit, Unit};
 use crate::yaml::limit_names::name_limits;
+use crate::yaml::raw_text::{RawDescriptor, RawFile, RawRateLimit};
 
 /// The largest YAML file read: the reference's configs are a few KiB, and a careless 100 MB
 /// file in the directory (a log, a dump) once took gigabytes and minutes to load. A larger
@@ -233,18 +239,34 @@ pub fn dir_contents(dir: &Path) -> String {
 /// [`ImportError::Syntax`] or [`ImportError::Invalid`].
 pub fn parse_file(text: &str, file: &Path) -> Result<Domain, ImportError> {
     nesting_within_bounds(text, file)?;
-    let value: Value = serde_yaml_ng::from_str(text).map_err(|source| ImportError::Syntax {
+    let syntax = |source| ImportError::Syntax {
         file: file.to_owned(),
         source,
-    })?;
+    };
+    if !node_budget::within_node_budget(text).map_err(syntax)? {
+        return Err(invalid(
+            file,
+            "",
+            format!(
+                "more than {MAX_NODES} YAML nodes once its aliases are expanded (each alias \
+                 stands for the whole node its anchor names)"
+            ),
+        ));
+    }
+    let mut value: Value = serde_yaml_ng::from_str(text).map_err(syntax)?;
+    // Merge keys (`<<: *defaults`), which the reference's YAML library applies.
+    value.apply_merge().map_err(syntax)?;
+    let raw = RawFile::read(text).unwrap_or_default();
     let at = Walk { file };
     let map = at.map(&value, "")?;
     at.known(map, "", &["domain", "descriptors"])?;
-    let name = at.string(map, "", "domain")?.unwrap_or_default();
+    let name = at
+        .string(map, "", "domain", raw.domain.as_deref())?
+        .unwrap_or_default();
     if name.is_empty() {
         return Err(invalid(file, "domain", "must not be empty"));
     }
-    let descriptors = at.descriptors(map, "")?;
+    let descriptors = at.descriptors(map, "", raw.descriptors.as_deref())?;
     Ok(Domain {
         file: file.to_owned(),
         name,
@@ -315,11 +337,20 @@ impl Walk<'_> {
         Ok(())
     }
 
-    fn string(&self, map: &Mapping, at: &str, field: &str) -> Result<Option<String>, ImportError> {
+    /// The string `field` of `map`; `raw`, its text as written (`raw_text.rs`), for a
+    /// scalar the parser resolved to a number or a boolean.
+    fn string(
+        &self,
+        map: &Mapping,
+        at: &str,
+        field: &str,
+        raw: Option<&str>,
+    ) -> Result<Option<String>, ImportError> {
         match map.get(field) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            // The reference reads scalars as strings (`value: 42` is "42").
+            // The reference reads scalars as strings, as written (`value: 0x1F` is "0x1F").
+            Some(Value::Number(_) | Value::Bool(_)) if raw.is_some() => Ok(raw.map(str::to_owned)),
             Some(Value::Number(n)) => Ok(Some(n.to_string())),
             Some(Value::Bool(b)) => Ok(Some(b.to_string())),
             Some(other) => Err(self.err(
@@ -355,7 +386,13 @@ impl Walk<'_> {
         }
     }
 
-    fn descriptors(&self, map: &Mapping, at: &str) -> Result<Vec<Descriptor>, ImportError> {
+    /// The list `descriptors` of `map`; `raw`, its string fields as written.
+    fn descriptors(
+        &self,
+        map: &Mapping,
+        at: &str,
+        raw: Option<&[RawDescriptor]>,
+    ) -> Result<Vec<Descriptor>, ImportError> {
         let (list, list_at) = self.list(map, at, "descriptors")?;
         let mut out: Vec<Descriptor> = Vec::with_capacity(list.len());
         // (key, value) → index in `out`: a level of tens of thousands of entries is checked
@@ -364,7 +401,7 @@ impl Walk<'_> {
             std::collections::HashMap::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
             let here = format!("{list_at}[{i}]");
-            let d = self.descriptor(item, &here)?;
+            let d = self.descriptor(item, &here, raw.and_then(|r| r.get(i)))?;
             if let Some(&first) = seen.get(&(d.key.clone(), d.value.clone())) {
                 let what = match &d.value {
                     Some(v) => format!("{}_{v}", d.key),
@@ -381,14 +418,25 @@ impl Walk<'_> {
         Ok(out)
     }
 
-    fn descriptor(&self, item: &Value, at: &str) -> Result<Descriptor, ImportError> {
+    fn descriptor(
+        &self,
+        item: &Value,
+        at: &str,
+        raw: Option<&RawDescriptor>,
+    ) -> Result<Descriptor, ImportError> {
         let map = self.map(item, at)?;
         self.known(map, at, DESCRIPTOR_FIELDS)?;
-        let key = self.string(map, at, "key")?.unwrap_or_default();
+        let text =
+            |field: fn(&RawDescriptor) -> &Option<String>| raw.and_then(|r| field(r).as_deref());
+        let key = self
+            .string(map, at, "key", text(|r| &r.key))?
+            .unwrap_or_default();
         if key.is_empty() {
             return Err(self.err(join(at, "key"), "descriptor has an empty key"));
         }
-        let value = self.string(map, at, "value")?.filter(|v| !v.is_empty());
+        let value = self
+            .string(map, at, "value", text(|r| &r.value))?
+            .filter(|v| !v.is_empty());
         let share_threshold = self.flag(map, at, "share_threshold")?;
         if share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
             return Err(self.err(
@@ -398,7 +446,11 @@ impl Walk<'_> {
         }
         let rate_limit = match map.get("rate_limit") {
             None | Some(Value::Null) => None,
-            Some(rl) => Some(self.rate_limit(rl, &join(at, "rate_limit"))?),
+            Some(rl) => Some(self.rate_limit(
+                rl,
+                &join(at, "rate_limit"),
+                raw.and_then(|r| r.rate_limit.as_ref()),
+            )?),
         };
         Ok(Descriptor {
             path: at.to_owned(),
@@ -411,7 +463,7 @@ impl Walk<'_> {
             value_to_metric: self.flag(map, at, "value_to_metric")?,
             share_threshold,
             metadata: self.metadata(map, at)?,
-            descriptors: self.descriptors(map, at)?,
+            descriptors: self.descriptors(map, at, raw.and_then(|r| r.descriptors.as_deref()))?,
         })
     }
 
@@ -483,11 +535,16 @@ impl Walk<'_> {
         })
     }
 
-    fn rate_limit(&self, value: &Value, at: &str) -> Result<RateLimit, ImportError> {
+    fn rate_limit(
+        &self,
+        value: &Value,
+        at: &str,
+        raw: Option<&RawRateLimit>,
+    ) -> Result<RateLimit, ImportError> {
         let map = self.map(value, at)?;
         self.known(map, at, RATE_LIMIT_FIELDS)?;
         let unlimited = self.flag(map, at, "unlimited")?;
-        let unit = match self.string(map, at, "unit")? {
+        let unit = match self.string(map, at, "unit", None)? {
             None => None,
             Some(word) => match Unit::parse(&word) {
                 Some(unit) => Some(unit),
@@ -529,8 +586,11 @@ impl Walk<'_> {
                     )
                 })?,
         };
-        let name = self.string(map, at, "name")?.filter(|n| !n.is_empty());
-        let replaces = self.replaces(map, at, name.as_deref())?;
+        let name = self
+            .string(map, at, "name", raw.and_then(|r| r.name.as_deref()))?
+            .filter(|n| !n.is_empty());
+        let raw_replaces = raw.and_then(|r| r.replaces.as_deref());
+        let replaces = self.replaces(map, at, name.as_deref(), raw_replaces)?;
         Ok(RateLimit {
             requests_per_unit,
             unit,
@@ -546,6 +606,7 @@ impl Walk<'_> {
         map: &Mapping,
         at: &str,
         own: Option<&str>,
+        raw: Option<&[raw_text::RawReplace]>,
     ) -> Result<Vec<String>, ImportError> {
         let (list, list_at) = self.list(map, at, "replaces")?;
         let mut out = Vec::with_capacity(list.len());
@@ -553,7 +614,8 @@ impl Walk<'_> {
             let here = format!("{list_at}[{i}]");
             let entry = self.map(item, &here)?;
             self.known(entry, &here, &["name"])?;
-            let name = self.string(entry, &here, "name")?.unwrap_or_default();
+            let text = raw.and_then(|r| r.get(i)).and_then(|r| r.name.as_deref());
+            let name = self.string(entry, &here, "name", text)?.unwrap_or_default();
             if name.is_empty() {
                 return Err(self.err(
                     join(&here, "name"),

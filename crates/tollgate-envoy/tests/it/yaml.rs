@@ -360,6 +360,136 @@ fn deep_nesting_is_refused_before_parsing() {
     tollgate_envoy::parse_file(&quoted, file).expect("brackets in strings and comments are text");
 }
 
+/// Scalars the reference reads as strings keep their text as written, as its YAML library
+/// gives them to a string field: `0x1F`, `1.10`, `True`, `1e3`, `+5` and `007` (they read as
+/// 31, 1.1, true, 1000.0, 5 and 7, and a descriptor `hex: 0x1F` matched only `hex=31`). So
+/// `1.10` and `1.1` are two values, not a duplicate. Merge keys (`<<: *base`) apply, as there.
+#[test]
+fn scalars_keep_their_text_and_merge_keys_apply() {
+    let text = r"domain: 0x10
+descriptors:
+  - key: hex
+    value: 0x1F
+    rate_limit: &base
+      unit: second
+      requests_per_unit: 1
+      name: 1e3
+  - key: ver
+    value: 1.10
+    rate_limit: *base
+  - key: ver
+    value: 1.1
+    rate_limit:
+      <<: *base
+      requests_per_unit: 2
+      name: True
+  - key: 007
+    value: +5
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+      replaces:
+        - name: 1e3
+";
+    let domain = parse(text).expect("valid");
+    assert_eq!(domain.name, "0x10");
+    let seen: Vec<(&str, Option<&str>, Option<&str>)> = domain
+        .descriptors
+        .iter()
+        .map(|d| {
+            let rate = d.rate_limit.as_ref().expect("a rate limit");
+            (d.key.as_str(), d.value.as_deref(), rate.name.as_deref())
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("hex", Some("0x1F"), Some("1e3")),
+            ("ver", Some("1.10"), Some("1e3")),
+            ("ver", Some("1.1"), Some("True")),
+            ("007", Some("+5"), None),
+        ]
+    );
+    let merged = domain.descriptors[2].rate_limit.as_ref().expect("merged");
+    assert_eq!(
+        (merged.unit, merged.requests_per_unit),
+        (Some(Unit::Second), 2),
+        "the merge key's unit, the entry's own count"
+    );
+    let replaces = &domain.descriptors[3]
+        .rate_limit
+        .as_ref()
+        .expect("rl")
+        .replaces;
+    assert_eq!(replaces, &["1e3"]);
+}
+
+/// A count the reference takes (any 32-bit one) beyond what the core counts (10⁹ per unit,
+/// one per microsecond) is refused naming `requests_per_unit`, with what to write instead.
+#[test]
+fn a_count_past_the_cores_is_refused_naming_the_field() {
+    for (unit, count, says) in [
+        ("day", 4_294_967_295_u64, "limit must be at most 1000000000"),
+        ("second", 1_000_001, "one unit per microsecond"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            format!(
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: {unit}\n      requests_per_unit: {count}\n"
+            ),
+        )
+        .expect("write");
+        let err = load_dir(dir.path())
+            .expect("parsed")
+            .limits(Algorithm::FixedWindow, OnStoreError::Allow)
+            .expect_err("refused");
+        assert_eq!(
+            err.path(),
+            Some("descriptors[0].rate_limit.requests_per_unit"),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(says) && text.contains("or unlimited: true for no limit"),
+            "{text}"
+        );
+    }
+}
+
+/// An alias bomb (a 50 KB file whose 10 000 aliases each stand for a list of 10 000: 10⁸
+/// values) is refused, naming the file, before a value is built; anchors and aliases within
+/// reason load, as in the reference (a `rate_limit` written once, used twice).
+#[test]
+fn an_alias_bomb_is_refused_unbuilt() {
+    let file = std::path::Path::new("bomb.yaml");
+    let bomb = format!(
+        "domain: bomb\nx: &a [{}]\ny: [{}]\ndescriptors: []\n",
+        vec!["0"; 10_000].join(","),
+        vec!["*a"; 10_000].join(",")
+    );
+    let err = tollgate_envoy::parse_file(&bomb, file).expect_err("refused");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "bomb.yaml: more than {} YAML nodes once its aliases are expanded (each alias \
+             stands for the whole node its anchor names)",
+            tollgate_envoy::MAX_NODES
+        )
+    );
+    let shared = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: &r\n      unit: second\n      requests_per_unit: 5\n  - key: b\n    rate_limit: *r\n";
+    let domain = tollgate_envoy::parse_file(shared, file).expect("an alias loads");
+    assert_eq!(domain.descriptors.len(), 2);
+    for d in &domain.descriptors {
+        let rate = d.rate_limit.as_ref().expect("a rate limit");
+        assert_eq!(
+            (rate.requests_per_unit, rate.unit),
+            (5, Some(Unit::Second)),
+            "{d:?}"
+        );
+    }
+}
+
 /// A symbolic link out of the directory is refused, naming it; one inside it (a Kubernetes
 /// ConfigMap's `..data` layout) is followed.
 #[cfg(unix)]
