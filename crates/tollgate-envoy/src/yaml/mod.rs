@@ -40,6 +40,12 @@ use crate::yaml::raw_text::{RawDescriptor, RawFile, RawRateLimit};
 /// file is refused unread, naming it and its size.
 pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 
+/// The most YAML one directory may hold, all files together: each file is capped, and this
+/// caps their number's share (a directory of thousands of files at the file cap would be
+/// gigabytes read at every load, and at every poll of the watcher). A directory past it is
+/// refused, naming it and its size.
+pub const MAX_DIR_BYTES: u64 = 32 * 1024 * 1024;
+
 /// The deepest nesting accepted (flow collections `[`/`{`, and compact `- - -` sequences on
 /// one line), checked by a linear scan before parsing: the parser takes seconds on a
 /// 100 000-deep `[` before refusing it. Descriptor trees nest a few levels.
@@ -68,6 +74,22 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
         source,
     };
     let files = yaml_files(dir)?;
+    let total = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .fold(0_u64, u64::saturating_add);
+    if total > MAX_DIR_BYTES {
+        return Err(invalid(
+            dir,
+            "",
+            format!(
+                "{total} bytes of YAML in {} files, more than the {} MiB a config directory \
+                 may hold",
+                files.len(),
+                MAX_DIR_BYTES / (1024 * 1024)
+            ),
+        ));
+    }
     let mut imported = Imported::default();
     for file in files {
         let text = read_capped(&file).map_err(|e| read(&file, e))?;
@@ -211,12 +233,14 @@ pub fn dir_contents(dir: &Path) -> String {
         Ok(files) => files,
         Err(e) => return format!("unreadable {}: {e}", dir.display()),
     };
+    let mut read = 0_u64;
     for file in files {
         out.push_str(&file.display().to_string());
         out.push('\0');
-        // An oversized file is not read every poll: its size and time say when it changes.
+        // An oversized file, or any past the directory's cap, is not read every poll: its
+        // size and time say when it changes.
         match std::fs::metadata(&file) {
-            Ok(m) if m.len() > MAX_FILE_BYTES => {
+            Ok(m) if m.len() > MAX_FILE_BYTES || read.saturating_add(m.len()) > MAX_DIR_BYTES => {
                 out.push_str(&format!(
                     "too large: {} bytes, modified {:?}",
                     m.len(),
@@ -224,7 +248,10 @@ pub fn dir_contents(dir: &Path) -> String {
                 ));
             }
             _ => match std::fs::read_to_string(&file) {
-                Ok(text) => out.push_str(&text),
+                Ok(text) => {
+                    read = read.saturating_add(text.len() as u64);
+                    out.push_str(&text);
+                }
                 Err(e) => out.push_str(&format!("unreadable: {e}")),
             },
         }

@@ -457,6 +457,36 @@ fn a_count_past_the_cores_is_refused_naming_the_field() {
     }
 }
 
+/// A directory holding more than [`tollgate_envoy::MAX_DIR_BYTES`] of YAML, each file under
+/// the file cap, is refused naming it and its size, before a file is parsed; the watcher's
+/// view of it reads no more than that per poll.
+#[test]
+fn a_directory_past_its_cap_is_refused_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = tollgate_envoy::MAX_DIR_BYTES / tollgate_envoy::MAX_FILE_BYTES + 1;
+    for i in 0..files {
+        // Sparse: their size is what counts, and nothing of them is read.
+        std::fs::File::create(dir.path().join(format!("f{i:02}.yaml")))
+            .and_then(|f| f.set_len(tollgate_envoy::MAX_FILE_BYTES))
+            .expect("create");
+    }
+    let err = load_dir(dir.path()).expect_err("refused");
+    assert_eq!(err.file(), dir.path());
+    assert!(
+        err.to_string().ends_with(&format!(
+            "{} bytes of YAML in {files} files, more than the 32 MiB a config directory may hold",
+            files * tollgate_envoy::MAX_FILE_BYTES
+        )),
+        "{err}"
+    );
+    let seen = tollgate_envoy::dir_contents(dir.path());
+    assert!(
+        seen.len() as u64 <= tollgate_envoy::MAX_DIR_BYTES + 10_000,
+        "{} bytes read for the watcher",
+        seen.len()
+    );
+}
+
 /// An alias bomb (a 50 KB file whose 10 000 aliases each stand for a list of 10 000: 10⁸
 /// values) is refused, naming the file, before a value is built; anchors and aliases within
 /// reason load, as in the reference (a `rate_limit` written once, used twice).
