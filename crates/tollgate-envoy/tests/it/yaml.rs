@@ -422,6 +422,47 @@ descriptors:
         .expect("rl")
         .replaces;
     assert_eq!(replaces, &["1e3"]);
+
+    // Scalars a merge key brings keep their text too: a merged `value` and `name`, one map
+    // or a list of them (the first holding a field wins, the map's own field before both).
+    let merged = parse(
+        r"domain: d
+descriptors:
+  - &one {key: hex, value: 0x1F, rate_limit: &rl {unit: second, requests_per_unit: 1, name: 1e3}}
+  - <<: *one
+    key: other
+  - key: k3
+    <<: [{value: 0x10}, {value: 1.10, key: ignored}]
+  - key: k4
+    rate_limit:
+      <<: *rl
+      name: 0x2
+      replaces: [{name: 1e3}]
+",
+    )
+    .expect("valid");
+    let seen: Vec<(&str, Option<&str>, Option<&str>)> = merged
+        .descriptors
+        .iter()
+        .map(|d| {
+            let name = d.rate_limit.as_ref().and_then(|r| r.name.as_deref());
+            (d.key.as_str(), d.value.as_deref(), name)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("hex", Some("0x1F"), Some("1e3")),
+            ("other", Some("0x1F"), Some("1e3")),
+            ("k3", Some("0x10"), None),
+            ("k4", None, Some("0x2")),
+        ]
+    );
+    let k4 = merged.descriptors[3].rate_limit.as_ref().expect("merged");
+    assert_eq!(
+        (k4.unit, k4.requests_per_unit, k4.replaces.as_slice()),
+        (Some(Unit::Second), 1, &["1e3".to_owned()][..])
+    );
 }
 
 /// A count the reference takes (any 32-bit one) beyond what the core counts (10⁹ per unit,
