@@ -74,9 +74,11 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
         source,
     };
     let files = yaml_files(dir)?;
+    // Files over their own cap are refused by it, naming them, when they are read.
     let total = files
         .iter()
         .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .filter(|&len| len <= MAX_FILE_BYTES)
         .fold(0_u64, u64::saturating_add);
     if total > MAX_DIR_BYTES {
         return Err(invalid(
