@@ -24,11 +24,12 @@ local function ttl_ms(us)
   return fmt(math.floor((us + 999) / 1000) + 1000)
 end
 
--- Before a write that may make `key` with no expiry of its own (HSET, HINCRBY, ZADD, whose
--- key gets its PEXPIRE after): fails the script, before anything is written, when the user
--- may not run that PEXPIRE (its permission taken away while the store runs; the start-up
--- check passed). Refused after the write, it would leave the key without an expiry, for
--- good: Lua has no rollback. Asked of the ACL, not by running PEXPIRE: that would be the
+-- Before a write whose expiry is set after it (HSET, HINCRBY, ZADD, then PEXPIRE): fails
+-- the script, before anything is written, when the user may not run that PEXPIRE (its
+-- permission taken away while the store runs; the start-up check passed). Refused after the
+-- write, it would leave a new key without an expiry, for good, and an existing one charged
+-- for a request its limit's policy answered, with the expiry of its previous state (too
+-- short: the key gone early, its units with it): Lua has no rollback. Asked of the ACL, not by running PEXPIRE: that would be the
 -- script's first write, and Redis decides a script's out-of-memory refusal at its first
 -- write (PEXPIRE adds no memory, so the writes after it would pass a full maxmemory).
 -- redis.acl_check_cmd is Redis 7's; before it, nothing is asked.

@@ -43,8 +43,8 @@ local function sliding_log(key, now, cost, limit, period, _, op)
     end
     allowed = -1
   elseif op == 1 then
-    -- No live unit: the key is new, or all of it is trimmed below (prelude.lua).
-    if count == 0 then may_expire(key) end
+    -- Before the first write: its PEXPIRE comes after it (prelude.lua).
+    may_expire(key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
     local n0 = redis.call('ZCOUNT', key, fmt(now), fmt(now))
     local stamp = fmt(now)

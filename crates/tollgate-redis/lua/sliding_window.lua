@@ -60,9 +60,9 @@ local function sliding_window(key, now, cost, limit, w, buckets, op)
     allowed = -1
   elseif op == 1 and cost > 0 then
     -- (A cost of 0, refused before any store by the Rust side, would write a field of 0 and
-    -- no expiry: an immortal key.) No live bucket: the key is new, or all of it is deleted
-    -- below (prelude.lua).
-    if count == 0 then may_expire(key) end
+    -- no expiry: an immortal key.) Before the first write: its PEXPIRE comes after it
+    -- (prelude.lua).
+    may_expire(key)
     if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
     redis.call('HINCRBY', key, fmt(current), cost)
     count = count + cost

@@ -66,7 +66,7 @@ local function token_bucket(key, now, cost, burst, t, _, op, server)
   elseif tokens >= cost then
     if op == 1 then
       tokens = tokens - cost
-      if not (st[1] and st[2]) then may_expire(key) end
+      may_expire(key)
       redis.call('HSET', key, 'tokens', fmt(tokens), 'last', fmt(last))
       redis.call('PEXPIRE', key, ttl_ms((burst - tokens) * t + last - now))
     end

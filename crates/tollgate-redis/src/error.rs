@@ -83,17 +83,16 @@ pub(crate) fn in_batch(message: String) -> StoreError {
 
 /// Whether `err` may be a refusal the client met setting a connection up (its credentials,
 /// the database, the protocol), which the `redis` crate's connection manager keeps as its
-/// connection (`store/single_node.rs`). Wide on purpose: a command refused for its
-/// permissions reads the same.
+/// connection (`store/single_node.rs`). Not `NOPERM`: that is a command the user may not run
+/// on a connection that works (a script's `may_expire`, a permission taken away), and a new
+/// connection a second for it changed nothing but the log.
 pub(crate) fn refused_while_connecting(err: &RedisError) -> bool {
     !err.is_io_error()
         && (matches!(
             err.kind(),
             ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig
-        ) || matches!(
-            err.code(),
-            Some("NOAUTH" | "WRONGPASS" | "NOPERM" | "NOPROTO")
-        ) || connection_setup(err).is_some())
+        ) || matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPROTO"))
+            || connection_setup(err).is_some())
 }
 
 /// A refusal met while the client set a new connection up, not by a call of ours: the kind

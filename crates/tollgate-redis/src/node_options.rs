@@ -102,10 +102,22 @@ impl NodeOptions {
         &self,
         client: redis::Client,
     ) -> Result<ConnectionManager, StoreError> {
+        self.manager_retrying(client, 2).await
+    }
+
+    /// [`NodeOptions::manager`], its first connection tried `1 + retries` times.
+    ///
+    /// # Errors
+    /// The first connection's failure, classified.
+    pub(crate) async fn manager_retrying(
+        &self,
+        client: redis::Client,
+        retries: usize,
+    ) -> Result<ConnectionManager, StoreError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None)
-            .set_number_of_retries(2)
+            .set_number_of_retries(retries)
             .set_max_delay(Duration::from_millis(200));
         ConnectionManager::new_with_config(client, config)
             .await

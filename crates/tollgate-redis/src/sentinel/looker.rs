@@ -28,7 +28,15 @@ pub(super) struct Looker {
     /// How to reach a data node, and whether over TLS.
     node_options: NodeOptions,
     node_tls: bool,
+    /// When the current master was last connected to again after its connection was
+    /// refused for its credentials: at most once a second ([`RECONNECT_INTERVAL`]).
+    reconnected: Mutex<Option<std::time::Instant>>,
 }
+
+/// The least time between two new connections to the same master whose connection is
+/// refused for its credentials (each one a failed `AUTH` in its ACL log while the user is
+/// missing; looks come every 25–100 ms while calls fail).
+const RECONNECT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Looker {
     /// The sentinels at `urls`, reached with `sentinel_options`.
@@ -53,7 +61,21 @@ impl Looker {
             master_name,
             node_options,
             node_tls,
+            reconnected: Mutex::new(None),
         })
+    }
+
+    /// Whether the current master may be connected to again now (and, if so, notes it).
+    fn may_reconnect(&self) -> bool {
+        let mut last = self
+            .reconnected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|at| at.elapsed() < RECONNECT_INTERVAL) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
     }
 
     /// The sentinels, in the configured order.
@@ -103,14 +125,15 @@ impl Looker {
                         // made again) stays the manager's connection for good: the `redis`
                         // crate connects again only after an I/O error
                         // (`store/single_node.rs`). A new connection to the same master.
-                        Ok(Err(StoreError::Auth(_))) => {
-                            self.connect_master(addr.clone()).await.map(Some)
+                        // Tried once (it is tried again a second later).
+                        Ok(Err(StoreError::Auth(_))) if self.may_reconnect() => {
+                            self.connect_master(addr.clone(), 0).await.map(Some)
                         }
                         Ok(result) => result.map(|()| None),
                         Err(_) => Err(StoreError::Timeout(MAX_LOOK_INTERVAL)),
                     }
                 }
-                _ => self.connect_master(addr.clone()).await.map(Some),
+                _ => self.connect_master(addr.clone(), 2).await.map(Some),
             };
             match found {
                 Ok(found) => {
@@ -206,13 +229,17 @@ impl Looker {
     /// A connection to `addr`, checked to be a master, within [`Looker::verify_timeout`]: a
     /// node that accepts the connection and then answers nothing (frozen, overloaded) must
     /// not hold the follower, which has other addresses to try and calls failing meanwhile.
-    async fn connect_master(&self, addr: Addr) -> Result<Current, StoreError> {
+    /// The first connection is tried `1 + retries` times.
+    async fn connect_master(&self, addr: Addr, retries: usize) -> Result<Current, StoreError> {
         let within = self.verify_timeout();
         let connected = async {
             let info = NodeOptions::addr(&addr.0, addr.1, self.node_tls).into_connection_info();
             let info = self.node_options.apply(info.map_err(classify)?)?;
             let client = self.node_options.client(info)?;
-            let mut manager = self.node_options.manager(client.clone()).await?;
+            let mut manager = self
+                .node_options
+                .manager_retrying(client.clone(), retries)
+                .await?;
             is_master(&mut manager, &addr).await?;
             Ok(Current {
                 addr: addr.clone(),

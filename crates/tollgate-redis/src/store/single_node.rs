@@ -12,8 +12,8 @@
 //! So a call that fails with what may be such a refusal (`refused_while_connecting`) has a
 //! new manager made, in the background, at most once a second; the call itself is answered
 //! by the limits' policies as any failure. The new manager takes the old one's place only
-//! once it is connected. A command refused for its permissions reads the same as a
-//! connection refused: it costs at most a new connection a second while it lasts.
+//! once it is connected. A command refused for its permissions (`NOPERM`) is not such a
+//! refusal: its connection works.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};

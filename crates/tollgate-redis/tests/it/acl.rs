@@ -347,9 +347,10 @@ async fn a_user_deleted_and_made_again_is_connected_again() {
 /// `PEXPIRE` taken away from the store's user while it runs (the start-up check passed):
 /// a script that writes a key with `HSET`, `HINCRBY` or `ZADD` and sets its expiry after
 /// fails before it writes anything, so that no key is left without an expiry, and a request
-/// answered by its limit's policy charges nothing. (The sliding log, the sliding window and
-/// the token bucket wrote first: their keys lived for ever, and a sliding log kept the unit
-/// of a request answered 503.) Checks and settlements (`adjust`, pace.lua) alike.
+/// answered by its limit's policy charges nothing, on a new key and on one that exists. (The
+/// sliding log, the sliding window and the token bucket wrote first: their new keys lived for
+/// ever, and they kept the units of requests answered 503.) Checks and settlements
+/// (`adjust`, pace.lua) alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_refused_its_expiry_leaves_no_key() {
     let server = RedisServer::start();
@@ -366,14 +367,51 @@ async fn a_write_refused_its_expiry_leaves_no_key() {
         least_privilege_acl(ns.prefix(), false, false),
         "the documented ACL grants PEXPIRE"
     );
+    // A key that exists already: one unit charged before.
+    for a in Algorithm::ALL {
+        let v = limiter
+            .check(a.name(), &[("user", "existing")])
+            .await
+            .expect("known");
+        assert_eq!(v.outcome(), Outcome::Allowed, "{a:?}");
+    }
     set_user(&server, "tollgate", &rules);
+    let received = || {
+        let info = server.cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .expect("INFO stats")
+    };
+    let before = received();
     for a in Algorithm::ALL {
         let _ = limiter
             .check(a.name(), &[("user", "check")])
             .await
             .expect("known");
         let _ = limiter.adjust(a.name(), &[("user", "adjust")], 3).await;
+        for _ in 0..3 {
+            let _ = limiter
+                .check(a.name(), &[("user", "existing")])
+                .await
+                .expect("known");
+        }
     }
+    // A command the user may not run is no refused connection: none is made again for it
+    // (one a second was, each logged as connected again), over more than a second of them.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1_500);
+    while tokio::time::Instant::now() < until {
+        let _ = limiter
+            .check("sliding_log", &[("user", "existing")])
+            .await
+            .expect("known");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        received() - before,
+        1,
+        "only the second INFO's own connection"
+    );
     let keys = server.array(&["KEYS", &format!("{}*", ns.prefix())]);
     let immortal: Vec<&String> = keys
         .iter()
@@ -397,13 +435,14 @@ async fn a_write_refused_its_expiry_leaves_no_key() {
         assert_eq!(v.outcome(), Outcome::Allowed, "{a:?}: {v:?}");
         assert_eq!(v.decision().remaining, 9, "{a:?}: {v:?}");
     }
-    let v = limiter
-        .check("sliding_log", &[("user", "check")])
-        .await
-        .expect("known");
-    assert_eq!(
-        v.decision().remaining,
-        9,
-        "the refused request's unit was not kept: {v:?}"
-    );
+    for (user, left) in [("check", 9), ("existing", 8)] {
+        for a in ["sliding_log", "sliding_window", "token_bucket"] {
+            let v = limiter.check(a, &[("user", user)]).await.expect("known");
+            assert_eq!(
+                v.decision().remaining,
+                left,
+                "{a} {user}: the refused requests' units were not kept: {v:?}"
+            );
+        }
+    }
 }

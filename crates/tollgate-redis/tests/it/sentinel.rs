@@ -388,6 +388,28 @@ async fn a_user_deleted_and_made_again_on_the_master_is_connected_again() {
         assert!(!probe(&limiter, "a").await.0, "no user, yet decided");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The master is connected to again at most once a second while the user is missing
+    // (each attempt a failed AUTH there; looks come every 25–100 ms while calls fail).
+    let received = || {
+        let info = group.master().cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .expect("INFO stats")
+    };
+    let before = received();
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < until {
+        assert!(!probe(&limiter, "a").await.0, "no user, yet decided");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // About four: three attempts, and the second INFO's own connection (15 before: every
+    // look tried, three times each).
+    let made = received() - before;
+    assert!(
+        made <= 6,
+        "{made} connections to the master in 3 s without its user"
+    );
     make_user(group.master());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !probe(&limiter, "a").await.0 {

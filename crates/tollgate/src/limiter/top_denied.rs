@@ -392,8 +392,6 @@ mod tests {
         Key::new(&Namespace::default(), &limit, &[("user", user)])
     }
 
-    /// A heavy hitter among a flood of one-off keys is found, with its exact count or an
-    /// error bound that covers the truth; memory stays at the capacity.
     /// A shard holds no sketch until it counts a refusal: a limit that never refuses costs
     /// its shards' ratios alone (a few cache lines), not six sketches each (5 KB).
     #[test]
@@ -421,6 +419,8 @@ mod tests {
         assert_eq!(activity.top(3, Span::Recent, 7)[0].count, 1);
     }
 
+    /// A heavy hitter among a flood of one-off keys is found, with its exact count or an
+    /// error bound that covers the truth; memory stays at the capacity.
     #[test]
     fn finds_the_heavy_hitter_in_a_flood() {
         let activity = LimitActivity::default();
