@@ -14,6 +14,11 @@ use std::time::Duration;
 pub struct Imported {
     /// One per file.
     pub domains: Vec<Domain>,
+    /// The digest of what was read ([`crate::contents_digest`] of the files' names and
+    /// texts, as [`crate::dir_contents`] shows them): a watcher that compared a snapshot of
+    /// the directory before this load tells whether the load read the same (a file written
+    /// meanwhile, caught half-way by the load, is then not taken for the snapshot).
+    pub read_digest: u64,
 }
 
 /// One YAML file: a domain and its descriptor tree.

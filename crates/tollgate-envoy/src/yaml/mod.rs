@@ -93,8 +93,10 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
         ));
     }
     let mut imported = Imported::default();
+    let mut digest = ContentsDigest::default();
     for file in files {
         let text = read_capped(&file).map_err(|e| read(&file, e))?;
+        digest.file(&file, &text);
         let domain = parse_file(&text, &file)?;
         let same = imported.domains.iter().filter(|d| d.name == domain.name);
         if let Some(first) = same.clone().next() {
@@ -135,8 +137,39 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
         }
         imported.domains.push(domain);
     }
+    imported.read_digest = digest.finish();
     name_limits(&mut imported);
     Ok(imported)
+}
+
+/// The digest of `contents` ([`dir_contents`]' text of a directory): equal to a load's
+/// [`Imported::read_digest`] when the load read the same files with the same texts.
+pub fn contents_digest(contents: &str) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(contents.as_bytes());
+    h.finish()
+}
+
+/// [`contents_digest`] of the text [`dir_contents`] would show, hashed file by file (the
+/// hasher takes bytes as a stream: pieces hash as their concatenation).
+#[derive(Default)]
+struct ContentsDigest(std::hash::DefaultHasher);
+
+impl ContentsDigest {
+    /// One file, as `dir_contents` writes it.
+    fn file(&mut self, file: &Path, text: &str) {
+        use std::hash::Hasher as _;
+        self.0.write(file.display().to_string().as_bytes());
+        self.0.write(b"\0");
+        self.0.write(text.as_bytes());
+        self.0.write(b"\0");
+    }
+
+    fn finish(self) -> u64 {
+        use std::hash::Hasher as _;
+        self.0.finish()
+    }
 }
 
 /// The files of `dir` that [`load_dir`] reads, in the order it reads them. A symbolic link

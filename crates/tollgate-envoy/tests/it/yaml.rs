@@ -528,6 +528,33 @@ fn a_directory_past_its_cap_is_refused_unread() {
     );
 }
 
+/// A load's digest is that of what the directory's watcher shows of it
+/// (`contents_digest(dir_contents)`), and changes with any file's text: so the reloader can
+/// tell that a load read what its snapshot of the directory holds, or a file written since.
+#[test]
+fn a_load_tells_what_it_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, count: u32| {
+        std::fs::write(
+            dir.path().join(name),
+            format!("domain: {name}\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: {count}\n"),
+        )
+        .expect("write");
+    };
+    write("a.yaml", 1);
+    write("b.yaml", 2);
+    let seen = tollgate_envoy::dir_contents(dir.path());
+    let loaded = load_dir(dir.path()).expect("valid");
+    assert_eq!(loaded.read_digest, tollgate_envoy::contents_digest(&seen));
+    write("b.yaml", 3);
+    let again = load_dir(dir.path()).expect("valid");
+    assert_ne!(again.read_digest, loaded.read_digest);
+    assert_eq!(
+        again.read_digest,
+        tollgate_envoy::contents_digest(&tollgate_envoy::dir_contents(dir.path()))
+    );
+}
+
 /// An alias bomb (a 50 KB file whose 10 000 aliases each stand for a list of 10 000: 10⁸
 /// values) is refused, naming the file, before a value is built; anchors and aliases within
 /// reason load, as in the reference (a `rate_limit` written once, used twice).

@@ -112,6 +112,87 @@ async fn binary_serves_a_yaml_directory_and_reloads_it_on_sighup() {
     process.terminate();
 }
 
+/// `domain: edge` with `user` at `per_minute` a minute, and `sms` at 5 unless `partial` (an
+/// editor's first write of the file).
+fn edge_yaml(per_minute: u32, partial: bool) -> String {
+    let mut text = format!(
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {{unit: minute, requests_per_unit: {per_minute}}}\n"
+    );
+    if !partial {
+        text.push_str("  - key: sms\n    rate_limit: {unit: minute, requests_per_unit: 5}\n");
+    }
+    text
+}
+
+/// A YAML file rewritten while a reload reads the directory (here: half-written 250 ms after
+/// a SIGHUP's reads agreed, while a large file before it in name order is parsed; whole again
+/// once that reload ended): the reload that read it half-way is not applied, and the finished
+/// file, equal to what had settled before, is. (That reload was applied, and the finished file, equal to the snapshot
+/// the reloader had marked as handled, never was: the `sms` limit stayed missing, its calls
+/// all allowed, while the file said 5 a minute.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yaml_file_caught_half_written_by_a_reload_is_not_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = layout(dir.path(), Some(any_port()), MESSAGING);
+    let conf = dir.path().join("ratelimit/config");
+    // About a second to parse in a debug build: the reload reads `zz.yaml` that much later.
+    let mut big = String::from(
+        "domain: big\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata:\n",
+    );
+    for i in 0..45_000 {
+        big.push_str(&format!("      m{i}: v{i}\n"));
+    }
+    std::fs::write(conf.join("a_big.yaml"), big).expect("write");
+    let zz = conf.join("zz.yaml");
+    std::fs::write(&zz, edge_yaml(7, false)).expect("write");
+    let mut process = Process::serve(&path);
+    let mut client = connect(process.grpc.expect("gRPC address")).await;
+    let rate =
+        |r: &tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit)
+        };
+    let r = call(&mut client, "edge", &[("sms", "x")]).await;
+    assert_eq!(rate(&r), Some(5), "{r:?}");
+
+    std::fs::write(&zz, edge_yaml(9, false)).expect("write");
+    process.signal("HUP");
+    // The SIGHUP's two reads, 100 ms apart, agree: the reload parses, `a_big.yaml` first.
+    assert!(
+        process.logged("SIGHUP: reloading the config file").await,
+        "{}",
+        process.log()
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    std::fs::write(&zz, edge_yaml(9, true)).expect("write");
+    // That reload ends one way or the other: applied as read (`sms` removed), or not.
+    let ended = eventually(Duration::from_secs(10), || async {
+        let log = process.log();
+        log.contains("config reload removes limits") || log.contains("changed while it was read")
+    })
+    .await;
+    assert!(ended, "{}", process.log());
+    std::fs::write(&zz, edge_yaml(9, false)).expect("write");
+
+    let settled = eventually(Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            let user = call(&mut client, "edge", &[("user", "x")]).await;
+            let sms = call(&mut client, "edge", &[("sms", "x")]).await;
+            rate(&user) == Some(9) && rate(&sms) == Some(5)
+        }
+    })
+    .await;
+    assert!(
+        settled,
+        "the finished file was never applied; log:\n{}",
+        process.log()
+    );
+    process.terminate();
+}
+
 /// The directory is watched like the config file: an edited YAML file and a new domain file
 /// apply without a signal (once settled, one to two poll intervals later), and a broken one
 /// is refused whole, keeping the rules in force.
