@@ -212,6 +212,14 @@ struct Map {
     next_id: u64,
     /// Entries after the last clean-up.
     cleaned_at_len: usize,
+    /// Every lease was given back ([`LeaseTier::all`]: a reload replaced the limiter, or a
+    /// shutdown): the requests still on this limiter take exactly their cost, holding nothing
+    /// (no one gives back what a closed tier would hold).
+    closed: bool,
+    /// Units a take in flight when its entry was given back got, or had set aside, beyond
+    /// what its request spent: to be given back to the store by the caller
+    /// ([`LeaseTier::take_orphans`]).
+    orphans: Vec<Returned>,
 }
 
 impl std::fmt::Debug for Map {
@@ -256,6 +264,18 @@ impl LeaseTier {
             unreachable!("only lease-mode entries reach the lease tier")
         };
         let mut map = self.lock();
+        if map.closed {
+            // Its cost alone, from the store, as one request of exact mode.
+            return Step::Take(Refill {
+                want: cost,
+                need: cost,
+                reserved: 0,
+                entry: u64::MAX,
+                give_back: 0,
+                give_back_window: 0,
+                top_up: false,
+            });
+        }
         if !map.held.contains_key(key) {
             if map.held.len() >= 2 * map.cleaned_at_len.max(512) {
                 clean(&mut map, now);
@@ -352,26 +372,43 @@ impl LeaseTier {
             Ok(grant) => Some(grant),
             Err(error) => {
                 self.failed(key, refill, error);
-                self.unreserve(key, refill);
+                self.unreserve(key, limit, refill);
                 return None;
             }
         };
         let mut map = self.lock();
         let Some(h) = map.held.get_mut(key).filter(|h| h.id == refill.entry) else {
             // Given back meanwhile (a reload, a shutdown, a reset; another entry may have
-            // been made since): this request still gets its cost from the grant and the
-            // units it set aside; the rest stays counted until the window ends, and so does
-            // a refund of the cost (its entry is gone).
-            return grant
-                .filter(|g| g.granted >= refill.need && g.granted > 0)
-                .map(|g| {
-                    let d = Decision::allowed(limit.quota().limit(), g.remaining, g.valid_for);
-                    let gone = Stamp {
-                        entry: refill.entry,
-                        window: g.window,
-                    };
-                    (d, gone)
-                });
+            // been made since), or a closed tier's take: this request still gets its cost
+            // from the grant and the units it set aside. What the grant gave beyond it, or
+            // what was set aside for a refused request, goes back to the store through the
+            // caller (it was lost to the window: an audit's reloads under load lost 1 194
+            // units of 60 000). A refund of the cost stays counted (its entry is gone).
+            let admitted = grant.filter(|g| g.granted >= refill.need && g.granted > 0);
+            let limit_of = || limit.clone();
+            match admitted {
+                Some(g) if g.granted > refill.need => {
+                    map.orphans
+                        .push((key.clone(), limit_of(), g.granted - refill.need, g.window));
+                }
+                None if refill.reserved > 0 => {
+                    map.orphans.push((
+                        key.clone(),
+                        limit_of(),
+                        refill.reserved,
+                        refill.give_back_window,
+                    ));
+                }
+                _ => {}
+            }
+            return admitted.map(|g| {
+                let d = Decision::allowed(limit.quota().limit(), g.remaining, g.valid_for);
+                let gone = Stamp {
+                    entry: refill.entry,
+                    window: g.window,
+                };
+                (d, gone)
+            });
         };
         let waiters = if refill.top_up {
             h.taking = false;
@@ -414,22 +451,28 @@ impl LeaseTier {
 
     /// A take of `key` ended without an answer (its request was dropped mid-call): a top-up
     /// lets the next start, and the units set aside go back to the lease.
-    pub(crate) fn abort(&self, key: &Key, refill: &Refill) {
+    pub(crate) fn abort(&self, key: &Key, limit: &Limit, refill: &Refill) {
         if refill.top_up {
             self.end_take(key, refill.entry, None);
         }
-        self.unreserve(key, refill);
+        self.unreserve(key, limit, refill);
     }
 
-    /// The units `refill` set aside go back to `key`'s lease (its request was not admitted).
-    fn unreserve(&self, key: &Key, refill: &Refill) {
+    /// The units `refill` set aside go back to `key`'s lease (its request was not admitted),
+    /// or, its entry given back meanwhile, to the store through the caller.
+    fn unreserve(&self, key: &Key, limit: &Limit, refill: &Refill) {
         if refill.reserved == 0 {
             return;
         }
-        if let Some(h) = self.lock().held.get_mut(key)
-            && h.id == refill.entry
-        {
-            h.give_back(refill.reserved);
+        let mut map = self.lock();
+        match map.held.get_mut(key).filter(|h| h.id == refill.entry) {
+            Some(h) => h.give_back(refill.reserved),
+            None => map.orphans.push((
+                key.clone(),
+                limit.clone(),
+                refill.reserved,
+                refill.give_back_window,
+            )),
         }
     }
 
@@ -475,9 +518,21 @@ impl LeaseTier {
         }
     }
 
-    /// Takes every lease out of the tier (reload, shutdown): what to give back.
+    /// What takes in flight when their entries were given back must give back too (see
+    /// `finish`), taken out of the tier.
+    pub(crate) fn take_orphans(&self) -> Vec<Returned> {
+        let mut map = self.lock();
+        if map.orphans.is_empty() {
+            return Vec::new();
+        }
+        std::mem::take(&mut map.orphans)
+    }
+
+    /// Takes every lease out of the tier (reload, shutdown): what to give back. The tier is
+    /// closed from then on: requests still on it take exactly their cost.
     pub(crate) fn all(&self) -> Vec<Returned> {
         let mut map = self.lock();
+        map.closed = true;
         map.cleaned_at_len = 0;
         let drained: Vec<(Key, Held)> = map.held.drain().collect();
         drop(map);

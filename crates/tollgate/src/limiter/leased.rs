@@ -25,6 +25,7 @@ const MAX_WAITS: u32 = 3;
 struct AbortOnDrop<'t> {
     tier: &'t crate::lease::tier::LeaseTier,
     key: &'t crate::Key,
+    limit: &'t crate::Limit,
     refill: &'t Refill,
     armed: bool,
 }
@@ -32,7 +33,7 @@ struct AbortOnDrop<'t> {
 impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.tier.abort(self.key, self.refill);
+            self.tier.abort(self.key, self.limit, self.refill);
         }
     }
 }
@@ -191,6 +192,7 @@ impl<S: Store> Limiter<S> {
         let mut guard = AbortOnDrop {
             tier: &self.leases,
             key: &e.key,
+            limit: e.limit,
             refill,
             armed: refill.top_up || refill.reserved > 0,
         };
@@ -218,7 +220,7 @@ impl<S: Store> Limiter<S> {
             "result" => outcome
         )
         .increment(1);
-        match result {
+        let outcome = match result {
             Ok(grant) => Ok(
                 match self
                     .leases
@@ -242,12 +244,23 @@ impl<S: Store> Limiter<S> {
                     .finish(&e.key, e.limit, refill, Err(&error), sent);
                 Err(error)
             }
+        };
+        // Units of a take whose entry was given back meanwhile (a reload, a shutdown), beyond
+        // what this request spent: back to the store now, as the give-back they missed.
+        let orphans = self.leases.take_orphans();
+        if !orphans.is_empty()
+            && let Err(error) = self.give_back(orphans).await
+        {
+            tracing::warn!(cause = %error, "lease units of a take that outlived its lease could not be given back; they stay counted until their window ends");
         }
+        outcome
     }
 
     /// Gives every lease this limiter holds back to the store (a reload replacing the
     /// limiter, a shutdown): one store call per key holding units. Returns the units given
-    /// back.
+    /// back. The limiter holds no lease after it: a take in flight gives back what it gets
+    /// beyond its request's cost, and later requests take exactly their cost (one store call
+    /// each, as in exact mode), so that nothing is left held by a limiter no one sweeps.
     ///
     /// # Errors
     /// The first store failure; the other leases are still given back (units a failed call

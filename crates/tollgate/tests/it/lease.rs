@@ -341,6 +341,40 @@ async fn a_request_given_up_during_another_limits_take_refunds_the_lease() {
     assert_eq!(l.leased_units(), held, "hot's unit came back");
 }
 
+/// A take in flight when the limiter's leases are given back (a reload swapping the limiter,
+/// while a request still runs on the old one): its request is admitted, and what the take got
+/// beyond it goes back to the store; a request after that takes exactly its cost and holds
+/// nothing. (The take's 49 other units stayed counted in a tier no one swept: an audit's
+/// reloads under load lost 1 194 units of 60 000.)
+#[tokio::test]
+async fn a_take_in_flight_when_the_leases_go_back_gives_its_rest_back() {
+    let (clock, store, l) = held_takes();
+    let request = {
+        let l = Arc::clone(&l);
+        tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
+    };
+    while store.takes.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        l.return_leases().await.expect("given back"),
+        0,
+        "none held yet"
+    );
+    store.open.store(true, Ordering::SeqCst);
+    assert_eq!(request.await.expect("task"), Outcome::Allowed);
+    assert_eq!(l.leased_units(), 0);
+    assert_eq!(
+        store_count(store.inner(), &clock, 1_000).await,
+        1,
+        "the take's other units went back"
+    );
+    let v = l.check("hot", &KEY).await.expect("valid");
+    assert_eq!(v.outcome(), Outcome::Allowed);
+    assert_eq!(l.leased_units(), 0, "a closed tier holds nothing");
+    assert_eq!(store_count(store.inner(), &clock, 1_000).await, 2);
+}
+
 /// A limiter with a lease of 50 on a limit of 1 000 a minute, on a counting memory store whose
 /// takes wait until `open` is set.
 fn held_takes() -> (
