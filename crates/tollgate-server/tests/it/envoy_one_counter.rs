@@ -36,6 +36,24 @@ fn hour() -> u64 {
         / 3600
 }
 
+/// What `once` (calls on a fresh process and store) saw, from a run within one clock hour:
+/// run again, at most three times, when it straddled an hour's edge (these tests' windows are
+/// hours on the real clock).
+pub(crate) async fn in_one_hour<T, F, Fut>(mut once: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    for _ in 0..3 {
+        let start = hour();
+        let seen = once().await;
+        if hour() == start {
+            return seen;
+        }
+    }
+    panic!("three runs each straddled an hour's edge");
+}
+
 /// `user=a` twice, the second (or the first, `override_first`) with 5 an hour.
 fn both(override_first: bool) -> RateLimitRequest {
     let mut descriptors = vec![descriptor(&[("user", "a")]), descriptor(&[("user", "a")])];
@@ -50,13 +68,11 @@ fn both(override_first: bool) -> RateLimitRequest {
     }
 }
 
-/// The `calls` on a fresh `tollgate serve` (`envoy`: the `[envoy]` settings), or `None` when
-/// they straddled an hour's edge.
-async fn run_once(on: On, envoy: &str, calls: &[bool]) -> Option<Vec<Seen>> {
+/// The `calls` on a fresh `tollgate serve` (`envoy`: the `[envoy]` settings).
+async fn run_once(on: On, envoy: &str, calls: &[bool]) -> Vec<Seen> {
     let served = EnvoyServe::start(matches!(on, On::Redis), envoy, &[("share.yaml", YAML)]);
     let process = &served.process;
     let mut client = connect(process.grpc.expect("grpc address")).await;
-    let start = hour();
     let mut seen = Vec::new();
     for &override_first in calls {
         let r = client
@@ -81,16 +97,11 @@ async fn run_once(on: On, envoy: &str, calls: &[bool]) -> Option<Vec<Seen>> {
             statuses,
         ));
     }
-    (hour() == start).then_some(seen)
+    seen
 }
 
 async fn run(on: On, envoy: &str, calls: &[bool]) -> Vec<Seen> {
-    for _ in 0..3 {
-        if let Some(seen) = run_once(on, envoy, calls).await {
-            return seen;
-        }
-    }
-    panic!("three runs each straddled an hour's edge");
+    in_one_hour(|| run_once(on, envoy, calls)).await
 }
 
 /// By default (refusals charge nothing): counted 0 → 2 → 4; at 4 the override second would

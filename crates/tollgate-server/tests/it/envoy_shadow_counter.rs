@@ -3,14 +3,13 @@
 //! descriptor is decided first, the shadow one after it on the count it left, and the
 //! shadow one never refuses (`decide/calls.rs`, `Calls::charge`). Both stores must answer
 //! alike. Windows are hours on the real clock; a run that straddles an hour's edge is run
-//! again on a fresh process and store.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! again on a fresh process and store (`envoy_one_counter::in_one_hour`).
 
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use crate::binary::EnvoyServe;
+use crate::envoy_one_counter::in_one_hour;
 use crate::envoy_quota::On;
 use crate::grpc::{connect, descriptor};
 
@@ -41,14 +40,6 @@ const OVER: Code = Code::OverLimit;
 /// Per call: the overall code, then each status's code and remaining.
 type Seen = (Code, Vec<(Code, u32)>);
 
-fn hour() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch")
-        .as_secs()
-        / 3600
-}
-
 /// The shadow descriptor first, then the enforced one, on one key.
 fn both() -> RateLimitRequest {
     RateLimitRequest {
@@ -61,12 +52,10 @@ fn both() -> RateLimitRequest {
     }
 }
 
-/// `calls` calls of [`both`] on a fresh `tollgate serve` (`envoy`: more `[envoy]` settings),
-/// or `None` when they straddled an hour's edge.
-async fn run_once(on: On, envoy: &str, calls: usize) -> Option<Vec<Seen>> {
+/// `calls` calls of [`both`] on a fresh `tollgate serve` (`envoy`: more `[envoy]` settings).
+async fn run_once(on: On, envoy: &str, calls: usize) -> Vec<Seen> {
     let served = EnvoyServe::start(matches!(on, On::Redis), &format!("{envoy}\n{RULES}"), &[]);
     let mut client = connect(served.process.grpc.expect("grpc address")).await;
-    let start = hour();
     let mut seen = Vec::new();
     for _ in 0..calls {
         let r = client
@@ -81,55 +70,34 @@ async fn run_once(on: On, envoy: &str, calls: usize) -> Option<Vec<Seen>> {
             .collect();
         seen.push((Code::try_from(r.overall_code).expect("code"), statuses));
     }
-    (hour() == start).then_some(seen)
-}
-
-async fn run(on: On, envoy: &str, calls: usize) -> Vec<Seen> {
-    for _ in 0..3 {
-        if let Some(seen) = run_once(on, envoy, calls).await {
-            return seen;
-        }
-    }
-    panic!("three runs each straddled an hour's edge");
+    seen
 }
 
 /// By default: counts 1 and 2; then 3, the shadow one's 4th would be refused (OK all the
-/// same); then the enforced one refuses and the shadow one is only reported.
+/// same); then the enforced one refuses and the shadow one is only reported. With counted
+/// refusals (`refusals = "charged"`) both are charged on every call, 1 and 2, 3 and 4, 5 and
+/// 6, and answered the same.
 async fn enforced_first(on: On) {
-    let seen = run(on, "", 3).await;
-    assert_eq!(
-        seen,
-        [
-            (OK, vec![(OK, 1), (OK, 2)]),
-            (OK, vec![(OK, 0), (OK, 0)]),
-            (OVER, vec![(OK, 0), (OVER, 0)]),
-        ],
-        "{on:?}"
-    );
-}
-
-/// With counted refusals both are charged on every call: 1 and 2, 3 and 4, 5 and 6.
-async fn enforced_first_counted(on: On) {
-    let seen = run(on, "refusals = \"charged\"", 3).await;
-    assert_eq!(
-        seen,
-        [
-            (OK, vec![(OK, 1), (OK, 2)]),
-            (OK, vec![(OK, 0), (OK, 0)]),
-            (OVER, vec![(OK, 0), (OVER, 0)]),
-        ],
-        "{on:?}"
-    );
+    for envoy in ["", "refusals = \"charged\""] {
+        let seen = in_one_hour(|| run_once(on, envoy, 3)).await;
+        assert_eq!(
+            seen,
+            [
+                (OK, vec![(OK, 1), (OK, 2)]),
+                (OK, vec![(OK, 0), (OK, 0)]),
+                (OVER, vec![(OK, 0), (OVER, 0)]),
+            ],
+            "{on:?} {envoy}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_shadow_rule_on_an_enforced_counter_on_memory() {
     enforced_first(On::Memory).await;
-    enforced_first_counted(On::Memory).await;
 }
 
 #[tokio::test]
 async fn a_shadow_rule_on_an_enforced_counter_on_redis() {
     enforced_first(On::Redis).await;
-    enforced_first_counted(On::Redis).await;
 }
