@@ -380,13 +380,17 @@ impl LeaseTier {
         let Some(h) = map.held.get_mut(key).filter(|h| h.id == refill.entry) else {
             // Given back meanwhile (a reload, a shutdown, a reset; another entry may have
             // been made since), or a closed tier's take: this request still gets its cost
-            // from the grant and the units it set aside. What the grant gave beyond it, or
-            // what was set aside for a refused request, goes back to the store through the
-            // caller (it was lost to the window: an audit's reloads under load lost 1 194
-            // units of 60 000). A refund of the cost stays counted (its entry is gone).
+            // from the grant and the units it set aside. In a closed tier (its leases given
+            // back: a reload, a shutdown), what the grant gave beyond it, or what was set
+            // aside for a refused request, goes back to the store through the caller (it was
+            // lost to the window: an audit's reloads under load lost 1 194 units of 60 000).
+            // After a reset it stays counted until the window ends: the reset may have
+            // wiped it already, and a give-back would then take units of later requests. A
+            // refund of the cost stays counted (its entry is gone).
             let admitted = grant.filter(|g| g.granted >= refill.need && g.granted > 0);
             let limit_of = || limit.clone();
             match admitted {
+                _ if !map.closed => {}
                 Some(g) if g.granted > refill.need => {
                     map.orphans
                         .push((key.clone(), limit_of(), g.granted - refill.need, g.window));
@@ -459,14 +463,17 @@ impl LeaseTier {
     }
 
     /// The units `refill` set aside go back to `key`'s lease (its request was not admitted),
-    /// or, its entry given back meanwhile, to the store through the caller.
+    /// or, its entry given back meanwhile by a closed tier, to the store through the caller.
     fn unreserve(&self, key: &Key, limit: &Limit, refill: &Refill) {
         if refill.reserved == 0 {
             return;
         }
         let mut map = self.lock();
+        let closed = map.closed;
         match map.held.get_mut(key).filter(|h| h.id == refill.entry) {
             Some(h) => h.give_back(refill.reserved),
+            // As `finish`: after a reset, they stay counted.
+            None if !closed => {}
             None => map.orphans.push((
                 key.clone(),
                 limit.clone(),
