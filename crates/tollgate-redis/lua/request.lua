@@ -96,6 +96,12 @@ local function decide(k, a, n, op, now, server, reply)
     end
   end
   if not must or (group and not one_of) then return b end
+  -- Every key it charges may get its expiry, asked before the first write (prelude.lua): one
+  -- refused after an earlier entry's write would keep that write, charged for a request its
+  -- limits' policy answers (no rollback).
+  for i = 1, n do
+    if admits[i] then may_expire(KEYS[k + i]) end
+  end
   for j = #reply, base + 1, -1 do reply[j] = nil end
   b = a
   for i = 1, n do

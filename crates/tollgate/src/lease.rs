@@ -5,7 +5,8 @@
 //! store counts them as spent at once, never beyond the limit) and hands them out itself
 //! until they are spent or the lease ends; unspent units go back to the store with the next
 //! call for the key, on [`Limiter::return_leases`](crate::Limiter::return_leases) (reload,
-//! shutdown) and [`Limiter::return_expired_leases`](crate::Limiter::return_expired_leases)
+//! shutdown: the limiter then takes no lease again, and decides lease-mode limits as exact
+//! ones) and [`Limiter::return_expired_leases`](crate::Limiter::return_expired_leases)
 //! (a periodic sweep). A hot key then costs the store one call per about `k` decisions.
 //!
 //! Only the fixed window supports it: its units belong to one window that the store and every

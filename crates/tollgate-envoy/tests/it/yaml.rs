@@ -546,9 +546,23 @@ fn a_load_tells_what_it_read() {
     let seen = tollgate_envoy::dir_contents(dir.path());
     let loaded = load_dir(dir.path()).expect("valid");
     assert_eq!(loaded.read_digest, tollgate_envoy::contents_digest(&seen));
+    // A comment changes the digest, not the rules: the loads are equal (a reload of it
+    // changes nothing).
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        format!(
+            "# edited\n{}",
+            std::fs::read_to_string(dir.path().join("a.yaml")).expect("read")
+        ),
+    )
+    .expect("write");
+    let commented = load_dir(dir.path()).expect("valid");
+    assert_ne!(commented.read_digest, loaded.read_digest);
+    assert_eq!(commented, loaded);
     write("b.yaml", 3);
     let again = load_dir(dir.path()).expect("valid");
     assert_ne!(again.read_digest, loaded.read_digest);
+    assert_ne!(again, loaded);
     assert_eq!(
         again.read_digest,
         tollgate_envoy::contents_digest(&tollgate_envoy::dir_contents(dir.path()))

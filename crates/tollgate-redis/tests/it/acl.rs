@@ -390,6 +390,9 @@ async fn a_write_refused_its_expiry_leaves_no_key() {
             .await
             .expect("known");
         let _ = limiter.adjust(a.name(), &[("user", "adjust")], 3).await;
+        // With a sliding log in the same request, decided after it: nothing of it kept.
+        let both = [a.name(), "sliding_log"];
+        let _ = limiter.check_all(&both, &[("user", "multi")]).await;
         for _ in 0..3 {
             let _ = limiter
                 .check(a.name(), &[("user", "existing")])
@@ -434,6 +437,14 @@ async fn a_write_refused_its_expiry_leaves_no_key() {
             .expect("known");
         assert_eq!(v.outcome(), Outcome::Allowed, "{a:?}: {v:?}");
         assert_eq!(v.decision().remaining, 9, "{a:?}: {v:?}");
+    }
+    for a in ["fixed_window", "gcra"] {
+        let v = limiter.check(a, &[("user", "multi")]).await.expect("known");
+        assert_eq!(
+            v.decision().remaining,
+            9,
+            "{a}: charged for a request its policy answered: {v:?}"
+        );
     }
     for (user, left) in [("check", 9), ("existing", 8)] {
         for a in ["sliding_log", "sliding_window", "token_bucket"] {

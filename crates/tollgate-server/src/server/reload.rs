@@ -213,6 +213,8 @@ impl Reloader {
                     "envoy.config_dir changed while it was read; reloading once it has stayed the same"
                 );
                 self.last_handled = None;
+                // A first look that did not apply is still the first look.
+                self.looked = !first;
             }
             Ok(config) => self.apply(config, first),
             Err(e) => {

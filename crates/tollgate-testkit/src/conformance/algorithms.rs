@@ -257,7 +257,7 @@ pub async fn gcra_with_another_rate_starts_afresh<S: Store>(clock: FakeClock, fi
 
 /// Limiters of one limit each over the fixture's one store and namespace, as reloads make
 /// them: the first keeps the fixture's guard (its servers) alive.
-struct Reloads<S> {
+pub(super) struct Reloads<S> {
     store: std::sync::Arc<S>,
     namespace: tollgate::Namespace,
     clock: FakeClock,
@@ -265,7 +265,7 @@ struct Reloads<S> {
 }
 
 impl<S: Store> Reloads<S> {
-    fn new(clock: FakeClock, fixture: Fixture<S>) -> Reloads<S> {
+    pub(super) fn new(clock: FakeClock, fixture: Fixture<S>) -> Reloads<S> {
         Reloads {
             store: std::sync::Arc::new(fixture.store),
             namespace: fixture.namespace,
@@ -274,7 +274,7 @@ impl<S: Store> Reloads<S> {
         }
     }
 
-    fn harness(&mut self, limit: Limit) -> Harness<std::sync::Arc<S>> {
+    pub(super) fn harness(&mut self, limit: Limit) -> Harness<std::sync::Arc<S>> {
         let fixture = Fixture {
             store: std::sync::Arc::clone(&self.store),
             namespace: self.namespace.clone(),

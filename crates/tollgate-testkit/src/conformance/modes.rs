@@ -10,13 +10,16 @@ use crate::Fixture;
 
 /// Lease mode (fixed window, 20 a minute, k = 5): the store counts every unit taken (spent or
 /// held), never more than the limit; a refusal takes nothing; held units go back on
-/// `return_leases`; a lease never carries into the next window.
+/// `return_leases`; a lease never carries into the next window. After `return_leases` a
+/// limiter holds no lease again: the rest runs on a new one, as a reload's next limit set.
 pub async fn lease_mode_counts_every_unit_taken<S: Store>(clock: FakeClock, fixture: Fixture<S>) {
     let leased = limit_for("lease", Algorithm::FixedWindow, 20, Duration::from_secs(60))
         .lease(Lease::new().units(5))
         .expect("fixed window");
     let name = leased.name().to_owned();
-    let h = Harness::new(clock, fixture, vec![leased]);
+    let mut reloads = super::algorithms::Reloads::new(clock, fixture);
+    let first = reloads.harness(leased.clone());
+    let h = &first;
     let counted = |v: Verdict| 20 - v.decision().remaining;
     for _ in 0..3 {
         let v = h.check(&name, "a", 1).await;
@@ -28,6 +31,8 @@ pub async fn lease_mode_counts_every_unit_taken<S: Store>(clock: FakeClock, fixt
     assert_eq!(counted(h.peek(&name, "a", 1).await), 3 + held, "{name}");
     assert_eq!(h.limiter.return_leases().await.expect("give back"), held);
     assert_eq!(counted(h.peek(&name, "a", 1).await), 3, "{name}");
+    let next = reloads.harness(leased);
+    let h = &next;
     for _ in 3..20 {
         assert_eq!(
             h.check(&name, "a", 1).await.outcome(),

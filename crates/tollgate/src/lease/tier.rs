@@ -24,6 +24,7 @@
 //! overshoot).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -203,6 +204,11 @@ pub(crate) type Returned = (Key, Limit, u64, u64);
 pub(crate) struct LeaseTier {
     inner: Mutex<Map>,
     epoch: Instant,
+    /// Every lease was given back ([`LeaseTier::all`]: a reload replaced the limiter, or a
+    /// shutdown): the limiter decides lease-mode limits as exact ones from then on, and no
+    /// one gives back what the tier would hold. Read on every lease-mode check, so outside
+    /// the lock.
+    closed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -212,10 +218,6 @@ struct Map {
     next_id: u64,
     /// Entries after the last clean-up.
     cleaned_at_len: usize,
-    /// Every lease was given back ([`LeaseTier::all`]: a reload replaced the limiter, or a
-    /// shutdown): the requests still on this limiter take exactly their cost, holding nothing
-    /// (no one gives back what a closed tier would hold).
-    closed: bool,
     /// Units a take in flight when its entry was given back got, or had set aside, beyond
     /// what its request spent: to be given back to the store by the caller
     /// ([`LeaseTier::take_orphans`]).
@@ -235,6 +237,7 @@ impl LeaseTier {
         LeaseTier {
             inner: Mutex::new(Map::default()),
             epoch: Instant::now(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -264,8 +267,9 @@ impl LeaseTier {
             unreachable!("only lease-mode entries reach the lease tier")
         };
         let mut map = self.lock();
-        if map.closed {
-            // Its cost alone, from the store, as one request of exact mode.
+        if self.is_closed() {
+            // Closed while this request was on its way here (the limiter decides lease-mode
+            // limits as exact ones once closed): its cost alone, from the store.
             return Step::Take(Refill {
                 want: cost,
                 need: cost,
@@ -390,7 +394,7 @@ impl LeaseTier {
             let admitted = grant.filter(|g| g.granted >= refill.need && g.granted > 0);
             let limit_of = || limit.clone();
             match admitted {
-                _ if !map.closed => {}
+                _ if !self.is_closed() => {}
                 Some(g) if g.granted > refill.need => {
                     map.orphans
                         .push((key.clone(), limit_of(), g.granted - refill.need, g.window));
@@ -469,7 +473,7 @@ impl LeaseTier {
             return;
         }
         let mut map = self.lock();
-        let closed = map.closed;
+        let closed = self.is_closed();
         match map.held.get_mut(key).filter(|h| h.id == refill.entry) {
             Some(h) => h.give_back(refill.reserved),
             // As `finish`: after a reset, they stay counted.
@@ -525,6 +529,12 @@ impl LeaseTier {
         }
     }
 
+    /// Whether every lease was given back ([`LeaseTier::all`]): the limiter then decides
+    /// lease-mode limits as exact ones.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// What takes in flight when their entries were given back must give back too (see
     /// `finish`), taken out of the tier.
     pub(crate) fn take_orphans(&self) -> Vec<Returned> {
@@ -539,7 +549,7 @@ impl LeaseTier {
     /// closed from then on: requests still on it take exactly their cost.
     pub(crate) fn all(&self) -> Vec<Returned> {
         let mut map = self.lock();
-        map.closed = true;
+        self.closed.store(true, Ordering::Release);
         map.cleaned_at_len = 0;
         let drained: Vec<(Key, Held)> = map.held.drain().collect();
         drop(map);

@@ -26,11 +26,16 @@ impl<S: Store> Limiter<S> {
         op: Op,
         now: Option<Timestamp>,
     ) -> SmallVec<[LimitDecision; 2]> {
+        // Once the leases were given back (`return_leases`: a reload replaced this limiter, or
+        // a shutdown), lease-mode limits are decided as the fixed windows they count on, in
+        // the one atomic call with the others: taken entry by entry, a refusal by one left
+        // the others' store charges.
         let leased = op == Op::Check
             && request
                 .entries()
                 .iter()
-                .any(|e| e.limit.lease_mode().is_some());
+                .any(|e| e.limit.lease_mode().is_some())
+            && !self.leases.is_closed();
         let cached = match &self.deny_cache {
             // Boxed, as the shadow path: rare, and large enough to grow every decision's state.
             _ if leased => Ok(Box::pin(self.decide_leased(request, now)).await),

@@ -191,8 +191,15 @@ async fn return_leases_gives_back_unspent_units() {
     assert_eq!(store_count(&store, &clock, 100).await, 3);
     assert_eq!(l.leased_units(), 0);
 
-    // Taken in one window, given back in the next: nothing changes there.
-    let _ = l.check("hot", &KEY).await.expect("valid");
+    // Taken in one window, given back in the next: nothing changes there. (On a limiter of
+    // its own: one whose leases were given back holds none again.)
+    let first = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10))],
+    );
+    let _ = first.check("hot", &KEY).await.expect("valid");
+    assert!(first.leased_units() > 0, "a lease in the first window");
     clock.advance(Duration::from_secs(60));
     let other = limiter(
         store.clone(),
@@ -201,8 +208,50 @@ async fn return_leases_gives_back_unspent_units() {
     );
     let _ = other.check("hot", &KEY).await.expect("valid");
     let before = store_count(&store, &clock, 100).await;
-    l.return_leases().await.expect("memory");
+    assert!(first.return_leases().await.expect("memory") > 0);
     assert_eq!(store_count(&store, &clock, 100).await, before);
+}
+
+/// A limiter whose leases were given back decides its lease-mode limits as exact ones, all
+/// or nothing with the others: a request refused by one limit charges no other. (Taken entry
+/// by entry, the refused requests each left a unit on the limit that passed.)
+#[tokio::test]
+async fn a_limiter_whose_leases_went_back_decides_all_or_nothing() {
+    let clock = clock();
+    let store = counting(memory());
+    let small = Limit::new(
+        "small",
+        Algorithm::FixedWindow,
+        Quota::per_minute(5).expect("valid"),
+    )
+    .and_then(|l| l.keyed_by(["user"]))
+    .and_then(|l| l.lease(Lease::new().units(2)))
+    .expect("valid");
+    let l = limiter(
+        store.clone(),
+        &clock,
+        vec![leased(100, Lease::new().units(10)), small],
+    );
+    assert_eq!(
+        l.check("hot", &KEY).await.expect("valid").outcome(),
+        Outcome::Allowed
+    );
+    l.return_leases().await.expect("memory");
+    assert_eq!(store_count(store.inner(), &clock, 100).await, 1);
+    for _ in 0..5 {
+        let v = l.check("small", &KEY).await.expect("valid");
+        assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+    }
+    for _ in 0..10 {
+        let v = l.check_all(&["hot", "small"], &KEY).await.expect("valid");
+        assert!(matches!(v.outcome(), Outcome::Limited { .. }), "{v:?}");
+    }
+    assert_eq!(
+        store_count(store.inner(), &clock, 100).await,
+        1,
+        "the refused requests charged nothing"
+    );
+    assert_eq!(l.leased_units(), 0, "and hold nothing");
 }
 
 /// With the store down, units in hand keep being handed out; then the limit's policy.
