@@ -222,6 +222,10 @@ struct Map {
     /// what its request spent: to be given back to the store by the caller
     /// ([`LeaseTier::take_orphans`]).
     orphans: Vec<Returned>,
+    /// Answers a take gave its waiters that had not collected them when the entry was given
+    /// back ([`LeaseTier::all`]), by key and ticket: their units are spent, so a waiter that
+    /// found its entry gone would otherwise take its cost again.
+    served_gone: Vec<(Key, u64, Decision, Stamp)>,
 }
 
 impl std::fmt::Debug for Map {
@@ -551,7 +555,13 @@ impl LeaseTier {
         let mut map = self.lock();
         self.closed.store(true, Ordering::Release);
         map.cleaned_at_len = 0;
-        let drained: Vec<(Key, Held)> = map.held.drain().collect();
+        let mut drained: Vec<(Key, Held)> = map.held.drain().collect();
+        // Under the same lock: a waiter that finds its entry gone finds its answer here.
+        for (k, h) in &mut drained {
+            for (ticket, decision, stamp) in std::mem::take(&mut h.served) {
+                map.served_gone.push((k.clone(), ticket, decision, stamp));
+            }
+        }
         drop(map);
         let mut out = Vec::new();
         for (k, h) in drained {

@@ -212,6 +212,38 @@ async fn return_leases_gives_back_unspent_units() {
     assert_eq!(store_count(&store, &clock, 100).await, before);
 }
 
+/// A request served by another's take, whose leases are given back before it collects its
+/// answer (a reload at that moment): it is admitted once, from that take. (It found its entry
+/// gone and took its cost from the store again: the store counted it twice.)
+#[tokio::test]
+async fn a_waiter_served_before_the_leases_go_back_is_charged_once() {
+    let (clock, store, l) = held_takes();
+    let taker = {
+        let l = Arc::clone(&l);
+        tokio::spawn(async move { l.check("hot", &KEY).await.expect("valid").outcome() })
+    };
+    while store.takes.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Polled by hand: it waits for the take, and runs again only when awaited below.
+    let mut waiter = std::pin::pin!(l.check("hot", &KEY));
+    let waiting = std::future::poll_fn(|cx| Poll::Ready(waiter.as_mut().poll(cx).is_pending()));
+    assert!(waiting.await, "it waits for the take in flight");
+    store.open.store(true, Ordering::SeqCst);
+    assert_eq!(taker.await.expect("task"), Outcome::Allowed);
+    assert_eq!(l.leased_units(), 49, "51 taken, one spent, one served");
+    let returned = l.return_leases().await.expect("memory");
+    assert_eq!(returned, 49);
+    assert_eq!(waiter.await.expect("valid").outcome(), Outcome::Allowed);
+    // One take for both, and the give-back: the waiter took nothing of its own.
+    assert_eq!(store.takes.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        store_count(store.inner(), &clock, 1_000).await,
+        2,
+        "two admitted, {returned} given back"
+    );
+}
+
 /// A limiter whose leases were given back decides its lease-mode limits as exact ones, all
 /// or nothing with the others: a request refused by one limit charges no other. (Taken entry
 /// by entry, the refused requests each left a unit on the limit that passed.)

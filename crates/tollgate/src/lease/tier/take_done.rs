@@ -62,7 +62,18 @@ impl Future for TakeDone<'_> {
                     }
                 }
             }
-            None => Waited::Again,
+            // Given back (a reload, a shutdown): served before that, its answer was kept.
+            None => match map
+                .served_gone
+                .iter()
+                .position(|(k, t, ..)| *t == this.ticket && k == this.key)
+            {
+                Some(at) => {
+                    let (.., decision, stamp) = map.served_gone.swap_remove(at);
+                    Waited::Served(decision, stamp)
+                }
+                None => Waited::Again,
+            },
         };
         this.done = true;
         Poll::Ready(waited)
