@@ -35,9 +35,9 @@ impl<St: Store> Calls<'_, St> {
             counting: false,
             optional,
         };
-        for call in rounds(items) {
-            let verdict = run(self.limiter, &call, Op::Peek, mode).await?;
-            self.record(answer, &call, &verdict, Op::Peek).await?;
+        for call in rounds(items).calls() {
+            let verdict = run(self.limiter, call, Op::Peek, mode).await?;
+            self.record(answer, call, &verdict, Op::Peek).await?;
         }
         Ok(())
     }
@@ -58,9 +58,9 @@ impl<St: Store> Calls<'_, St> {
             counting: self.counting,
             optional: group.passed,
         };
-        for call in rounds(peeked) {
-            let verdict = run(self.limiter, &call, Op::Peek, mode).await?;
-            self.record(answer, &call, &verdict, Op::Peek).await?;
+        for call in rounds(peeked).calls() {
+            let verdict = run(self.limiter, call, Op::Peek, mode).await?;
+            self.record(answer, call, &verdict, Op::Peek).await?;
         }
         let mut vetoed = false;
         for item in peeked {
@@ -98,9 +98,10 @@ impl<St: Store> Calls<'_, St> {
         group: &Group,
         vetoed: bool,
     ) -> Result<(), Status> {
-        let mut calls = rounds(fits).into_iter();
+        let rounds = rounds(fits);
+        let mut calls = rounds.calls();
         let together = calls.next().unwrap_or_default();
-        self.charge_together(answer, &together, group, vetoed)
+        self.charge_together(answer, together, group, vetoed)
             .await?;
         let op = if answer.allowed || self.counting {
             Op::Check
@@ -112,8 +113,8 @@ impl<St: Store> Calls<'_, St> {
             optional: group.passed,
         };
         for shadow in calls {
-            let verdict = run(self.limiter, &shadow, op, mode).await?;
-            self.record(answer, &shadow, &verdict, op).await?;
+            let verdict = run(self.limiter, shadow, op, mode).await?;
+            self.record(answer, shadow, &verdict, op).await?;
         }
         Ok(())
     }

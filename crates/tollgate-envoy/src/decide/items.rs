@@ -112,17 +112,18 @@ fn counter<'a>(item: &Item<'a>) -> Counter<'a> {
 /// `batch` as store calls in turn that each name a counter at most once: the core takes no
 /// (limit, key) twice in one request. Merging leaves items on one counter only across what
 /// it keeps apart, a shadow rule and an enforced one, or a check-only descriptor and a
-/// charging one; a batch holding only one of each kind is one call, and costs no look at
-/// its keys. Enforced items come first: an item goes to the call after the last one that
-/// holds its counter, taking enforced items before shadow ones, each in batch order. So in
-/// a batch of charging items (merged: each counter once per kind) every enforced item is
-/// in the first call, and a shadow item whose counter an enforced one holds in the second.
-pub(super) fn rounds<'b, 'a>(batch: &[&'b Item<'a>]) -> Vec<Vec<&'b Item<'a>>> {
+/// charging one; a batch holding only one of each kind is one call, the batch itself, at no
+/// cost (every call but those). Enforced items come first: an item goes to the call after
+/// the last one that holds its counter, taking enforced items before shadow ones, each in
+/// batch order. So in a batch of charging items (merged: each counter once per kind) every
+/// enforced item is in the first call, and a shadow item whose counter an enforced one holds
+/// in the second.
+pub(super) fn rounds<'c, 'b, 'a>(batch: &'c [&'b Item<'a>]) -> Rounds<'c, 'b, 'a> {
     let mixed = |kind: fn(&Item<'_>) -> bool| {
         batch.iter().any(|i| kind(i)) && !batch.iter().all(|i| kind(i))
     };
     if !mixed(|i| i.rule.shadow) && !mixed(|i| i.cost == 0) {
-        return vec![batch.to_vec()];
+        return Rounds::One(batch);
     }
     let mut rounds: Vec<Vec<&'b Item<'a>>> = Vec::new();
     let mut held: HashMap<Counter<'a>, usize> = HashMap::with_capacity(batch.len());
@@ -136,7 +137,26 @@ pub(super) fn rounds<'b, 'a>(batch: &[&'b Item<'a>]) -> Vec<Vec<&'b Item<'a>>> {
         rounds[*calls].push(item);
         *calls += 1;
     }
-    rounds
+    Rounds::Many(rounds)
+}
+
+/// The store calls [`rounds`] makes of a batch.
+pub(super) enum Rounds<'c, 'b, 'a> {
+    /// The batch itself, one call.
+    One(&'c [&'b Item<'a>]),
+    /// Calls in turn.
+    Many(Vec<Vec<&'b Item<'a>>>),
+}
+
+impl<'b, 'a> Rounds<'_, 'b, 'a> {
+    /// Each call's items, in turn.
+    pub(super) fn calls(&self) -> impl Iterator<Item = &[&'b Item<'a>]> {
+        let (one, many) = match self {
+            Rounds::One(batch) => (Some(*batch), &[][..]),
+            Rounds::Many(calls) => (None, calls.as_slice()),
+        };
+        one.into_iter().chain(many.iter().map(Vec::as_slice))
+    }
 }
 
 /// What descriptor `d` costs: its own `hits_addend` when set, 0 included (check only: the
@@ -222,9 +242,9 @@ mod tests {
         assert_eq!(costs, [2, 1, 3, 1, 1]);
     }
 
-    fn slots(rounds: &[Vec<&Item<'_>>]) -> Vec<Vec<usize>> {
+    fn slots(rounds: &Rounds<'_, '_, '_>) -> Vec<Vec<usize>> {
         rounds
-            .iter()
+            .calls()
             .map(|call| call.iter().map(|i| i.slots[0]).collect())
             .collect()
     }
