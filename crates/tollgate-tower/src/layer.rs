@@ -172,7 +172,8 @@ impl<St: Store + Clone> RateLimitLayer<St> {
     /// ([`Limiter::acquire`]), sleeps until it, then reaches the inner service. Requests whose
     /// slot is further away are refused as usual (429 with `Retry-After`). A request dropped
     /// while it waits (the client went away, a timeout layer above) gives its slot back when
-    /// no later slot was handed out after it. For a route in front of an upstream that must
+    /// no later slot was handed out after it (dropped after its slot began, while it waits
+    /// for the inner service's readiness, it is not). For a route in front of an upstream that must
     /// see a smooth rate: concurrent requests, on every instance, go one slot apart.
     ///
     /// Only for a layer of one limit whose algorithm hands out slots (GCRA, token bucket).

@@ -38,12 +38,16 @@ pub fn problem_json(rejection: &Rejection) -> Response<Bytes> {
 }
 
 /// A gRPC "trailers-only" refusal: HTTP 200, `content-type: application/grpc`, and
-/// `grpc-status` / `grpc-message` as headers. Codes: 8 `RESOURCE_EXHAUSTED` (quota used up,
-/// cost too large), 14 `UNAVAILABLE` (store down), 3 `INVALID_ARGUMENT` or 13 `INTERNAL`
-/// (no key: the request's fault or the server's), 13 `INTERNAL` (misconfiguration, a panic).
+/// `grpc-status` / `grpc-message` as headers. Codes: 8 `RESOURCE_EXHAUSTED` (quota used up),
+/// 3 `INVALID_ARGUMENT` (a cost no limit ever admits), 14 `UNAVAILABLE` (store down),
+/// 3 `INVALID_ARGUMENT` or 13 `INTERNAL` (no key: the request's fault or the server's),
+/// 13 `INTERNAL` (misconfiguration, a panic).
 pub fn grpc(rejection: &Rejection) -> Response<Bytes> {
     let code: u16 = match rejection {
-        Rejection::RateLimited(_) | Rejection::TooCostly { .. } => 8,
+        Rejection::RateLimited(_) => 8,
+        // Never passes as asked, whatever the wait: not "not now" (RESOURCE_EXHAUSTED, which
+        // retry policies retry), but the request's own fault.
+        Rejection::TooCostly { .. } => 3,
         Rejection::StoreUnavailable { .. } => 14,
         Rejection::NoKey(e) if e.status() == http::StatusCode::BAD_REQUEST => 3,
         _ => 13,
@@ -107,6 +111,12 @@ mod tests {
             retry_after: std::time::Duration::from_secs(1),
         });
         assert_eq!(down.headers()["grpc-status"], "14");
+        let never = grpc(&Rejection::TooCostly {
+            limit: "rpc".into(),
+            cost: 50,
+            capacity: 5,
+        });
+        assert_eq!(never.headers()["grpc-status"], "3");
     }
 
     /// The body is JSON with the status and a detail, escaped.

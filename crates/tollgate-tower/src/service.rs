@@ -129,6 +129,12 @@ impl<St: Store> Config<St> {
         };
         let decided = match CatchUnwind::new(self.decide(&parts)).await {
             Ok(decided) => decided,
+            // A layer of shadow limits only never refuses, a panic included (still logged
+            // and counted): a trial on live traffic must not turn a bug into 500s.
+            Err(panic) if self.all_shadow => {
+                let _ = panicked(&*panic);
+                Decided::Pass(None)
+            }
             Err(panic) => panicked(&*panic),
         };
         match decided {
@@ -211,7 +217,15 @@ impl<St: Store> Config<St> {
         rejection: Rejection,
         verdict: Option<&Verdict>,
     ) -> Response<ResponseBody<B>> {
-        let mut response = (self.responder)(&rejection).map(ResponseBody::refusal);
+        // The responder is the caller's code: a panic in it would drop the connection with
+        // no answer, the very thing the catch around deciding prevents. Answer with the
+        // default body instead (which cannot panic), logged and counted like the others.
+        let responded = catch_unwind(AssertUnwindSafe(|| (self.responder)(&rejection)));
+        let responded = responded.unwrap_or_else(|panic| {
+            let _ = panicked(&*panic);
+            crate::problem_json(&rejection)
+        });
+        let mut response = responded.map(ResponseBody::refusal);
         if let Some(retry_after) = rejection.retry_after() {
             response
                 .headers_mut()

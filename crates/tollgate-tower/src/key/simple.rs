@@ -15,7 +15,10 @@ use crate::KeyError;
 /// The value of a request header (an API key, a tenant id), as the part named after the
 /// header unless renamed.
 ///
-/// A missing or empty header is a [`KeyError::MissingHeader`] (400 by default). The value is
+/// A missing or empty header is a [`KeyError::MissingHeader`] (400 by default). Of a header
+/// sent on several lines the first counts, as `HeaderMap::get` reads it: where the request is
+/// authenticated, read that same line (else a client varying the first line of a key its
+/// authentication reads elsewhere gets a key per request). The value is
 /// counted as sent; the core's key builder escapes it and replaces values longer than 64
 /// bytes by a digest. Secrets shorter than that appear as such in the store's keys.
 #[derive(Debug, Clone)]
@@ -134,7 +137,10 @@ impl<T: Display + Send + Sync + 'static> KeyExtractor for FromExtension<T> {
 /// `MemoryStoreBuilder::max_keys`, evicting the keys that replenish soonest; Redis until the
 /// keys expire, one window after). [`Route::unmatched_as`] keys them all by one value; or put
 /// the layer on the routes themselves (`.route(.., get(h).layer(layer))`, or axum's
-/// `Router::route_layer`), which unmatched requests never reach.
+/// `Router::route_layer`), which unmatched requests never reach. A layer around the router
+/// as a service, routes under `Router::nest_service`, and hyper or tonic servers have no
+/// matched path at all: there every request is keyed by its raw path (not decoded, not
+/// normalized) unless [`Route::unmatched_as`] is set.
 #[derive(Debug, Clone, Default)]
 pub struct Route {
     /// The key of a request with no matched path; `None`: its URI path.

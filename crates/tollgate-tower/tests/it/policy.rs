@@ -315,3 +315,54 @@ fn a_panic_while_deciding_is_a_500() {
         Some(2)
     );
 }
+
+/// A panic in the caller's `respond_with` closure is answered with the default problem+json
+/// body (the status its rejection has), not a dropped connection; and a layer of shadow
+/// limits only passes a request whose decision panicked, as it passes every other. Both are
+/// counted in `tollgate_tower_panics_total`.
+#[test]
+fn a_panic_in_the_responder_or_a_shadow_layer_still_answers() {
+    let snapshot = counting(async || {
+        let clock = clock();
+        let layer = RateLimitLayer::new(
+            limiter(
+                MemoryStore::builder().sweep_interval(None).build(),
+                &clock,
+                vec![limit("per_ip", Algorithm::Gcra, 1, MINUTE, &["ip"])],
+            ),
+            ["per_ip"],
+            ClientIp::new(),
+        )
+        .expect("layer")
+        .respond_with(|_| panic!("the responder's bug"));
+        let svc = service(&layer);
+        assert_status(&send(&svc, from("192.0.2.1")).await, StatusCode::OK);
+        let resp = send(&svc, from("192.0.2.1")).await;
+        assert_status(&resp, StatusCode::TOO_MANY_REQUESTS);
+        assert!(header(&resp, "retry-after").parse::<u64>().is_ok_and(|s| s > 0));
+        assert_eq!(header(&resp, "content-type"), "application/problem+json");
+        let body = body_text(resp).await;
+        assert!(body.contains(r#""status":429"#), "{body}");
+
+        let store = FailingStore::new(MemoryStore::builder().sweep_interval(None).build());
+        let shadow = RateLimitLayer::new(
+            limiter(
+                store.clone(),
+                &clock,
+                vec![limit("trial", Algorithm::Gcra, 10, MINUTE, &["ip"]).shadow(true)],
+            ),
+            ["trial"],
+            ClientIp::new(),
+        )
+        .expect("layer");
+        store.set_panicking(true);
+        assert_status(
+            &send(&service(&shadow), from("192.0.2.1")).await,
+            StatusCode::OK,
+        );
+    });
+    assert_eq!(
+        counter(&snapshot, "tollgate_tower_panics_total", None),
+        Some(2)
+    );
+}
