@@ -122,6 +122,6 @@ pub use unit::{RateUnit, rate_unit};
 pub use yaml::import_error::ImportError;
 pub use yaml::imported::{Descriptor, Domain, Imported, RateLimit as ImportedRateLimit, Unit};
 pub use yaml::{
-    MAX_DEPTH, MAX_DIR_BYTES, MAX_FILE_BYTES, MAX_NODES, contents_digest, dir_contents, load_dir,
-    load_dir_with, parse_file,
+    MAX_DEPTH, MAX_DIR_BYTES, MAX_DIR_FILES, MAX_FILE_BYTES, MAX_NODES, contents_digest,
+    dir_contents, load_dir, load_dir_with, parse_file,
 };

@@ -26,6 +26,7 @@ mod raw_text;
 
 pub use node_budget::MAX_NODES;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::{Mapping, Value};
@@ -45,6 +46,13 @@ pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 /// gigabytes read at every load, and at every poll of the watcher). A directory past it is
 /// refused, naming it and its size.
 pub const MAX_DIR_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The most YAML files one directory may hold: the reference's directories hold one file per
+/// domain, a few dozen. Bytes alone do not bound their number (32 MiB is millions of one-line
+/// files, each listed, stat'ed and read at every poll of the watcher, and each domain compared
+/// with the others at every load). A directory past it is refused, naming it, before any file
+/// is read.
+pub const MAX_DIR_FILES: usize = 10_000;
 
 /// The deepest nesting accepted (flow collections `[`/`{`, and compact `- - -` sequences on
 /// one line), checked by a linear scan before parsing: the parser takes seconds on a
@@ -94,11 +102,14 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
     }
     let mut imported = Imported::default();
     let mut digest = ContentsDigest::default();
+    // Each domain's files so far (their indices in `imported.domains`).
+    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
     for file in files {
         let text = read_capped(&file).map_err(|e| read(&file, e))?;
         digest.file(&file, &text);
         let domain = parse_file(&text, &file)?;
-        let same = imported.domains.iter().filter(|d| d.name == domain.name);
+        let earlier = by_name.entry(domain.name.clone()).or_default();
+        let same = earlier.iter().map(|&i| &imported.domains[i]);
         if let Some(first) = same.clone().next() {
             if !merge_domains {
                 return Err(invalid(
@@ -135,6 +146,7 @@ pub fn load_dir_with(dir: &Path, merge_domains: bool) -> Result<Imported, Import
                 }
             }
         }
+        earlier.push(imported.domains.len());
         imported.domains.push(domain);
     }
     imported.read_digest = digest.finish();
@@ -206,6 +218,16 @@ fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ImportError> {
             }
         }
         if path.is_file() {
+            if files.len() == MAX_DIR_FILES {
+                return Err(invalid(
+                    dir,
+                    "",
+                    format!(
+                        "more than {MAX_DIR_FILES} YAML files, more than a config directory \
+                         may hold"
+                    ),
+                ));
+            }
             files.push(path);
         }
     }

@@ -528,6 +528,39 @@ fn a_directory_past_its_cap_is_refused_unread() {
     );
 }
 
+/// A directory holding more than [`tollgate_envoy::MAX_DIR_FILES`] YAML files, each of them
+/// a valid domain of a few bytes, is refused naming it before a file is read; one file fewer
+/// loads. Other files (not YAML) do not count.
+#[test]
+fn a_directory_of_too_many_files_is_refused_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |i: usize| {
+        std::fs::write(
+            dir.path().join(format!("d{i:05}.yaml")),
+            format!("domain: d{i}\n"),
+        )
+        .expect("write");
+    };
+    for i in 0..tollgate_envoy::MAX_DIR_FILES {
+        write(i);
+    }
+    std::fs::write(dir.path().join("notes.txt"), "not yaml").expect("write");
+    let imported = load_dir(dir.path()).expect("at the cap: loads");
+    assert_eq!(imported.domains.len(), tollgate_envoy::MAX_DIR_FILES);
+    write(tollgate_envoy::MAX_DIR_FILES);
+    let err = load_dir(dir.path()).expect_err("refused");
+    assert_eq!(err.file(), dir.path());
+    assert!(
+        err.to_string()
+            .ends_with("more than 10000 YAML files, more than a config directory may hold"),
+        "{err}"
+    );
+    assert!(
+        tollgate_envoy::dir_contents(dir.path()).len() < 1_000,
+        "the watcher's view reads no file"
+    );
+}
+
 /// A load's digest is that of what the directory's watcher shows of it
 /// (`contents_digest(dir_contents)`), and changes with any file's text: so the reloader can
 /// tell that a load read what its snapshot of the directory holds, or a file written since.
