@@ -94,9 +94,16 @@ impl FakeClock {
         }
     }
 
-    /// Moves the clock forward by `by`.
+    /// Moves the clock forward by `by`, saturating at the largest timestamp (never wrapping
+    /// round to an instant near the epoch).
     pub fn advance(&self, by: Duration) {
-        self.micros.fetch_add(duration_micros(by), Ordering::SeqCst);
+        let by = duration_micros(by);
+        // `fetch_add` wraps: 1 ms advanced by `Duration::MAX` read 999 µs.
+        let _ = self
+            .micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |m| {
+                Some(m.saturating_add(by))
+            });
     }
 
     /// Sets the clock to `to` (which may be earlier: clocks do jump back).
@@ -130,5 +137,17 @@ mod tests {
         assert_eq!(c.now(), Timestamp::from_micros(17));
         c.set(Timestamp::from_micros(3));
         assert_eq!(c.now(), Timestamp::from_micros(3));
+    }
+
+    /// Advanced past the largest timestamp, a fake clock stays there: it read 999 µs once
+    /// 1 ms was advanced by `Duration::MAX`.
+    #[test]
+    fn fake_clock_never_wraps() {
+        let c = FakeClock::new(Timestamp::from_millis(1));
+        c.advance(Duration::MAX);
+        assert_eq!(c.now(), Timestamp::from_micros(u64::MAX));
+        c.set(Timestamp::from_micros(u64::MAX - 5));
+        c.advance(Duration::from_micros(10));
+        assert_eq!(c.now(), Timestamp::from_micros(u64::MAX));
     }
 }

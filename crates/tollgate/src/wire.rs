@@ -40,7 +40,9 @@ pub const RETRY_AFTER: &str = "retry-after";
 /// assert_eq!(ceil_secs(Duration::from_millis(1_200)), 2);
 /// ```
 pub fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    // Saturating: `Duration::MAX` overflowed (a panic in debug builds, 0 in release, so
+    // `retry_after_secs` said "retry in 1 s" for a refusal that never ends).
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// Whole milliseconds, rounded up.
@@ -205,5 +207,13 @@ mod tests {
         assert_eq!(ceil_millis(Duration::from_micros(1)), 1);
         assert_eq!(ceil_millis(Duration::from_micros(1_001)), 2);
         assert_eq!(ceil_millis(Duration::from_secs(2)), 2_000);
+    }
+
+    /// Whole seconds round up and saturate: `Duration::MAX` overflowed (0 in release builds,
+    /// "retry in 1 s" for a refusal that never ends).
+    #[test]
+    fn seconds_round_up_and_saturate() {
+        assert_eq!(ceil_secs(Duration::from_millis(1_001)), 2);
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
     }
 }

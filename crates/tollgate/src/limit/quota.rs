@@ -66,7 +66,10 @@ impl Quota {
                 max: "366 days".into(),
             });
         }
-        let period_us = duration_micros(period);
+        // Rounded up to the µs: truncating made a period of 1.999999 ms count as 1.999 ms,
+        // a shorter window admitting more than asked. (`period` is at most `MAX_PERIOD`, whole
+        // seconds, so the rounding never passes it.)
+        let period_us = u64::try_from(period.as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX);
         if limit > period_us {
             // Time is counted in whole microseconds: more than one unit per µs would round
             // the emission interval to 1 µs and silently admit fewer than asked.
@@ -207,5 +210,15 @@ mod tests {
         let q = Quota::new(3, Duration::from_secs(1)).expect("valid");
         assert_eq!(q.emission_interval_micros(), 333_334);
         assert!(q.emission_interval_micros() * 3 >= q.period_micros());
+    }
+
+    /// A period with a fraction of a µs rounds up to the next µs: truncated, 1.999999 ms
+    /// counted as 1.999 ms, a shorter window admitting more than asked.
+    #[test]
+    fn a_sub_microsecond_period_rounds_up() {
+        let q = Quota::new(1, Duration::from_nanos(1_999_999)).expect("valid");
+        assert_eq!(q.period_micros(), 2_000);
+        let q = Quota::new(1, Duration::from_nanos(1_999_000)).expect("valid");
+        assert_eq!(q.period_micros(), 1_999);
     }
 }

@@ -65,7 +65,9 @@ impl MemoryStoreBuilder {
             clock: self.clock,
             full_warnings: LogThrottle::default(),
         });
-        if let Some(interval) = self.sweep_interval {
+        // A zero interval swept all 64 shards in a busy loop (a core's worth of CPU, every
+        // shard lock taken back to back): at least a millisecond between sweeps.
+        if let Some(interval) = self.sweep_interval.map(|i| i.max(Duration::from_millis(1))) {
             spawn_sweeper(Arc::downgrade(&inner), interval);
         }
         MemoryStore { inner }
