@@ -339,7 +339,11 @@ fn a_panic_in_the_responder_or_a_shadow_layer_still_answers() {
         assert_status(&send(&svc, from("192.0.2.1")).await, StatusCode::OK);
         let resp = send(&svc, from("192.0.2.1")).await;
         assert_status(&resp, StatusCode::TOO_MANY_REQUESTS);
-        assert!(header(&resp, "retry-after").parse::<u64>().is_ok_and(|s| s > 0));
+        assert!(
+            header(&resp, "retry-after")
+                .parse::<u64>()
+                .is_ok_and(|s| s > 0)
+        );
         assert_eq!(header(&resp, "content-type"), "application/problem+json");
         let body = body_text(resp).await;
         assert!(body.contains(r#""status":429"#), "{body}");

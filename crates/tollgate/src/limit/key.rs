@@ -12,7 +12,9 @@
 //!   client it is (`ua=Mozilla/5.0%20%28X11%3B%20L#3f1a…`, not `ua=#3f1a…`);
 //! - the braces are the Redis Cluster hash tag: every key of one (limit, key parts) is in
 //!   one slot, and limits keyed by the same parts share a slot, so checking them together is
-//!   one atomic script even on a cluster;
+//!   one atomic script even on a cluster. A limit keyed by no part has an empty tag (`{}`),
+//!   which Redis Cluster ignores (it then hashes the whole key): two such limits may lie in
+//!   two slots, and a request naming both is decided slot by slot, as any cross-slot request;
 //! - the algorithm tag means that changing a limit's algorithm starts from fresh state instead
 //!   of misreading (or tripping over the Redis type of) the old one. A sliding window's tag
 //!   carries its bucket width in µs (`sw1000000`: 60 buckets of a minute), for the same reason:
