@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 
 use http::{HeaderValue, Request, Response, header};
 use pin_project_lite::pin_project;
-use tollgate::{BoxStore, CheckError, Op, Outcome, Store, Verdict, wire};
+use tollgate::{BoxStore, CheckError, LogThrottle, Op, Outcome, Store, Verdict, wire};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -250,6 +250,12 @@ impl<St: Store> Config<St> {
     }
 }
 
+/// One line a second, with the count of those held back, for each error every request can
+/// meet (a panic on some input, a misconfiguration): one line per request let a client's
+/// flood fill the disk. Their counters count each.
+static PANIC_LOGS: LogThrottle = LogThrottle::new();
+static MISCONFIGURED_LOGS: LogThrottle = LogThrottle::new();
+
 /// A request the core refused to prepare: the client's doing (a cost no limit admits, a key
 /// part too long) or the layer's (500, logged).
 fn rejection_of(error: CheckError) -> Rejection {
@@ -267,7 +273,18 @@ fn rejection_of(error: CheckError) -> Rejection {
             Rejection::NoKey(KeyError::TooLong { part, max })
         }
         error => {
-            tracing::error!(cause = %error, "rate-limit check failed: the layer is misconfigured");
+            metrics::describe_counter!(
+                "tollgate_tower_misconfigured_total",
+                "Requests the rate-limit layer answered 500 because its limits and keys do not fit together"
+            );
+            metrics::counter!("tollgate_tower_misconfigured_total").increment(1);
+            if let Some(skipped) = MISCONFIGURED_LOGS.admit() {
+                tracing::error!(
+                    cause = %error,
+                    skipped,
+                    "rate-limit check failed: the layer is misconfigured"
+                );
+            }
             Rejection::Invalid(Arc::new(error))
         }
     }
@@ -288,10 +305,13 @@ fn panicked(panic: &(dyn Any + Send)) -> Decided {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(not a string)");
-    tracing::error!(
-        message,
-        "rate-limit decision panicked (a bug): answered 500"
-    );
+    if let Some(skipped) = PANIC_LOGS.admit() {
+        tracing::error!(
+            message,
+            skipped,
+            "rate-limit decision panicked (a bug): answered 500"
+        );
+    }
     // Described here, where it is first recorded: a service embedding the layer has no
     // other place that knows the name (rare: a panic is a bug).
     metrics::describe_counter!(

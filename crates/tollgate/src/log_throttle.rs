@@ -23,6 +23,15 @@ pub struct LogThrottle {
 }
 
 impl LogThrottle {
+    /// A throttle that has let no line through yet (for a `static`).
+    #[must_use]
+    pub const fn new() -> LogThrottle {
+        LogThrottle {
+            last: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+        }
+    }
+
     /// `Some(lines held back since the last one)` when a line may be written now; `None` (and
     /// the line counted) otherwise.
     pub fn admit(&self) -> Option<u64> {

@@ -370,3 +370,61 @@ fn a_panic_in_the_responder_or_a_shadow_layer_still_answers() {
         Some(2)
     );
 }
+
+/// A panic on every request (a key extractor that panics on some input a client can send
+/// again and again) writes at most one log line a second, not one per request: a flood must
+/// not fill the disk. Each panic is still counted.
+#[test]
+fn a_panic_on_every_request_is_logged_once_a_second() {
+    #[derive(Clone)]
+    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let capture = Capture(Arc::default());
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let snapshot = tracing::subscriber::with_default(subscriber, || {
+        counting(async || {
+            let store = FailingStore::new(MemoryStore::builder().sweep_interval(None).build());
+            let layer = RateLimitLayer::new(
+                limiter(
+                    store.clone(),
+                    &clock(),
+                    vec![limit("per_ip", Algorithm::Gcra, 10, MINUTE, &["ip"])],
+                ),
+                ["per_ip"],
+                ClientIp::new(),
+            )
+            .expect("layer");
+            store.set_panicking(true);
+            for _ in 0..50 {
+                assert_status(
+                    &send(&service(&layer), from("192.0.2.1")).await,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                );
+            }
+        })
+    });
+    let text = String::from_utf8_lossy(&capture.0.lock().expect("lock")).into_owned();
+    let lines = text.matches("rate-limit decision panicked").count();
+    // One a second; two when the run crosses a second boundary; fewer when another test's
+    // panic took this second's line.
+    assert!(lines <= 2, "{lines} lines for 50 panics:\n{text}");
+    assert_eq!(
+        counter(&snapshot, "tollgate_tower_panics_total", None),
+        Some(50)
+    );
+}
