@@ -154,6 +154,11 @@ async fn a_frozen_redis_times_out_every_waiting_call() {
 /// flight and requests queue behind them (two batches in flight stop lone calls). Every call
 /// in flight or queued when Redis froze ends within the store's longest wait, by its policy;
 /// thawed, the same store decides again and still makes batches.
+///
+/// Besides decisions and timeouts, a call may fail `overloaded`: given up on while Redis
+/// answered others, as this process ran late (`src/patience.rs`), which 128 tasks on a loaded
+/// 2-core machine can make happen outside the freeze (seen: 46 tasks at once, in 1 of 13
+/// runs). It too ends within the bound, asserted below; any other error still fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
     use std::sync::Arc;
@@ -178,10 +183,12 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let (decided, timed_out) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let overloaded = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..128)
         .map(|t| {
             let (limiter, stop) = (Arc::clone(&limiter), Arc::clone(&stop));
             let (decided, timed_out) = (Arc::clone(&decided), Arc::clone(&timed_out));
+            let overloaded = Arc::clone(&overloaded);
             tokio::spawn(async move {
                 let mut longest = Duration::ZERO;
                 let mut i = 0_u64;
@@ -197,6 +204,9 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
                     match v.store_error() {
                         None => decided.fetch_add(1, Ordering::Relaxed),
                         Some(StoreErrorKind::Timeout) => timed_out.fetch_add(1, Ordering::Relaxed),
+                        Some(StoreErrorKind::Overloaded) => {
+                            overloaded.fetch_add(1, Ordering::Relaxed)
+                        }
                         Some(other) => panic!("task {t}: {other:?} ({v:?})"),
                     };
                 }
@@ -231,8 +241,9 @@ async fn a_frozen_redis_under_coalesced_load_ends_every_queued_call() {
     }
     assert!(
         timed_out.load(Ordering::Relaxed) >= 128,
-        "the freeze met every task's calls: {} timed out",
-        timed_out.load(Ordering::Relaxed)
+        "the freeze met every task's calls: {} timed out ({} overloaded)",
+        timed_out.load(Ordering::Relaxed),
+        overloaded.load(Ordering::Relaxed)
     );
     // Every call's slot comes back, the failed ones' included (bounded polling: a batch's
     // own task ends just after it has answered its callers), and with none in flight a lone
