@@ -55,7 +55,7 @@ use listen::bind_grpc;
 use serve::{serve_http, spawn_grpc, wind_down};
 pub(crate) use start::build_state;
 use stop::Stop;
-use tasks::{spawn_history, spawn_lease_sweep, spawn_reload};
+use tasks::{spawn_history, spawn_lease_sweep, spawn_metrics_upkeep, spawn_reload};
 
 /// How often the config file is looked at, by default.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -152,6 +152,7 @@ impl Server {
         });
         let leases = spawn_lease_sweep(&state, &stop);
         let history = spawn_history(&state, &stop);
+        let upkeep = spawn_metrics_upkeep(&state, &stop);
         let served = serve_http(listener, Arc::clone(&state), settings, tls, shutdown, &stop).await;
         let grpc_served = wind_down(&stop, grpc_task, reloader).await;
         if let Some(task) = tls_reloader {
@@ -159,6 +160,7 @@ impl Server {
         }
         let _ = leases.await;
         let _ = history.await;
+        let _ = upkeep.await;
         // Every request has been answered: what the leases hold goes back to the store.
         state.limits.load().return_leases("shutdown").await;
         served?;

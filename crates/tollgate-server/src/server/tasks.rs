@@ -46,6 +46,27 @@ pub(super) fn spawn_history(state: &Arc<AppState>, stop: &Stop) -> JoinHandle<()
     })
 }
 
+/// Every [`METRICS_UPKEEP`], drains the Prometheus histograms' raw samples into their
+/// buckets, until `stop`. The recorder is built with `build_recorder` (`metrics::recorder`),
+/// which spawns no upkeep task of its own: without this, every sample of
+/// `tollgate_http_request_duration_seconds`, `tollgate_store_latency_seconds` and the gRPC
+/// face's latency was held until the next `GET /metrics`. A service nobody scraped grew by
+/// about 21 B per request for ever (an audit's release runs: 0.96 MB a minute on the memory
+/// store at 700 checks/s, 2.07 on Redis; flat with a scrape every 5 s).
+pub(super) fn spawn_metrics_upkeep(state: &Arc<AppState>, stop: &Stop) -> JoinHandle<()> {
+    let state = Arc::clone(state);
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        every(METRICS_UPKEEP, &stop, "metrics upkeep", || async {
+            state.metrics.run_upkeep();
+        })
+        .await;
+    })
+}
+
+/// How often the histograms' samples are drained (the exporter's own default upkeep period).
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
 /// Runs `work` every `period` (the first at once; a late tick delays the next) until `stop`.
 /// One at a time: a tick's work ends before the next begins.
 async fn every<F, Fut>(period: Duration, stop: &Stop, task: &'static str, mut work: F)
