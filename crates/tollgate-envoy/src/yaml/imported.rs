@@ -220,8 +220,24 @@ impl Imported {
                                      unlimited: true for no limit)"
                                 ),
                             })?;
+                    // A sliding log counts at most 10 000 units: said of the count, with the
+                    // algorithm that takes it (set in `[envoy] algorithm`, not in the YAML).
                     let limit = tollgate::Limit::new(name.as_str(), algorithm, quota)
-                        .and_then(|l| l.keyed_by((0..=depth).map(part_name)))
+                        .map_err(|e| match &e {
+                            tollgate::LimitError::TooLarge { field: "limit", .. } => {
+                                crate::ImportError::Invalid {
+                                    file: d.file.clone(),
+                                    path: format!("{}.rate_limit.requests_per_unit", desc.path),
+                                    reason: format!(
+                                        "{e}: with envoy.algorithm = \"{algorithm}\" (a sliding \
+                                         log keeps one entry per request); \
+                                         envoy.algorithm = \"sliding_window\" takes it"
+                                    ),
+                                }
+                            }
+                            _ => err(e),
+                        })?
+                        .keyed_by((0..=depth).map(part_name))
                         .map_err(err)?
                         .on_store_error(policy);
                     out.push(limit);

@@ -498,6 +498,48 @@ fn a_count_past_the_cores_is_refused_naming_the_field() {
     }
 }
 
+/// Under `envoy.algorithm = "sliding_log"`, a count above the sliding log's 10 000 units is
+/// refused naming `requests_per_unit`, the algorithm at fault (set in tollgate.toml, not in
+/// the YAML) and the one that takes the count; 10 000 loads.
+#[test]
+fn a_count_past_the_sliding_logs_names_the_algorithm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |count: u32| {
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            format!(
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: {count}\n"
+            ),
+        )
+        .expect("write");
+    };
+    write(10_000);
+    load_dir(dir.path())
+        .expect("parsed")
+        .limits(Algorithm::SlidingLog, OnStoreError::Allow)
+        .expect("at the cap");
+    write(10_001);
+    let imported = load_dir(dir.path()).expect("parsed");
+    imported
+        .limits(Algorithm::sliding_window(), OnStoreError::Allow)
+        .expect("a sliding window takes it");
+    let err = imported
+        .limits(Algorithm::SlidingLog, OnStoreError::Allow)
+        .expect_err("refused");
+    assert_eq!(
+        err.path(),
+        Some("descriptors[0].rate_limit.requests_per_unit"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("10000 for sliding_log")
+            && text.contains("with envoy.algorithm = \"sliding_log\"")
+            && text.contains("envoy.algorithm = \"sliding_window\" takes it"),
+        "{text}"
+    );
+}
+
 /// A directory holding more than [`tollgate_envoy::MAX_DIR_BYTES`] of YAML, each file under
 /// the file cap, is refused naming it and its size, before a file is parsed; the watcher's
 /// view of it reads no more than that per poll.
