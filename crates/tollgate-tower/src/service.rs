@@ -275,7 +275,7 @@ fn rejection_of(error: CheckError) -> Rejection {
         error => {
             metrics::describe_counter!(
                 "tollgate_tower_misconfigured_total",
-                "Requests the rate-limit layer answered 500 because its limits and keys do not fit together"
+                "Requests the rate-limit layer could not check because its limits and keys do not fit together: answered 500"
             );
             metrics::counter!("tollgate_tower_misconfigured_total").increment(1);
             if let Some(skipped) = MISCONFIGURED_LOGS.admit() {
@@ -309,14 +309,14 @@ fn panicked(panic: &(dyn Any + Send)) -> Decided {
         tracing::error!(
             message,
             skipped,
-            "rate-limit decision panicked (a bug): answered 500"
+            "rate-limit layer panicked (a bug): deciding, or answering a refusal"
         );
     }
     // Described here, where it is first recorded: a service embedding the layer has no
     // other place that knows the name (rare: a panic is a bug).
     metrics::describe_counter!(
         "tollgate_tower_panics_total",
-        "Panics while the rate-limit layer decided, each answered 500 (a bug)"
+        "Panics in the rate-limit layer (a bug): while deciding, answered 500 (passed by a layer of shadow limits only), or in the responder, answered with the default body"
     );
     metrics::counter!("tollgate_tower_panics_total").increment(1);
     Decided::Refuse(Rejection::Panicked, None)

@@ -42,6 +42,29 @@ pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {
     empty.then(|| error.raw_http1())
 }
 
+/// A request refused before the router saw it (malformed head 400, URI too long 414, head
+/// too large 431): counted in `tollgate_http_requests_total{route="other"}` with its status,
+/// as the router's own answers are, and logged at most once a second. They were counted
+/// nowhere and logged only at `debug`: a proxy whose cookies outgrew the head limit had every
+/// request refused 431 with nothing on `/metrics` (audit 2026-12).
+pub(super) fn count_refused_head(answer: &[u8]) {
+    static LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
+    let status = answer
+        .get(9..12)
+        .and_then(|code| std::str::from_utf8(code).ok())
+        .and_then(|code| code.parse::<u16>().ok())
+        .and_then(|code| axum::http::StatusCode::from_u16(code).ok())
+        .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+    crate::metrics::http_request_count(crate::metrics::Route::of(""), status);
+    if let Some(skipped) = LOG.admit() {
+        tracing::info!(
+            status = status.as_u16(),
+            skipped,
+            "request refused before routing (malformed, URI or head too large)"
+        );
+    }
+}
+
 /// A rewritten answer, until all of it is written (before anything else).
 #[derive(Debug, Default)]
 pub(super) struct Rewritten(Vec<u8>);
@@ -52,6 +75,7 @@ impl Rewritten {
     pub(super) fn replace(&mut self, written: &[u8]) -> bool {
         match rewrite(written) {
             Some(answer) => {
+                count_refused_head(&answer);
                 self.0 = answer;
                 true
             }

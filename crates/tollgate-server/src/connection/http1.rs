@@ -181,7 +181,11 @@ async fn serve_one(
             let response = match answer {
                 Some(answer) => answer.await,
                 // With `connection: close`: the body (if any) is left unread.
-                None => Ok(ApiError::UriTooLong.into_response()),
+                None => {
+                    let answer = ApiError::UriTooLong;
+                    super::auto_error::count_refused_head(&answer.raw_http1());
+                    Ok(answer.into_response())
+                }
             };
             drop(busy);
             response

@@ -182,6 +182,14 @@ impl Phase {
         }
         metrics::counter!("tollgate_connections_shed_total", "listener" => self.listener())
             .increment(1);
+        if let Some(skipped) = SHED_LOG.admit() {
+            tracing::warn!(
+                listener = self.listener(),
+                skipped,
+                "connection shed: the listener is at server.max_connections, and this one \
+                 was making no progress (counted in tollgate_connections_shed_total)"
+            );
+        }
     }
 
     /// A connection closed by one of its deadlines, counted by what it had not done in time:
@@ -194,6 +202,15 @@ impl Phase {
             "phase" => phase
         )
         .increment(1);
+        if let Some(skipped) = TIMEOUT_LOG.admit() {
+            tracing::info!(
+                listener = self.listener(),
+                phase,
+                skipped,
+                "connection closed by a deadline: its client sent or took nothing in time \
+                 (counted in tollgate_connections_timed_out_total)"
+            );
+        }
     }
 
     /// The listener's name in the connection series.
@@ -288,3 +305,8 @@ pub(super) fn bytes_waiting(stream: &impl AsFd) -> bool {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
     matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
 }
+
+/// One line a second for sheds and one for timeouts, with the count held back: a flood of
+/// idle or slow clients meets them on every connection (the counters count each).
+static SHED_LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
+static TIMEOUT_LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();

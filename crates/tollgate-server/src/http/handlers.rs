@@ -361,7 +361,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Reply, ApiError> {
         .probe
         .probe_now(&state.store, &state.history)
         .await
-        .map_err(ApiError::StoreUnavailable)?;
+        .map_err(ApiError::ProbeFailed)?;
     Reply::json(serde_json::json!({ "status": "ready", "store": state.store.kind() }))
 }
 

@@ -24,6 +24,9 @@ use super::response::{ApiError, Reply};
 use super::state::AppState;
 use crate::limits::bounded_key;
 
+/// One line a second for held acquires refused (a flood of them meets the cap on each).
+static HELD_FULL_LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
+
 /// `POST /v1/acquire`.
 pub(super) async fn acquire(
     State(state): State<Arc<AppState>>,
@@ -39,6 +42,14 @@ pub(super) async fn acquire(
     let _hold = match asked.hold {
         true => Some(state.held_acquires.try_hold().ok_or_else(|| {
             metrics::counter!("tollgate_held_acquires_refused_total").increment(1);
+            if let Some(skipped) = HELD_FULL_LOG.admit() {
+                tracing::warn!(
+                    cap = state.held_acquires.cap(),
+                    skipped,
+                    "held /v1/acquire refused: half of server.max_connections already wait \
+                     for their slots (counted in tollgate_held_acquires_refused_total)"
+                );
+            }
             ApiError::HeldAcquiresFull(state.held_acquires.cap())
         })?),
         false => None,

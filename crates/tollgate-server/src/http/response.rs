@@ -84,6 +84,10 @@ pub enum ApiError {
     /// (`connection`, `timeout`, `oom`, …), not its details, which are logged.
     #[error("store unavailable ({})", .0.kind().as_str())]
     StoreUnavailable(#[source] tollgate::StoreError),
+    /// `/readyz`: the store's health probe failed, of this kind (the details are logged by
+    /// the probe, at most once a second).
+    #[error("store unavailable ({0})")]
+    ProbeFailed(&'static str),
     /// The request's body did not arrive within `server.body_timeout`.
     #[error("request body not received within {}", crate::duration::format(*.0))]
     BodyTimeout(std::time::Duration),
@@ -124,9 +128,9 @@ impl ApiError {
             ApiError::ResetDisabled => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::StoreUnavailable(_) | ApiError::HeldAcquiresFull(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::StoreUnavailable(_)
+            | ApiError::ProbeFailed(_)
+            | ApiError::HeldAcquiresFull(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BodyTimeout(_) | ApiError::HeaderTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Malformed => StatusCode::BAD_REQUEST,
             ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
@@ -174,11 +178,26 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         match &self {
+            // One line a second at most (with the count held back), as the core logs store
+            // failures: `/readyz`, `/v1/adjust` and `/v1/reset` each answered 503 with a line of
+            // their own, so a flood of `GET /readyz` while Redis was down wrote one WARN per
+            // request (21,456 lines in 5 s, audit 2026-12). The failures are counted by
+            // `tollgate_store_errors_total` (adjust, reset) and `tollgate_store_up` (probe).
             ApiError::StoreUnavailable(cause) => {
-                tracing::warn!(kind = cause.kind().as_str(), cause = %cause, "store unavailable");
+                if let Some(skipped) = STORE_UNAVAILABLE_LOG.admit() {
+                    tracing::warn!(kind = cause.kind().as_str(), cause = %cause, skipped, "store unavailable");
+                }
             }
-            ApiError::Internal(cause) => tracing::error!(cause = %cause, "request failed"),
-            ApiError::Panicked => tracing::error!("request failed: its handler panicked"),
+            ApiError::Internal(cause) => {
+                if let Some(skipped) = INTERNAL_LOG.admit() {
+                    tracing::error!(cause = %cause, skipped, "request failed");
+                }
+            }
+            ApiError::Panicked => {
+                if let Some(skipped) = PANICKED_LOG.admit() {
+                    tracing::error!(skipped, "request failed: its handler panicked");
+                }
+            }
             _ => {}
         }
         let mut response = (status, Json(self.body())).into_response();
@@ -259,6 +278,15 @@ pub(crate) fn json_body(body: &impl Serialize) -> Result<Response, ApiError> {
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
     Ok(response)
 }
+
+/// At most one `store unavailable` line a second, however many requests meet the failure.
+static STORE_UNAVAILABLE_LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
+/// At most one `request failed` line a second (a render that panics on every scrape, a lane
+/// that stopped: each request would log again).
+static INTERNAL_LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
+/// At most one `its handler panicked` line a second (the panic hook reports the panic
+/// itself, its place and message; this says a request was answered 500 for it).
+static PANICKED_LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
 
 /// The JSON content type, as axum's `Json` writes it.
 const JSON: &str = "application/json";

@@ -40,8 +40,14 @@ const COUNTERS: &[(&str, &str)] = &[
     (SHADOW_DENIED, "Requests a shadow limit would have denied"),
     (
         "tollgate_tower_panics_total",
-        "Panics while the rate-limit layer decided, each answered 500 (a bug; the tower \
-         layer's, for a service that embeds it)",
+        "Panics in the rate-limit layer (a bug): while deciding, answered 500 (passed by a \
+         layer of shadow limits only), or in the responder, answered with the default body \
+         (the tower layer's, for a service that embeds it)",
+    ),
+    (
+        "tollgate_tower_misconfigured_total",
+        "Requests the rate-limit layer could not check because its limits and keys do not \
+         fit together: answered 500 (the tower layer's, for a service that embeds it)",
     ),
     (
         "tollgate_reservations_total",
@@ -85,8 +91,8 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     (
         "tollgate_store_full_total",
-        "Memory store at its key cap: new keys that evicted another or were refused, by \
-         limit and result (evicted, refused)",
+        "Memory store at its key cap: new keys that took another's place or were refused, \
+         by limit and result (replenished, evicted, refused)",
     ),
     (
         "tollgate_store_circuit_opened_total",

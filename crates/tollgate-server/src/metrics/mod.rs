@@ -32,7 +32,8 @@ pub(crate) mod tee_recorder;
 pub use names::*;
 pub use record::{
     Route, build_info, circuit_open, config_reload, deny_cache_entries, deny_ratio, http_request,
-    keys, leased_units, panics, reloads_watched, restart_pending, retire_limits, store_settings,
-    store_up, tls_certificate_expiry, tls_reload, tls_reloads_watched,
+    http_request_count, keys, leased_units, panics, reloads_watched, restart_pending,
+    retire_limits, store_settings, store_up, tls_certificate_expiry, tls_reload,
+    tls_reloads_watched,
 };
 pub use recorder::handle;

@@ -39,9 +39,9 @@ const ROUTES: [&str; 17] = [
 ];
 
 /// The status labels: the codes this service answers by number, any other by class.
-const STATUSES: [&str; 17] = [
-    "200", "400", "401", "403", "404", "405", "408", "413", "415", "429", "500", "503", "1xx",
-    "2xx", "3xx", "4xx", "5xx",
+const STATUSES: [&str; 19] = [
+    "200", "400", "401", "403", "404", "405", "408", "413", "414", "415", "429", "431", "500",
+    "503", "1xx", "2xx", "3xx", "4xx", "5xx",
 ];
 
 /// A request's route, as labelled in `tollgate_http_requests_total`: an index into the
@@ -80,11 +80,13 @@ fn status_index(status: axum::http::StatusCode) -> usize {
         405 => 5,
         408 => 6,
         413 => 7,
-        415 => 8,
-        429 => 9,
-        500 => 10,
-        503 => 11,
-        other => 11 + usize::from((other / 100).clamp(1, 5)),
+        414 => 8,
+        415 => 9,
+        429 => 10,
+        431 => 11,
+        500 => 12,
+        503 => 13,
+        other => 13 + usize::from((other / 100).clamp(1, 5)),
     }
 }
 
@@ -99,15 +101,21 @@ static DURATIONS: [OnceLock<Histogram>; ROUTES.len()] = [const { OnceLock::new()
 
 /// Counts a request and records its latency.
 pub fn http_request(route: Route, status: axum::http::StatusCode, took: Duration) {
+    http_request_count(route, status);
+    DURATIONS[route.0]
+        .get_or_init(|| metrics::histogram!(HTTP_DURATION, "route" => route.label()))
+        .record(took);
+}
+
+/// Counts a request, without a latency: one answered before it was read whole (refused
+/// below the router), whose time would say nothing of the API's.
+pub fn http_request_count(route: Route, status: axum::http::StatusCode) {
     let status = status_index(status);
     REQUESTS[route.0][status]
         .get_or_init(|| {
             metrics::counter!(HTTP_REQUESTS, "route" => route.label(), "status" => STATUSES[status])
         })
         .increment(1);
-    DURATIONS[route.0]
-        .get_or_init(|| metrics::histogram!(HTTP_DURATION, "route" => route.label()))
-        .record(took);
 }
 
 /// Sets `tollgate_build_info{version}` to 1 (at start).
@@ -273,7 +281,9 @@ mod tests {
     fn statuses_are_labelled_by_code_or_else_by_class() {
         let label =
             |code: u16| STATUSES[status_index(StatusCode::from_u16(code).expect("a valid code"))];
-        for code in [200, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503] {
+        for code in [
+            200, 400, 401, 403, 404, 405, 408, 413, 414, 415, 429, 431, 500, 503,
+        ] {
             assert_eq!(label(code), code.to_string());
         }
         for (code, class) in [(101, "1xx"), (204, "2xx"), (304, "3xx"), (418, "4xx")] {

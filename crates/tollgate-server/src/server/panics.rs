@@ -8,11 +8,15 @@
 //! thread, place and message, keeps its time, thread and place for the status page
 //! ([`panic_record`]), then hands it to the hook that was there before (Rust's
 //! default prints it, with a backtrace under `RUST_BACKTRACE`, so the line appears twice on
-//! stderr: once as the log's). Panics that are caught count too (a request's handler,
+//! stderr: once as the log's). The log line and the previous hook's report are written for
+//! one panic a second per place at most, with the count held back (a panic on the main
+//! thread always); every panic is counted and kept. Panics that are caught count too (a request's handler,
 //! answered 500; a status read's render): each is a bug.
 
 use std::panic::{self, PanicHookInfo};
-use std::sync::Once;
+use std::sync::{Mutex, Once};
+
+use tollgate::LogThrottle;
 
 use crate::status::panic_record;
 
@@ -35,16 +39,51 @@ pub fn report_panics() {
             let location = info
                 .location()
                 .map_or_else(|| "unknown".into(), ToString::to_string);
-            tracing::error!(
-                thread,
-                location,
-                message = message(info),
-                "panicked: a bug (counted in tollgate_panics_total)"
-            );
-            panic_record::record(thread, location);
-            previous(info);
+            panic_record::record(thread, location.clone());
+            // One report a second per place (the count held back in the next): a request
+            // that panics every time wrote a line or two each, its message perhaps quoting
+            // the request. Another place's panic is reported at once, and so is the main
+            // thread's (it ends the process).
+            let admitted = if thread == "main" {
+                Some(0)
+            } else {
+                admit(&location)
+            };
+            if let Some(skipped) = admitted {
+                tracing::error!(
+                    thread,
+                    location,
+                    message = message(info),
+                    skipped,
+                    "panicked: a bug (counted in tollgate_panics_total)"
+                );
+                previous(info);
+            }
         }));
     });
+}
+
+/// The places panics were reported from, each with its throttle: one report a second per
+/// place, for the first [`PLACES`] places; the rest share [`OTHER_PLACES`].
+static LINES: Mutex<Vec<(String, LogThrottle)>> = Mutex::new(Vec::new());
+static OTHER_PLACES: LogThrottle = LogThrottle::new();
+const PLACES: usize = 64;
+
+/// `Some(reports held back)` when a panic at `location` may be reported now.
+fn admit(location: &str) -> Option<u64> {
+    let mut places = LINES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, throttle)) = places.iter().find(|(at, _)| at == location) {
+        return throttle.admit();
+    }
+    if places.len() < PLACES {
+        let throttle = LogThrottle::new();
+        let admitted = throttle.admit();
+        places.push((location.to_owned(), throttle));
+        return admitted;
+    }
+    OTHER_PLACES.admit()
 }
 
 /// The panic's message, when it has one.
@@ -86,5 +125,52 @@ mod tests {
         let caught = std::panic::catch_unwind(|| panic!("caught on purpose"));
         assert!(caught.is_err());
         assert!(panics_counted() > after, "a caught panic was not counted");
+    }
+
+    /// A panic repeated in a loop (a request that panics every time) is reported in the log
+    /// once a second at most; each is counted; a panic at another place meanwhile is
+    /// reported at once.
+    #[test]
+    fn panics_in_a_loop_log_a_line_a_second() {
+        #[derive(Clone, Default)]
+        struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Capture {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        report_panics();
+        let before = panics_counted();
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let started = std::time::Instant::now();
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..50 {
+                assert!(std::panic::catch_unwind(|| panic!("again")).is_err());
+            }
+            assert!(std::panic::catch_unwind(|| panic!("elsewhere")).is_err());
+        });
+        let took = started.elapsed();
+        let text = String::from_utf8_lossy(&capture.0.lock().expect("lock")).into_owned();
+        let lines = text.matches(" again skipped=").count();
+        // One a second (this place is this test's alone): two when the loop crosses one.
+        let most = usize::try_from(took.as_secs()).expect("small") + 1;
+        assert!(
+            (1..=most).contains(&lines),
+            "{lines} lines for 50 panics in {took:?}:\n{text}"
+        );
+        assert_eq!(text.matches(" elsewhere skipped=").count(), 1, "{text}");
+        assert!(panics_counted() >= before + 51, "each is counted");
     }
 }

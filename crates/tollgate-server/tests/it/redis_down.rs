@@ -328,3 +328,85 @@ async fn an_outage_the_breaker_found_first_is_recorded_by_its_cause() {
         status["store"]["circuit_cause"]
     );
 }
+
+/// `/readyz` asked over and over while Redis is down (no authentication guards it) writes at
+/// most a log line a second, not one per request: it wrote a `store unavailable` line for
+/// each, thousands a second under a flood. Each still answers 503 with its kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_asked_in_a_loop_while_redis_is_down_logs_a_line_a_second() {
+    let mut redis = RedisServer::start();
+    let file = config(&redis.url());
+    let process = Process::serve(file.path());
+    let get = |path: &'static str| request(process.addr, "GET", path, Bytes::new(), &[]);
+    assert_eq!(get("/readyz").await.status, 200);
+    redis.kill();
+    let lines = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("store unavailable") || l.contains("probe failed"))
+            .count()
+    };
+    let before = lines(&process.log());
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        let ready = get("/readyz").await;
+        assert_eq!(ready.status, 503, "{ready:?}");
+        // `connection`, then `circuit_open` once the breaker opens.
+        assert!(
+            ready.error().starts_with("store unavailable ("),
+            "{ready:?}"
+        );
+    }
+    let took = started.elapsed();
+    // Let the last lines reach the log.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logged = lines(&process.log()) - before;
+    let most = usize::try_from(took.as_secs()).expect("small") + 2;
+    assert!(
+        logged <= most,
+        "{logged} lines for 200 requests in {took:?}:\n{}",
+        process.log()
+    );
+    assert!(logged >= 1, "the failure is logged:\n{}", process.log());
+}
+
+/// Concurrent `/readyz` probe one at a time: a caller that arrives while a probe is in
+/// flight waits for it and takes the next one's result, so a burst shares a few probes (a
+/// flood of `/readyz` was as many scripts run on Redis as requests). Here
+/// Redis is frozen, so all twenty arrive while the first probe hangs; the probes' scripts
+/// run when it thaws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_readyz_probes_redis_a_few_times() {
+    let redis = RedisServer::start();
+    let file = config(&redis.url());
+    let process = std::sync::Arc::new(Process::serve(file.path()));
+    let get = |path: &'static str| request(process.addr, "GET", path, Bytes::new(), &[]);
+    assert_eq!(get("/readyz").await.status, 200);
+    let before = redis.command_stats("evalsha").calls + redis.command_stats("eval").calls;
+    redis.pause();
+    let burst: Vec<_> = (0..20)
+        .map(|_| {
+            let addr = process.addr;
+            tokio::spawn(async move {
+                request(addr, "GET", "/readyz", Bytes::new(), &[])
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    for answer in burst {
+        assert_eq!(answer.await.expect("task"), 503, "frozen: timed out");
+    }
+    redis.resume();
+    // The queued scripts run once Redis thaws: count them when they are done.
+    let mut ran = 0;
+    for _ in 0..50 {
+        ran = redis.command_stats("evalsha").calls + redis.command_stats("eval").calls - before;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let again = redis.command_stats("evalsha").calls + redis.command_stats("eval").calls;
+        if again - before == ran {
+            break;
+        }
+    }
+    assert!(ran >= 1, "the burst probed Redis");
+    assert!(ran <= 4, "{ran} probes for a burst of 20");
+}

@@ -58,6 +58,12 @@ async fn two_authorization_headers_are_refused() {
 #[tokio::test]
 async fn a_uri_of_20_kb_is_answered_414() {
     let server = TestServer::start(&one_limit("uri_a", "gcra", 5, "1m", "", "deny")).await;
+    let series = r#"tollgate_http_requests_total{route="other",status="414"}"#;
+    let counted = async || {
+        let scrape = server.get("/metrics").await.text;
+        crate::support::sample(&scrape, series).map_or(0, |v| v.parse::<u64>().expect("count"))
+    };
+    let before = counted().await;
     for path in ["/v1/check", "/v1/nope"] {
         let target = format!("{path}?pad={}", "a".repeat(20 * 1024));
         let reply = request(
@@ -72,8 +78,10 @@ async fn a_uri_of_20_kb_is_answered_414() {
         assert_eq!(reply.error(), "request URI too long", "{reply:?}");
         assert_eq!(reply.header("connection"), Some("close"), "{reply:?}");
     }
-    // Nothing was counted by the refused checks.
+    // Nothing was counted by the refused checks; the refusals are (this process's recorder
+    // is shared by the tests running beside this one: at least these two).
     assert_eq!(server.remaining("uri_a", "{}").await, 5);
+    assert!(counted().await >= before + 2, "{series}");
     let ok = server
         .get(&format!("/v1/limits?pad={}", "a".repeat(2 * 1024)))
         .await;
