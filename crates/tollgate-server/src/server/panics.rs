@@ -132,37 +132,18 @@ mod tests {
     /// reported at once.
     #[test]
     fn panics_in_a_loop_log_a_line_a_second() {
-        #[derive(Clone, Default)]
-        struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Capture {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         report_panics();
         let before = panics_counted();
-        let capture = Capture::default();
-        let writer = capture.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
+        let capture = tollgate_testkit::LogCapture::new();
         let started = std::time::Instant::now();
-        tracing::subscriber::with_default(subscriber, || {
+        capture.during(|| {
             for _ in 0..50 {
                 assert!(std::panic::catch_unwind(|| panic!("again")).is_err());
             }
             assert!(std::panic::catch_unwind(|| panic!("elsewhere")).is_err());
         });
         let took = started.elapsed();
-        let text = String::from_utf8_lossy(&capture.0.lock().expect("lock")).into_owned();
+        let text = capture.text();
         let lines = text.matches(" again skipped=").count();
         // One a second (this place is this test's alone): two when the loop crosses one.
         let most = usize::try_from(took.as_secs()).expect("small") + 1;

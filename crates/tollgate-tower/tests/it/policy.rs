@@ -376,28 +376,9 @@ fn a_panic_in_the_responder_or_a_shadow_layer_still_answers() {
 /// not fill the disk. Each panic is still counted.
 #[test]
 fn a_panic_on_every_request_is_logged_once_a_second() {
-    #[derive(Clone)]
-    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let capture = Capture(Arc::default());
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let capture = tollgate_testkit::LogCapture::new();
     let started = std::time::Instant::now();
-    let snapshot = tracing::subscriber::with_default(subscriber, || {
+    let snapshot = capture.during(|| {
         counting(async || {
             let store = FailingStore::new(MemoryStore::builder().sweep_interval(None).build());
             let layer = RateLimitLayer::new(
@@ -420,7 +401,7 @@ fn a_panic_on_every_request_is_logged_once_a_second() {
         })
     });
     let took = started.elapsed();
-    let text = String::from_utf8_lossy(&capture.0.lock().expect("lock")).into_owned();
+    let text = capture.text();
     let lines = text.matches("rate-limit layer panicked").count();
     // One a second (two when the run crosses one); fewer when another test's panic took
     // this second's line.
