@@ -10,8 +10,8 @@
 //! default prints it, with a backtrace under `RUST_BACKTRACE`, so the line appears twice on
 //! stderr: once as the log's). The log line and the previous hook's report are written for
 //! one panic a second per place at most, with the count held back (a panic on the main
-//! thread always); every panic is counted and kept. Panics that are caught count too (a request's handler,
-//! answered 500; a status read's render): each is a bug.
+//! thread always); every panic is counted and kept. Panics that are caught count too (a
+//! request's handler, answered 500; a status read's render): each is a bug.
 
 use std::panic::{self, PanicHookInfo};
 use std::sync::{Mutex, Once};
