@@ -273,10 +273,15 @@ fn rejection_of(error: CheckError) -> Rejection {
             Rejection::NoKey(KeyError::TooLong { part, max })
         }
         error => {
-            metrics::describe_counter!(
-                "tollgate_tower_misconfigured_total",
-                "Requests the rate-limit layer could not check because its limits and keys do not fit together: answered 500"
-            );
+            // Described once, where it is first recorded (every request may meet it).
+            static DESCRIBED: std::sync::Once = std::sync::Once::new();
+            DESCRIBED.call_once(|| {
+                metrics::describe_counter!(
+                    "tollgate_tower_misconfigured_total",
+                    "Requests the rate-limit layer could not check because its limits and keys \
+                     do not fit together: answered 500"
+                );
+            });
             metrics::counter!("tollgate_tower_misconfigured_total").increment(1);
             if let Some(skipped) = MISCONFIGURED_LOGS.admit() {
                 tracing::error!(
