@@ -465,6 +465,17 @@ descriptors:
     );
 }
 
+/// Writes `dir/a.yaml`: domain `d`, one descriptor `k` of `count` requests per `unit`.
+fn write_one_count(dir: &std::path::Path, unit: &str, count: u64) {
+    std::fs::write(
+        dir.join("a.yaml"),
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: {unit}\n      requests_per_unit: {count}\n"
+        ),
+    )
+    .expect("write");
+}
+
 /// A count the reference takes (any 32-bit one) beyond what the core counts (10⁹ per unit,
 /// one per microsecond) is refused naming `requests_per_unit`, with what to write instead.
 #[test]
@@ -474,13 +485,7 @@ fn a_count_past_the_cores_is_refused_naming_the_field() {
         ("second", 1_000_001, "one unit per microsecond"),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(
-            dir.path().join("a.yaml"),
-            format!(
-                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: {unit}\n      requests_per_unit: {count}\n"
-            ),
-        )
-        .expect("write");
+        write_one_count(dir.path(), unit, count);
         let err = load_dir(dir.path())
             .expect("parsed")
             .limits(Algorithm::FixedWindow, OnStoreError::Allow)
@@ -504,15 +509,7 @@ fn a_count_past_the_cores_is_refused_naming_the_field() {
 #[test]
 fn a_count_past_the_sliding_logs_names_the_algorithm() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let write = |count: u32| {
-        std::fs::write(
-            dir.path().join("a.yaml"),
-            format!(
-                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: {count}\n"
-            ),
-        )
-        .expect("write");
-    };
+    let write = |count| write_one_count(dir.path(), "hour", count);
     write(10_000);
     load_dir(dir.path())
         .expect("parsed")

@@ -19,8 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::http::ApiError;
 
-/// The JSON answer replacing `written`, when `written` is one of hyper's empty error answers.
-pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {
+/// The API error `written` stands for, when it is one of hyper's empty error answers: its
+/// JSON answer ([`ApiError::raw_http1`]) replaces it.
+fn hyper_error(written: &[u8]) -> Option<ApiError> {
     let head = std::str::from_utf8(written)
         .ok()?
         .strip_suffix("\r\n\r\n")?;
@@ -39,7 +40,7 @@ pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {
             empty = value.trim() == "0";
         }
     }
-    empty.then(|| error.raw_http1())
+    empty.then_some(error)
 }
 
 /// A request refused before the router saw it (malformed head 400, URI too long 414, head
@@ -47,14 +48,8 @@ pub(super) fn rewrite(written: &[u8]) -> Option<Vec<u8>> {
 /// as the router's own answers are, and logged at most once a second. They were counted
 /// nowhere and logged only at `debug`: a proxy whose cookies outgrew the head limit had every
 /// request refused 431 with nothing on `/metrics` (audit 2026-12).
-pub(super) fn count_refused_head(answer: &[u8]) {
+pub(super) fn count_refused_head(status: axum::http::StatusCode) {
     static LOG: tollgate::LogThrottle = tollgate::LogThrottle::new();
-    let status = answer
-        .get(9..12)
-        .and_then(|code| std::str::from_utf8(code).ok())
-        .and_then(|code| code.parse::<u16>().ok())
-        .and_then(|code| axum::http::StatusCode::from_u16(code).ok())
-        .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
     crate::metrics::http_request_count(crate::metrics::Route::of(""), status);
     if let Some(skipped) = LOG.admit() {
         tracing::info!(
@@ -73,10 +68,10 @@ impl Rewritten {
     /// Holds the JSON answer in place of `written` when it is one of hyper's empty error
     /// answers; whether it was.
     pub(super) fn replace(&mut self, written: &[u8]) -> bool {
-        match rewrite(written) {
-            Some(answer) => {
-                count_refused_head(&answer);
-                self.0 = answer;
+        match hyper_error(written) {
+            Some(error) => {
+                count_refused_head(error.status());
+                self.0 = error.raw_http1();
                 true
             }
             None => false,
@@ -105,7 +100,7 @@ impl Rewritten {
     }
 }
 
-/// An HTTP/1 connection through TLS whose writes pass [`rewrite`] (its reads pass through).
+/// An HTTP/1 connection through TLS whose writes pass [`hyper_error`] (its reads pass through).
 #[derive(Debug)]
 pub(crate) struct Rewriting<T> {
     inner: T,
@@ -181,7 +176,7 @@ mod tests {
     #[test]
     fn rewrites_only_empty_parse_error_answers() {
         let hyper = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: Thu, 01 Jan 2026 00:00:00 GMT\r\n\r\n";
-        let answer = rewrite(hyper).expect("rewritten");
+        let answer = hyper_error(hyper).expect("rewritten").raw_http1();
         let text = String::from_utf8(answer).expect("utf-8");
         assert!(text.starts_with("HTTP/1.1 431 "), "{text}");
         assert!(
@@ -189,8 +184,8 @@ mod tests {
             "{text}"
         );
         let api = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 20\r\n\r\n";
-        assert_eq!(rewrite(api), None);
+        assert!(hyper_error(api).is_none());
         let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-        assert_eq!(rewrite(ok), None);
+        assert!(hyper_error(ok).is_none());
     }
 }

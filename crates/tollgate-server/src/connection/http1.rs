@@ -183,7 +183,7 @@ async fn serve_one(
                 // With `connection: close`: the body (if any) is left unread.
                 None => {
                     let answer = ApiError::UriTooLong;
-                    super::auto_error::count_refused_head(&answer.raw_http1());
+                    super::auto_error::count_refused_head(answer.status());
                     Ok(answer.into_response())
                 }
             };
